@@ -1,0 +1,238 @@
+"""(template, workload, knobs, target) → scheduled TensorIR, lowered device TIR, CUDA.
+
+``build(spec, target)`` runs TVM's default TIR pipeline itself (TVM 0.27 has no
+``tvm.lower``) so the device TIR just before code generation is available to show and to
+analyse, verifies the result (verify.py) and generates code. Builds are cached by
+(spec, target). ``compile_binary`` runs nvcc on the CUDA source for register and
+shared-memory use; it is separate because it takes seconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import tirx
+
+from .errors import ExplorerError, InvalidKnobs
+from .knobs import KnobSet
+from .schedules import get_template
+from .schedules.common import Template
+from .targets import is_cuda, resolve_target
+from .tir_walk import thread_tag, walk
+from .verify import shared_bytes, verify_device, verify_scheduled
+from .workloads import Workload
+
+_tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The library's one input: a template, its workload and its knobs. Frozen and
+    hashable, it is the build cache key and what a URL or a preset restores."""
+
+    template: str
+    workload: Workload
+    knobs: KnobSet
+
+    def __post_init__(self):
+        template = get_template(self.template)
+        if type(self.workload) is not template.workload:
+            raise ExplorerError(
+                f"Template '{self.template}' schedules {template.workload.title}, not {self.workload.title}."
+            )
+        if type(self.knobs) is not template.knobs:
+            raise ExplorerError(f"These knobs belong to another template than '{self.template}'.")
+
+    @property
+    def template_def(self) -> Template:
+        return get_template(self.template)
+
+    def with_knobs(self, **changes) -> "Spec":
+        return dataclasses.replace(self, knobs=self.knobs.replace(**changes))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(eq=False)
+class Build:
+    spec: Spec
+    target: tvm.target.Target
+    tensorir: str  # scheduled TensorIR (TVMScript)
+    trace: str  # the schedule as Python calls
+    lowered: str  # device TIR just before codegen
+    cuda: str  # generated CUDA source ("" for a CPU target)
+    kernels: tuple[Kernel, ...]
+    schedule_mod: tvm.IRModule = field(repr=False)
+    device_mod: tvm.IRModule | None = field(repr=False)
+    runtime_module: object = field(repr=False)
+    timings_ms: dict = field(default_factory=dict)
+
+    @property
+    def target_key(self) -> str:
+        return str(self.target)
+
+
+def build(spec: Spec, target: str | tvm.target.Target | None = None) -> Build:
+    target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
+    return _build_cached(spec, str(target))
+
+
+@functools.lru_cache(maxsize=128)
+def _build_cached(spec: Spec, target_json: str) -> Build:
+    target = tvm.target.Target(target_json)
+    template = spec.template_def
+    timings = {}
+    start = time.perf_counter()
+    sch = template.apply(spec.workload, spec.knobs)
+    timings["schedule"] = _ms(start)
+    verify_scheduled(template, sch.mod, target)
+
+    start = time.perf_counter()
+    host_target = tvm.target.Target(target, host="llvm") if is_cuda(target) else target
+    # Without common-subexpression temporaries the lowered TIR reads like the source.
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+        try:
+            mod = tirx.transform.BindTarget(host_target)(sch.mod)
+            pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
+            mod = pipeline(mod)
+            host_mod, device_mods = _tir_build.split_host_device_mods(mod)
+            host_mod = finalize_host()(host_mod)
+            device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
+        except ExplorerError:
+            raise
+        except Exception as error:  # lowering errors come as TVMError/RuntimeError
+            raise InvalidKnobs(f"TVM cannot lower this schedule: {_first_line(error)}", tuple(spec.knobs.to_dict())) from None
+    timings["lower"] = _ms(start)
+    device_mod = next(iter(device_mods.values()), None)
+    if device_mod is not None:
+        verify_device(template, device_mod, target)
+
+    start = time.perf_counter()
+    runtime_module = _tir_build.tir_to_runtime(host_mod, device_mods, host_target.host or target)
+    timings["codegen"] = _ms(start)
+    cuda = runtime_module.imports[0].inspect_source("cuda") if device_mod is not None else ""
+    return Build(
+        spec=spec,
+        target=target,
+        tensorir=sch.mod.script(),
+        trace=str(sch.trace),
+        lowered=(device_mod if device_mod is not None else host_mod).script(),
+        cuda=cuda,
+        kernels=_kernels(device_mod) if device_mod is not None else (),
+        schedule_mod=sch.mod,
+        device_mod=device_mod,
+        runtime_module=runtime_module,
+        timings_ms=timings,
+    )
+
+
+def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
+    out = []
+    for gv, func in device_mod.functions.items():
+        extents: dict[str, int] = {}
+        for stmt, _ in walk(func.body):
+            if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+                extents[str(stmt.node.thread_tag)] = int(stmt.value)
+        dims = lambda prefix: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
+        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func)))
+    return tuple(sorted(out, key=lambda k: k.name))
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 2)
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
+# -- compiled binary -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Binary:
+    """What ptxas reports for each kernel of the compiled CUDA source."""
+
+    tool: str
+    arch: str
+    registers: dict  # kernel name -> registers per thread
+    shared_bytes: dict  # kernel name -> static shared bytes
+    spill_bytes: dict  # kernel name -> spill stores + loads in bytes
+    log: str
+    sass: str
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None
+    )
+
+
+def compile_binary(built: Build) -> Binary | None:
+    """Compile the CUDA source with nvcc (-Xptxas -v); None when nvcc is missing."""
+    if not built.cuda or nvcc_path() is None:
+        return None
+    return _compile_source(built.cuda, built.target.arch)
+
+
+_PTXAS_FUNC = re.compile(r"Function properties for (\w+)|Compiling entry function '(\w+)'")
+_PTXAS_USED = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?", re.S)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_source(source: str, arch: str) -> Binary:
+    nvcc = nvcc_path()
+    with tempfile.TemporaryDirectory(prefix="explorer-nvcc-") as tmp:
+        src = os.path.join(tmp, "kernel.cu")
+        cubin = os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(source)
+        proc = subprocess.run(
+            [nvcc, "--cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-o", cubin, src],
+            capture_output=True, text=True, timeout=120,
+        )
+        if proc.returncode != 0:
+            raise ExplorerError(f"nvcc could not compile the generated CUDA: {_first_line(RuntimeError(proc.stderr))}")
+        sass = ""
+        cuobjdump = shutil.which("cuobjdump", path=os.path.dirname(nvcc))
+        if cuobjdump:
+            dump = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, timeout=60)
+            sass = dump.stdout
+    registers, shared, spills = {}, {}, {}
+    current = None
+    for line in proc.stderr.splitlines():
+        entry = re.search(r"Compiling entry function '(\w+)'", line)
+        if entry:
+            current = entry.group(1)
+            continue
+        if current is None:
+            continue
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if spill:
+            spills[current] = int(spill.group(1)) + int(spill.group(2))
+        used = re.search(r"Used (\d+) registers", line)
+        if used:
+            registers[current] = int(used.group(1))
+            smem = re.search(r"(\d+) bytes smem", line)
+            shared[current] = int(smem.group(1)) if smem else 0
+    return Binary("nvcc", arch, registers, shared, spills, proc.stderr, sass)

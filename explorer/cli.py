@@ -1,0 +1,149 @@
+"""``python -m explorer``: list presets and knobs, show code and analyses.
+
+Exit status: 0 ok, 2 invalid input (one line on stderr, never a traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+from .errors import ExplorerError
+
+EXIT_INVALID = 2
+
+
+def _spec_from_args(args):
+    from .presets import get_preset
+
+    preset = get_preset(args.preset)
+    overrides = {}
+    for item in args.set or []:
+        if "=" not in item:
+            raise ExplorerError(f"--set expects knob=value, got '{item}'.")
+        name, value = item.split("=", 1)
+        overrides[name.strip()] = value
+    spec = preset.spec
+    if overrides:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, knobs=spec.knobs.from_strings(overrides, spec.knobs))
+    return preset, spec
+
+
+def cmd_presets(args) -> int:
+    from .presets import tutorials
+
+    rows = [
+        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "tutorial": t.id, "title": p.title}
+        for t in tutorials()
+        for p in t.presets
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max(len(r["id"]) for r in rows)
+        twidth = max(len(r["template"]) for r in rows)
+        for r in rows:
+            print(f"{r['id']:<{width}}  {r['template']:<{twidth}}  {r['workload']}")
+    return 0
+
+
+def cmd_knobs(args) -> int:
+    preset, spec = _spec_from_args(args)
+    rows = [
+        {
+            "name": s.name,
+            "value": s.format(getattr(spec.knobs, s.name)),
+            "allowed": s.describe_domain(),
+            "help": s.help,
+        }
+        for s in spec.knobs.specs()
+    ]
+    if args.json:
+        print(json.dumps({"preset": preset.id, "template": spec.template, "knobs": rows}, indent=2))
+    else:
+        width = max(len(r["name"]) for r in rows)
+        for r in rows:
+            print(f"{r['name']:<{width}}  = {r['value']:<10}  [{r['allowed']}]  {r['help']}")
+    return 0
+
+
+# --view name -> function(spec, args) -> (text, json-able). Other modules register theirs.
+VIEWS: dict[str, Callable] = {}
+
+
+def view(name: str):
+    def register(fn):
+        VIEWS[name] = fn
+        return fn
+
+    return register
+
+
+@view("tir")
+def _view_tir(spec, args):
+    from .build import build
+
+    b = build(spec, args.target)
+    return b.tensorir, {"tensorir": b.tensorir, "trace": b.trace}
+
+
+@view("lowered")
+def _view_lowered(spec, args):
+    from .build import build
+
+    b = build(spec, args.target)
+    return b.lowered, {"lowered": b.lowered}
+
+
+@view("cuda")
+def _view_cuda(spec, args):
+    from .build import build
+
+    b = build(spec, args.target)
+    return b.cuda, {"cuda": b.cuda}
+
+
+def cmd_show(args) -> int:
+    _, spec = _spec_from_args(args)
+    text, data = VIEWS[args.view](spec, args)
+    if args.json:
+        print(json.dumps({"template": spec.template, "workload": spec.workload.label(), "view": args.view, **data}, indent=2, default=str))
+    else:
+        print(text)
+    return 0
+
+
+def _add_spec_args(parser):
+    parser.add_argument("preset", help="preset id (python -m explorer presets)")
+    parser.add_argument("--set", action="append", metavar="KNOB=VALUE", help="override a knob; repeatable")
+    parser.add_argument("--target", default=None, help="auto (default: local GPU, else H100), h100, sm_80, a TVM tag")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m explorer", description="Explore TVM GPU kernel schedules.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("presets", help="list the presets")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_presets)
+    p = sub.add_parser("knobs", help="list a preset's template knobs")
+    _add_spec_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_knobs)
+    p = sub.add_parser("show", help="print a view of a preset's build")
+    _add_spec_args(p)
+    p.add_argument("--view", required=True, choices=sorted(VIEWS))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ExplorerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID

@@ -1,0 +1,29 @@
+"""Typed errors. Each carries one sentence a student can act on.
+
+Everything the library raises on purpose derives from ExplorerError, so the app and
+the CLI can show ``str(error)`` and keep running; anything else is a bug.
+"""
+from __future__ import annotations
+
+
+class ExplorerError(Exception):
+    """Base class: ``str(error)`` is a complete, one-line explanation."""
+
+
+class InvalidKnobs(ExplorerError):
+    """A knob value (or a combination of knobs) cannot make a correct, legal CUDA kernel.
+
+    ``knobs`` names the knobs at fault so a UI can highlight them.
+    """
+
+    def __init__(self, message: str, knobs: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.knobs = tuple(knobs)
+
+
+class InvalidWorkload(ExplorerError):
+    """A workload shape parameter is out of range or inconsistent."""
+
+
+class PresetError(ExplorerError):
+    """A preset file or preset name is wrong (unknown key, wrong type, unknown preset)."""

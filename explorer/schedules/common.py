@@ -1,0 +1,105 @@
+"""Helpers shared by the schedule templates.
+
+Templates call :func:`bind` instead of ``sch.bind`` (TVM silently replaces an existing
+binding), and run under :func:`schedule_errors` so a primitive's ``ScheduleError``
+becomes an :class:`InvalidKnobs` with a readable sentence.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import tvm
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule.schedule import ScheduleError
+
+from ..errors import InvalidKnobs
+from ..knobs import KnobSet
+from ..workloads import Workload
+
+
+@dataclass(frozen=True)
+class Template:
+    """A schedule template: one function from (workload, knobs) to a Schedule."""
+
+    name: str
+    title: str
+    summary: str
+    workload: type[Workload]
+    knobs: type[KnobSet]
+    apply: Callable[[Workload, KnobSet], Schedule]
+    # Which knobs set each thread tag's extent and the shared-memory size: used to name
+    # the knobs at fault when verification rejects a schedule.
+    tag_knobs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    shared_knobs: tuple[str, ...] = ()
+
+    def knobs_for_tags(self, tags) -> tuple[str, ...]:
+        names: list[str] = []
+        for tag in tags:
+            for name in self.tag_knobs.get(tag, ()):
+                if name not in names:
+                    names.append(name)
+        return tuple(names)
+
+
+def new_schedule(workload: Workload, variant: str = "default") -> Schedule:
+    return Schedule(tvm.IRModule({"main": workload.prim_func(variant)}))
+
+
+def bind(sch: Schedule, loop, tag: str) -> None:
+    """``sch.bind`` that refuses to re-bind a loop (TVM would silently replace the tag)."""
+    existing = sch.get(loop).thread_binding
+    if existing is not None:
+        raise InvalidKnobs(
+            f"Loop '{sch.get(loop).loop_var}' is already bound to {existing.thread_tag}; "
+            f"binding it again to {tag} would silently drop the first binding."
+        )
+    sch.bind(loop, tag)
+
+
+def loops_below(sch: Schedule, block, anchor) -> list:
+    """The loops of ``block`` nested inside loop ``anchor`` (after a compute_at)."""
+    anchor_stmt = sch.get(anchor)
+    loops = sch.get_loops(block)
+    for i, loop in enumerate(loops):
+        if sch.get(loop).same_as(anchor_stmt):
+            return loops[i + 1 :]
+    raise InvalidKnobs("internal: a cache stage is not placed under the expected loop.")
+
+
+def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int]], vector: int = 1) -> None:
+    """Spread a shared-memory load over the block's threads: fuse the copy loops, split
+    them by the thread extents (outermost tag first) and bind. ``vector`` > 1 makes each
+    thread copy that many consecutive elements with one vector instruction."""
+    loops = loops_below(sch, block, anchor)
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    if vector > 1:
+        fused, vec = sch.split(fused, factors=[None, vector])
+        sch.vectorize(vec)
+    extents = [n for _, n in threads if n > 1]
+    tags = [t for t, n in threads if n > 1]
+    if not extents:
+        return
+    parts = sch.split(fused, factors=[None, *extents])
+    for loop, tag in zip(parts[1:], tags):
+        bind(sch, loop, tag)
+
+
+_MESSAGE = re.compile(r"Error message:\s*(.*)", re.S)
+
+
+@contextlib.contextmanager
+def schedule_errors(knobs: KnobSet):
+    """Turn a primitive's ScheduleError into InvalidKnobs naming the template's knobs."""
+    try:
+        yield
+    except ScheduleError as error:
+        text = str(error)
+        found = _MESSAGE.search(text)
+        detail = (found.group(1) if found else text).strip().splitlines()[0]
+        raise InvalidKnobs(
+            f"TVM cannot apply this schedule with these knob values: {detail}",
+            tuple(knobs.to_dict()),
+        ) from None

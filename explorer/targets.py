@@ -1,0 +1,53 @@
+"""Choosing the CUDA target: the local GPU when there is one, else an H100."""
+from __future__ import annotations
+
+import functools
+import re
+
+import tvm
+
+from .errors import ExplorerError
+
+DEFAULT_TAG = "nvidia/nvidia-h100"
+# Short names a user can type; any TVM target tag or "sm_XY" works too.
+ALIASES = {
+    "h100": "nvidia/nvidia-h100",
+    "a100": "nvidia/nvidia-a100",
+    "t4": "nvidia/tesla-t4",
+    "rtx4090": "nvidia/geforce-rtx-4090",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def local_gpu_target() -> tvm.target.Target | None:
+    device = tvm.cuda(0)
+    if not device.exist:
+        return None
+    return tvm.target.Target.from_device(device)
+
+
+@functools.lru_cache(maxsize=64)
+def resolve_target(name: str | None = None) -> tvm.target.Target:
+    """``None``/"auto": local GPU or H100. Else an alias, a TVM tag, "sm_XY" or "llvm"."""
+    if name in (None, "", "auto"):
+        return local_gpu_target() or tvm.target.Target(DEFAULT_TAG)
+    text = ALIASES.get(name.lower(), name)
+    if re.fullmatch(r"sm_\d+a?", text):
+        return tvm.target.Target({"kind": "cuda", "arch": text})
+    try:
+        return tvm.target.Target(text)
+    except Exception:  # TVM raises ValueError or its own errors for unknown strings
+        raise ExplorerError(
+            f"Unknown target '{name}'; use 'auto', a GPU name ({', '.join(ALIASES)}), a TVM tag such as "
+            f"'{DEFAULT_TAG}', or an architecture such as 'sm_90a'."
+        ) from None
+
+
+def target_label(target: tvm.target.Target) -> str:
+    if target.kind.name == "cuda":
+        return f"CUDA {target.arch}"
+    return target.kind.name
+
+
+def is_cuda(target: tvm.target.Target) -> bool:
+    return target.kind.name == "cuda"
