@@ -5,8 +5,11 @@ enclosing ``For`` loops, which is what both need.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Iterator
 
+import tvm
 from tvm import tirx
 
 _CHILD_FIELDS = ("seq", "body", "block", "then_case", "else_case", "init")
@@ -37,3 +40,30 @@ def thread_tag(loop) -> str | None:
     """The thread tag a For is bound to (``threadIdx.x``, ``vthread.y``...), or None."""
     binding = getattr(loop, "thread_binding", None)
     return None if binding is None else str(binding.thread_tag)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    name: str
+    scope: str  # "shared", "local", ...
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def bytes(self) -> int:
+        return self.elements * tvm.DataType(self.dtype).bits // 8
+
+
+def allocations(func) -> list[Allocation]:
+    """Buffers a lowered function allocates (``T.alloc_shared``, ``T.alloc_local``...)."""
+    out = []
+    for stmt, _ in walk(func.body):
+        if isinstance(stmt, tirx.AllocBuffer):
+            buffer = stmt.buffer
+            shape = tuple(int(d) for d in buffer.shape)
+            out.append(Allocation(buffer.name, buffer.scope(), shape, str(buffer.dtype)))
+    return out

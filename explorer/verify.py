@@ -16,7 +16,7 @@ from tvm.s_tir import SBlock
 from .errors import InvalidKnobs
 from .schedules.common import Template
 from .targets import is_cuda
-from .tir_walk import thread_tag, walk
+from .tir_walk import allocations, thread_tag, walk
 
 # CUDA's per-dimension block limits; the total is the target's max_threads_per_block.
 THREAD_DIM_LIMITS = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
@@ -81,12 +81,7 @@ def _check_launch(template: Template, extents: dict[str, int], target) -> None:
 
 def shared_bytes(func: tirx.PrimFunc) -> int:
     """Static shared memory allocated by one lowered device function, in bytes."""
-    total = 0
-    for stmt, _ in walk(func.body):
-        if isinstance(stmt, tirx.AllocBuffer) and stmt.buffer.scope() in ("shared", "shared.dyn"):
-            buffer = stmt.buffer
-            total += math.prod(int(d) for d in buffer.shape) * tvm.DataType(buffer.dtype).bits // 8
-    return total
+    return sum(a.bytes for a in allocations(func) if a.scope in ("shared", "shared.dyn"))
 
 
 def verify_device(template: Template, device_mod: tvm.IRModule, target: tvm.target.Target) -> None:

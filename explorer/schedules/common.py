@@ -74,6 +74,8 @@ def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int
     them by the thread extents (outermost tag first) and bind. ``vector`` > 1 makes each
     thread copy that many consecutive elements with one vector instruction."""
     loops = loops_below(sch, block, anchor)
+    if not loops:
+        return  # a single element: every thread stores the same value, which is harmless
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     if vector > 1:
         fused, vec = sch.split(fused, factors=[None, vector])

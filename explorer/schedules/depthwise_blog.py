@@ -48,20 +48,17 @@ def schedule(workload: DepthwiseConv2d, k: DepthwiseBlogKnobs):
     _, channels, out_h, out_w = workload.output_shape()
     block_h = _block_extent(k.blocking_h, out_h)
     block_w = _block_extent(k.blocking_w, out_w)
-    per_thread_h, rem_h = divmod(block_h, k.num_vthread_y * k.num_thread_y)
-    per_thread_w, rem_w = divmod(block_w, k.num_vthread_x * k.num_thread_x)
-    if per_thread_h == 0 or rem_h:
-        raise InvalidKnobs(
-            f"Each block has {block_h} output rows, which num_vthread_y × num_thread_y = "
-            f"{k.num_vthread_y * k.num_thread_y} does not divide: every thread must own the same number of rows.",
-            ("blocking_h", "num_vthread_y", "num_thread_y"),
-        )
-    if per_thread_w == 0 or rem_w:
-        raise InvalidKnobs(
-            f"Each block has {block_w} output columns, which num_vthread_x × num_thread_x = "
-            f"{k.num_vthread_x * k.num_thread_x} does not divide: every thread must own the same number of columns.",
-            ("blocking_w", "num_vthread_x", "num_thread_x"),
-        )
+    for axis, block, vthreads, threads in (
+        ("h", block_h, k.num_vthread_y, k.num_thread_y),
+        ("w", block_w, k.num_vthread_x, k.num_thread_x),
+    ):
+        if vthreads * threads > block:
+            dim = "y" if axis == "h" else "x"
+            raise InvalidKnobs(
+                f"A block has {block} output {'rows' if axis == 'h' else 'columns'} but num_vthread_{dim} × "
+                f"num_thread_{dim} = {vthreads * threads}: some threads would have no output at all.",
+                (f"blocking_{axis}", f"num_vthread_{dim}", f"num_thread_{dim}"),
+            )
     with schedule_errors(k):
         return _schedule(workload, k, block_h, block_w)
 
@@ -89,8 +86,10 @@ def _schedule(workload: DepthwiseConv2d, k: DepthwiseBlogKnobs, block_h: int, bl
 
     b, c, h, w = sch.get_loops(output)[:4]
     by = sch.fuse(b, c)
-    bh, vy, ty, yi = sch.split(h, factors=[None, k.num_vthread_y, k.num_thread_y, block_h // (k.num_vthread_y * k.num_thread_y)])
-    bw, vx, tx, xi = sch.split(w, factors=[None, k.num_vthread_x, k.num_thread_x, block_w // (k.num_vthread_x * k.num_thread_x)])
+    # Like TE's split(nparts=...): each thread takes ceil(block / threads) rows; when that
+    # does not divide (a whole 21x21 channel on 8 threads), TVM adds a guard.
+    bh, vy, ty, yi = sch.split(h, factors=[None, k.num_vthread_y, k.num_thread_y, -(-block_h // (k.num_vthread_y * k.num_thread_y))])
+    bw, vx, tx, xi = sch.split(w, factors=[None, k.num_vthread_x, k.num_thread_x, -(-block_w // (k.num_vthread_x * k.num_thread_x))])
     sch.reorder(by, bh, bw, vy, vx, ty, tx, yi, xi)
     bx = sch.fuse(bh, bw)
     bind(sch, by, "blockIdx.y")

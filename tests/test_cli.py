@@ -1,0 +1,54 @@
+"""python -m explorer: listing, views, and one-line errors with exit status 2."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from explorer.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_presets_lists_ids_templates_and_workloads(capsys):
+    assert main(["presets", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["dw-blog-final-96"]["template"] == "depthwise_blog"
+    assert "96,96" in by_id["dw-blog-final-96"]["workload"]
+
+
+def test_knobs_shows_value_domain_and_help(capsys):
+    assert main(["knobs", "dw-blog-final-96", "--set", "num_thread_x=32", "--json"]) == 0
+    knobs = {k["name"]: k for k in json.loads(capsys.readouterr().out)["knobs"]}
+    assert knobs["num_thread_x"]["value"] == "32"
+    assert "64" in knobs["num_thread_x"]["allowed"] and knobs["num_thread_x"]["help"]
+
+
+def test_show_cuda_follows_the_knobs(capsys):
+    assert main(["show", "dw-blog-final-96", "--view", "cuda", "--set", "num_thread_x=8", "--set", "num_vthread_x=4"]) == 0
+    assert "__launch_bounds__(64)" in capsys.readouterr().out
+
+
+def test_show_tir_and_lowered(capsys):
+    assert main(["show", "dw-blog-final-96", "--view", "tir"]) == 0
+    assert 'T.thread_binding(16, thread="threadIdx.x")' in capsys.readouterr().out
+    assert main(["show", "dw-blog-final-96", "--view", "lowered", "--json"]) == 0
+    assert "T.tvm_storage_sync" in json.loads(capsys.readouterr().out)["lowered"]
+
+
+def test_invalid_knob_exits_2_with_one_line_and_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "explorer", "show", "dw-blog-final-96", "--view", "cuda", "--set", "num_thread_y=64",
+         "--set", "num_thread_x=64", "--set", "blocking_h=64", "--set", "blocking_w=64", "--set", "num_vthread_x=1"],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "4096 threads" in proc.stderr
+
+
+def test_unknown_preset_and_malformed_set(capsys):
+    assert main(["show", "no-such-preset", "--view", "cuda"]) == 2
+    assert "No preset named 'no-such-preset'" in capsys.readouterr().err
+    assert main(["show", "dw-blog-final-96", "--view", "cuda", "--set", "num_thread_x"]) == 2
+    assert "knob=value" in capsys.readouterr().err

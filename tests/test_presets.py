@@ -1,0 +1,65 @@
+"""Every shipped preset loads through its dataclasses and builds CUDA; bad files fail loudly."""
+import pytest
+
+from explorer.build import build
+from explorer.errors import PresetError
+from explorer.presets import all_presets, get_preset, load_file, tutorials
+
+PRESET_IDS = sorted(all_presets())
+
+
+@pytest.mark.parametrize("preset_id", PRESET_IDS)
+def test_every_preset_builds_cuda_source(preset_id):
+    preset = get_preset(preset_id)
+    b = build(preset.spec, "h100")
+    assert "__global__" in b.cuda and b.kernels
+    assert preset.claim and preset.source and preset.title
+
+
+def test_tutorials_have_ordered_steps():
+    for tutorial in tutorials():
+        assert [p.step for p in tutorial.presets] == list(range(1, len(tutorial.presets) + 1))
+
+
+def write(tmp_path, text):
+    path = tmp_path / "bad.toml"
+    path.write_text('[tutorial]\nid = "t"\ntitle = "T"\n' + text)
+    return path
+
+
+GOOD = """
+[[preset]]
+id = "p"
+title = "P"
+source = "s"
+template = "depthwise_blog"
+claim = "c"
+workload = { kind = "depthwise_conv2d", height = 32, width = 32 }
+"""
+
+
+def test_a_good_file_loads(tmp_path):
+    (preset,) = load_file(write(tmp_path, GOOD)).presets
+    assert preset.spec.workload.height == 32
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ('knobs = { num_threads_x = 8 }', r"bad.toml preset 'p'.*no knob 'num_threads_x'"),
+        ('knobs = { num_thread_x = "8" }', r"bad.toml preset 'p'.*'num_thread_x' = '8' is not allowed"),
+        ('knobs = { num_thread_x = 48 }', r"'num_thread_x' = 48 is not allowed"),
+        ('colour = "red"', r"bad.toml preset 'p': unknown key\(s\) colour"),
+        ('reported = [ { what = "x", value_us = 1.0, gpu = "T4" } ]', r"unknown key\(s\) gpu"),
+    ],
+)
+def test_bad_presets_name_the_file_and_key(tmp_path, edit, message):
+    with pytest.raises(PresetError, match=message):
+        load_file(write(tmp_path, GOOD + edit + "\n"))
+
+
+def test_bad_workload_and_template(tmp_path):
+    with pytest.raises(PresetError, match="Shape parameter 'height'"):
+        load_file(write(tmp_path, GOOD.replace("height = 32", "height = -1")))
+    with pytest.raises(PresetError, match="Unknown schedule template 'nope'"):
+        load_file(write(tmp_path, GOOD.replace('template = "depthwise_blog"', 'template = "nope"')))
