@@ -11,7 +11,8 @@ import math
 
 import tvm
 from tvm import tirx
-from tvm.s_tir import SBlock
+from tvm.s_tir import SBlockRealize
+from tvm.tirx.analysis import undefined_vars
 
 from .errors import InvalidKnobs
 from .schedules.common import Template
@@ -29,12 +30,13 @@ def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.T
     kernels = children_of_root(root)
     for kernel in kernels:
         extents: dict[str, int] = {}
-        for stmt, loops in walk(kernel):
-            if not isinstance(stmt, SBlock):
+        for realize, loops in walk(kernel):
+            if not isinstance(realize, SBlockRealize):
                 continue
+            stmt = realize.block
             tags = [thread_tag(loop) for loop in loops if thread_tag(loop)]
             for tag in set(tags):
-                if tags.count(tag) > 1:
+                if tags.count(tag) > 1 and not _is_cooperative_fetch(realize, [l for l in loops if thread_tag(l) == tag]):
                     raise InvalidKnobs(
                         f"Stage '{stmt.name_hint}' is inside two loops bound to {tag}: both would use the same "
                         f"thread index, so most outputs would never be computed (wrong results).",
@@ -52,6 +54,17 @@ def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.T
                     extents[tag] = max(extents.get(tag, 1), int(loop.extent))
         if is_cuda(target):
             _check_launch(template, extents, target)
+
+
+def _is_cooperative_fetch(realize: SBlockRealize, same_tag_loops: list) -> bool:
+    """A stage under nested loops with one thread tag is correct only when it reads the
+    innermost loop's index alone, over the same extent (a shared-memory load split over
+    the block's threads inside the compute's thread loops): TVM merges the loops into one
+    thread index, and the outer loops merely repeat the same work."""
+    if len({int(loop.extent) for loop in same_tag_loops}) > 1:
+        return False
+    used = [v for expr in (*realize.iter_values, realize.predicate) for v in undefined_vars(expr)]
+    return not any(v.same_as(loop.loop_var) for loop in same_tag_loops[:-1] for v in used)
 
 
 def children_of_root(root) -> list:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from ..errors import ExplorerError
 from .common import Template
 from . import depthwise_blog
+from . import conv2d
+from . import matmul
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE,)}
+TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:
