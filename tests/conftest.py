@@ -1,0 +1,33 @@
+"""Shared test configuration. Tests marked ``gpu`` run a kernel on a local CUDA GPU and
+are skipped on machines without one (CI has none)."""
+import pytest
+import tvm
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: runs kernels on a local CUDA GPU; skipped without one")
+
+
+def pytest_collection_modifyitems(config, items):
+    if tvm.cuda(0).exist:
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def run_on_gpu():
+    """Run a build's kernel on the local GPU; return (output, NumPy reference)."""
+
+    def run(built, seed: int = 0):
+        workload = built.spec.workload
+        device = tvm.cuda(0)
+        inputs = workload.random_inputs(seed)
+        output = tvm.runtime.empty(workload.output_shape(), "float32", device)
+        kernel = tvm.runtime.Executable(built.runtime_module).jit()
+        kernel["main"](*(tvm.runtime.tensor(x, device) for x in inputs), output)
+        return output.numpy(), workload.reference(*inputs)
+
+    return run
