@@ -105,6 +105,8 @@ def _schedule(workload: Conv2d, k: Conv2dAutoTVMKnobs):
     sch.compute_at(kernel_local, rxm)
     threads = [("threadIdx.z", k.tile_f[2]), ("threadIdx.y", k.tile_y[2]), ("threadIdx.x", k.tile_x[2])]
     for stage in (data_shared, kernel_shared):
+        # rxo lies inside the thread loops; the copy's own threadIdx loops have the same
+        # extents and TVM merges them with those, so each thread copies only its share.
         sch.compute_at(stage, rxo)
         cooperative_fetch(sch, stage, rxo, threads)
 

@@ -97,9 +97,13 @@ def _schedule(workload: Matmul, k: MatmulKnobs):
     sch = new_schedule(workload)
     c = sch.get_sblock("C")
     output = sch.cache_write(c, 0, "local") if k.local_accumulator else c
-    shared = [(sch.cache_read(c, i, "shared"), row)
-              for i, on, row in ((0, k.shared_a, min(k.block_k, workload.k)), (1, k.shared_b, min(k.block_n, workload.n)))
-              if on]
+    # (shared stage, length of its rows): A's tile is block_m × block_k, B's block_k ×
+    # block_n; TVM clips a tile wider than the matrix to the matrix.
+    shared = []
+    if k.shared_a:
+        shared.append((sch.cache_read(c, 0, "shared"), min(k.block_k, workload.k)))
+    if k.shared_b:
+        shared.append((sch.cache_read(c, 1, "shared"), min(k.block_n, workload.n)))
     registers = [sch.cache_read(c, i, "local") for i in (0, 1)] if k.register_tiles else []
 
     threads_y, threads_x = threads_per_block(k)
@@ -115,17 +119,21 @@ def _schedule(workload: Matmul, k: MatmulKnobs):
         # Keep unit loops so that the accumulation always has its row/column loops.
         sch.compute_at(c, tx, preserve_unit_loops=True)
     *_, ci, cj, kk = sch.get_loops(c)
+    # The reduction goes outside the thread's tile: per step, load its operands once and
+    # update all its outputs. With shared caches it walks K in block_k slices.
     if shared:
         ko, ki = sch.split(kk, factors=[None, k.block_k])
         sch.reorder(ko, ki, ci, cj)
     else:
-        ko, ki = None, kk
+        ki = kk
         sch.reorder(ki, ci, cj)
 
     # Registers first: compute_at needs the consumer already under the target loop.
     for stage in registers:
         sch.compute_at(stage, ki)
     for stage, row in shared:
+        # ko lies inside the thread loops; the copy's own threadIdx loops have the same
+        # extents and TVM merges them with those, so each thread copies only its share.
         sch.compute_at(stage, ko)
         if k.shared_pad:
             # storage_align makes the row stride ≡ offset (mod factor); with factor =
