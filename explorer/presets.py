@@ -19,7 +19,15 @@ File layout::
     found_by = "python -m explorer sweep ..."                     # optional
     workload = { kind = "depthwise_conv2d", height = 96, width = 96 }
     knobs = { num_thread_y = 8 }     # over the template's defaults
-    reported = [ { what = "TVM SAME pad", value_us = 90.9, hardware = "GTX 1080" } ]
+    reported = [ { what = "TVM SAME pad", value_us = 90.9, hardware = "GTX 1080", this_schedule = true } ]
+    compare = [ { with = "dw-blog-vthread-case3", expect = "faster" } ]     # optional
+
+``this_schedule`` marks the tutorial's time for this very schedule (at most one entry);
+the other entries are context (another library, the tutorial's baseline). ``compare``
+makes a timing claim checkable: this step against another preset, ``expect`` one of
+RELATIONS (``faster``/``slower``/``same_speed`` compare times; ``more_gflops``/
+``fewer_gflops`` compare FLOP rates, for claims across workloads), optionally
+``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of magnitude").
 """
 from __future__ import annotations
 
@@ -35,9 +43,12 @@ from .workloads import workload_from_mapping
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
-_PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs", "reported"}
+_PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs", "reported",
+                "compare"}
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
-_REPORTED_KEYS = {"what", "value_us", "hardware"}
+_REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
+_COMPARE_KEYS = {"with", "expect", "at_least"}
+RELATIONS = ("faster", "slower", "same_speed", "more_gflops", "fewer_gflops")
 _TUTORIAL_KEYS = {"id", "title", "source", "summary"}
 
 
@@ -48,10 +59,20 @@ class Reported:
     what: str
     value_us: float | None
     hardware: str
+    this_schedule: bool = False  # the tutorial's time for the preset's own schedule
 
     def __str__(self):
         value = f"{self.value_us:g} µs" if self.value_us is not None else "—"
         return f"{self.what}: {value} ({self.hardware})"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A timing claim: this preset is ``expect`` compared with preset ``other``."""
+
+    other: str
+    expect: str  # one of RELATIONS
+    at_least: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,12 @@ class Preset:
     explanation: str = ""
     found_by: str = ""
     reported: tuple[Reported, ...] = ()
+    compare: tuple[Comparison, ...] = ()
+
+    @property
+    def own_reported(self) -> Reported | None:
+        """The tutorial's figure for this very schedule, if it reports one."""
+        return next((r for r in self.reported if r.this_schedule), None)
 
 
 @dataclass(frozen=True)
@@ -113,15 +140,31 @@ def _load_preset(raw: dict, tutorial: str, step: int, where: str) -> Preset:
     reported = []
     for item in raw.get("reported", []):
         _check_keys(item, _REPORTED_KEYS, f"{here} reported")
-        reported.append(Reported(item.get("what", ""), item.get("value_us"), item.get("hardware", "")))
+        if not isinstance(item.get("this_schedule", False), bool):
+            raise PresetError(f"{here} reported: 'this_schedule' must be true or false.")
+        reported.append(Reported(item.get("what", ""), item.get("value_us"), item.get("hardware", ""),
+                                 item.get("this_schedule", False)))
+    if sum(r.this_schedule for r in reported) > 1:
+        raise PresetError(f"{here}: only one reported figure can be 'this_schedule'.")
+    compare = tuple(_load_comparison(item, here) for item in raw.get("compare", []))
     for key in ("id", "title", "source", "claim", "explanation", "found_by"):
         if key in raw and not isinstance(raw[key], str):
             raise PresetError(f"{here}: '{key}' must be text.")
     return Preset(
         id=raw["id"], title=raw["title"], tutorial=tutorial, step=step, source=raw["source"], spec=spec,
         claim=raw["claim"], explanation=raw.get("explanation", ""), found_by=raw.get("found_by", ""),
-        reported=tuple(reported),
+        reported=tuple(reported), compare=compare,
     )
+
+
+def _load_comparison(item: dict, here: str) -> Comparison:
+    _check_keys(item, _COMPARE_KEYS, f"{here} compare")
+    other, expect, at_least = item.get("with"), item.get("expect"), item.get("at_least")
+    if not isinstance(other, str) or expect not in RELATIONS:
+        raise PresetError(f"{here} compare: needs 'with' = a preset id and 'expect' = one of {', '.join(RELATIONS)}.")
+    if at_least is not None and (isinstance(at_least, bool) or not isinstance(at_least, (int, float)) or at_least < 1):
+        raise PresetError(f"{here} compare: 'at_least' must be a ratio of 1 or more.")
+    return Comparison(other, expect, float(at_least) if at_least is not None else None)
 
 
 def _check_keys(table: dict, allowed: set, where: str) -> None:
@@ -139,6 +182,13 @@ def tutorials(directory: Path = PRESET_DIR) -> tuple[Tutorial, ...]:
             if preset.id in seen:
                 raise PresetError(f"Preset id '{preset.id}' is used twice ({seen[preset.id]} and {tutorial.id}).")
             seen[preset.id] = tutorial.id
+    for tutorial in loaded:
+        for preset in tutorial.presets:
+            for comparison in preset.compare:
+                if comparison.other not in seen or comparison.other == preset.id:
+                    raise PresetError(
+                        f"Preset '{preset.id}' compares itself with '{comparison.other}', which is not another preset."
+                    )
     return loaded
 
 
