@@ -1,0 +1,207 @@
+"""The sweep engine on the CPU: grid validation, invalid-combination reasons, parallel
+compilation in worker processes, ranking (stand-in measurer; static scorer), heatmap data."""
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+from explorer.build import Spec, build
+from explorer.errors import ExplorerError, InvalidKnobs
+from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
+from explorer.sweep import FAILED, INVALID, VALID, Grid, Point, StaticScore, run
+from explorer.workloads import DepthwiseConv2d
+
+# The stand-in scorer runs in the worker processes, which cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SMALL = Spec("depthwise_blog", DepthwiseConv2d(channels=8, height=16, width=16), DepthwiseBlogKnobs(blocking_h=16, blocking_w=16))
+GRID = ["num_thread_x=4,8,16", "num_thread_y=1,4,8", "num_vthread_x=1,2"]
+
+
+def threads_scorer(built):
+    """Stand-in static scorer: prefers more threads; records which process scored."""
+    (kernel,) = built.kernels
+    return StaticScore(1.0 / kernel.threads_per_block, (("pid", os.getpid()),), "stand-in: 1 / threads per block")
+
+
+def stand_in_latency(spec):
+    """Stand-in measurer (µs): a made-up function of the knobs, so the ranking is known."""
+    k = spec.knobs
+    if k.num_thread_x == 4 and k.num_thread_y == 1:
+        raise ExplorerError("The kernel's output does not match NumPy (stand-in failure).")
+    return 10.0 + abs(k.num_thread_x - 8) + abs(k.num_thread_y - 4) + (0.5 if k.num_vthread_x == 2 else 0.0)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    seen = []
+    result = run(Grid.parse(SMALL, GRID), target="h100", measurer=stand_in_latency, workers=2, on_progress=seen.append)
+    return result, seen
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return run(Grid.parse(SMALL, GRID), target="h100", scorer=threads_scorer, workers=2)
+
+
+# -- grid ---------------------------------------------------------------------------
+
+
+def test_grid_parses_values_in_order_and_counts_points():
+    grid = Grid.parse(SMALL, GRID)
+    assert grid.axes == (("num_thread_x", (4, 8, 16)), ("num_thread_y", (1, 4, 8)), ("num_vthread_x", (1, 2)))
+    assert grid.size == 18
+    assert grid.knobs_at(0) == SMALL.knobs.replace(num_thread_x=4, num_thread_y=1, num_vthread_x=1)
+    assert grid.knobs_at(17) == SMALL.knobs.replace(num_thread_x=16, num_thread_y=8, num_vthread_x=2)
+    assert grid.knobs_at(1) == SMALL.knobs.replace(num_thread_x=4, num_thread_y=1, num_vthread_x=2)  # last axis fastest
+
+
+def test_all_expands_to_the_knobs_allowed_values():
+    grid = Grid.parse(SMALL, ["input_cache=all", "unroll=all"])
+    assert grid.axes == (("input_cache", ("shared", "local", "none")), ("unroll", (False, True)))
+
+
+def test_split_knob_values_are_written_with_x():
+    from explorer.schedules.conv2d import Conv2dAutoTVMKnobs
+    from explorer.workloads import Conv2d
+
+    base = Spec("conv2d_autotvm", Conv2d(), Conv2dAutoTVMKnobs())
+    grid = Grid.parse(base, ["tile_f=64x2x4x1,32x2x8x1"])
+    assert grid.axes == (("tile_f", ((64, 2, 4, 1), (32, 2, 8, 1))),)
+    assert grid.to_strings() == ["tile_f=64x2x4x1,32x2x8x1"]
+    with pytest.raises(InvalidKnobs, match="8x2x4x1"):
+        Grid.parse(base, ["tile_f=64,2,4,1"])
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (["num_thread_x=3"], "not allowed"),
+        (["no_such_knob=1"], "has no knob 'no_such_knob'"),
+        (["num_thread_x"], "knob=v1,v2"),
+        (["num_thread_x="], "knob=v1,v2"),
+        (["num_thread_x=8", "num_thread_x=16"], "appears twice"),
+        ([], "at least one knob"),
+    ],
+)
+def test_bad_grids_are_rejected_with_one_sentence(items, message):
+    with pytest.raises(InvalidKnobs, match=message):
+        Grid.parse(SMALL, items)
+
+
+def test_duplicate_values_collapse():
+    assert Grid.parse(SMALL, ["num_thread_x=8,8,16"]).axes == (("num_thread_x", (8, 16)),)
+
+
+def test_too_large_a_grid_must_be_sampled():
+    from explorer.schedules.conv2d import Conv2dAutoTVMKnobs
+    from explorer.workloads import Conv2d
+
+    grid = Grid.parse(Spec("conv2d_autotvm", Conv2d(), Conv2dAutoTVMKnobs()), ["tile_f=all", "tile_rc=all", "tile_y=all"])
+    assert grid.size == 220 * 55 * 4  # ordered factorizations of 2^9 into 4 and 3 parts, of 7 into 4
+    with pytest.raises(InvalidKnobs, match="sample"):
+        grid.indices()
+    sample = grid.indices(sample=100, seed=1)
+    assert len(sample) == len(set(sample)) == 100
+    assert sample == grid.indices(sample=100, seed=1) != grid.indices(sample=100, seed=2)
+
+
+def test_round_trip_through_strings():
+    grid = Grid.parse(SMALL, GRID)
+    assert Grid.parse(SMALL, grid.to_strings()) == grid
+
+
+# -- running ------------------------------------------------------------------------
+
+
+def test_invalid_combinations_are_skipped_with_their_reason(measured):
+    result, _ = measured
+    invalid = [p for p in result.points if p.status == INVALID]
+    # 16 columns per block: num_vthread_x * num_thread_x must not exceed 16 -> (16, vthread 2) is out.
+    assert {(p.knobs.num_thread_x, p.knobs.num_vthread_x) for p in invalid} == {(16, 2)}
+    assert len(invalid) == 3
+    assert all("num_vthread_x × num_thread_x = 32" in p.reason for p in invalid)
+    assert all(set(p.fault) == {"blocking_w", "num_vthread_x", "num_thread_x"} for p in invalid)
+    status, count, example = result.skipped_reasons()[0]
+    assert (status, count) == (INVALID, 3) and "some threads would have no output" in example
+
+
+def test_a_failed_measurement_is_kept_with_its_reason(measured):
+    result, _ = measured
+    failed = [p for p in result.points if p.status == FAILED]
+    assert {(p.knobs.num_thread_x, p.knobs.num_thread_y) for p in failed} == {(4, 1)}
+    assert all("stand-in failure" in p.reason and p.latency_us is None for p in failed)
+    assert (FAILED, 2, failed[0].reason) in result.skipped_reasons()
+
+
+def test_ranking_follows_the_measurer(measured):
+    result, _ = measured
+    assert result.measured and "measured latency" in result.ranking
+    latencies = [p.latency_us for p in result.ranked()]
+    assert latencies == sorted(latencies) and len(latencies) == 18 - 3 - 2
+    assert result.best.knobs == SMALL.knobs.replace(num_thread_x=8, num_thread_y=4, num_vthread_x=1)
+    assert result.best.latency_us == 10.0
+    assert result.best_spec() == Spec(SMALL.template, SMALL.workload, result.best.knobs)
+
+
+def test_progress_is_reported_once_per_point(measured):
+    result, seen = measured
+    assert [p.done for p in seen] == list(range(1, 19))
+    assert seen[-1].fraction == 1.0 and seen[-1].valid == 13 and seen[-1].skipped == 5
+    assert seen[-1].best == result.best
+
+
+def test_points_compile_in_parallel_worker_processes(scored):
+    pids = {dict(p.static.metrics)["pid"] for p in scored.points if p.status == VALID}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_worker_builds_match_in_process_builds(scored):
+    point = next(p for p in scored.points if p.status == VALID)
+    assert point.kernels == build(Spec(SMALL.template, SMALL.workload, point.knobs), "h100").kernels
+
+
+def test_without_a_measurer_the_ranking_is_static_and_says_so(scored):
+    assert not scored.measured
+    assert scored.ranking.startswith("No GPU: ranked by the static analyses") and "stand-in" in scored.ranking
+    costs = [p.static.cost for p in scored.ranked()]
+    assert costs == sorted(costs)
+    assert scored.best.kernels[0].threads_per_block == 16 * 8  # the most threads any valid point has
+
+
+def test_table_lists_ranked_rows_then_skipped_ones(measured):
+    result, _ = measured
+    rows = result.table()
+    assert [r["rank"] for r in rows[:13]] == list(range(1, 14))
+    expected = {"num_thread_x": "8", "num_thread_y": "4", "num_vthread_x": "1", "latency_us": 10.0, "status": VALID}
+    assert {k: rows[0][k] for k in expected} == expected
+    assert rows[0]["threads"] == 32
+    assert all(r["rank"] is None and r["reason"] for r in rows[13:])
+
+
+def test_heatmap_takes_the_best_over_the_other_knobs(measured):
+    result, _ = measured
+    h = result.heatmap("num_thread_x", "num_thread_y")
+    assert h.x_values == ("4", "8", "16") and h.y_values == ("1", "4", "8")
+    # latency = 10 + |tx - 8| + |ty - 4| (+0.5 for vthread 2): the minimum takes vthread 1.
+    assert h.z == ((None, 13.0, 21.0), (14.0, 10.0, 18.0), (18.0, 14.0, 22.0))
+    assert h.valid == ((0, 2, 1), (2, 2, 1), (2, 2, 1)) and h.total == ((2, 2, 2),) * 3
+    assert h.best[1][1] == result.best.knobs
+    with pytest.raises(InvalidKnobs, match="not one of the swept knobs"):
+        result.heatmap("num_thread_x", "unroll")
+
+
+def test_previous_points_are_reused_not_rebuilt():
+    grid = Grid.parse(SMALL, ["num_thread_x=4,8"])
+    done = grid.knobs_at(0)
+    previous = {done: Point(done, VALID, latency_us=1.0)}
+    fresh = []
+    result = run(grid, target="h100", measurer=stand_in_latency, workers=1, previous=previous, on_point=fresh.append)
+    assert [p.knobs for p in fresh] == [grid.knobs_at(1)]
+    assert result.best.knobs == done and result.points[0] is previous[done]
+
+
+def test_a_sweep_without_gpu_needs_a_scorer():
+    with pytest.raises(ExplorerError, match="static scorer"):
+        run(Grid.parse(SMALL, ["num_thread_x=4"]), target="h100")
