@@ -108,19 +108,12 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
 
     start = time.perf_counter()
     host_target = tvm.target.Target(target, host="llvm") if is_cuda(target) else target
-    # Without common-subexpression temporaries the lowered TIR reads like the source.
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
-        try:
-            mod = tirx.transform.BindTarget(host_target)(sch.mod)
-            pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
-            mod = pipeline(mod)
-            host_mod, device_mods = _tir_build.split_host_device_mods(mod)
-            host_mod = finalize_host()(host_mod)
-            device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
-        except ExplorerError:
-            raise
-        except Exception as error:  # lowering errors come as TVMError/RuntimeError
-            raise InvalidKnobs(f"TVM cannot lower this schedule: {_first_line(error)}", tuple(spec.knobs.to_dict())) from None
+    try:
+        host_mod, device_mods = lower(sch.mod, host_target)
+    except ExplorerError:
+        raise
+    except Exception as error:  # lowering errors come as TVMError/RuntimeError
+        raise InvalidKnobs(f"TVM cannot lower this schedule: {_first_line(error)}", tuple(spec.knobs.to_dict())) from None
     timings["lower"] = _ms(start)
     device_mod = next(iter(device_mods.values()), None)
     if device_mod is not None:
@@ -143,6 +136,20 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         runtime_module=runtime_module,
         timings_ms=timings,
     )
+
+
+def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModule, dict]:
+    """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
+    device module}) just before code generation. Also used by tests on hand-made TIR."""
+    # Without common-subexpression temporaries the lowered TIR reads like the source.
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+        mod = tirx.transform.BindTarget(host_target)(mod)
+        pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
+        mod = pipeline(mod)
+        host_mod, device_mods = _tir_build.split_host_device_mods(mod)
+        host_mod = finalize_host()(host_mod)
+        device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
+    return host_mod, device_mods
 
 
 def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
