@@ -155,6 +155,40 @@ class Point:
     latency_us: float | None = None
     compile_s: float = 0.0
 
+    def to_json(self) -> dict:
+        static = self.static
+        return {
+            "knobs": self.knobs.to_strings(),
+            "status": self.status,
+            "reason": self.reason,
+            "fault": list(self.fault),
+            "latency_us": self.latency_us,
+            "compile_s": self.compile_s,
+            "kernels": [dataclasses.asdict(k) for k in self.kernels],
+            "static": None if static is None else {"cost": static.cost, "metrics": dict(static.metrics),
+                                                   "explanation": static.explanation},
+        }
+
+    @classmethod
+    def from_json(cls, knobs_type: type[KnobSet], data: Mapping) -> "Point":
+        """The inverse of :meth:`to_json` (a resumed search reads its earlier points);
+        knob values go through the knob dataclass like any other input."""
+        if data.get("status") not in (VALID, INVALID, FAILED):
+            raise ExplorerError(f"A saved sweep point has an unknown status {data.get('status')!r}.")
+        static = data.get("static")
+        return cls(
+            knobs=knobs_type.from_strings(data["knobs"]),
+            status=data["status"],
+            reason=str(data.get("reason", "")),
+            fault=tuple(data.get("fault", ())),
+            kernels=tuple(Kernel(k["name"], tuple(k["grid"]), tuple(k["block"]), int(k["shared_bytes"]))
+                          for k in data.get("kernels", ())),
+            static=None if static is None else StaticScore(float(static["cost"]), tuple(static["metrics"].items()),
+                                                           str(static["explanation"])),
+            latency_us=None if data.get("latency_us") is None else float(data["latency_us"]),
+            compile_s=float(data.get("compile_s", 0.0)),
+        )
+
 
 def compile_point(spec: Spec, target: str, scorer: Callable[[Build], StaticScore] | None) -> Point:
     """Worker side: build (schedule, verify, lower, generate code) and score one point."""
@@ -199,6 +233,7 @@ def run(
     seed: int = 0,
     workers: int | None = None,
     timeout_s: float = 60.0,
+    pool: PopenPoolExecutor | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     on_point: Callable[[Point], None] | None = None,
     previous: Mapping[KnobSet, Point] | None = None,
@@ -206,8 +241,9 @@ def run(
     """Build every point of ``grid`` (or ``sample`` of them) in ``workers`` processes and
     measure the valid ones with ``measurer(spec) -> µs`` one at a time; with no measurer,
     rank by ``scorer(build)``. ``measurer`` raises ExplorerError for a kernel that fails
-    (wrong result, crash, time limit). ``previous`` points (from an interrupted run) are
-    reused instead of rebuilt; ``on_point`` sees each new one as it finishes."""
+    (wrong result, crash, time limit). ``previous`` points (from an interrupted run or an
+    earlier sweep) are reused instead of rebuilt; ``on_point`` sees each new one as it
+    finishes. Several sweeps can share one ``pool`` (see :func:`compile_pool`)."""
     if measurer is None and scorer is None:
         raise ExplorerError("A sweep without a GPU needs a static scorer to rank by.")
     target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
@@ -219,20 +255,14 @@ def run(
     counts = Counter(p.status for p in points.values())
     best = _best(points.values(), measurer is not None)
 
-    pool = PopenPoolExecutor(
-        max_workers=workers or _cpu_count(),
-        timeout=timeout_s,
-        initializer=site.addsitedir,
-        initargs=(_ROOT,),
-        stdout=subprocess.DEVNULL,  # TVM's warnings would garble the progress bar
-        stderr=subprocess.DEVNULL,
-    )
+    own_pool = pool is None
+    pool = pool or compile_pool(workers, timeout_s)
     futures = {
         pool.submit(compile_point, dataclasses.replace(grid.base, knobs=k), str(target), scorer): k for k in todo
     }
     try:
         for future in concurrent.futures.as_completed(futures):
-            point = _compiled(future, futures[future], timeout_s)
+            point = _compiled(future, futures[future])
             if point.status == VALID and measurer is not None:
                 point = _measured(point, dataclasses.replace(grid.base, knobs=point.knobs), measurer)
             points[point.knobs] = point
@@ -245,7 +275,8 @@ def run(
     finally:
         for future in futures:
             future.cancel()
-        pool.shutdown(wait=False)
+        if own_pool:
+            pool.shutdown(wait=False)
     return SweepResult(
         grid=grid,
         target=str(target.attrs.get("arch", target.kind.name)),
@@ -255,15 +286,69 @@ def run(
     )
 
 
+def refine(
+    base: Spec,
+    knob_names: Iterable[str] | None = None,
+    *,
+    rounds: int = 2,
+    previous: Mapping[KnobSet, Point] | None = None,
+    **run_options,
+) -> "SweepResult":
+    """Coordinate descent: starting from the best point so far (``previous``, else
+    ``base``), sweep one knob at a time over every value it allows with the others fixed,
+    move to the best point found, and repeat for ``rounds`` or until a round changes
+    nothing. It costs the sum of the knobs' value counts per round, not their product, so
+    it can polish a grid's winner over knobs the grid left fixed. ``run_options`` go to
+    :func:`run` (pass a shared ``pool`` to keep the workers between sweeps)."""
+    names = list(knob_names) if knob_names is not None else [spec.name for spec in base.knobs.specs()]
+    if not names or rounds < 1:
+        raise InvalidKnobs("Refining needs at least one knob and one round.")
+    measured = run_options.get("measurer") is not None
+    points: dict[KnobSet, Point] = dict(previous or {})
+    winner = _best(points.values(), measured)
+    best = winner.knobs if winner is not None else base.knobs
+    axes = tuple((name, base.knobs.spec(name).values(base.workload)) for name in names)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        round_start = best
+        for name, values in axes:
+            result = run(Grid(dataclasses.replace(base, knobs=best), ((name, values),)), previous=points, **run_options)
+            points.update((p.knobs, p) for p in result.points)
+            winner = _best(points.values(), measured)
+            best = winner.knobs if winner is not None else best
+        if best == round_start:
+            break
+    return SweepResult(
+        grid=Grid(dataclasses.replace(base, knobs=best), axes),
+        target=result.target,
+        points=tuple(points.values()),
+        measured=measured,
+        elapsed_s=time.perf_counter() - start,
+    )
+
+
+def compile_pool(workers: int | None = None, timeout_s: float = 60.0) -> PopenPoolExecutor:
+    """TVM's process pool: one compile worker per core (default); a worker that crashes or
+    runs past ``timeout_s`` on a point is restarted."""
+    return PopenPoolExecutor(
+        max_workers=workers or _cpu_count(),
+        timeout=timeout_s,
+        initializer=site.addsitedir,
+        initargs=(_ROOT,),
+        stdout=subprocess.DEVNULL,  # TVM's warnings would garble the progress bar
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _compiled(future: concurrent.futures.Future, knobs: KnobSet, timeout_s: float) -> Point:
+def _compiled(future: concurrent.futures.Future, knobs: KnobSet) -> Point:
     try:
         return future.result()
     except TimeoutError:
-        return Point(knobs, FAILED, f"Compiling took longer than {timeout_s:g} s; the worker was stopped.")
+        return Point(knobs, FAILED, "Compiling took longer than the sweep's time limit; the worker was stopped.")
     except ChildProcessError:
         return Point(knobs, FAILED, "The compiler process crashed on this combination.")
     except Exception as error:  # a bug in TVM or a template: keep the sweep going, say what happened

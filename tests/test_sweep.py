@@ -9,7 +9,7 @@ import pytest
 from explorer.build import Spec, build
 from explorer.errors import ExplorerError, InvalidKnobs
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
-from explorer.sweep import FAILED, INVALID, VALID, Grid, Point, StaticScore, run
+from explorer.sweep import FAILED, INVALID, VALID, Grid, Point, StaticScore, compile_pool, refine, run
 from explorer.workloads import DepthwiseConv2d
 
 # The stand-in scorer runs in the worker processes, which cannot import this test module.
@@ -205,3 +205,32 @@ def test_previous_points_are_reused_not_rebuilt():
 def test_a_sweep_without_gpu_needs_a_scorer():
     with pytest.raises(ExplorerError, match="static scorer"):
         run(Grid.parse(SMALL, ["num_thread_x=4"]), target="h100")
+
+
+def test_refine_walks_one_knob_at_a_time_to_the_best_neighbour():
+    calls = []
+
+    def measurer(spec):
+        calls.append(spec.knobs)
+        return stand_in_latency(spec)
+
+    pool = compile_pool(workers=2)
+    try:
+        result = refine(SMALL, ["num_thread_x", "num_thread_y", "num_vthread_x"], target="h100", measurer=measurer, pool=pool)
+    finally:
+        pool.shutdown()
+    # From (tx 16, ty 8, vx 2), invalid on 16 columns: tx -> 8 (14.5 µs), ty -> 4 (10.5), vx -> 1 (10.0);
+    # the second round changes nothing and stops.
+    assert result.best.knobs == SMALL.knobs.replace(num_thread_x=8, num_thread_y=4, num_vthread_x=1)
+    assert result.best.latency_us == 10.0
+    assert len(calls) == len(set(calls))  # no point measured twice
+    tried = {p.knobs for p in result.points}
+    assert len(tried) == len(result.points) and SMALL.knobs.replace(num_thread_x=64) in tried
+
+
+def test_points_survive_a_json_round_trip(measured):
+    import json
+
+    result, _ = measured
+    for point in result.points:
+        assert Point.from_json(DepthwiseBlogKnobs, json.loads(json.dumps(point.to_json()))) == point
