@@ -1,0 +1,262 @@
+"""Lessons: each tutorial's presets as ordered steps, each step's claim checked.
+
+A lesson is a tutorial from ``presets/``; its steps are the tutorial's presets in file
+order. For each step this module says which knobs (and shape parameters) changed from
+the previous step, and turns the preset's ``compare`` entries into verdicts: the
+tutorial's two numbers and, when timings are given, the measured two numbers, side by
+side, with "reproduced", "not reproduced" or "needs a GPU".
+
+Everything here is pure: timings come in as a mapping ``preset id -> µs`` (measured by
+:func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's),
+so the app, the CLI, the H100 benchmark and the tests share one judgement.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from .build import Spec
+from .errors import ExplorerError, PresetError
+from .presets import Comparison, Preset, Tutorial, all_presets, tutorials
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+NEEDS_GPU = "needs a GPU"
+
+# What each relation means, in words, for the lesson's sentences.
+RELATION_WORDS = {
+    "faster": "faster than",
+    "slower": "slower than",
+    "same_speed": "as fast as",
+    "more_gflops": "a higher FLOP rate than",
+    "fewer_gflops": "a lower FLOP rate than",
+}
+
+
+@dataclass(frozen=True)
+class LessonConfig:
+    """How strictly a measured comparison must match the tutorial's."""
+
+    # Two times within ±5% count as the same speed: the median of a GPU timing moves by
+    # 1–3% from run to run, so a smaller difference says nothing about the schedule.
+    tolerance: float = 0.05
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int  # from 1
+    preset: Preset
+    previous: Preset | None
+
+    @property
+    def changed_knobs(self) -> tuple[str, ...]:
+        """Knobs whose value differs from the previous step's (all of them when the
+        template changes; none for the first step)."""
+        if self.previous is None:
+            return ()
+        before, now = self.previous.spec.knobs, self.preset.spec.knobs
+        if type(before) is not type(now):
+            return tuple(s.name for s in now.specs())
+        return now.changed_from(before)
+
+    @property
+    def changed_shape(self) -> tuple[str, ...]:
+        """Workload parameters that differ from the previous step's."""
+        if self.previous is None:
+            return ()
+        before, now = self.previous.spec.workload, self.preset.spec.workload
+        if type(before) is not type(now):
+            return tuple(s.name for s in now.specs())
+        return now.changed_from(before)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    id: str
+    title: str
+    source: str
+    summary: str
+    steps: tuple[Step, ...]
+
+    def step(self, number: int) -> Step:
+        """Step ``number`` (from 1); a number out of range gives the nearest step, so a
+        stale or hand-edited URL still opens the lesson."""
+        return self.steps[min(max(number, 1), len(self.steps)) - 1]
+
+
+def lesson_from_tutorial(tutorial: Tutorial) -> Lesson:
+    steps, previous = [], None
+    for number, preset in enumerate(tutorial.presets, start=1):
+        steps.append(Step(number, preset, previous))
+        previous = preset
+    return Lesson(tutorial.id, tutorial.title, tutorial.source, tutorial.summary, tuple(steps))
+
+
+def lessons() -> tuple[Lesson, ...]:
+    return tuple(lesson_from_tutorial(t) for t in tutorials() if t.presets)
+
+
+def get_lesson(lesson_id: str) -> Lesson:
+    for lesson in lessons():
+        if lesson.id == lesson_id:
+            return lesson
+    known = ", ".join(lesson.id for lesson in lessons())
+    raise PresetError(f"No lesson named '{lesson_id}'; the lessons are: {known}.")
+
+
+def lesson_of(preset_id: str) -> tuple[Lesson, Step]:
+    """The lesson and step a preset belongs to."""
+    for lesson in lessons():
+        for step in lesson.steps:
+            if step.preset.id == preset_id:
+                return lesson, step
+    raise PresetError(f"No preset named '{preset_id}' in any lesson.")
+
+
+# -- verdicts ---------------------------------------------------------------------------
+
+
+def gflops(preset: Preset, us: float) -> float:
+    return preset.spec.workload.flops / (us * 1e3)
+
+
+def ratio(comparison: Comparison, this: Preset, this_us: float, other: Preset, other_us: float) -> float:
+    """How far the claimed relation holds: above 1 means in the claimed direction (for
+    ``same_speed``, the other's time over this one's)."""
+    if comparison.expect in ("faster", "same_speed"):
+        return other_us / this_us
+    if comparison.expect == "slower":
+        return this_us / other_us
+    rate = gflops(this, this_us) / gflops(other, other_us)
+    return rate if comparison.expect == "more_gflops" else 1 / rate
+
+
+def holds(comparison: Comparison, value: float, config: LessonConfig = LessonConfig()) -> bool:
+    """Whether a ratio from :func:`ratio` supports the claim."""
+    if comparison.expect == "same_speed":
+        return abs(value - 1) <= config.tolerance
+    return value >= (comparison.at_least or 1 + config.tolerance)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One pair of times: this step's and the step it is compared with."""
+
+    this_us: float
+    other_us: float
+    ratio: float
+    holds: bool
+    where: str  # hardware
+
+
+@dataclass(frozen=True)
+class ComparisonCheck:
+    comparison: Comparison
+    other: Preset
+    tutorial: Figures | None  # None when the tutorial gives no time for one of the two
+    measured: Figures | None  # None without timings
+    measure_error: str = ""  # why a timing is missing although a GPU was used
+
+    @property
+    def verdict(self) -> str:
+        if self.measured is None:
+            return NOT_REPRODUCED if self.measure_error else NEEDS_GPU
+        return REPRODUCED if self.measured.holds else NOT_REPRODUCED
+
+    def sentence(self, this: Preset) -> str:
+        """The claim in words, e.g. "Case 2 is faster than case 1 (×1.10 on GTX 1080)"."""
+        words = RELATION_WORDS[self.comparison.expect]
+        bound = f" by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
+        return f"{this.title} is {words} {self.other.title}{bound}."
+
+
+def check_comparison(
+    this: Preset,
+    comparison: Comparison,
+    times_us: Mapping[str, float] | None = None,
+    where: str = "",
+    errors: Mapping[str, str] | None = None,
+    config: LessonConfig = LessonConfig(),
+) -> ComparisonCheck:
+    """The tutorial's figures and (with ``times_us``) the measured ones for one claim.
+    ``errors`` maps preset ids to why measuring them failed."""
+    other = all_presets()[comparison.other]
+    tutorial = None
+    mine, theirs = this.own_reported, other.own_reported
+    if mine is not None and theirs is not None and mine.value_us and theirs.value_us:
+        value = ratio(comparison, this, mine.value_us, other, theirs.value_us)
+        tutorial = Figures(mine.value_us, theirs.value_us, value, holds(comparison, value, config), mine.hardware)
+    measured, error = None, ""
+    times_us, errors = times_us or {}, errors or {}
+    if this.id in times_us and other.id in times_us:
+        value = ratio(comparison, this, times_us[this.id], other, times_us[other.id])
+        measured = Figures(times_us[this.id], times_us[other.id], value, holds(comparison, value, config), where)
+    else:
+        error = errors.get(this.id) or errors.get(other.id) or ""
+    return ComparisonCheck(comparison, other, tutorial, measured, error)
+
+
+def step_checks(
+    preset: Preset,
+    times_us: Mapping[str, float] | None = None,
+    where: str = "",
+    errors: Mapping[str, str] | None = None,
+    config: LessonConfig = LessonConfig(),
+) -> tuple[ComparisonCheck, ...]:
+    return tuple(check_comparison(preset, c, times_us, where, errors, config) for c in preset.compare)
+
+
+def overall(verdicts: Iterable[str]) -> str | None:
+    """One verdict for several: any failure fails; all reproduced reproduces; else a GPU
+    is needed. None when there is nothing to judge."""
+    verdicts = list(verdicts)
+    if not verdicts:
+        return None
+    if NOT_REPRODUCED in verdicts:
+        return NOT_REPRODUCED
+    if all(v == REPRODUCED for v in verdicts):
+        return REPRODUCED
+    return NEEDS_GPU
+
+
+def presets_to_time(presets: Iterable[Preset]) -> tuple[Preset, ...]:
+    """The presets whose timings the given presets' claims need (themselves and the
+    presets they compare with), each once, in order."""
+    table = all_presets()
+    out: dict[str, Preset] = {}
+    for preset in presets:
+        if preset.compare:
+            out.setdefault(preset.id, preset)
+            for comparison in preset.compare:
+                out.setdefault(comparison.other, table[comparison.other])
+    return tuple(out.values())
+
+
+def measure_presets(
+    presets: Iterable[Preset],
+    measurer: Callable[[Spec], float],
+    on_done: Callable[[Preset, float | None, str], None] | None = None,
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Time each preset with ``measurer(spec) -> µs`` (which raises ExplorerError when a
+    kernel fails); presets with the same spec are measured once. Returns (µs by preset
+    id, error sentence by preset id)."""
+    times: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    by_spec: dict[Spec, tuple[float | None, str]] = {}
+    for preset in presets:
+        if preset.spec not in by_spec:
+            try:
+                value = float(measurer(preset.spec))
+                by_spec[preset.spec] = (value, "") if math.isfinite(value) and value > 0 else (
+                    None, f"the measurement returned {value!r}")
+            except ExplorerError as error:
+                by_spec[preset.spec] = (None, str(error))
+        value, error = by_spec[preset.spec]
+        if value is not None:
+            times[preset.id] = value
+        else:
+            errors[preset.id] = error
+        if on_done is not None:
+            on_done(preset, value, error)
+    return times, errors

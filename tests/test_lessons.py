@@ -1,0 +1,189 @@
+"""Lessons: steps in tutorial order, knobs changed from the previous step, and the
+verdict logic for timing claims (fed with hand-made timings: no GPU needed)."""
+import pytest
+
+from explorer import lessons as L
+from explorer.errors import ExplorerError, PresetError
+from explorer.presets import Comparison, all_presets, get_preset, load_file, tutorials
+
+
+def test_one_lesson_per_tutorial_with_steps_in_file_order():
+    assert [lesson.id for lesson in L.lessons()] == [t.id for t in tutorials() if t.presets]
+    for lesson, tutorial in zip(L.lessons(), tutorials()):
+        assert [s.preset.id for s in lesson.steps] == [p.id for p in tutorial.presets]
+        assert [s.number for s in lesson.steps] == list(range(1, len(lesson.steps) + 1))
+        assert lesson.steps[0].previous is None
+        for before, step in zip(lesson.steps, lesson.steps[1:]):
+            assert step.previous is before.preset
+
+
+def test_changed_knobs_and_shape_from_the_previous_step():
+    blog = L.get_lesson("depthwise_blog")
+    first = blog.step(1)
+    assert first.preset.id == "dw-blog-channel-21" and first.changed_knobs == () and first.changed_shape == ()
+    _, case2 = L.lesson_of("dw-blog-threads-case2")
+    assert case2.changed_knobs == ("num_thread_y",)  # 8×32 → 4×32
+    assert case2.changed_shape == ()
+    _, blocking = L.lesson_of("dw-blog-blocking-64")  # after one block per channel on 96×96
+    assert blocking.changed_knobs == ("blocking_h", "blocking_w")
+    assert blocking.changed_shape == ("height", "width")
+    _, fused = L.lesson_of("dw-blog-fused-96")
+    assert fused.changed_knobs == ("fuse_epilogue",)
+
+
+def test_step_numbers_out_of_range_open_the_nearest_step():
+    blog = L.get_lesson("depthwise_blog")
+    assert blog.step(0) is blog.steps[0]
+    assert blog.step(10_000) is blog.steps[-1]
+
+
+def test_unknown_lesson_or_preset_is_a_readable_error():
+    with pytest.raises(PresetError, match="No lesson named 'nope'; the lessons are: .*depthwise_blog"):
+        L.get_lesson("nope")
+    with pytest.raises(PresetError, match="No preset named 'nope'"):
+        L.lesson_of("nope")
+
+
+# -- ratios and verdicts, with hand-computed numbers --------------------------------------
+
+CASE1, CASE2 = get_preset("dw-blog-threads-case1"), get_preset("dw-blog-threads-case2")
+FINAL, KERNEL5 = get_preset("dw-blog-final-96"), get_preset("dw-blog-kernel5-96")
+
+
+def test_time_ratios():
+    faster = Comparison("x", "faster")
+    assert L.ratio(faster, CASE2, 8.8, CASE1, 9.7) == pytest.approx(9.7 / 8.8)  # 1.102
+    assert L.holds(faster, 9.7 / 8.8)
+    assert not L.holds(faster, 1.04)  # inside the ±5% noise band
+    slower = Comparison("x", "slower")
+    assert L.ratio(slower, CASE1, 17.7, CASE2, 8.8) == pytest.approx(17.7 / 8.8)
+    same = Comparison("x", "same_speed")
+    assert L.holds(same, L.ratio(same, FINAL, 91.5, FINAL, 90.9))  # 0.993
+    assert not L.holds(same, 1.2)
+    assert L.holds(same, 1.2, L.LessonConfig(tolerance=0.25))
+
+
+def test_flop_rate_ratio_across_workloads():
+    # 5×5 does 25/9 of the 3×3 work: 128.9 µs vs 90.9 µs is (25/9)·90.9/128.9 = 1.959× the FLOP rate.
+    more = Comparison("x", "more_gflops")
+    assert L.ratio(more, KERNEL5, 128.9, FINAL, 90.9) == pytest.approx(25 / 9 * 90.9 / 128.9)
+    # and the GTX 1080's rates themselves: 2·256·96·96·9 FLOP in 90.9 µs = 467.2 GFLOP/s
+    assert L.gflops(FINAL, 90.9) == pytest.approx(2 * 256 * 96 * 96 * 9 / 90.9e3)
+    fewer = Comparison("x", "fewer_gflops")  # the same pair seen from the 3×3 side
+    assert L.ratio(fewer, FINAL, 90.9, KERNEL5, 128.9) == pytest.approx(25 / 9 * 90.9 / 128.9)
+
+
+def test_at_least_sets_the_bar():
+    tenfold = Comparison("x", "faster", at_least=10.0)
+    assert not L.holds(tenfold, 9.9)
+    assert L.holds(tenfold, 10.0)
+
+
+def test_verdicts_side_by_side():
+    (comparison,) = CASE2.compare
+    check = L.check_comparison(CASE2, comparison)
+    assert check.other.id == "dw-blog-threads-case1"
+    assert (check.tutorial.this_us, check.tutorial.other_us, check.tutorial.where) == (8.8, 9.7, "GTX 1080")
+    assert check.tutorial.holds and check.measured is None
+    assert check.verdict == L.NEEDS_GPU
+    reproduced = L.check_comparison(CASE2, comparison, {CASE2.id: 3.0, CASE1.id: 4.0}, where="H100")
+    assert reproduced.measured.ratio == pytest.approx(4 / 3) and reproduced.verdict == L.REPRODUCED
+    assert reproduced.measured.where == "H100"
+    not_reproduced = L.check_comparison(CASE2, comparison, {CASE2.id: 4.0, CASE1.id: 4.0})
+    assert not_reproduced.verdict == L.NOT_REPRODUCED
+    failed = L.check_comparison(CASE2, comparison, {CASE1.id: 4.0}, errors={CASE2.id: "wrong result"})
+    assert failed.verdict == L.NOT_REPRODUCED and failed.measure_error == "wrong result"
+    assert "is faster than" in reproduced.sentence(CASE2)
+
+
+def test_a_step_without_a_time_in_the_tutorial_still_gets_a_measured_verdict():
+    unfused = get_preset("dw-blog-unfused-96")
+    (comparison,) = unfused.compare
+    check = L.check_comparison(unfused, comparison, {unfused.id: 30.0, "dw-blog-final-96": 10.0})
+    assert check.tutorial is None and check.verdict == L.REPRODUCED
+
+
+def test_overall_verdict():
+    assert L.overall([]) is None
+    assert L.overall([L.REPRODUCED, L.REPRODUCED]) == L.REPRODUCED
+    assert L.overall([L.REPRODUCED, L.NEEDS_GPU]) == L.NEEDS_GPU
+    assert L.overall([L.NEEDS_GPU, L.NOT_REPRODUCED]) == L.NOT_REPRODUCED
+
+
+def test_every_comparison_agrees_with_the_tutorials_own_numbers():
+    """The presets' expectations are the tutorials' claims: where a tutorial gives both
+    times, its numbers must satisfy the relation the preset expects."""
+    checked = 0
+    for preset in all_presets().values():
+        for check in L.step_checks(preset):
+            if check.tutorial is not None:
+                assert check.tutorial.holds, (preset.id, check.comparison, check.tutorial)
+                checked += 1
+    assert checked >= 15
+
+
+def test_presets_to_time_adds_the_compared_presets_once():
+    needed = L.presets_to_time([get_preset("dw-blog-final-96"), get_preset("dw-blog-vthread-case3")])
+    assert [p.id for p in needed] == [
+        "dw-blog-final-96", "dw-blog-vthread-case1", "dw-blog-vthread-case2", "dw-blog-vthread-case3",
+    ]
+    assert L.presets_to_time([get_preset("dw-blog-channel-21")]) == ()  # no timing claim
+
+
+def test_measure_presets_measures_each_spec_once_and_keeps_errors():
+    calls = []
+
+    def measurer(spec):
+        calls.append(spec)
+        if spec.workload.height == 64:
+            raise ExplorerError("The kernel computed a wrong result.")
+        return 12.5
+
+    # vthread case 1 is the blocking step's schedule again: one measurement for both.
+    presets = [get_preset(i) for i in ("dw-blog-blocking-96", "dw-blog-vthread-case1", "dw-blog-channel-64")]
+    seen = []
+    times, errors = L.measure_presets(presets, measurer, on_done=lambda p, us, err: seen.append((p.id, us, err)))
+    assert len(calls) == 2
+    assert times == {"dw-blog-blocking-96": 12.5, "dw-blog-vthread-case1": 12.5}
+    assert errors == {"dw-blog-channel-64": "The kernel computed a wrong result."}
+    assert [s[0] for s in seen] == [p.id for p in presets]
+
+
+# -- the preset format's comparison keys -------------------------------------------------
+
+BASE = """[tutorial]
+id = "t"
+title = "T"
+
+[[preset]]
+id = "a"
+title = "A"
+source = "s"
+template = "depthwise_blog"
+claim = "c"
+workload = { kind = "depthwise_conv2d", height = 32, width = 32 }
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ('compare = [ { with = "a", expect = "quicker" } ]', r"'expect' = one of faster, slower"),
+        ('compare = [ { with = "a", expect = "faster", by = 2 } ]', r"compare: unknown key\(s\) by"),
+        ('compare = [ { with = "a", expect = "faster", at_least = 0.5 } ]', r"'at_least' must be a ratio of 1 or more"),
+        ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = "yes" } ]', "must be true or false"),
+        ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = true },'
+         ' { what = "y", value_us = 2.0, hardware = "T4", this_schedule = true } ]', "only one reported figure"),
+    ],
+)
+def test_bad_comparisons_fail_loudly(tmp_path, extra, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(BASE + extra + "\n")
+    with pytest.raises(PresetError, match=message):
+        load_file(path)
+
+
+def test_a_comparison_with_an_unknown_preset_fails(tmp_path):
+    (tmp_path / "t.toml").write_text(BASE + 'compare = [ { with = "zzz", expect = "faster" } ]\n')
+    with pytest.raises(PresetError, match="compares itself with 'zzz', which is not another preset"):
+        tutorials.__wrapped__(tmp_path)
