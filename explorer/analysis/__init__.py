@@ -1,0 +1,9 @@
+"""Analyses of a build, as plain data for the CLI, the app and the figures.
+
+- :mod:`.banks` — shared-memory bank conflicts of every shared load/store, from the
+  lowered device TIR, in Nsight Compute's units.
+- :mod:`.tiling` — which block/vthread/thread/iteration computes each output, and the
+  input footprint (with halo) of a block and a thread.
+- :mod:`.resources` — threads, shared memory, registers per block and occupancy.
+- :mod:`.ncu` — Nsight Compute's counters for the same kernel, beside the bank model.
+"""

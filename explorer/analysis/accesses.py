@@ -1,0 +1,231 @@
+"""Shared-memory accesses of a lowered device kernel, with everything needed to evaluate
+their addresses: the launch (thread and block variables with extents), the enclosing
+loops, the guards that decide whether a lane takes part, and let-bound variables.
+
+Works on ``Build.device_mod`` (TIR just before code generation): buffers are flattened
+to 1-D and virtual threads are already expanded into separate statements, so each
+``BufferStore``/``BufferLoad`` on a shared buffer is one warp-wide instruction of the
+kernel (before the CUDA compiler's own optimisations, which the bank model discusses).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import tirx
+
+from ..tir_walk import children
+from .texpr import expr_children, op_name
+
+SHARED_SCOPES = ("shared", "shared.dyn")
+BufferLoad = tvm.ir.expr.TensorLoad  # tirx.BufferLoad is a constructor function in TVM 0.27; .source is the buffer
+AXES = "xyz"
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: tirx.Var
+    min: int
+    extent: int
+
+    @property
+    def name(self) -> str:
+        return str(self.var.name)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel's launch configuration and the variables that carry its indices."""
+
+    kernel: str
+    thread_vars: dict  # "x"/"y"/"z" -> Var of threadIdx
+    block_vars: dict  # "x"/"y"/"z" -> Var of blockIdx
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def warps_per_block(self) -> int:
+        return -(-self.threads_per_block // 32)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+    def block_loops(self) -> list[Loop]:
+        """blockIdx variables as loops (x, y, z), for enumeration."""
+        return [Loop(self.block_vars[a], 0, self.grid[i]) for i, a in enumerate(AXES) if a in self.block_vars]
+
+
+@dataclass(frozen=True)
+class SharedAccess:
+    """One load or store of a shared buffer in the lowered kernel."""
+
+    number: int  # program order within the kernel, from 1
+    kernel: str
+    buffer: str
+    op: str  # "load" | "store"
+    index: object  # flattened element index (the base for a vector access)
+    lanes: int  # elements per thread (a TVM-vectorized access has 2 or 4)
+    element_bytes: int
+    loops: tuple[Loop, ...]
+    guards: tuple[tuple[object, bool], ...]  # (condition, must be true?)
+    text: str
+    duplicate_of: int | None = None  # an identical earlier load the compiler reuses
+
+    @property
+    def access_bytes(self) -> int:
+        return self.lanes * self.element_bytes
+
+
+@dataclass
+class KernelAccesses:
+    launch: Launch
+    accesses: list[SharedAccess]
+    bindings: dict = field(default_factory=dict)  # let-bound Var -> expression
+    unsupported: list[str] = field(default_factory=list)  # why some accesses were skipped
+
+
+def kernel_accesses(device_mod: tvm.IRModule) -> list[KernelAccesses]:
+    """The shared accesses of every kernel of a lowered device module, by kernel name."""
+    out = []
+    for gv, func in sorted(device_mod.functions.items(), key=lambda item: item[0].name_hint):
+        collector = _Collector(gv.name_hint)
+        collector.stmt(func.body, (), ())
+        out.append(collector.result())
+    return out
+
+
+class _Collector:
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.threads: dict = {}
+        self.blocks: dict = {}
+        self.extents: dict = {}
+        self.bindings: dict = {}
+        self.accesses: list[SharedAccess] = []
+        self.unsupported: list[str] = []
+        # Loads already made in the current straight-line region: the CUDA compiler
+        # reuses their value for an identical load (same buffer, index, loops, guards)
+        # until the region ends (a loop boundary, a branch, a barrier or a store to it).
+        self.region: dict = {}
+
+    def result(self) -> KernelAccesses:
+        dims = lambda kind: tuple(self.extents.get(f"{kind}.{a}", 1) for a in AXES)  # noqa: E731
+        launch = Launch(self.kernel, dict(self.threads), dict(self.blocks), dims("threadIdx"), dims("blockIdx"))
+        return KernelAccesses(launch, self.accesses, self.bindings, self.unsupported)
+
+    # -- statements ------------------------------------------------------------------
+    def stmt(self, s, loops: tuple, guards: tuple) -> None:
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
+            tag = str(s.node.thread_tag)
+            kind, _, axis = tag.partition(".")
+            self.extents[tag] = int(s.value)
+            if kind == "threadIdx":
+                self.threads[axis] = s.node.var
+            elif kind == "blockIdx":
+                self.blocks[axis] = s.node.var
+            self.stmt(s.body, loops, guards)
+        elif isinstance(s, tirx.For):
+            if not isinstance(s.min, tirx.IntImm) or not isinstance(s.extent, tirx.IntImm) or (
+                s.step is not None and not (isinstance(s.step, tirx.IntImm) and int(s.step) == 1)
+            ):
+                self.unsupported.append(f"loop '{s.loop_var.name}' has a non-constant range")
+                return
+            self.region = {}
+            self.stmt(s.body, loops + (Loop(s.loop_var, int(s.min), int(s.extent)),), guards)
+            self.region = {}
+        elif isinstance(s, tirx.IfThenElse):
+            self.expr(s.condition, loops, guards)
+            self.region = {}
+            self.stmt(s.then_case, loops, guards + ((s.condition, True),))
+            self.region = {}
+            if s.else_case is not None:
+                self.stmt(s.else_case, loops, guards + ((s.condition, False),))
+                self.region = {}
+        elif isinstance(s, tirx.Bind):
+            self.bindings[s.var] = s.value
+            self.expr(s.value, loops, guards)
+        elif isinstance(s, tirx.BufferStore):
+            self.expr(s.value, loops, guards)
+            for index in s.indices:
+                self.expr(index, loops, guards)
+            if _is_shared(s.buffer):
+                self.record("store", s.buffer, s.indices, loops, guards)
+                self.region = {k: v for k, v in self.region.items() if k[0] != str(s.buffer.name)}
+        elif isinstance(s, tirx.Evaluate):
+            self.expr(s.value, loops, guards)
+            if isinstance(s.value, tvm.ir.Call) and op_name(s.value) == "tvm_storage_sync":
+                self.region = {}
+        else:
+            for child in children(s):
+                self.stmt(child, loops, guards)
+
+    # -- expressions -----------------------------------------------------------------
+    def expr(self, e, loops: tuple, guards: tuple) -> None:
+        if isinstance(e, BufferLoad):
+            for index in e.indices:
+                self.expr(index, loops, guards)
+            if _is_shared(e.source):
+                self.record("load", e.source, e.indices, loops, guards)
+            return
+        if isinstance(e, tvm.ir.Call) and op_name(e) == "if_then_else":
+            cond, then, other = e.args
+            self.expr(cond, loops, guards)
+            self.expr(then, loops, guards + ((cond, True),))
+            self.expr(other, loops, guards + ((cond, False),))
+            return
+        if isinstance(e, tirx.And):  # C's && does not evaluate b when a is false
+            self.expr(e.a, loops, guards)
+            self.expr(e.b, loops, guards + ((e.a, True),))
+            return
+        if isinstance(e, tirx.Or):
+            self.expr(e.a, loops, guards)
+            self.expr(e.b, loops, guards + ((e.a, False),))
+            return
+        for child in expr_children(e):
+            self.expr(child, loops, guards)
+
+    def record(self, op: str, buffer, indices, loops: tuple, guards: tuple) -> None:
+        index, lanes = _flat_index(buffer, indices)
+        if index is None:
+            self.unsupported.append(f"a strided vector {op} of {buffer.name}")
+            return
+        element_bytes = max(1, tvm.DataType(str(buffer.dtype)).bits // 8)
+        text = f"{buffer.name}[{', '.join(str(i) for i in indices)}]"
+        duplicate_of = None
+        if op == "load":
+            key = (str(buffer.name), str(index), lanes, tuple(str(l.var) for l in loops), tuple((str(c), p) for c, p in guards))
+            duplicate_of = self.region.get(key)
+            if duplicate_of is None:
+                self.region[key] = len(self.accesses) + 1
+        self.accesses.append(
+            SharedAccess(len(self.accesses) + 1, self.kernel, str(buffer.name), op, index, lanes, element_bytes,
+                         loops, guards, text, duplicate_of)
+        )
+
+
+def _is_shared(buffer) -> bool:
+    return buffer.scope() in SHARED_SCOPES
+
+
+def _flat_index(buffer, indices) -> tuple[object, int]:
+    """(scalar element index, elements per thread). Lowered buffers are 1-D; a vector
+    access indexes with a Ramp (base, stride 1, lanes)."""
+    if len(indices) == 1:
+        index = indices[0]
+    else:  # row-major flattening, for a multi-dimensional buffer left unflattened
+        index = indices[0]
+        for dim, i in zip(list(buffer.shape)[1:], list(indices)[1:]):
+            index = index * dim + i
+    if isinstance(index, tirx.Ramp):
+        if isinstance(index.stride, tirx.IntImm) and int(index.stride) == 1:
+            return index.base, int(index.lanes)
+        return None, int(index.lanes)  # a strided vector: a gather the model does not cover
+    if isinstance(index, tirx.Broadcast):
+        return index.value, 1
+    return index, 1
