@@ -71,15 +71,22 @@ if __name__ == "__main__":
 
 def snippet(spec: Spec, target: str | tvm.target.Target | None = None, title: str = "") -> str:
     """The standalone script for ``spec``; ``target`` is used where no GPU is present."""
+    sch = spec.template_def.apply(spec.workload, spec.knobs)
+    # Template names and knob values are validated identifiers, numbers and choices.
+    return schedule_snippet(spec.workload, sch, target, title,
+                            made_with=f"template '{spec.template}' and knobs {spec.knobs.to_dict()!r}")
+
+
+def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target.Target | None = None,
+                     title: str = "", made_with: str = "") -> str:
+    """The standalone script for any schedule of ``workload`` (a template's or a tuned
+    one); ``made_with`` (one line, no user text) says where the schedule came from."""
     target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
-    workload = spec.workload
-    sch = spec.template_def.apply(workload, spec.knobs)
     variant = _variant_of(sch, workload)
     constants = "\n".join([
         f"TITLE = {(title or workload.label())!r}",
         f"LABEL = {workload.label()!r}",
-        # Template names and knob values are validated identifiers, numbers and choices.
-        f"# Made with template '{spec.template}' and knobs {spec.knobs.to_dict()!r};",
+        f"# Made with {made_with};",
         "# schedule() below has their values written in.",
         f"TARGET = {str(target)!r}  # used for the CUDA source when there is no GPU",
         f"INPUT_SHAPES = {list(workload.input_shapes())!r}",
