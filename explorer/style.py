@@ -1,0 +1,37 @@
+"""Display constants shared by the figures and the app: colours per memory scope and per
+meaning, and palettes. The one place to change how the explorer looks."""
+from __future__ import annotations
+
+from plotly.colors import qualitative
+
+# Memory scopes (the same colour for a buffer in code, diagrams and charts).
+SCOPE_COLOURS = {
+    "global": "#4C78A8",  # DRAM / L2: blue
+    "shared": "#F58518",  # shared memory: orange
+    "local": "#54A24B",  # registers (TVM "local"): green
+}
+INACTIVE_COLOUR = "#D0D0D0"  # a lane switched off by a guard, an element nobody reads
+CONFLICT_COLOUR = "#B2182B"  # extra wavefronts: bank conflicts
+OK_COLOUR = SCOPE_COLOURS["local"]
+
+# Footprint figure: outside, read by the block, read by the chosen thread.
+FOOTPRINT_COLOURS = (INACTIVE_COLOUR, "#FDD0A2", SCOPE_COLOURS["shared"])
+
+# Occupancy limits.
+LIMITER_COLOURS = {
+    "threads": "#9D755D",
+    "blocks": "#BAB0AC",
+    "shared memory": SCOPE_COLOURS["shared"],
+    "registers": SCOPE_COLOURS["local"],
+}
+
+# Loads vs stores in bank-conflict charts.
+OP_COLOURS = {"load": SCOPE_COLOURS["shared"], "store": "#E45756"}
+
+# Categorical palette for ids (blocks, threads, vthreads): neighbours must differ.
+CATEGORICAL = tuple(qualitative.Light24)
+
+# Sweep heatmaps: a sequential scale (the figure reverses it when lower is better).
+SWEEP_COLORSCALE = "Viridis"
+
+FIGURE_HEIGHT = 420
