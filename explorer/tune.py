@@ -211,7 +211,7 @@ def tune(
         trials=progress.trials - progress.failed,
         best_us=1e6 * _mean(best.run_secs),
         trace=str(sch.trace),
-        trace_json=_plain(sch.trace.as_json()),
+        trace_json=trace_json(sch),
         tensorir=sch.mod.script(),
         cost_model=cost_model_name(),
         strategy=strategy,
@@ -225,6 +225,11 @@ def _best_record(database: ms.database.Database, mod: tvm.IRModule):
         return None
     top = database.get_top_k(database.commit_workload(mod), 1)
     return top[0] if top else None
+
+
+def trace_json(sch: tvm.s_tir.Schedule) -> list:
+    """A schedule's trace as plain JSON data (what :func:`replay` takes)."""
+    return _plain(sch.trace.as_json())
 
 
 def _plain(value):
@@ -253,3 +258,15 @@ def replay(workload: Workload, trace_json, variant: str = "default") -> tvm.s_ti
     except Exception as error:  # TVM raises its own errors for a malformed trace
         raise ExplorerError(f"This tuned trace does not apply to {workload.label()}: {error}") from None
     return sch
+
+
+def snippet(result: TuneResult, title: str = "") -> str:
+    """The tuned schedule as a standalone script, like any template's (see export.py)."""
+    from .export import schedule_snippet
+
+    if not result.target.startswith("sm_"):
+        raise ExplorerError("Only a schedule tuned for a CUDA GPU can be exported as a CUDA script.")
+    sch = replay(result.workload, result.trace_json, result.variant)
+    origin = f"TVM MetaSchedule ({result.trials} trials, best {result.best_us:.2f} us on {result.target})"
+    return schedule_snippet(result.workload, sch, result.target, title or f"{result.workload.label()}, tuned",
+                            made_with=origin)

@@ -7,7 +7,7 @@ import pytest
 import tvm
 
 from explorer.errors import ExplorerError
-from explorer.tune import cost_model_name, replay, tune, tuning_target
+from explorer.tune import TuneResult, cost_model_name, replay, snippet, trace_json, tune, tuning_target
 from explorer.workloads import DepthwiseConv2d, Matmul
 
 TINY = DepthwiseConv2d(channels=4, height=8, width=8)
@@ -72,3 +72,32 @@ def test_cuda_tuning_without_a_gpu_says_what_to_do():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ExplorerError, match="no CUDA GPU"):
         tune(TINY, 4, target="h100")
+
+
+def test_a_cuda_tuned_trace_exports_as_a_standalone_script(tmp_path):
+    """No GPU here to tune on, so the 'tuned' trace is a template's CUDA schedule; the
+    export path (trace JSON -> replay -> script) is the same."""
+    from explorer.presets import get_preset
+
+    spec = get_preset("dw-blog-channel-21").spec
+    sch = spec.template_def.apply(spec.workload, spec.knobs)
+    result = TuneResult(
+        workload=spec.workload, variant="default", target="sm_90a", budget=1, trials=1, best_us=5.0,
+        trace=str(sch.trace), trace_json=json.loads(json.dumps(trace_json(sch))), tensorir=sch.mod.script(),
+        cost_model="random", strategy="replay-trace", elapsed_s=1.0, history=(5.0,),
+    )
+    code = snippet(result)
+    assert "# Made with TVM MetaSchedule (1 trials, best 5.00 us on sm_90a);" in code
+    path = tmp_path / "tuned.py"
+    path.write_text(code)
+    import runpy
+
+    namespace = runpy.run_path(str(path), run_name="snippet")  # defines, does not run main()
+    exported = namespace["schedule"](namespace["workload"]())
+    tvm.ir.assert_structural_equal(exported.mod, sch.mod)
+
+
+def test_a_cpu_tuned_trace_is_not_exported_as_cuda(tuned):
+    result, _ = tuned
+    with pytest.raises(ExplorerError, match="CUDA GPU"):
+        snippet(result)
