@@ -106,6 +106,34 @@ def _view_cuda(spec, args):
     return b.cuda, {"cuda": b.cuda}
 
 
+@view("banks")
+def _view_banks(spec, args):
+    from .analysis.banks import analyze_banks, format_report
+    from .build import build
+
+    report = analyze_banks(build(spec, args.target))
+    return format_report(report), {"banks": report.to_dict()}
+
+
+@view("tiling")
+def _view_tiling(spec, args):
+    from .analysis.tiling import analyze_tiling, format_tiling
+    from .build import build
+
+    tiling = analyze_tiling(build(spec, args.target))
+    return format_tiling(tiling), {"tiling": tiling.to_dict()}
+
+
+@view("resources")
+def _view_resources(spec, args):
+    from .analysis.resources import analyze_resources, format_resources
+    from .build import build, compile_binary
+
+    b = build(spec, args.target)
+    report = analyze_resources(b, compile_binary(b))
+    return format_resources(report), {"resources": report.to_dict()}
+
+
 def cmd_show(args) -> int:
     _, spec = _spec_from_args(args)
     text, data = VIEWS[args.view](spec, args)
