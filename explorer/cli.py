@@ -144,6 +144,21 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .export import file_name, snippet
+
+    preset, spec = _spec_from_args(args)
+    code = snippet(spec, args.target, title=preset.title if not args.set else f"{preset.title} (modified)")
+    if args.output == "-":
+        print(code, end="")
+        return 0
+    path = args.output or file_name(spec, preset.id)
+    with open(path, "w") as f:
+        f.write(code)
+    print(f"wrote {path}: python {path} prints the TIR and CUDA, and checks and times the kernel on a GPU", file=sys.stderr)
+    return 0
+
+
 def _add_spec_args(parser):
     parser.add_argument("preset", help="preset id (python -m explorer presets)")
     parser.add_argument("--set", action="append", metavar="KNOB=VALUE", help="override a knob; repeatable")
@@ -165,6 +180,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--view", required=True, choices=sorted(VIEWS))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_show)
+    p = sub.add_parser("export", help="write a standalone TVM + NumPy script of a preset's schedule")
+    _add_spec_args(p)
+    p.add_argument("-o", "--output", default=None, help="file to write (default PRESET_schedule.py; - for stdout)")
+    p.set_defaults(func=cmd_export)
     return parser
 
 
