@@ -1,0 +1,115 @@
+"""Code views: Pygments-highlighted source with line numbers and a copy button, and a
+line diff against another version of the same view.
+
+Highlighting is cached by text, so a cached build re-renders without re-lexing.
+``data-view`` on each block names the view, for the browser test and for linking.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import html
+
+import streamlit as st
+from pygments import highlight as pygments_highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import CudaLexer, DiffLexer, PythonLexer
+
+# TVMScript (scheduled and lowered TIR) is Python syntax; the generated kernels are CUDA C++.
+LEXERS = {"python": PythonLexer, "cuda": CudaLexer, "diff": DiffLexer}
+STYLE = "friendly"
+# The code views of a Build: tab label -> (Build attribute, lexer).
+VIEWS = {
+    "Scheduled TensorIR": ("tensorir", "python"),
+    "Lowered TIR": ("lowered", "python"),
+    "CUDA": ("cuda", "cuda"),
+    "Schedule trace": ("trace", "python"),
+}
+_CSS_CLASS = "tvmhl"
+
+_FRAME_CSS = """
+.tvm-code { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin-bottom: 0.5rem; }
+.tvm-code-bar { display: flex; justify-content: space-between; align-items: center; gap: 0.5rem;
+  padding: 0.25rem 0.6rem; font-size: 0.8rem; color: #555; background: #f6f7f9;
+  border-bottom: 1px solid rgba(49, 51, 63, 0.1); border-radius: 0.5rem 0.5rem 0 0; }
+.tvm-code-bar button { font-size: 0.8rem; padding: 0.1rem 0.6rem; border-radius: 0.3rem; cursor: pointer;
+  border: 1px solid rgba(49, 51, 63, 0.25); background: white; }
+.tvm-code-body { max-height: 36rem; overflow: auto; }
+.tvm-code-body pre { margin: 0; padding: 0.5rem 0.75rem; font-size: 0.82rem; line-height: 1.35;
+  background: transparent; }
+.tvm-code-body .linenos { color: #9aa0a6; padding-right: 0.8rem; user-select: none; }
+.tvm-code.stale { opacity: 0.55; }
+.tvm-code.stale .tvm-code-bar { background: #fff4e5; }
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def css() -> str:
+    return _FRAME_CSS + HtmlFormatter(style=STYLE, cssclass=_CSS_CLASS).get_style_defs(f".{_CSS_CLASS}")
+
+
+@functools.lru_cache(maxsize=256)
+def highlight(text: str, language: str, hl_lines: tuple[int, ...] = (), first_line: int = 1) -> str:
+    """HTML of ``text`` with line numbers from ``first_line``; ``hl_lines`` (1-based
+    within ``text``) are marked."""
+    # A diff's own line numbers would mislead: its hunk headers say where the lines are.
+    formatter = HtmlFormatter(style=STYLE, cssclass=_CSS_CLASS, linenos=False if language == "diff" else "inline",
+                              linenostart=first_line, hl_lines=list(hl_lines))
+    return pygments_highlight(text, LEXERS[language](), formatter)
+
+
+def kernels_only(cuda: str) -> tuple[str, int]:
+    """The CUDA source from its first kernel on, and that line's number: TVM's generated
+    file opens with ~55 lines of includes and type aliases that are the same for every
+    kernel."""
+    lines = cuda.splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
+        if line.startswith('extern "C" __global__'):
+            return "".join(lines[number - 1:]), number
+    return cuda, 1
+
+
+def diff(old: str, new: str, old_name: str, new_name: str, context: int = 3) -> str:
+    """Unified line diff, "" when the texts are equal."""
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), old_name, new_name, n=context, lineterm="")
+    return "\n".join(lines)
+
+
+def diff_counts(diff_text: str) -> tuple[int, int]:
+    """(lines added, lines removed) of a unified diff."""
+    added = sum(1 for line in diff_text.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in diff_text.splitlines() if line.startswith("-") and not line.startswith("---"))
+    return added, removed
+
+
+def block_html(text: str, language: str, view: str, caption: str = "", stale: bool = False,
+               hl_lines: tuple[int, ...] = (), first_line: int = 1) -> str:
+    """One code block: a bar (caption, copy button) over the highlighted text."""
+    classes = "tvm-code stale" if stale else "tvm-code"
+    copy = ("navigator.clipboard.writeText(this.closest('.tvm-code').querySelector('textarea').value)"
+            ".then(() => { this.textContent = 'Copied'; setTimeout(() => { this.textContent = 'Copy'; }, 1500); })")
+    return (
+        f'<div class="{classes}" data-view="{html.escape(view)}">'
+        f'<div class="tvm-code-bar"><span>{html.escape(caption)}</span>'
+        f'<button type="button" title="Copy to the clipboard" onclick="{html.escape(copy)}">Copy</button></div>'
+        f'<div class="tvm-code-body">{highlight(text, language, hl_lines, first_line)}</div>'
+        f'<textarea hidden readonly>{html.escape(text)}</textarea></div>'
+    )
+
+
+def show_css() -> None:
+    st.html(f"<style>{css()}</style>")
+
+
+def show_code(text: str, language: str, view: str, caption: str = "", stale: bool = False,
+              hl_lines: tuple[int, ...] = (), first_line: int = 1) -> None:
+    st.html(block_html(text, language, view, caption, stale, hl_lines, first_line), unsafe_allow_javascript=True)
+
+
+def show_diff(old: str, new: str, view: str, old_name: str, new_name: str) -> None:
+    text = diff(old, new, old_name, new_name)
+    if not text:
+        st.caption(f"No change in this view between {old_name} and {new_name}.")
+        return
+    added, removed = diff_counts(text)
+    show_code(text, "diff", f"{view}-diff", f"{old_name} → {new_name}: +{added} −{removed} lines")

@@ -1,0 +1,73 @@
+"""Device: which GPU (or target) the code is generated for, how CUDA is compiled, versions."""
+import functools
+import os
+import platform
+import subprocess
+from importlib import metadata
+
+import streamlit as st
+import tvm
+
+from app import session
+from explorer.build import nvcc_path
+from explorer.errors import ExplorerError
+from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    path = nvcc_path()
+    if path is None:
+        return "not installed"
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    return f"{out[-1] if out else '?'} ({path})"
+
+
+def on_target() -> None:
+    st.session_state["target"] = st.session_state["ui.target"]
+
+
+session.sync_url()
+st.title("Device")
+device = tvm.cuda(0)
+if device.exist:
+    st.success(f"GPU: **{device.device_name}**, compute capability {device.compute_version}, "
+               f"{device.multi_processor_count} SMs.")
+else:
+    st.info("**No GPU: code and diagrams only.** CUDA is generated for the target below without compiling it; "
+            "kernels run and are timed on a machine with an NVIDIA GPU.")
+
+names = ["auto", *ALIASES]
+st.session_state.setdefault("ui.target", session.target())
+choice = st.selectbox(
+    "Target", names if session.target() in names else [*names, session.target()], key="ui.target",
+    on_change=on_target, accept_new_options=True,
+    help="auto = this machine's GPU, or an H100 when there is none. Also a TVM target tag "
+         "(nvidia/nvidia-a100) or an architecture (sm_80).",
+)
+try:
+    target = resolve_target(choice)
+except ExplorerError as e:
+    st.error(str(e))
+    st.session_state["target"] = "auto"
+    target = resolve_target("auto")
+st.markdown(f"Code is generated for **{target_label(target)}**"
+            + (" (this machine's GPU)." if local_gpu_target() is not None and choice == "auto" else "."))
+with st.expander("Target details"):
+    st.json(target.export())
+
+mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
+st.subheader("Compile backend")
+st.markdown(
+    f"- Kernels to run: {'NVRTC' if mode != 'nvcc' else 'nvcc'} through TVM "
+    f"(`TVM_CUDA_COMPILE_MODE={mode}`){'' if device.exist else ' — only with a GPU'}.\n"
+    f"- Registers and spills (Resources tab): `nvcc -Xptxas -v`, {nvcc_version()}."
+)
+
+st.subheader("Versions")
+packages = ["apache-tvm", "apache-tvm-ffi", "streamlit", "numpy", "plotly", "pygments"]
+st.dataframe(
+    [{"component": "Python", "version": platform.python_version()}]
+    + [{"component": name, "version": metadata.version(name)} for name in packages],
+    hide_index=True,
+)

@@ -1,0 +1,83 @@
+"""Explorer: read the sidebar's knobs → build one Spec → show its code and analyses."""
+import functools
+
+import streamlit as st
+
+from app import code_view, panels, session
+from explorer.export import file_name, snippet
+from explorer.presets import get_preset
+
+code_view.show_css()
+spec = session.sidebar() or session.spec()
+session.sync_url()
+template = spec.template_def
+preset = get_preset(session.preset_id()) if session.preset_id() else None
+
+st.title(template.title)
+st.caption(f"{spec.workload.label()} · {template.summary}")
+if st.session_state.get("link_error"):
+    st.error(st.session_state.pop("link_error"))
+if preset is not None and preset.spec == spec:
+    with st.container(border=True):
+        st.markdown(f"**Step {preset.step}: {preset.title}** — {preset.claim}")
+        if preset.explanation:
+            with st.expander("Why this step"):
+                st.write(preset.explanation)
+                st.caption(f"Source: {preset.source}")
+
+with st.status("Compiling…", expanded=False) as status:
+    built, error = session.build_current(spec)
+    if built is not None:
+        total = sum(built.timings_ms.values())
+        status.update(label=f"Built in {total:.0f} ms — {panels.launch_summary(built)}", state="complete")
+    else:
+        status.update(label="This setting cannot be built", state="error")
+
+stale = built is None
+if stale:
+    st.error(error)
+    last = session.last_try()
+    if last is None:
+        st.stop()
+    built = last.build
+    st.warning(f"Below: the last valid setting, now stale. Since then: {session.describe_change(built.spec, spec)}.")
+
+panels.metrics(built)
+previous = session.previous_try(built.spec) if not stale else None
+left, right = st.columns([3, 1])
+show_diff = left.toggle(
+    "Show changes since the previous try", key="ui.diff", disabled=previous is None,
+    help="A line diff of each view against the last setting you built in this session.",
+)
+if previous is not None:
+    left.caption(f"Previous try: {session.describe_change(previous.spec, built.spec)}")
+right.download_button(
+    "Export as a Python script", data=functools.partial(snippet, built.spec, session.target(),
+                                                       preset.title if preset and preset.spec == spec else ""),
+    file_name=file_name(built.spec, session.preset_id()), mime="text/x-python", on_click="ignore",
+    icon=":material/download:", width="stretch",
+    help="A standalone script (TVM 0.27 + NumPy only) that applies this schedule, prints the TIR and CUDA, "
+         "and checks and times the kernel on a GPU.",
+)
+
+analyses = {"Resources": panels.resources}
+if panels.optional("explorer.analysis.banks") is not None:
+    analyses["Bank conflicts"] = panels.bank_conflicts
+tabs = st.tabs([*code_view.VIEWS, *analyses], key="ui.view", on_change="rerun")
+for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items()):
+    if not tab.open:
+        continue
+    with tab:
+        text = getattr(built, attribute)
+        if show_diff and previous is not None:
+            code_view.show_diff(getattr(previous.build, attribute), text, attribute, "previous", "now")
+        elif attribute == "cuda" and not st.toggle("Show TVM's preamble (includes and type aliases)", key="ui.preamble"):
+            kernels, first = code_view.kernels_only(text)
+            code_view.show_code(kernels, language, attribute, f"{label} from line {first} · {spec.workload.label()}",
+                                stale=stale, first_line=first)
+        else:
+            code_view.show_code(text, language, attribute, f"{label} · {spec.workload.label()}", stale=stale)
+for tab, render in zip(tabs[len(code_view.VIEWS):], analyses.values()):
+    if tab.open:
+        with tab:
+            render(built)

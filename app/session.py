@@ -1,0 +1,213 @@
+"""Session state shared by the pages: the current Spec (workload, template, knobs), the
+preset it started from, the target, this session's tries; the sidebar that edits them;
+the URL that mirrors them.
+
+``st.session_state["spec"]`` is the source of truth. Widgets are seeded from it (see
+widgets.py), read back every run into a new validated Spec, and the URL's query
+parameters are rewritten from it, so a link restores exactly the view (urlstate.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from explorer import urlstate
+from explorer.build import Build, Spec, build
+from explorer.errors import ExplorerError
+from explorer.presets import all_presets, get_preset
+from explorer.schedules import TEMPLATES, get_template, templates_for
+from explorer.workloads import WORKLOADS
+
+from . import widgets
+
+DEFAULT_PRESET = "dw-blog-final-96"
+HISTORY_LENGTH = 50
+KNOB_PREFIX = "knob:"
+SHAPE_PREFIX = "shape:"
+
+
+@dataclasses.dataclass(frozen=True)
+class Try:
+    """One setting this session built: what the diff and the tries chart show."""
+
+    spec: Spec
+    build: Build
+    latency_us: float | None = None
+
+
+def init() -> None:
+    """First run of a session: open the link's view, else the default preset."""
+    if "spec" in st.session_state:
+        return
+    spec, preset, error = None, None, None
+    params = st.query_params.to_dict()
+    if urlstate.has_spec(params):
+        try:
+            spec, preset = urlstate.from_query(params)
+        except ExplorerError as e:
+            error = f"This link could not be opened: {e}"
+    if spec is None:
+        preset = DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
+        spec = get_preset(preset).spec
+    st.session_state.update(spec=spec, preset=preset, target="auto", tries=[], link_error=error)
+
+
+def spec() -> Spec:
+    return st.session_state["spec"]
+
+
+def preset_id() -> str | None:
+    return st.session_state["preset"]
+
+
+def target() -> str:
+    return st.session_state["target"]
+
+
+def tries() -> list[Try]:
+    return st.session_state["tries"]
+
+
+# -- choosing a workload, template, preset -----------------------------------------------
+
+
+def presets_for(template: str) -> list[str]:
+    return [p.id for p in all_presets().values() if p.spec.template == template]
+
+
+def _start(spec: Spec, preset: str | None) -> None:
+    """Replace the current view (a preset, a template, a workload was picked)."""
+    st.session_state.update(spec=spec, preset=preset)
+    st.session_state["ui.workload"] = spec.workload.kind
+    st.session_state["ui.template"] = spec.template
+    st.session_state["ui.preset"] = preset
+    widgets.forget((KNOB_PREFIX, SHAPE_PREFIX))
+
+
+def _start_template(name: str) -> None:
+    ids = presets_for(name)
+    if ids:
+        _start(get_preset(ids[0]).spec, ids[0])
+    else:
+        template = get_template(name)
+        _start(Spec(name, template.workload(), template.knobs()), None)
+
+
+def _on_workload() -> None:
+    _start_template(templates_for(st.session_state["ui.workload"])[0].name)
+
+
+def _on_template() -> None:
+    _start_template(st.session_state["ui.template"])
+
+
+def _on_preset() -> None:
+    chosen = st.session_state["ui.preset"]
+    if chosen is None:
+        st.session_state["preset"] = None
+    else:
+        _start(get_preset(chosen).spec, chosen)
+
+
+def reset_to_preset() -> None:
+    _start(get_preset(preset_id()).spec, preset_id())
+
+
+def _preset_label(preset: str | None) -> str:
+    if preset is None:
+        return "— none (custom) —"
+    p = get_preset(preset)
+    return f"{p.step}. {p.title}"
+
+
+def sidebar() -> Spec | None:
+    """The sidebar: workload, template, preset, shape and knobs. Returns the Spec the
+    widgets describe (and makes it current), or None when the shape is invalid (the
+    reason is shown; the current Spec stays)."""
+    current = spec()
+    bar = st.sidebar
+    kinds = [kind for kind in WORKLOADS if templates_for(kind)]
+    widgets.keep("ui.workload", kinds, current.workload.kind)
+    kind = bar.selectbox("Workload", kinds, key="ui.workload", on_change=_on_workload,
+                         format_func=lambda k: WORKLOADS[k].title)
+    names = [t.name for t in templates_for(kind)]
+    widgets.keep("ui.template", names, current.template if current.template in names else names[0])
+    name = bar.selectbox("Schedule template", names, key="ui.template", on_change=_on_template,
+                         format_func=lambda n: TEMPLATES[n].title, help=TEMPLATES[current.template].summary)
+    template = get_template(name)
+    ids = [None, *presets_for(name)]
+    widgets.keep("ui.preset", ids, preset_id() if preset_id() in ids else ids[0])
+    preset = bar.selectbox("Preset (a tutorial step)", ids, key="ui.preset", on_change=_on_preset,
+                           format_func=_preset_label)
+
+    shape_box = bar.expander(f"Shape · {current.workload.label()}")
+    shape = widgets.fields(shape_box, template.workload, current.workload, None, SHAPE_PREFIX + kind + ".")
+    try:
+        workload = template.workload.from_mapping(shape)
+    except ExplorerError as e:
+        bar.error(str(e))
+        return None
+
+    bar.markdown("**Knobs**")
+    values = widgets.fields(bar, template.knobs, current.knobs, workload, KNOB_PREFIX + name + ".")
+    new = Spec(name, workload, template.knobs.from_mapping(values))
+    st.session_state["spec"] = new
+    st.session_state["preset"] = preset
+
+    if preset is not None:
+        base = get_preset(preset).spec
+        changed = [*new.workload.changed_from(base.workload), *new.knobs.changed_from(base.knobs)]
+        bar.button("Reset to preset", on_click=reset_to_preset, disabled=not changed, width="stretch",
+                   help="Put every knob and shape back to the preset's values.")
+        if changed:
+            bar.caption("Changed from the preset: " + ", ".join(changed))
+    return new
+
+
+def sync_url() -> None:
+    """Write the current view into the URL (only when it changed, to keep history clean)."""
+    query = urlstate.to_query(spec(), preset_id())
+    if st.query_params.to_dict() != query:
+        st.query_params.from_dict(query)
+
+
+# -- building, with this session's tries --------------------------------------------------
+
+
+def build_current(current: Spec) -> tuple[Build | None, str | None]:
+    """Build ``current`` for the session's target: (build, None) or (None, the reason).
+    A successful build that differs from the last try is recorded as a new try."""
+    try:
+        built = build(current, target())
+    except ExplorerError as e:
+        return None, str(e)
+    history = tries()
+    if not history or history[-1].spec != current or history[-1].build.target_key != built.target_key:
+        history.append(Try(current, built))
+        del history[:-HISTORY_LENGTH]
+    return built, None
+
+
+def last_try() -> Try | None:
+    return tries()[-1] if tries() else None
+
+
+def previous_try(current: Spec) -> Try | None:
+    """The try before the current one (what the diffs compare with)."""
+    history = tries()
+    if history and history[-1].spec == current:
+        history = history[:-1]
+    return history[-1] if history else None
+
+
+def describe_change(old: Spec, new: Spec) -> str:
+    """'num_thread_x 16 → 8, unroll off → on' (or the template/workload when those changed)."""
+    if old.template != new.template:
+        return f"template {old.template} → {new.template}"
+    parts = [
+        f"{name} {widgets.format_value(getattr(a, name))} → {widgets.format_value(getattr(b, name))}"
+        for a, b in ((old.workload, new.workload), (old.knobs, new.knobs))
+        for name in b.changed_from(a)
+    ]
+    return ", ".join(parts) or "same setting"

@@ -1,0 +1,212 @@
+"""The Streamlit app under Streamlit's AppTest: every page for every preset, knob changes,
+invalid settings, links. Builds are cached per Spec in this process, so reruns are fast."""
+import html
+import re
+
+import pytest
+import tvm
+from streamlit.testing.v1 import AppTest
+
+from app import code_view, widgets
+from app.panels import tries_figure
+from app.session import Try
+from explorer import urlstate
+from explorer.build import build
+from explorer.presets import all_presets, get_preset
+
+MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
+TIMEOUT = 60
+THREAD_X = "knob:depthwise_blog.num_thread_x"
+
+
+def app(query=None, view=None) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    if query:
+        at.query_params.update(query)
+    if view:
+        at.session_state["ui.view"] = view
+    return at
+
+
+def code_text(at: AppTest, view: str) -> str | None:
+    """The raw text of a code view (from the block's copy buffer)."""
+    for element in at.html:
+        if f'data-view="{view}"' in element.value:
+            return html.unescape(re.search(r"<textarea[^>]*>(.*)</textarea>", element.value, re.S).group(1))
+    return None
+
+
+def launch_bounds(cuda: str) -> set[int]:
+    return {int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", cuda)}
+
+
+def param(at: AppTest, key: str) -> str:
+    """A query parameter of the app's URL after the run (AppTest keeps lists or strings)."""
+    value = at.query_params[key]
+    return value[-1] if isinstance(value, list) else value
+
+
+def assert_clean(at: AppTest):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.mark.parametrize("preset", list(all_presets()))
+def test_explorer_page_for_every_preset(preset):
+    at = app({"preset": preset}, view="CUDA").run()
+    assert_clean(at)
+    spec = get_preset(preset).spec
+    assert at.session_state["spec"] == spec
+    assert at.title[0].value == spec.template_def.title
+    assert code_text(at, "cuda") == code_view.kernels_only(build(spec).cuda)[0]
+    assert param(at, "preset") == preset and param(at, "knob.num_thread_x" if "knob.num_thread_x" in
+                                                          at.query_params else "template") is not None
+    assert urlstate.from_query({k: param(at, k) for k in at.query_params}) == (spec, preset)
+
+
+@pytest.mark.parametrize("preset", list(all_presets()))
+def test_compare_page_for_every_preset(preset):
+    at = app({"preset": preset}).run()
+    at.switch_page("pages/compare.py").run()
+    assert_clean(at)
+    assert at.title[0].value == "Compare two settings"
+    assert at.session_state["spec"] == get_preset(preset).spec
+
+
+def test_device_page():
+    at = app().run()
+    at.switch_page("pages/device.py").run()
+    assert_clean(at)
+    assert at.title[0].value == "Device"
+    if not tvm.cuda(0).exist:
+        assert "No GPU: code and diagrams only" in at.info[0].value
+    versions = at.dataframe[0].value
+    assert tvm.__version__ in set(versions["version"])
+
+
+def test_thread_slider_changes_launch_bounds():
+    at = app({"preset": "dw-blog-final-96"}, view="CUDA").run()
+    assert launch_bounds(code_text(at, "cuda")) == {8 * 16}
+    at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    assert_clean(at)
+    assert launch_bounds(code_text(at, "cuda")) == {8 * 8}
+    assert at.session_state["spec"].knobs.num_thread_x == 8
+    assert param(at, "knob.num_thread_x") == "8"
+
+
+def test_invalid_setting_shows_error_and_keeps_last_result_stale():
+    at = app({"preset": "dw-blog-final-96"}, view="CUDA").run()
+    before = code_text(at, "cuda")
+    at.sidebar.select_slider(key=THREAD_X).set_value(64).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "num_thread_x" in at.error[0].value and "\n" not in at.error[0].value
+    assert "stale" in at.warning[0].value
+    assert code_text(at, "cuda") == before
+    assert any('class="tvm-code stale"' in h.value for h in at.html)
+    at.sidebar.select_slider(key=THREAD_X).set_value(4).run()  # and the app keeps working
+    assert_clean(at)
+    assert launch_bounds(code_text(at, "cuda")) == {8 * 4}
+
+
+def test_link_restores_the_knobs():
+    spec = get_preset("dw-blog-final-96").spec.with_knobs(num_thread_x=4, num_vthread_x=4, unroll=True)
+    at = app(urlstate.to_query(spec, "dw-blog-final-96"), view="CUDA").run()
+    assert_clean(at)
+    assert at.session_state["spec"] == spec
+    assert at.sidebar.select_slider(key=THREAD_X).value == 4
+    assert at.sidebar.select_slider(key="knob:depthwise_blog.num_vthread_x").value == 4
+    assert at.sidebar.toggle(key="knob:depthwise_blog.unroll").value is True
+    assert launch_bounds(code_text(at, "cuda")) == {8 * 4}
+    assert "Changed from the preset: num_thread_x, num_vthread_x, unroll" in at.sidebar.caption[0].value
+
+
+def test_bad_link_says_why_and_opens_the_default():
+    at = app({"template": "depthwise_blog", "knob.num_thread_x": "3"}).run()
+    assert not at.exception
+    assert "could not be opened" in at.error[0].value and "num_thread_x" in at.error[0].value
+    assert at.session_state["spec"] == get_preset("dw-blog-final-96").spec
+
+
+def test_reset_to_preset():
+    at = app({"preset": "dw-blog-final-96"}).run()
+    at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    at.sidebar.button[0].click().run()
+    assert_clean(at)
+    assert at.session_state["spec"] == get_preset("dw-blog-final-96").spec
+    assert at.sidebar.select_slider(key=THREAD_X).value == 16
+
+
+def test_switching_workload_opens_its_first_preset():
+    at = app().run()
+    at.sidebar.selectbox(key="ui.workload").set_value("matmul").run()
+    assert_clean(at)
+    spec = at.session_state["spec"]
+    assert spec.template == "matmul" and at.session_state["preset"] == spec_preset_id(spec)
+    assert at.sidebar.select_slider(key="knob:matmul.block_m").value == spec.knobs.block_m
+
+
+def spec_preset_id(spec):
+    return next(p.id for p in all_presets().values() if p.spec == spec)
+
+
+def test_diff_against_previous_try():
+    at = app({"preset": "dw-blog-final-96"}, view="CUDA").run()
+    at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    at.toggle(key="ui.diff").set_value(True).run()
+    assert_clean(at)
+    diff = code_text(at, "cuda-diff")
+    assert "-extern \"C\" __global__ void __launch_bounds__(128)" in diff
+    assert "+extern \"C\" __global__ void __launch_bounds__(64)" in diff
+    assert any("Previous try: num_thread_x 16 → 8" in c.value for c in at.caption)
+
+
+# -- helpers, without a running app ---------------------------------------------------------
+
+
+def test_nearest_split_and_value():
+    assert widgets.nearest((8, 2, 4, 1), ((1, 1, 8), (8, 2, 4, 1))) == (8, 2, 4, 1)
+    # 64 -> 32 output channels: the factorization closest part by part in log2 scale
+    # (distances 5, 3, 1 and 7 from 8×2×4×1)
+    options = ((32, 1, 1, 1), (16, 2, 1, 1), (4, 2, 4, 1), (1, 1, 32, 1))
+    assert widgets.nearest((8, 2, 4, 1), options) == (4, 2, 4, 1)
+    assert widgets.nearest(5, (1, 2, 4, 8)) == 4
+    assert widgets.nearest("x", ("shared", "local")) == "shared"
+
+
+def test_widget_kinds_and_labels():
+    from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
+    from explorer.workloads import Conv1d
+
+    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("num_thread_x")) == "select_slider"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("input_cache")) == "selectbox"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("unroll")) == "toggle"
+    assert widgets.widget_kind(Conv1d.spec("input_length")) == "number_input"
+    assert widgets.format_value((8, 2, 4, 1)) == "8×2×4×1" and widgets.format_value(True) == "on"
+
+
+def test_code_block_escapes_and_numbers_lines():
+    block = code_view.block_html('x = "<script>"\ny = 1\n', "python", "tensorir", caption="<b>")
+    assert "<script>" not in block and "&lt;b&gt;" in block
+    assert 'class="linenos">1<' in block and 'class="linenos">2<' in block
+
+
+def test_kernels_only_keeps_line_numbers():
+    cuda = '#include <x>\nusing t = int;\nextern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n'
+    assert code_view.kernels_only(cuda) == ('extern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n', 3)
+    assert code_view.kernels_only("int x;\n") == ("int x;\n", 1)
+
+
+def test_diff_counts():
+    text = code_view.diff("a\nb\nc", "a\nB\nc\nd", "old", "new")
+    assert code_view.diff_counts(text) == (2, 1)
+    assert code_view.diff("same", "same", "old", "new") == ""
+
+
+def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
+    spec = get_preset("dw-blog-final-96").spec
+    built = build(spec)
+    tries = [Try(spec, built, 9.5), Try(spec.with_knobs(num_thread_x=8), built, None),
+             Try(spec.with_knobs(num_thread_x=4), built, 12.0)]
+    trace = tries_figure(tries).data[0]
+    assert list(trace.x) == [1, 3] and list(trace.y) == [9.5, 12.0]
+    assert "num_thread_x = 4" in trace.hovertext[1]
