@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..errors import ExplorerError
-from .accesses import AXES, KernelAccesses, Launch, Loop, SharedAccess, kernel_accesses
+from .accesses import AXES, KernelAccesses, Launch, SharedAccess, kernel_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 
 WARP_SIZE = 32

@@ -7,7 +7,6 @@ the register limit is reported as unknown ("not compiled").
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass
 

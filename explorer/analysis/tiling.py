@@ -316,7 +316,11 @@ def _tiling(built, block: int, thread: tuple[int, int, int]) -> Tiling:
     if any(l.var in block_env for l in by_role["fixed"] + by_role["inner"]):
         notes.append("A block index also drives a serial loop.")
 
-    ownership = _ownership(built, stage, loops, roles, out_exprs, bindings, tags, grid_dims, block_dims)
+    shape = tuple(int(d) for d in write.source.shape)
+    workload = built.spec.workload
+    # The compute stage often writes a register copy of the output; name the output itself.
+    output = workload.output_name if shape == tuple(workload.output_shape()) else str(write.source.name)
+    ownership = _ownership(output, stage, loops, roles, out_exprs, bindings, tags, grid_dims, block_dims)
     work = by_role["vthread"] + by_role["inner"] + by_role["reduction"] + by_role["fixed"]
     env = {**block_env, **thread_env}
     pred = None if _always(stage.realize.predicate) else stage.realize.predicate
@@ -347,8 +351,8 @@ def _tiling(built, block: int, thread: tuple[int, int, int]) -> Tiling:
         ))
     return Tiling(
         stage=str(blk.name_hint),
-        output=str(write.source.name),
-        output_shape=tuple(int(d) for d in write.source.shape),
+        output=output,
+        output_shape=shape,
         grid=grid, threads=threads, vthreads=vthreads,
         loops=tuple(roles),
         chosen_block=block, chosen_thread=thread,
@@ -374,7 +378,7 @@ def _valid_iterations(loops: list[Loop], env: dict, bindings: dict, predicate) -
     return int(holds.sum()) * (total // size)
 
 
-def _ownership(built, stage, loops, roles, out_exprs, bindings, tags, grid_dims, block_dims) -> Ownership:
+def _ownership(output: str, stage, loops, roles, out_exprs, bindings, tags, grid_dims, block_dims) -> Ownership:
     if len(out_exprs) < 2:
         out_exprs = [tirx.const(0, "int32")] * (2 - len(out_exprs)) + list(out_exprs)
     plane_exprs, leading = out_exprs[-2:], out_exprs[:-2]
@@ -426,8 +430,7 @@ def _ownership(built, stage, loops, roles, out_exprs, bindings, tags, grid_dims,
 
     owners = np.zeros(shape, dtype=np.int64)
     np.add.at(owners, (r, c), 1)
-    output = stage.block.writes[0].source
-    plane = f"{output.name}[{', '.join(str(v) for v in plane_leading + [':', ':'])}]"
+    plane = f"{output}[{', '.join(str(v) for v in plane_leading + [':', ':'])}]"
     return Ownership(
         plane=plane, origin=origin,
         block=grid_of(bx + grid_dims[0] * (by + grid_dims[1] * bz)),

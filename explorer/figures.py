@@ -1,0 +1,190 @@
+"""Plotly figures of the analyses: plain data in, a ``go.Figure`` out (no streamlit).
+
+Colours come from :mod:`explorer.style`; hovering a lane or an element shows its lane,
+thread ids, address and bank, or its block, vthread, thread and iteration.
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .analysis.banks import BANKS, BANK_BYTES, BankReport, LaneMap
+from .analysis.resources import KernelResources
+from .analysis.tiling import Tiling
+from .style import (CATEGORICAL, CONFLICT_COLOUR, FIGURE_HEIGHT, FOOTPRINT_COLOURS, INACTIVE_COLOUR,
+                    LIMITER_COLOURS, OP_COLOURS, SCOPE_COLOURS)
+
+
+def _layout(figure: go.Figure, title: str, **extra) -> go.Figure:
+    figure.update_layout(title={"text": title}, height=FIGURE_HEIGHT, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+                         plot_bgcolor="white", **extra)
+    return figure
+
+
+# -- banks -------------------------------------------------------------------------------
+
+
+def bank_figure(lanes: LaneMap, title: str = "") -> go.Figure:
+    """The 32 banks across, the wavefronts a request needs down: each distinct word is a
+    marker in its bank's column, one row per wavefront (a second row = a 2-way conflict).
+    Lanes reading the same word share its marker (broadcast)."""
+    words: dict[int, list[int]] = {}
+    for lane in lanes.lane:
+        if lanes.active[lane]:
+            words.setdefault(lanes.address[lane] // BANK_BYTES, []).append(lane)
+    row_in_bank: dict[int, int] = {}
+    xs, ys, colours, text, hover = [], [], [], [], []
+    for word in sorted(words):
+        bank = word % BANKS
+        row = row_in_bank.get(bank, 0)
+        row_in_bank[bank] = row + 1
+        members = words[word]
+        xs.append(bank)
+        ys.append(row + 1)
+        colours.append(SCOPE_COLOURS["shared"] if row == 0 else CONFLICT_COLOUR)
+        text.append(",".join(str(l) for l in members) if len(members) <= 3 else f"{members[0]}…({len(members)})")
+        threads = "<br>".join(f"lane {l}: threadIdx ({', '.join(map(str, lanes.thread[l]))}), element "
+                              f"{lanes.element[l]}" for l in members[:8])
+        more = f"<br>… {len(members) - 8} more lanes" if len(members) > 8 else ""
+        hover.append(f"bank {bank}, word {word} (byte address {word * BANK_BYTES})<br>{threads}{more}")
+    figure = go.Figure(go.Scatter(
+        x=xs, y=ys, mode="markers+text", text=text, textposition="middle center",
+        marker={"size": 26, "color": colours, "symbol": "square"}, textfont={"size": 9, "color": "white"},
+        hovertext=hover, hoverinfo="text", showlegend=False,
+    ))
+    inactive = [l for l in lanes.lane if not lanes.active[l]]
+    where = ", ".join(f"{k}={v}" for k, v in lanes.iteration.items()) or "every iteration"
+    subtitle = (f"warp {lanes.warp}, {where}: {lanes.wavefronts} wavefront(s), {lanes.degree}-way"
+                + (f", {len(inactive)} lanes inactive" if inactive else "")
+                + (f"; {lanes.words * BANK_BYTES}-byte accesses, first word shown" if lanes.words > 1 else ""))
+    figure.update_xaxes(title="bank", range=[-0.7, BANKS - 0.3], dtick=1, tickfont={"size": 9})
+    figure.update_yaxes(title="wavefront", autorange="reversed", dtick=1, rangemode="tozero")
+    return _layout(figure, f"{title}<br><sup>{subtitle}</sup>" if title else subtitle)
+
+
+def lanes_figure(lanes: LaneMap, title: str = "") -> go.Figure:
+    """Lane → bank: one bar per lane at its bank; inactive lanes grey."""
+    colours = [SCOPE_COLOURS["shared"] if a else INACTIVE_COLOUR for a in lanes.active]
+    hover = [f"lane {l}<br>threadIdx ({', '.join(map(str, lanes.thread[l]))})<br>element {lanes.element[l]}, "
+             f"byte address {lanes.address[l]}<br>bank {lanes.bank[l]}" + ("" if lanes.active[l] else "<br>inactive")
+             for l in lanes.lane]
+    figure = go.Figure(go.Scatter(
+        x=list(lanes.lane), y=list(lanes.bank), mode="markers+lines", line={"color": INACTIVE_COLOUR, "width": 1},
+        marker={"size": 10, "color": colours}, hovertext=hover, hoverinfo="text", showlegend=False,
+    ))
+    figure.update_xaxes(title="lane", dtick=4, range=[-0.5, 31.5])
+    figure.update_yaxes(title="bank", range=[-0.5, BANKS - 0.5], dtick=4)
+    return _layout(figure, title or f"lane → bank, warp {lanes.warp}")
+
+
+def conflicts_figure(report: BankReport) -> go.Figure:
+    """Wavefronts per request of every shared access (1 = conflict-free for 4-byte
+    accesses), loads and stores in their own colours."""
+    bars = [a for k in report.kernels for a in k.accesses if not a.not_modelled]
+    labels = [f"{a.kernel} #{a.number} {a.op} {a.buffer}" if len(report.kernels) > 1 else f"#{a.number} {a.op} {a.buffer}"
+              for a in bars]
+    figure = go.Figure(go.Bar(
+        y=labels, x=[a.wavefronts_per_request for a in bars], orientation="h",
+        marker={"color": [OP_COLOURS[a.op] for a in bars]},
+        hovertext=[f"{a.text}<br>{a.max_degree}-way max, {a.mean_degree:.2f} mean<br>{a.requests:,} requests, "
+                   f"{a.conflicts:,} conflicts" + (f"<br>reuses #{a.duplicate_of}" if a.duplicate_of else "")
+                   for a in bars],
+        hoverinfo="text", showlegend=False,
+    ))
+    figure.update_xaxes(title="wavefronts per request", rangemode="tozero")
+    figure.update_yaxes(autorange="reversed")
+    return _layout(figure, "Shared-memory accesses: wavefronts per request")
+
+
+# -- tiling ------------------------------------------------------------------------------
+
+_OWNER_FIELDS = {"block": "block", "vthread": "vthread", "thread": "thread", "iteration": "iteration"}
+
+
+def _categorical_scale(count: int) -> list:
+    """A step colourscale giving ids 0…count-1 the categorical palette, cycled."""
+    count = max(count, 1)
+    scale = []
+    for i in range(count):
+        colour = CATEGORICAL[i % len(CATEGORICAL)]
+        scale += [[i / count, colour], [(i + 1) / count, colour]]
+    return scale
+
+
+def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None = None) -> go.Figure:
+    """The output plane coloured by the block (or vthread, thread, inner iteration) that
+    computes each element; with ``block``, only that block's elements."""
+    if colour_by not in _OWNER_FIELDS:
+        raise ValueError(f"colour_by must be one of {', '.join(_OWNER_FIELDS)}")
+    own = tiling.ownership
+    ids = getattr(own, _OWNER_FIELDS[colour_by]).astype(float)
+    mask = own.block >= 0 if block is None else own.block == block
+    rows, cols = np.nonzero(mask)
+    if rows.size:
+        r0, r1, c0, c1 = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
+    else:
+        r0 = r1 = c0 = c1 = 0
+    z = np.where(mask, ids, np.nan)[r0:r1, c0:c1]
+    count = int(np.nanmax(z)) + 1 if np.isfinite(z).any() else 1
+    y = np.arange(r0, r1) + own.origin[0]
+    x = np.arange(c0, c1) + own.origin[1]
+    custom = np.stack([getattr(own, f)[r0:r1, c0:c1] for f in
+                       ("block", "vthread", "thread_x", "thread_y", "thread_z", "iteration", "owners")], axis=-1)
+    cells = [[None if np.isnan(v) else int(v) for v in row] for row in z]  # None: not in the figure
+    figure = go.Figure(go.Heatmap(
+        z=cells, x=x, y=y, customdata=custom, zmin=-0.5, zmax=count - 0.5, colorscale=_categorical_scale(count),
+        showscale=False, xgap=1, ygap=1, texttemplate="%{z}" if z.size <= 1024 else None,
+        hovertemplate=("output (%{y}, %{x})<br>block %{customdata[0]}, vthread %{customdata[1]}<br>"
+                       "threadIdx (%{customdata[2]}, %{customdata[3]}, %{customdata[4]})<br>"
+                       "inner iteration %{customdata[5]}<br>written %{customdata[6]}×<extra></extra>"),
+    ))
+    figure.update_yaxes(autorange="reversed", title="row", scaleanchor="x")
+    figure.update_xaxes(title="column")
+    where = f"block {block}" if block is not None else own.plane + (" (first blocks)" if own.cropped else "")
+    return _layout(figure, f"Outputs by {colour_by}: {where}")
+
+
+def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
+    """The input elements (last two dimensions) the chosen block reads, and among them
+    those the chosen thread reads: the tile plus its halo."""
+    f = tiling.footprints[buffer]
+    cells = f.block_cells
+    if not len(cells):
+        return _layout(go.Figure(), f"{f.buffer}: nothing read")
+    r0, c0 = cells.min(axis=0)
+    r1, c1 = cells.max(axis=0) + 1
+    z = np.zeros((r1 - r0, c1 - c0))
+    z[cells[:, 0] - r0, cells[:, 1] - c0] = 1
+    if len(f.thread_cells):
+        z[f.thread_cells[:, 0] - r0, f.thread_cells[:, 1] - c0] = 2
+    labels = np.array(["not read", "read by the block", "read by the thread"])[z.astype(int)]
+    scale = [[0, FOOTPRINT_COLOURS[0]], [0.33, FOOTPRINT_COLOURS[0]], [0.33, FOOTPRINT_COLOURS[1]],
+             [0.67, FOOTPRINT_COLOURS[1]], [0.67, FOOTPRINT_COLOURS[2]], [1, FOOTPRINT_COLOURS[2]]]
+    figure = go.Figure(go.Heatmap(
+        z=z, x=np.arange(c0, c1), y=np.arange(r0, r1), zmin=0, zmax=2, colorscale=scale, showscale=False,
+        customdata=labels, xgap=1, ygap=1,
+        hovertemplate=f"{f.buffer}[…, %{{y}}, %{{x}}]<br>%{{customdata}}<extra></extra>",
+    ))
+    figure.update_yaxes(autorange="reversed", title="row", scaleanchor="x")
+    figure.update_xaxes(title="column")
+    t = tiling.chosen_thread
+    return _layout(figure, f"{f.buffer}: block {tiling.chosen_block} reads {f.block_elements}, thread "
+                           f"({t[0]}, {t[1]}, {t[2]}) reads {f.thread_elements}<br><sup>{f.loads_per_block} loads per "
+                           f"block = {f.loads_per_output:.2f} per output</sup>")
+
+
+# -- resources ---------------------------------------------------------------------------
+
+
+def occupancy_figure(kernel: KernelResources) -> go.Figure:
+    """Blocks per SM each resource allows; the lowest one limits occupancy."""
+    occ = kernel.occupancy
+    names = list(occ.limits)
+    values = [occ.limits[n] if occ.limits[n] is not None else 0 for n in names]
+    colours = [LIMITER_COLOURS[n] if n == occ.limiter else INACTIVE_COLOUR for n in names]
+    text = [str(occ.limits[n]) if occ.limits[n] is not None else "not compiled" for n in names]
+    figure = go.Figure(go.Bar(x=names, y=values, marker={"color": colours}, text=text, textposition="outside",
+                              hovertemplate="%{x}: %{text} blocks per SM<extra></extra>", showlegend=False))
+    figure.update_yaxes(title="blocks per SM allowed", rangemode="tozero")
+    return _layout(figure, f"{kernel.kernel}: {occ.blocks_per_sm} blocks/SM, {occ.occupancy:.0%} occupancy, "
+                           f"limited by {occ.limiter}")

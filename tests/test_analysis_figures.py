@@ -1,0 +1,70 @@
+"""Figures: built from hand-made data (pure functions), hover text and colours."""
+import numpy as np
+
+from explorer import figures, style
+from explorer.analysis.banks import LaneMap, analyze_banks
+from explorer.analysis.resources import SM_LIMITS, KernelResources, occupancy
+from explorer.analysis.tiling import analyze_tiling
+from explorer.build import build
+from explorer.presets import get_preset
+
+
+def lanes(stride, active=None):
+    active = active or [True] * 32
+    return LaneMap(
+        warp=0, iteration={"i": 0}, lane=tuple(range(32)), thread=tuple((l, 0, 0) for l in range(32)),
+        active=tuple(active), element=tuple(stride * l for l in range(32)),
+        address=tuple(4 * stride * l for l in range(32)), bank=tuple(stride * l % 32 for l in range(32)),
+        words=1, wavefronts=max(1, stride if stride <= 32 else 32) if stride else 1, degree=stride or 1,
+    )
+
+
+def test_bank_figure_puts_conflicting_words_on_a_second_wavefront():
+    trace = figures.bank_figure(lanes(2)).data[0]
+    assert len(trace.x) == 32  # 32 distinct words
+    assert sorted(set(trace.y)) == [1, 2] and list(trace.y).count(2) == 16
+    second = [c for c, y in zip(trace.marker.color, trace.y) if y == 2]
+    assert set(second) == {style.CONFLICT_COLOUR}
+    hover = trace.hovertext[0]
+    assert "lane 0" in hover and "threadIdx (0, 0, 0)" in hover and "bank 0" in hover and "byte address 0" in hover
+
+
+def test_bank_figure_broadcast_is_one_marker():
+    trace = figures.bank_figure(lanes(0)).data[0]
+    assert list(trace.x) == [0] and list(trace.y) == [1]
+    assert "32" in trace.text[0]
+
+
+def test_lanes_figure_greys_inactive_lanes():
+    trace = figures.lanes_figure(lanes(1, [True] * 16 + [False] * 16)).data[0]
+    assert trace.marker.color[0] == style.SCOPE_COLOURS["shared"] and trace.marker.color[31] == style.INACTIVE_COLOUR
+    assert "inactive" in trace.hovertext[31] and "bank 31" in trace.hovertext[31]
+
+
+def test_ownership_and_footprint_figures_follow_the_tiling():
+    tiling = analyze_tiling(build(get_preset("dw-blog-final-96").spec))
+    heat = figures.ownership_figure(tiling, "thread", block=4).data[0]
+    z = np.array(heat.z, dtype=float)
+    assert np.isfinite(z).sum() == tiling.outputs_per_block
+    assert "threadIdx" in heat.hovertemplate and "vthread" in heat.hovertemplate
+    full = figures.ownership_figure(tiling).data[0]
+    assert np.array(full.z, dtype=float).shape == (96, 96)
+    foot = figures.footprint_figure(tiling).data[0]
+    cells = np.array(foot.z)
+    assert (cells == 2).sum() == tiling.footprints[0].thread_elements
+    assert (cells >= 1).sum() == tiling.footprints[0].block_elements
+
+
+def test_conflicts_figure_has_a_bar_per_access():
+    report = analyze_banks(build(get_preset("dw-blog-final-96").spec))
+    bars = figures.conflicts_figure(report).data[0]
+    assert len(bars.y) == len(report.kernels[0].accesses)
+    assert style.OP_COLOURS["store"] in bars.marker.color
+
+
+def test_occupancy_figure_highlights_the_limiter():
+    kernel = KernelResources("k", (1, 1, 1), (256, 1, 1), 256, 4096, 48, 0, occupancy(SM_LIMITS["sm_90"], 256, 4096, 48))
+    bars = figures.occupancy_figure(kernel).data[0]
+    colour = dict(zip(bars.x, bars.marker.color))
+    assert colour["registers"] == style.LIMITER_COLOURS["registers"]
+    assert colour["threads"] == style.INACTIVE_COLOUR
