@@ -2,9 +2,15 @@
 
 A lesson is a tutorial from ``presets/``; its steps are the tutorial's presets in file
 order. For each step this module says which knobs (and shape parameters) changed from
-the previous step, and turns the preset's ``compare`` entries into verdicts: the
-tutorial's two numbers and, when timings are given, the measured two numbers, side by
-side, with "reproduced", "not reproduced" or "needs a GPU".
+the previous step, and checks the step's claims:
+
+- ``static`` facts (shared bytes, bank-conflict degree, per-thread tiles, global writes…)
+  are computed from the build with explorer.analysis and compared with the values the
+  claim states: reproduced or not, on any machine;
+- ``compare`` entries (timing claims) give the tutorial's two numbers and, when timings
+  are given, the measured two, side by side: reproduced, not reproduced or needs a GPU.
+
+:func:`evidence` gathers what the page shows "on this GPU" when nothing is measured.
 
 Everything here is pure: timings come in as a mapping ``preset id -> µs`` (measured by
 :func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's),
@@ -16,9 +22,15 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from .build import Spec
+from tvm import tirx
+
+from .analysis.banks import analyze_banks
+from .analysis.resources import analyze_resources
+from .analysis.tiling import analyze_tiling
+from .build import Build, Spec, build
 from .errors import ExplorerError, PresetError
-from .presets import Comparison, Preset, Tutorial, all_presets, tutorials
+from .presets import STATIC_FACTS, Comparison, Preset, Tutorial, all_presets, tutorials
+from .tir_walk import walk
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -260,3 +272,140 @@ def measure_presets(
         if on_done is not None:
             on_done(preset, value, error)
     return times, errors
+
+
+# -- static facts -----------------------------------------------------------------------
+
+
+def _first_input(built: Build):
+    """The footprint of the first buffer the compute stage reads (the input or its tile)."""
+    return analyze_tiling(built).footprints[0]
+
+
+def bank_conflict_degree(built: Build) -> int:
+    """The worst n-way bank conflict among the first kernel's shared-memory loads (0 when
+    it loads nothing from shared memory)."""
+    if not built.kernels:
+        return 0
+    kernel = analyze_banks(built).kernels[0]
+    loads = [a for a in kernel.accesses if a.op == "load" and a.duplicate_of is None]
+    unknown = [a for a in loads if a.not_modelled]
+    if unknown:
+        raise ExplorerError(f"The bank model cannot evaluate {unknown[0].text}: {unknown[0].not_modelled}.")
+    return max((a.max_degree for a in loads), default=0)
+
+
+def global_writes(built: Build) -> tuple[tuple[str, ...], ...]:
+    """For each kernel, in launch order, the global buffers it stores to."""
+    out = []
+    for kernel in built.kernels:
+        func = built.device_mod[kernel.name]
+        names = {s.buffer.name for s, _ in walk(func.body)
+                 if isinstance(s, tirx.BufferStore) and s.buffer.scope() == "global"}
+        out.append(tuple(sorted(names)))
+    return tuple(out)
+
+
+FACTS: dict[str, Callable[[Build], object]] = {
+    "kernels": lambda b: len(b.kernels),
+    "blocks": lambda b: math.prod(b.kernels[0].grid),
+    "threads_per_block": lambda b: b.kernels[0].threads_per_block,
+    "shared_bytes": lambda b: b.kernels[0].shared_bytes,
+    "outputs_per_thread": lambda b: analyze_tiling(b).outputs_per_thread,
+    "input_tile_per_thread": lambda b: tuple(_first_input(b).thread_box[-2:]),
+    "loads_per_output": lambda b: _first_input(b).loads_per_output,
+    "bank_conflict_degree": bank_conflict_degree,
+    "global_writes": global_writes,
+}
+assert tuple(FACTS) == STATIC_FACTS, "explorer.presets.STATIC_FACTS and lessons.FACTS must name the same facts"
+
+FACT_LABELS = {
+    "kernels": "kernels launched",
+    "blocks": "blocks",
+    "threads_per_block": "threads per block",
+    "shared_bytes": "shared memory per block (bytes)",
+    "outputs_per_thread": "outputs per thread",
+    "input_tile_per_thread": "input tile per thread (rows × columns)",
+    "loads_per_output": "input loads per output",
+    "bank_conflict_degree": "worst bank conflict (n-way)",
+    "global_writes": "global buffers written, per kernel",
+}
+
+
+def _same(claimed, actual) -> bool:
+    if isinstance(claimed, float) or isinstance(actual, float):
+        return math.isclose(float(claimed), float(actual), rel_tol=1e-3)
+    return claimed == actual
+
+
+@dataclass(frozen=True)
+class StaticCheck:
+    fact: str
+    claimed: object
+    actual: object  # None when the analysis could not compute it
+    error: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return REPRODUCED if self.actual is not None and _same(self.claimed, self.actual) else NOT_REPRODUCED
+
+    @property
+    def label(self) -> str:
+        return FACT_LABELS[self.fact]
+
+
+def static_checks(preset: Preset, target: str | None = None) -> tuple[StaticCheck, ...]:
+    """The preset's static claims against its build for ``target`` (default: this
+    machine's GPU, else an H100)."""
+    if not preset.static:
+        return ()
+    built = build(preset.spec, target)
+    checks = []
+    for fact, claimed in preset.static:
+        try:
+            checks.append(StaticCheck(fact, claimed, FACTS[fact](built)))
+        except ExplorerError as error:
+            checks.append(StaticCheck(fact, claimed, None, str(error)))
+    return tuple(checks)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a build shows about a claim without running it."""
+
+    shared_bytes: int
+    bank_conflict_degree: int | None
+    outputs_per_thread: int | None
+    loads_per_output: float | None
+    blocks_per_sm: int
+    occupancy: float
+    occupancy_limiter: str
+    registers: int | str  # per thread, or "not compiled"
+    notes: tuple[str, ...] = ()
+
+
+def evidence(built: Build, binary=None) -> Evidence:
+    """Static evidence for the first kernel of a build; ``binary`` (compile_binary) adds
+    registers to the occupancy. An analysis that cannot evaluate the schedule leaves its
+    figure empty and says why in ``notes``."""
+    notes = []
+
+    def attempt(compute):
+        try:
+            return compute()
+        except ExplorerError as error:
+            notes.append(str(error))
+            return None
+
+    resources = analyze_resources(built, binary).kernels[0]
+    return Evidence(
+        shared_bytes=resources.shared_bytes,
+        bank_conflict_degree=attempt(lambda: bank_conflict_degree(built)),
+        outputs_per_thread=attempt(lambda: analyze_tiling(built).outputs_per_thread),
+        loads_per_output=attempt(lambda: _first_input(built).loads_per_output),
+        blocks_per_sm=resources.occupancy.blocks_per_sm,
+        occupancy=resources.occupancy.occupancy,
+        occupancy_limiter=resources.occupancy.limiter,
+        registers=resources.registers,
+        notes=tuple(dict.fromkeys(notes)),
+    )

@@ -21,6 +21,7 @@ File layout::
     knobs = { num_thread_y = 8 }     # over the template's defaults
     reported = [ { what = "TVM SAME pad", value_us = 90.9, hardware = "GTX 1080", this_schedule = true } ]
     compare = [ { with = "dw-blog-vthread-case3", expect = "faster" } ]     # optional
+    static = { bank_conflict_degree = 2, outputs_per_thread = 8 }            # optional
 
 ``this_schedule`` marks the tutorial's time for this very schedule (at most one entry);
 the other entries are context (another library, the tutorial's baseline). ``compare``
@@ -28,6 +29,8 @@ makes a timing claim checkable: this step against another preset, ``expect`` one
 RELATIONS (``faster``/``slower``/``same_speed`` compare times; ``more_gflops``/
 ``fewer_gflops`` compare FLOP rates, for claims across workloads), optionally
 ``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of magnitude").
+``static`` makes a structural claim checkable: facts (STATIC_FACTS, computed from the
+build by explorer.lessons) and the values the claim states.
 """
 from __future__ import annotations
 
@@ -44,11 +47,23 @@ from .workloads import workload_from_mapping
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs", "reported",
-                "compare"}
+                "compare", "static"}
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
 RELATIONS = ("faster", "slower", "same_speed", "more_gflops", "fewer_gflops")
+# Facts about a build that a claim can state (explorer.lessons computes them):
+STATIC_FACTS = (
+    "kernels",  # CUDA kernels launched
+    "blocks",  # blocks of the first kernel's grid
+    "threads_per_block",
+    "shared_bytes",  # static shared memory per block of the first kernel
+    "outputs_per_thread",  # outputs one thread computes (vthreads included)
+    "input_tile_per_thread",  # [rows, columns] of the input one thread reads
+    "loads_per_output",  # input elements loaded per output when each thread loads its tile once
+    "bank_conflict_degree",  # worst n-way bank conflict of the first kernel's shared loads
+    "global_writes",  # per kernel, the buffers it writes in global memory
+)
 _TUTORIAL_KEYS = {"id", "title", "source", "summary"}
 
 
@@ -88,6 +103,7 @@ class Preset:
     found_by: str = ""
     reported: tuple[Reported, ...] = ()
     compare: tuple[Comparison, ...] = ()
+    static: tuple[tuple[str, object], ...] = ()  # (fact, claimed value), lists as tuples
 
     @property
     def own_reported(self) -> Reported | None:
@@ -147,13 +163,14 @@ def _load_preset(raw: dict, tutorial: str, step: int, where: str) -> Preset:
     if sum(r.this_schedule for r in reported) > 1:
         raise PresetError(f"{here}: only one reported figure can be 'this_schedule'.")
     compare = tuple(_load_comparison(item, here) for item in raw.get("compare", []))
+    static = _load_static(raw.get("static", {}), here)
     for key in ("id", "title", "source", "claim", "explanation", "found_by"):
         if key in raw and not isinstance(raw[key], str):
             raise PresetError(f"{here}: '{key}' must be text.")
     return Preset(
         id=raw["id"], title=raw["title"], tutorial=tutorial, step=step, source=raw["source"], spec=spec,
         claim=raw["claim"], explanation=raw.get("explanation", ""), found_by=raw.get("found_by", ""),
-        reported=tuple(reported), compare=compare,
+        reported=tuple(reported), compare=compare, static=static,
     )
 
 
@@ -165,6 +182,17 @@ def _load_comparison(item: dict, here: str) -> Comparison:
     if at_least is not None and (isinstance(at_least, bool) or not isinstance(at_least, (int, float)) or at_least < 1):
         raise PresetError(f"{here} compare: 'at_least' must be a ratio of 1 or more.")
     return Comparison(other, expect, float(at_least) if at_least is not None else None)
+
+
+def _load_static(table: dict, here: str) -> tuple[tuple[str, object], ...]:
+    if not isinstance(table, dict):
+        raise PresetError(f"{here}: 'static' must be a table of facts.")
+    _check_keys(table, set(STATIC_FACTS), f"{here} static")
+    return tuple((name, _frozen(table[name])) for name in STATIC_FACTS if name in table)
+
+
+def _frozen(value):
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
 def _check_keys(table: dict, allowed: set, where: str) -> None:

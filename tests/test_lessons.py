@@ -3,6 +3,7 @@ verdict logic for timing claims (fed with hand-made timings: no GPU needed)."""
 import pytest
 
 from explorer import lessons as L
+from explorer.build import build
 from explorer.errors import ExplorerError, PresetError
 from explorer.presets import Comparison, all_presets, get_preset, load_file, tutorials
 
@@ -187,3 +188,31 @@ def test_a_comparison_with_an_unknown_preset_fails(tmp_path):
     (tmp_path / "t.toml").write_text(BASE + 'compare = [ { with = "zzz", expect = "faster" } ]\n')
     with pytest.raises(PresetError, match="compares itself with 'zzz', which is not another preset"):
         tutorials.__wrapped__(tmp_path)
+
+
+# -- static claims ------------------------------------------------------------------------
+
+
+def test_a_wrong_static_claim_is_not_reproduced(tmp_path):
+    path = tmp_path / "t.toml"
+    # One block per 32×32 channel: (34·34 + 9)·4 = 4,660 bytes of shared memory, not 4,096.
+    path.write_text(BASE + "knobs = { blocking_h = 0, blocking_w = 0, num_thread_y = 8, num_thread_x = 8, "
+                           "num_vthread_x = 1 }\nstatic = { shared_bytes = 4096, kernels = 1 }\n")
+    (preset,) = load_file(path).presets
+    right, wrong = L.static_checks(preset, "h100")  # in STATIC_FACTS order
+    assert (wrong.fact, wrong.claimed, wrong.actual, wrong.verdict) == ("shared_bytes", 4096, 4660, L.NOT_REPRODUCED)
+    assert (right.fact, right.actual, right.verdict) == ("kernels", 1, L.REPRODUCED)
+
+
+def test_an_unknown_static_fact_fails_loudly(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(BASE + "static = { registers = 32 }\n")
+    with pytest.raises(PresetError, match=r"bad.toml preset 'a' static: unknown key\(s\) registers; allowed: .*shared_bytes"):
+        load_file(path)
+
+
+def test_evidence_without_a_gpu():
+    # The blog's case 2 on 96×96: 8×8 threads, vthreads (1, 4), 34×34 tile + filter.
+    ev = L.evidence(build(get_preset("dw-blog-vthread-case2").spec, "h100"))
+    assert (ev.shared_bytes, ev.bank_conflict_degree, ev.outputs_per_thread) == (4660, 1, 16)
+    assert ev.registers == "not compiled" and ev.blocks_per_sm == 32  # 64 threads: the 32-block limit
