@@ -261,8 +261,12 @@ def _plane_pairs(values: dict, group_of: dict, n: int) -> np.ndarray:
         return np.zeros((0, 2), dtype=np.int64)
     a, b = (n - 2, n - 1) if n >= 2 else (n - 1, n - 1)
     if group_of.get(a) == group_of.get(b):
-        both = np.stack([values[a], values[b]], axis=1)
-        return np.unique(both, axis=0)
+        first, second = values[a], values[b]
+        if not first.size:
+            return np.zeros((0, 2), dtype=np.int64)
+        width = int(second.max() - second.min() + 1)
+        keys = np.unique((first - first.min()) * width + (second - second.min()))
+        return np.stack([keys // width + first.min(), keys % width + second.min()], axis=1)
     rows, cols = np.unique(values[a]), np.unique(values[b])
     return np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1).reshape(-1, 2)
 
@@ -445,13 +449,13 @@ def _block_window(extents: list[int], allowed: int) -> list[int]:
     """How many blocks to take along each block loop so that their product ≤ allowed,
     as evenly as possible (a square window of a large plane)."""
     limits = [1] * len(extents)
-    grew = True
-    while grew:
-        grew = False
-        for i in sorted(range(len(extents)), key=lambda j: limits[j]):
-            if limits[i] < extents[i] and math.prod(limits) // limits[i] * (limits[i] + 1) <= allowed:
-                limits[i] += 1
-                grew = True
+    budget = allowed
+    order = sorted(range(len(extents)), key=lambda i: extents[i])  # small axes first, the rest share what is left
+    for position, i in enumerate(order):
+        remaining = len(order) - position
+        share = int(budget ** (1 / remaining) + 1e-9)
+        limits[i] = max(1, min(extents[i], share))
+        budget //= limits[i]
     return limits
 
 
