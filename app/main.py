@@ -19,6 +19,7 @@ session.init()
 pages = [
     st.Page("pages/explorer.py", title="Explorer", icon=":material/code:", default=True),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_view:"),
     st.Page("pages/device.py", title="Device", icon=":material/developer_board:"),
 ]
 st.navigation(pages).run()

@@ -144,6 +144,65 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _progress_bar(fraction: float, text: str) -> None:
+    """A progress bar on stderr, so that stdout stays clean for --json."""
+    filled = round(30 * fraction)
+    print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end="\n" if fraction >= 1 else "", file=sys.stderr, flush=True)
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    cells = [[("" if r.get(c) is None else f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    for line in [columns, *cells]:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import Grid, gpu_measurer, run, static_score
+
+    preset, spec = _spec_from_args(args)
+    grid = Grid.parse(spec, args.grid)
+    measurer = gpu_measurer(args.target)  # None without a GPU: ranked by the static analyses
+    result = run(
+        grid, target=args.target, measurer=measurer, scorer=static_score, sample=args.sample, workers=args.workers,
+        on_progress=lambda p: _progress_bar(p.fraction, p.describe(measurer is not None)),
+    )
+    if args.json:
+        print(json.dumps({"preset": preset.id, **result.to_json()}, indent=2, default=str))
+        return 0
+    print(result.ranking)
+    value = "latency_us" if result.measured else "static_cost"
+    rows = [r for r in result.table() if r["rank"] is not None][: args.top]
+    _print_table(rows, ["rank", *grid.knob_names, value])
+    print(f"{len(result.ranked())} valid of {len(result.points)} in {result.elapsed_s:.1f} s ({result.per_minute:.0f}/min).")
+    for status, count, example in result.skipped_reasons():
+        print(f"skipped {count} ({status}), e.g.: {example}")
+    best = result.best
+    if best is not None:
+        changed = " ".join(f"--set {k}={v}" for k, v in best.knobs.to_strings().items() if k in grid.knob_names)
+        print(f"best: python -m explorer show {preset.id} {changed} --view cuda")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from .build import build
+    from .tune import tune
+
+    preset, spec = _spec_from_args(args)
+    result = tune(
+        spec.workload, args.trials, target=args.target, strategy=args.strategy, work_dir=args.work_dir,
+        on_progress=lambda p: _progress_bar(p.fraction, p.describe()),
+    )
+    hand = build(spec, args.target)
+    if args.json:
+        print(json.dumps({"preset": preset.id, **result.to_json(), "hand_trace": hand.trace}, indent=2, default=str))
+        return 0
+    print(f"MetaSchedule on {result.workload.label()} ({result.target}): best {result.best_us:.2f} µs, "
+          f"{result.trials} trials measured in {result.elapsed_s:.0f} s, {result.strategy} search, {result.cost_model} cost model.")
+    print(result.trace)
+    return 0
+
+
 def cmd_export(args) -> int:
     from .export import file_name, snippet
 
@@ -180,6 +239,22 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--view", required=True, choices=sorted(VIEWS))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_show)
+    p = sub.add_parser("sweep", help="build (and measure) every combination of some knobs; rank them")
+    _add_spec_args(p)
+    p.add_argument("--grid", action="append", required=True, metavar="KNOB=V1,V2,...",
+                   help="a knob and its values (or KNOB=all); repeatable; splits are written 8x2x4x1")
+    p.add_argument("--sample", type=int, default=None, help="run this many random points of the grid")
+    p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per CPU core)")
+    p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("tune", help="search with TVM's MetaSchedule on the preset's workload")
+    _add_spec_args(p)
+    p.add_argument("--trials", type=int, required=True, help="trial budget (candidates built and run)")
+    p.add_argument("--strategy", default="evolutionary", choices=("evolutionary", "replay-trace"))
+    p.add_argument("--work-dir", default=None, help="keep MetaSchedule's records and logs here (resumable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tune)
     p = sub.add_parser("export", help="write a standalone TVM + NumPy script of a preset's schedule")
     _add_spec_args(p)
     p.add_argument("-o", "--output", default=None, help="file to write (default PRESET_schedule.py; - for stdout)")

@@ -190,6 +190,59 @@ class Point:
         )
 
 
+# Without a GPU a sweep ranks by this rough model of the static analyses (and says so).
+LATENCY_HIDING_WARPS = 16  # resident warps per SM taken as enough to hide memory latency
+DEFAULT_SMS = 132  # an H100's SMs, assumed when no GPU is present to ask
+STATIC_MODEL = (
+    "Static cost = loads per output (each thread loading its input footprint once, the blog's reuse count) "
+    "× shared-memory wavefronts per conflict-free wavefront ÷ the share of each warp's 32 lanes in use "
+    f"÷ min(1, resident warps per SM ÷ {LATENCY_HIDING_WARPS}); lower ranks first. "
+    "A rough model of the analyses, not a time."
+)
+
+
+def static_score(built: Build) -> StaticScore:
+    """Rank key from the analyses of one build (see STATIC_MODEL): tiling reuse, bank
+    conflicts, and whether enough warps are resident to hide memory latency."""
+    from .analysis.banks import analyze_banks
+    from .analysis.resources import analyze_resources
+    from .analysis.tiling import analyze_tiling
+
+    loads = sum(f.loads_per_output for f in analyze_tiling(built).footprints)
+    banks = analyze_banks(built).kernels
+    wavefronts = sum(k.loads.wavefronts + k.stores.wavefronts for k in banks)
+    conflicts = sum(k.loads.conflicts + k.stores.conflicts for k in banks)
+    conflict_factor = wavefronts / (wavefronts - conflicts) if wavefronts > conflicts else 1.0
+    kernel = analyze_resources(built).kernels[0]  # the compute kernel
+    device = tvm.cuda(0)
+    sms = device.multi_processor_count if device.exist else DEFAULT_SMS
+    resident_blocks = min(kernel.occupancy.blocks_per_sm, -(-math.prod(kernel.grid) // sms))
+    warps_per_block = -(-kernel.threads_per_block // 32)
+    lanes_used = kernel.threads_per_block / (32 * warps_per_block)
+    warps = resident_blocks * warps_per_block
+    hiding = min(1.0, warps / LATENCY_HIDING_WARPS)
+    metrics = (("loads_per_output", round(loads, 3)), ("conflict_factor", round(conflict_factor, 3)),
+               ("lanes_used", round(lanes_used, 3)), ("warps_per_sm", warps),
+               ("occupancy", round(kernel.occupancy.occupancy, 3)))
+    return StaticScore(loads * conflict_factor / lanes_used / hiding, metrics, STATIC_MODEL)
+
+
+def gpu_measurer(target: str | tvm.target.Target | None = None) -> Callable[[Spec], float] | None:
+    """Median µs of a spec, checked against NumPy first, through the measurement queue (one
+    kernel at a time on this machine's GPU); None when there is no GPU, and the sweep then
+    ranks by the static analyses."""
+    from .targets import local_gpu_target
+
+    if local_gpu_target() is None:
+        return None
+    from .measure import measure
+
+    def measured_us(spec: Spec) -> float:
+        return measure(spec, target).median_us
+
+    return measured_us
+
+
 def compile_point(spec: Spec, target: str, scorer: Callable[[Build], StaticScore] | None) -> Point:
     """Worker side: build (schedule, verify, lower, generate code) and score one point."""
     start = time.perf_counter()
@@ -440,7 +493,7 @@ class SweepResult:
         reasons that differ only in their numbers are one kind."""
         groups: dict[tuple[str, str], list[Point]] = {}
         for point in self.skipped():
-            groups.setdefault((point.status, re.sub(r"\d+", "#", point.reason)), []).append(point)
+            groups.setdefault((point.status, re.sub(r"\d+(?:[.,]\d+)*", "#", point.reason)), []).append(point)
         rows = [(status, len(members), members[0].reason) for (status, _), members in groups.items()]
         return sorted(rows, key=lambda row: -row[1])
 

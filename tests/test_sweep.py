@@ -4,6 +4,7 @@ import os
 import sys
 
 import cloudpickle
+import tvm
 import pytest
 
 from explorer.build import Spec, build
@@ -234,3 +235,71 @@ def test_points_survive_a_json_round_trip(measured):
     result, _ = measured
     for point in result.points:
         assert Point.from_json(DepthwiseBlogKnobs, json.loads(json.dumps(point.to_json()))) == point
+
+
+def test_static_analyses_rank_the_blogs_conflict_free_threads_first():
+    """The blog's claim on [1,256,32,32] (here 8 channels), blocking 32×32: threads (y=1,
+    x=32) read shared memory without bank conflicts, (y=32, x=1) with; the same loads per
+    output and warps, so the static ranking puts (1, 32) first by the conflict factor."""
+    from explorer.sweep import static_score
+
+    base = Spec("depthwise_blog", DepthwiseConv2d(channels=8, height=32, width=32),
+                DepthwiseBlogKnobs(num_vthread_x=1))
+    result = run(Grid.parse(base, ["num_thread_y=1,32", "num_thread_x=1,32"]), target="h100", scorer=static_score,
+                 workers=2)
+    by_threads = {(p.knobs.num_thread_y, p.knobs.num_thread_x): p for p in result.points}
+    row, column = by_threads[1, 32].static, by_threads[32, 1].static
+    assert dict(row.metrics)["conflict_factor"] == 1.0 < dict(column.metrics)["conflict_factor"]
+    assert dict(row.metrics)["loads_per_output"] == dict(column.metrics)["loads_per_output"]
+    assert column.cost / row.cost == pytest.approx(dict(column.metrics)["conflict_factor"], rel=1e-3)
+    ranked = [(p.knobs.num_thread_y, p.knobs.num_thread_x) for p in result.ranked()]
+    assert ranked.index((1, 32)) < ranked.index((32, 1))
+    assert "rough model" in result.ranking
+
+
+def test_cli_sweep_prints_json_and_rejects_a_bad_grid(capsys):
+    import json
+
+    from explorer.cli import main
+
+    assert main(["sweep", "dw-blog-channel-21", "--grid", "num_thread_x=4,8", "--grid", "num_thread_y=4,32",
+                 "--workers", "2", "--target", "h100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["preset"] == "dw-blog-channel-21" and out["points"] == 4
+    assert out["grid"] == ["num_thread_x=4,8", "num_thread_y=4,32"]
+    assert out["valid"] == 2 and out["skipped"][0]["count"] == 2  # 32 rows of threads > 21 rows
+    assert main(["sweep", "dw-blog-channel-21", "--grid", "num_thread_x=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "not allowed" in err[0]
+
+
+def test_sweep_page_runs_ranks_statically_and_applies_the_best():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    if tvm.cuda(0).exist:
+        pytest.skip("with a GPU the page measures; this test covers the static ranking")
+    main = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+    at = AppTest.from_file(main, default_timeout=120)
+    at.query_params["preset"] = "dw-blog-channel-21"
+    at.run()
+    at.switch_page("pages/sweep.py").run()
+    assert not at.exception and at.title[0].value == "Sweep"
+    at.multiselect(key="sweep.knobs.depthwise_blog").set_value(["num_thread_x", "num_thread_y"]).run()
+    at.multiselect(key="sweep.values.depthwise_blog.num_thread_x").set_value([4, 8]).run()
+    at.multiselect(key="sweep.values.depthwise_blog.num_thread_y").set_value([4, 8, 32]).run()
+    run_button = next(b for b in at.button if b.label.startswith("Run sweep"))
+    assert run_button.label == "Run sweep · 6 points"
+    run_button.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    result = at.session_state["sweep.result"]
+    assert len(result.points) == 6 and len(result.ranked()) == 4  # 32 rows of threads > 21
+    assert any("No GPU: ranked by the static analyses" in w.value for w in at.warning)
+    assert any(c.value.startswith("Best: ") for c in at.caption)
+    assert len(at.get("plotly_chart")) == 1  # the heatmap over the two swept knobs
+    best = result.best_spec()
+    next(b for b in at.button if b.label == "Apply best").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["spec"] == best
+    assert at.title[0].value == best.template_def.title  # back on the Explorer page
