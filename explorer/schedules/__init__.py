@@ -7,8 +7,10 @@ from .common import Template
 from . import depthwise_blog
 from . import conv2d
 from . import matmul
+from . import depthwise_d2l
+from . import conv1d
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE,)}
+TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE, depthwise_d2l.TEMPLATE, conv1d.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:

@@ -69,10 +69,14 @@ def loops_below(sch: Schedule, block, anchor) -> list:
     raise InvalidKnobs("internal: a cache stage is not placed under the expected loop.")
 
 
-def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int]], vector: int = 1) -> None:
+def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int]], vector: int = 1,
+                      contiguous: bool = False) -> None:
     """Spread a shared-memory load over the block's threads: fuse the copy loops, split
     them by the thread extents (outermost tag first) and bind. ``vector`` > 1 makes each
-    thread copy that many consecutive elements with one vector instruction."""
+    thread copy that many consecutive elements with one vector instruction.
+    ``contiguous`` gives each thread one contiguous run of the copy instead (TE's
+    ``split(nparts=threads)``, as d2l writes it): neighbouring threads then read addresses
+    a run apart, so a warp's loads coalesce less well than the default interleaving."""
     loops = loops_below(sch, block, anchor)
     if not loops:
         return  # a single element: every thread stores the same value, which is harmless
@@ -84,8 +88,11 @@ def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int
     tags = [t for t, n in threads if n > 1]
     if not extents:
         return
-    parts = sch.split(fused, factors=[None, *extents])
-    for loop, tag in zip(parts[1:], tags):
+    if contiguous:
+        thread_loops = sch.split(fused, factors=[*extents, None])[:-1]
+    else:
+        thread_loops = sch.split(fused, factors=[None, *extents])[1:]
+    for loop, tag in zip(thread_loops, tags):
         bind(sch, loop, tag)
 
 
