@@ -18,6 +18,7 @@ st.set_page_config(page_title="TVM schedule explorer", page_icon=":material/memo
 session.init()
 pages = [
     st.Page("pages/explorer.py", title="Explorer", icon=":material/code:", default=True),
+    st.Page("pages/lessons.py", title="Lessons", icon=":material/school:"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_view:"),
     st.Page("pages/device.py", title="Device", icon=":material/developer_board:"),

@@ -177,10 +177,12 @@ class ComparisonCheck:
         return REPRODUCED if self.measured.holds else NOT_REPRODUCED
 
     def sentence(self, this: Preset) -> str:
-        """The claim in words, e.g. "Case 2 is faster than case 1 (×1.10 on GTX 1080)"."""
+        """The claim in words: "Step 8 is faster than step 7 (Threads 8×32 on 32×32 …)."."""
         words = RELATION_WORDS[self.comparison.expect]
-        bound = f" by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
-        return f"{this.title} is {words} {self.other.title}{bound}."
+        bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
+        other = self.other
+        where = f"step {other.step}" if other.tutorial == this.tutorial else f"the {other.tutorial} lesson's step {other.step}"
+        return f"Step {this.step} is {words} {where} ({other.title}){bound}."
 
 
 def check_comparison(
@@ -330,6 +332,17 @@ FACT_LABELS = {
     "bank_conflict_degree": "worst bank conflict (n-way)",
     "global_writes": "global buffers written, per kernel",
 }
+
+
+def format_fact(value) -> str:
+    """A fact's value for display: tiles as 10 × 3, global writes per kernel as a; b."""
+    if isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
+        return "; ".join(", ".join(v) for v in value)
+    if isinstance(value, tuple):
+        return " × ".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _same(claimed, actual) -> bool:

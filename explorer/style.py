@@ -35,3 +35,12 @@ CATEGORICAL = tuple(qualitative.Light24)
 SWEEP_COLORSCALE = "Viridis"
 
 FIGURE_HEIGHT = 420
+
+# Lessons: a verdict's badge (Streamlit colour name, icon) and the highlight of the knobs
+# a step changed (a Streamlit markdown background colour).
+VERDICT_BADGES = {
+    "reproduced": ("green", ":material/check_circle:"),
+    "not reproduced": ("red", ":material/cancel:"),
+    "needs a GPU": ("gray", ":material/hourglass_empty:"),
+}
+CHANGED_KNOB_HIGHLIGHT = "orange"

@@ -94,7 +94,7 @@ def test_verdicts_side_by_side():
     assert not_reproduced.verdict == L.NOT_REPRODUCED
     failed = L.check_comparison(CASE2, comparison, {CASE1.id: 4.0}, errors={CASE2.id: "wrong result"})
     assert failed.verdict == L.NOT_REPRODUCED and failed.measure_error == "wrong result"
-    assert "is faster than" in reproduced.sentence(CASE2)
+    assert reproduced.sentence(CASE2) == "Step 8 is faster than step 7 (Threads 8×32 on 32×32 (thread table, case 1))."
 
 
 def test_a_step_without_a_time_in_the_tutorial_still_gets_a_measured_verdict():
@@ -216,3 +216,54 @@ def test_evidence_without_a_gpu():
     ev = L.evidence(build(get_preset("dw-blog-vthread-case2").spec, "h100"))
     assert (ev.shared_bytes, ev.bank_conflict_degree, ev.outputs_per_thread) == (4660, 1, 16)
     assert ev.registers == "not compiled" and ev.blocks_per_sm == 32  # 64 threads: the 32-block limit
+
+
+def test_fact_formatting():
+    assert L.format_fact((10, 3)) == "10 × 3"
+    assert L.format_fact((("DepthwiseConv2d",), ("Relu",))) == "DepthwiseConv2d; Relu"
+    assert L.format_fact(38452) == "38,452"
+    assert L.format_fact(3.75) == "3.75"
+
+
+# -- the Lessons page ---------------------------------------------------------------------
+
+PAGE_MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
+
+
+def lessons_page(query):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(PAGE_MAIN, default_timeout=60)
+    at.switch_page("pages/lessons.py")  # as a link to /lessons?lesson=…&step=… opens it
+    at.query_params.update(query)
+    return at.run()
+
+
+@pytest.mark.parametrize("lesson", [lesson.id for lesson in L.lessons()])
+def test_the_page_opens_every_step_of_every_lesson_from_its_link(lesson):
+    for step in L.get_lesson(lesson).steps:
+        at = lessons_page({"lesson": lesson, "step": str(step.number)})
+        assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+        assert at.header[0].value == f"Step {step.number} of {len(L.get_lesson(lesson).steps)}: {step.preset.title}"
+        page = "\n".join(m.value for m in at.markdown)
+        assert step.preset.claim in [i.value for i in at.info]
+        for check in L.static_checks(step.preset):
+            assert check.label in page
+        if step.preset.compare:  # no GPU here: every timing claim waits for one
+            assert "needs a GPU" in page
+
+
+def test_the_page_highlights_the_changed_knobs_and_links_to_the_explorer():
+    at = lessons_page({"lesson": "depthwise_blog", "step": "8"})
+    page = "\n".join(m.value for m in at.markdown)
+    assert "Changed from step 7: **num_thread_y**" in page
+    assert ":orange-background[**num_thread_y**] | :orange-background[**4**] | 8 |" in page
+    (link,) = at.get("link_button")
+    assert "preset=dw-blog-threads-case2" in link.proto.url and "knob.num_thread_y=4" in link.proto.url
+    assert {m.label: m.value for m in at.metric}["Tutorial · GTX 1080"] == "8.8 vs 9.7 µs"
+
+
+def test_verdict_badges_cover_every_verdict():
+    from explorer.style import VERDICT_BADGES
+
+    assert set(VERDICT_BADGES) == {L.REPRODUCED, L.NOT_REPRODUCED, L.NEEDS_GPU}

@@ -1,0 +1,175 @@
+"""Lessons: a tutorial step by step. Each step says what changed and why it should help,
+states the tutorial's claim with its numbers, and checks it: static claims on the build
+shown, timing claims on this machine's GPU when there is one.
+
+The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``) through the
+widgets' own query-parameter binding, so a teacher can hand out a link to any step.
+"""
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from app import session
+from explorer import lessons as L
+from explorer import style, urlstate
+from explorer.build import build
+from explorer.errors import ExplorerError
+from explorer.sweep import gpu_measurer
+from explorer.targets import resolve_target, target_label
+
+TIMES = "lessons.times"  # (target, preset id) -> µs, measured this session
+ERRORS = "lessons.errors"  # (target, preset id) -> why measuring failed
+
+
+def restart_lesson() -> None:
+    st.session_state["step"] = 1
+
+
+def badge(verdict: str) -> None:
+    colour, icon = style.VERDICT_BADGES[verdict]
+    st.badge(verdict, icon=icon, color=colour)
+
+
+def knob_table(step: L.Step) -> str:
+    """The step's knobs as a markdown table; those changed from the previous step are
+    highlighted, with their previous value."""
+    knobs = step.preset.spec.knobs
+    before = step.previous.spec.knobs if step.previous is not None else None
+    same_template = before is not None and type(before) is type(knobs)
+    lines = ["| knob | value | previous step |", "| --- | --- | --- |"]
+    for spec in knobs.specs():
+        value = spec.format(getattr(knobs, spec.name))
+        if spec.name in step.changed_knobs:
+            was = spec.format(getattr(before, spec.name)) if same_template else "(another template)"
+            mark = style.CHANGED_KNOB_HIGHLIGHT
+            lines.append(f"| :{mark}-background[**{spec.name}**] | :{mark}-background[**{value}**] | {was} |")
+        else:
+            lines.append(f"| {spec.name} | {value} | |")
+    return "\n".join(lines)
+
+
+def show_knobs(step: L.Step) -> None:
+    if step.previous is None:
+        st.caption("The first step: every knob as the tutorial sets it.")
+    else:
+        changed = ", ".join(step.changed_knobs) or "none"
+        shape = ", ".join(step.changed_shape)
+        st.markdown(f"Changed from step {step.number - 1}: **{changed}**" + (f"; shape: **{shape}**" if shape else ""))
+    with st.expander("All knobs of this step", expanded=bool(step.changed_knobs)):
+        st.markdown(knob_table(step))
+
+
+def show_static(step: L.Step, target: str) -> None:
+    checks = L.static_checks(step.preset, target)
+    if not checks:
+        return
+    st.markdown("**Structural claims**, checked on the build of this step")
+    lines = ["| fact | the claim says | this build | verdict |", "| --- | --- | --- | --- |"]
+    for check in checks:
+        colour, icon = style.VERDICT_BADGES[check.verdict]
+        actual = L.format_fact(check.actual) if check.actual is not None else f"— ({check.error})"
+        lines.append(f"| {check.label} | {L.format_fact(check.claimed)} | {actual} | "
+                     f":{colour}-badge[{icon} {check.verdict}] |")
+    st.markdown("\n".join(lines))
+
+
+def show_timing(step: L.Step, times: dict, errors: dict, where: str) -> None:
+    checks = L.step_checks(step.preset, times, where, errors)
+    if not checks:
+        return
+    st.markdown("**Timing claims**")
+    for check in checks:
+        with st.container(border=True):
+            st.markdown(check.sentence(step.preset))
+            cols = st.columns([3, 3, 2])
+            if check.tutorial is not None:
+                t = check.tutorial
+                cols[0].metric(f"Tutorial · {t.where}", f"{t.this_us:g} vs {t.other_us:g} µs", f"ratio ×{t.ratio:.2f}",
+                               delta_color="off", delta_arrow="off")
+            else:
+                cols[0].metric("Tutorial", "—", help="The tutorial gives no time for one of the two schedules.")
+            if check.measured is not None:
+                m = check.measured
+                cols[1].metric(f"This GPU · {m.where}", f"{m.this_us:.2f} vs {m.other_us:.2f} µs",
+                               f"ratio ×{m.ratio:.2f}", delta_color="off", delta_arrow="off")
+            else:
+                cols[1].metric("This GPU", "—", help=check.measure_error or "Measured only on a machine with a GPU.")
+            with cols[2]:
+                badge(check.verdict)
+            if check.measure_error:
+                st.caption(check.measure_error)
+
+
+def show_evidence(step: L.Step, target: str) -> None:
+    built = build(step.preset.spec, target)
+    ev = L.evidence(built)
+    st.markdown(f"**Static evidence** for {target_label(built.target)} (no kernel run)")
+    cols = st.columns(4)
+    cols[0].metric("Worst bank conflict", f"{ev.bank_conflict_degree}-way" if ev.bank_conflict_degree else "—",
+                   help="The most distinct words one bank serves for one warp-wide shared load (1 = none).")
+    cols[1].metric("Input loads per output", f"{ev.loads_per_output:.2f}" if ev.loads_per_output is not None else "—",
+                   help="Each thread loads its input tile once: smaller is more reuse.")
+    cols[2].metric("Shared memory / block", f"{ev.shared_bytes:,} B")
+    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{ev.blocks_per_sm} blocks/SM, limited by {ev.occupancy_limiter}",
+                   delta_color="off", delta_arrow="off",
+                   help="Registers are not counted until the kernel is compiled (Explorer page, Resources tab).")
+    if ev.notes:
+        st.caption(" ".join(ev.notes))
+
+
+def measure_step(step: L.Step, target: str, measurer) -> None:
+    """Time this step and the steps its claims compare it with (once per session)."""
+    times, errors = st.session_state.setdefault(TIMES, {}), st.session_state.setdefault(ERRORS, {})
+    todo = [p for p in L.presets_to_time([step.preset]) if (target, p.id) not in times]
+    with st.status(f"Measuring {len(todo)} kernel(s), each checked against NumPy first…") as status:
+        measured, failed = L.measure_presets(
+            todo, measurer,
+            on_done=lambda p, us, error: status.write(f"{p.title}: " + (f"{us:.2f} µs" if us is not None else error)))
+        status.update(label=f"Measured {len(measured)} kernel(s)", state="complete" if not failed else "error")
+    times.update({(target, k): v for k, v in measured.items()})
+    errors.update({(target, k): v for k, v in failed.items()})
+
+
+session.init()  # a no-op under app/main.py; lets the page also run on its own (tests, MPA v1)
+lessons = {lesson.id: lesson for lesson in L.lessons()}
+st.title("Lessons")
+# The URL holds a bound selectbox's label, so the options are the short lesson ids.
+lesson_id = st.selectbox("Lesson", list(lessons), key="lesson", bind="query-params", on_change=restart_lesson)
+lesson = lessons[lesson_id]
+st.markdown(f"**{lesson.title}**")
+st.caption(lesson.summary + (f" — source: {lesson.source}" if lesson.source else ""))
+number = st.pagination(len(lesson.steps), key="step", bind="query-params", max_visible_pages=12)
+step = lesson.step(number)
+preset = step.preset
+target = session.target()
+
+st.header(f"Step {step.number} of {len(lesson.steps)}: {preset.title}")
+st.caption(f"{preset.spec.workload.label()} · {preset.source}")
+explorer_link = "./?" + urlencode(urlstate.to_query(preset.spec, preset.id))
+st.link_button("Open this step in the Explorer", explorer_link, icon=":material/open_in_new:",
+               help="The Explorer with this preset's knobs, in a new tab: move the knobs from there.")
+if preset.explanation:
+    st.write(preset.explanation)
+show_knobs(step)
+
+st.subheader("The claim")
+st.info(preset.claim)
+if preset.reported:
+    st.markdown("Reported by the tutorial: " + "; ".join(str(r) for r in preset.reported))
+
+try:
+    show_static(step, target)
+    measurer = gpu_measurer(target)
+    where = target_label(resolve_target(target))
+    if measurer is not None and L.presets_to_time([preset]) and st.button(
+            "Measure on this GPU", type="primary", icon=":material/timer:",
+            help="This step and the steps it is compared with: each kernel is checked against NumPy, then timed."):
+        measure_step(step, target, measurer)
+    times = {pid: us for (t, pid), us in st.session_state.get(TIMES, {}).items() if t == target}
+    errors = {pid: e for (t, pid), e in st.session_state.get(ERRORS, {}).items() if t == target}
+    show_timing(step, times, errors, where)
+    show_evidence(step, target)
+except ExplorerError as e:
+    st.error(str(e))
+if preset.found_by:
+    st.caption(f"Found by: `{preset.found_by}`")
