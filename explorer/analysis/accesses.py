@@ -28,6 +28,7 @@ class Loop:
     var: tirx.Var
     min: int
     extent: int
+    height: int = 1  # 1 for a loop with no loop inside, 2 around those, ... (unrolling goes by height)
 
     @property
     def name(self) -> str:
@@ -76,6 +77,7 @@ class SharedAccess:
     guards: tuple[tuple[object, bool], ...]  # (condition, must be true?)
     text: str
     duplicate_of: int | None = None  # an identical earlier load the compiler reuses
+    epoch: int = 0  # barriers (tvm_storage_sync) before it in program order
 
     @property
     def access_bytes(self) -> int:
@@ -88,21 +90,40 @@ class KernelAccesses:
     accesses: list[SharedAccess]
     bindings: dict = field(default_factory=dict)  # let-bound Var -> expression
     unsupported: list[str] = field(default_factory=list)  # why some accesses were skipped
+    barrier_loops: set = field(default_factory=set)  # loop variables whose body has a barrier
 
 
 def kernel_accesses(device_mod: tvm.IRModule) -> list[KernelAccesses]:
     """The shared accesses of every kernel of a lowered device module, by kernel name."""
     out = []
     for gv, func in sorted(device_mod.functions.items(), key=lambda item: item[0].name_hint):
-        collector = _Collector(gv.name_hint)
+        collector = _Collector(gv.name_hint, loop_heights(func.body))
         collector.stmt(func.body, (), ())
         out.append(collector.result())
     return out
 
 
+def loop_heights(body) -> dict:
+    """Loop variable → height of its For (1 + the tallest For nested inside it)."""
+    heights: dict = {}
+
+    def visit(s) -> int:
+        inner = max((visit(c) for c in children(s)), default=0)
+        if isinstance(s, tirx.For):
+            heights[s.loop_var] = inner + 1
+            return inner + 1
+        return inner
+
+    visit(body)
+    return heights
+
+
 class _Collector:
-    def __init__(self, kernel: str):
+    def __init__(self, kernel: str, heights: dict):
         self.kernel = kernel
+        self.heights = heights
+        self.epoch = 0
+        self.barrier_loops: set = set()
         self.threads: dict = {}
         self.blocks: dict = {}
         self.extents: dict = {}
@@ -117,7 +138,7 @@ class _Collector:
     def result(self) -> KernelAccesses:
         dims = lambda kind: tuple(self.extents.get(f"{kind}.{a}", 1) for a in AXES)  # noqa: E731
         launch = Launch(self.kernel, dict(self.threads), dict(self.blocks), dims("threadIdx"), dims("blockIdx"))
-        return KernelAccesses(launch, self.accesses, self.bindings, self.unsupported)
+        return KernelAccesses(launch, self.accesses, self.bindings, self.unsupported, self.barrier_loops)
 
     # -- statements ------------------------------------------------------------------
     def stmt(self, s, loops: tuple, guards: tuple) -> None:
@@ -137,7 +158,8 @@ class _Collector:
                 self.unsupported.append(f"loop '{s.loop_var.name}' has a non-constant range")
                 return
             self.region = {}
-            self.stmt(s.body, loops + (Loop(s.loop_var, int(s.min), int(s.extent)),), guards)
+            loop = Loop(s.loop_var, int(s.min), int(s.extent), self.heights.get(s.loop_var, 1))
+            self.stmt(s.body, loops + (loop,), guards)
             self.region = {}
         elif isinstance(s, tirx.IfThenElse):
             self.expr(s.condition, loops, guards)
@@ -161,6 +183,8 @@ class _Collector:
             self.expr(s.value, loops, guards)
             if isinstance(s.value, tvm.ir.Call) and op_name(s.value) == "tvm_storage_sync":
                 self.region = {}
+                self.epoch += 1
+                self.barrier_loops.update(l.var for l in loops)
         else:
             for child in children(s):
                 self.stmt(child, loops, guards)
@@ -205,7 +229,7 @@ class _Collector:
                 self.region[key] = len(self.accesses) + 1
         self.accesses.append(
             SharedAccess(len(self.accesses) + 1, self.kernel, str(buffer.name), op, index, lanes, element_bytes,
-                         loops, guards, text, duplicate_of)
+                         loops, guards, text, duplicate_of, self.epoch)
         )
 
 

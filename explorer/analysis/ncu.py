@@ -191,15 +191,18 @@ _PTX_SHARED = re.compile(r"\b(ld|st)\.shared(?:\.(v2|v4))?\.(\w+)")
 
 
 def shared_instructions(cuda_source: str, arch: str) -> dict:
-    """Static shared loads/stores in the PTX nvcc makes from ``cuda_source``, by kind:
-    {"ld.v4.f32": 2, "ld.f32": 12, …}. Vector kinds (.v2/.v4) where the TIR has scalar
-    accesses mean the compiler merged them (fewer requests, different conflicts)."""
+    """Static shared loads/stores per kernel in the PTX nvcc makes from ``cuda_source``:
+    {kernel: {"ld.v4.f32": 2, "ld.f32": 12, …}}. Vector kinds (.v2/.v4) where the TIR has
+    scalar accesses mean the compiler merged them (fewer requests, different conflicts)."""
     from ..build import nvcc_path
 
     nvcc = nvcc_path()
     if not cuda_source or nvcc is None:
         return {}
-    return dict(_ptx_counts(nvcc, cuda_source, arch))
+    return {kernel: dict(counts) for kernel, counts in _ptx_counts(nvcc, cuda_source, arch)}
+
+
+_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)")
 
 
 @functools.lru_cache(maxsize=64)
@@ -210,10 +213,15 @@ def _ptx_counts(nvcc: str, source: str, arch: str) -> tuple:
         proc = subprocess.run([nvcc, "--ptx", f"-arch={arch}", "-O3", "-o", ptx, src],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
-            raise ExplorerError(f"nvcc could not compile the generated CUDA to PTX: {proc.stderr.strip().splitlines()[-1:]}")
+            last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
+            raise ExplorerError(f"nvcc could not compile the generated CUDA to PTX: {last[0]}")
         text = Path(ptx).read_text()
-    counts = Counter(f"{op}.{vec}.{ty}" if vec else f"{op}.{ty}" for op, vec, ty in _PTX_SHARED.findall(text))
-    return tuple(sorted(counts.items()))
+    out = []
+    pieces = _PTX_ENTRY.split(text)  # [preamble, name1, body1, name2, body2, ...]
+    for name, body in zip(pieces[1::2], pieces[2::2]):
+        counts = Counter(f"{op}.{vec}.{ty}" if vec else f"{op}.{ty}" for op, vec, ty in _PTX_SHARED.findall(body))
+        out.append((name, tuple(sorted(counts.items()))))
+    return tuple(out)
 
 
 if __name__ == "__main__":
