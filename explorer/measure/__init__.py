@@ -1,0 +1,32 @@
+"""Measuring kernels on a real GPU: only a kernel that computed the right result gets a
+latency, and it is measured the same way as what it is compared with.
+
+- :func:`measure` (``measurement.py``): seeded inputs, one run checked against the
+  workload's NumPy reference (``gate.py``), then TVM's ``time_evaluator`` (``timing.py``);
+  the record has median/min/max/std µs, launches, GB/s, GFLOP/s and % of the bandwidth
+  floor (``floor.py``). A wrong kernel gets the first wrong index instead of a latency.
+- Isolation (``worker.py``): kernels run in TVM's ``PopenWorker`` process, never in the
+  caller's; a crash or a hang restarts it and raises KernelCrashed / KernelTimeout.
+- One queue per device (``queue.py``): ``on_wait(ahead)`` and :func:`queue_length`.
+- Remote GPUs (``remote.py``): ``remote=Remote.parse("HOST:PORT", "KEY")`` goes through
+  TVM's RPC tracker; ``python -m explorer.measure.server`` starts a GPU server.
+- The PyTorch baseline (``baseline.py``): :func:`baseline`, CUDA graphs, TF32 off.
+
+``target="llvm"`` works everywhere for hand-made modules (:func:`measure_module`), so CI
+exercises the whole path without a GPU.
+"""
+from .errors import (BaselineUnavailable, InvalidMeasureSettings, KernelCrashed, KernelTimeout, MeasureError,
+                     NoDevice, RemoteError, WrongResult)
+from .gate import Check
+from .measurement import (Baseline, Measurement, baseline, latency_us, local_gpu, measure, measure_module,
+                          queue_length, shutdown)
+from .remote import Remote
+from .settings import Settings
+from .timing import Timing
+from .worker import NO_GPU
+
+__all__ = [
+    "Baseline", "BaselineUnavailable", "Check", "InvalidMeasureSettings", "KernelCrashed", "KernelTimeout",
+    "MeasureError", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Settings", "Timing", "WrongResult",
+    "baseline", "latency_us", "local_gpu", "measure", "measure_module", "queue_length", "shutdown",
+]

@@ -1,0 +1,57 @@
+"""The correctness gate: a kernel's output against the workload's NumPy reference.
+
+float32 sums of many terms differ from the float64 reference by rounding that grows with
+the number of terms and with the size of the values, so the tolerance is
+``SAFETY × ε32 × reduction length × output scale`` (the output scale is the largest
+|reference| value, at least 1). A correct float32 kernel stays one to two orders of
+magnitude below it; a wrong index, a missed tile or a race is off by the size of a term
+(~0.1 to 1 here, since inputs are uniform in [-1, 1]), far above it. NaN, ±inf or an
+element the kernel never wrote (the output buffer starts as NaN) is always wrong.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+EPSILON32 = float(np.finfo(np.float32).eps)
+SAFETY = 4.0
+
+
+@dataclass(frozen=True)
+class Check:
+    correct: bool
+    max_error: float  # largest |output - reference| (inf when an element is NaN/inf)
+    tolerance: float
+    wrong_count: int
+    first_wrong_index: tuple[int, ...] | None  # the first wrong element in row-major order
+    expected: float | None = None  # reference and output at first_wrong_index
+    got: float | None = None
+
+    def describe(self) -> str:
+        if self.correct:
+            return f"correct (max error {self.max_error:.3g} ≤ tolerance {self.tolerance:.3g})"
+        return (
+            f"wrong at index {self.first_wrong_index}: expected {self.expected:.6g}, got {self.got:.6g} "
+            f"({self.wrong_count} wrong elements; tolerance {self.tolerance:.3g})"
+        )
+
+
+def tolerance(reference: np.ndarray, reduction_length: int) -> float:
+    scale = max(1.0, float(np.max(np.abs(reference)))) if reference.size else 1.0
+    return SAFETY * EPSILON32 * max(1, reduction_length) * scale
+
+
+def compare(output: np.ndarray, reference: np.ndarray, reduction_length: int) -> Check:
+    if output.shape != reference.shape:
+        raise ValueError(f"output shape {output.shape} != reference shape {reference.shape}")
+    tol = tolerance(reference, reduction_length)
+    error = np.abs(output.astype(np.float64) - reference.astype(np.float64))
+    error = np.where(np.isfinite(error), error, np.inf)
+    wrong = ~(error <= tol)
+    wrong_count = int(np.count_nonzero(wrong))
+    max_error = float(error.max()) if error.size else 0.0
+    if wrong_count == 0:
+        return Check(True, max_error, tol, 0, None)
+    index = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(wrong)[0]), output.shape))
+    return Check(False, max_error, tol, wrong_count, index, float(reference[index]), float(output[index]))

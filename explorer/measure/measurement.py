@@ -1,0 +1,181 @@
+"""``measure(spec)``: check a kernel against NumPy, then time it, on the local GPU (through
+the worker process) or on a remote one (through TVM's RPC tracker), one kernel per device
+at a time."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import tvm
+
+from ..build import Spec
+from ..workloads import Workload
+from . import worker
+from .baseline import BaselineRun, torch_baseline
+from .errors import WrongResult
+from .gate import Check
+from .queue import queue_for
+from .remote import Remote, run_remote
+from .settings import Settings
+from .timing import KernelRun, Timing
+from .worker import COMPILE_LIMIT_S, Job, LocalWorker
+
+LOCAL = "local"  # the queue of this machine's GPU
+_local = LocalWorker()
+_gpu_name: list[str | None] = []  # asked once per process
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured kernel. A wrong kernel has no timings: only the check (where it is wrong)."""
+
+    workload: str
+    target: str
+    device: str
+    check: Check
+    timing: Timing | None
+    floor: Timing | None  # the bandwidth floor: a copy of the compulsory bytes
+    flops: int
+    compulsory_bytes: int
+    compile_ms: float
+
+    @classmethod
+    def of(cls, workload: Workload, run: KernelRun) -> "Measurement":
+        return cls(workload.label(), run.target, run.device, run.check, run.timing, run.floor, workload.flops,
+                   workload.compulsory_bytes, run.compile_ms)
+
+    @property
+    def correct(self) -> bool:
+        return self.check.correct
+
+    @property
+    def median_us(self) -> float | None:
+        return self.timing.median_us if self.timing else None
+
+    @property
+    def gbps(self) -> float | None:
+        """Compulsory bytes per second: the least traffic the kernel must have made."""
+        return self.compulsory_bytes / self.median_us / 1e3 if self.timing else None
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / self.median_us / 1e3 if self.timing else None
+
+    @property
+    def floor_us(self) -> float | None:
+        return self.floor.median_us if self.floor else None
+
+    @property
+    def percent_of_floor(self) -> float | None:
+        """100 % = as fast as copying the compulsory bytes."""
+        return 100 * self.floor_us / self.median_us if self.timing and self.floor else None
+
+    def summary(self) -> str:
+        if not self.correct:
+            return f"{self.workload}: WRONG, {self.check.describe()}; not timed."
+        t = self.timing
+        floor = f", {self.percent_of_floor:.0f}% of the bandwidth floor ({self.floor_us:.2f} µs)" if self.floor else ""
+        return (f"{self.workload} on {self.device}: median {t.median_us:.2f} µs (min {t.min_us:.2f}, max {t.max_us:.2f}, "
+                f"std {t.std_us:.2f}; {t.launches} launches), {self.gbps:.0f} GB/s, {self.gflops:.0f} GFLOP/s{floor}.")
+
+    def to_dict(self) -> dict:
+        check = self.check
+        return {
+            "workload": self.workload, "target": self.target, "device": self.device,
+            "correct": check.correct, "max_error": check.max_error, "tolerance": check.tolerance,
+            "wrong_count": check.wrong_count,
+            "first_wrong_index": list(check.first_wrong_index) if check.first_wrong_index is not None else None,
+            **(self.timing.to_dict() if self.timing else {"median_us": None}),
+            "gbps": self.gbps, "gflops": self.gflops, "floor_us": self.floor_us,
+            "percent_of_floor": self.percent_of_floor, "compile_ms": self.compile_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The workload in PyTorch on the same GPU, measured with CUDA graphs."""
+
+    workload: str
+    library: str
+    device: str
+    check: Check
+    timing: Timing | None
+    flops: int
+    compulsory_bytes: int
+
+    @property
+    def median_us(self) -> float | None:
+        return self.timing.median_us if self.timing else None
+
+    def to_dict(self) -> dict:
+        return {
+            "workload": self.workload, "library": self.library, "device": self.device, "correct": self.check.correct,
+            "max_error": self.check.max_error, **(self.timing.to_dict() if self.timing else {"median_us": None}),
+            "gflops": self.flops / self.median_us / 1e3 if self.timing else None,
+        }
+
+
+OnWait = Callable[[int], None]
+
+
+def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = None, settings: Settings | None = None,
+            on_wait: OnWait | None = None) -> Measurement:
+    """Check ``spec``'s kernel against the workload's NumPy reference and, if it is right,
+    time it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a
+    tracker and key; ``on_wait(ahead)`` is told how many measurements are ahead in the
+    device's queue while this one waits."""
+    return _measure(Job(spec, spec.workload, target, settings or Settings()), remote, on_wait)
+
+
+def measure_module(module: tvm.IRModule, workload: Workload, *, target: str, remote: Remote | None = None,
+                   settings: Settings | None = None, on_wait: OnWait | None = None) -> Measurement:
+    """The same for a hand-made TIR module whose ``main`` takes the workload's inputs and
+    output (e.g. ``llvm`` kernels in tests, or a schedule from MetaSchedule)."""
+    return _measure(Job(module, workload, target, settings or Settings()), remote, on_wait)
+
+
+def latency_us(spec: Spec, **options) -> float:
+    """Median µs of a correct kernel (a ``measurer`` for sweeps and lessons); raises
+    WrongResult for a kernel whose output is wrong."""
+    result = measure(spec, **options)
+    if not result.correct:
+        raise WrongResult(f"The kernel's output is {result.check.describe()}; a wrong kernel gets no latency.")
+    return result.median_us
+
+
+def baseline(workload: Workload, *, settings: Settings | None = None, on_wait: OnWait | None = None) -> Baseline:
+    """PyTorch on the local GPU (in the worker), through the same queue."""
+    settings = settings or Settings()
+    with queue_for(LOCAL).turn(on_wait):
+        run: BaselineRun = _local.call(torch_baseline, workload, settings, timeout=COMPILE_LIMIT_S,
+                                       doing="The PyTorch baseline")
+    return Baseline(workload.label(), run.library, run.device, run.check, run.timing, workload.flops,
+                    workload.compulsory_bytes)
+
+
+def local_gpu() -> str | None:
+    """This machine's GPU name, or None; asked once, in the worker (which has the CUDA
+    library paths that this process may lack)."""
+    if not _gpu_name:
+        _gpu_name.append(_local.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
+    return _gpu_name[0]
+
+
+def queue_length(remote: Remote | None = None) -> int:
+    """Measurements running or waiting for the device."""
+    return len(queue_for(remote.name if remote else LOCAL))
+
+
+def shutdown() -> None:
+    """Stop the local worker (it restarts on the next measurement)."""
+    _local.close()
+
+
+def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
+    if remote is not None:
+        with queue_for(remote.name).turn(on_wait):
+            return Measurement.of(job.workload, run_remote(job, remote))
+    with queue_for(LOCAL).turn(on_wait):
+        _local.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
+        run = _local.call(worker.run, timeout=job.settings.time_limit_s)
+    return Measurement.of(job.workload, run)

@@ -1,0 +1,142 @@
+"""Remote GPUs through TVM's RPC tracker: the way to grow past one machine.
+
+The kernel is built here, exported as a shared library, uploaded to a server that the
+tracker hands out for ``key``, loaded there and timed there with the same functions as the
+local worker (``timing.run_checked``). TVM's server runs each session in a child process
+with a time limit (``session_timeout``), so a remote kernel that crashes or hangs ends
+only that session.
+
+A module built on a machine without a GPU carries CUDA *source* only; the server compiles
+it when it loads the module, through TVM's ``tvm_callback_cuda_compile`` (NVRTC via
+``cuda-bindings``, or nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``). Start servers with
+``python -m explorer.measure.server`` so that the pip NVRTC is found (see cuda_env.py).
+Exporting needs a C compiler (``cc``) here to link the host code; the ``llvm`` target is
+only for a server of the same CPU architecture (the tests use one on loopback).
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm import rpc
+
+from ..build import Spec, build
+from ..targets import resolve_target
+from .errors import KernelCrashed, KernelTimeout, NoDevice, RemoteError, error_summary
+from .floor import copy_elements, copy_module
+from .settings import Settings
+from .timing import KernelRun, Timing, run_checked, time_function
+from .worker import Job, workload_data
+
+# Upload, NVRTC at load and the floor's copy kernel, on top of the kernel's own time limit: a
+# hung remote kernel is given up after time_limit_s + this.
+SESSION_ALLOWANCE_S = 30
+# Floor timings by (remote, target, elements, settings): the copy is measured once per size.
+_floors: dict[tuple, Timing] = {}
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A tracker address and the key its GPU servers registered with."""
+
+    host: str
+    port: int
+    key: str
+
+    @classmethod
+    def parse(cls, address: str, key: str | None) -> "Remote":
+        match = re.fullmatch(r"\[?([\w.:-]+?)\]?:(\d{1,5})", (address or "").strip())
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise RemoteError(f"--rpc expects the tracker as HOST:PORT (e.g. 127.0.0.1:9190), got '{address}'.")
+        if not key or not re.fullmatch(r"[\w.-]+", key):
+            raise RemoteError("--rpc needs --key KEY: the key the GPU servers registered with at the tracker.")
+        return cls(match.group(1), int(match.group(2)), key)
+
+    @property
+    def name(self) -> str:
+        return f"rpc://{self.host}:{self.port}/{self.key}"
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port} key {self.key}"
+
+
+def run_remote(job: Job, remote: Remote) -> KernelRun:
+    session = _session(remote, job.settings.time_limit_s + SESSION_ALLOWANCE_S)
+    target = _target(session, job.target)
+    device = session.cuda(0) if target.kind.name == "cuda" else session.cpu(0)
+    host_module = _host_module(job.kernel, target)  # build errors (InvalidKnobs) pass through
+    inputs, reference = workload_data(job.workload, job.settings.seed)
+    start = time.perf_counter()
+    try:
+        module = _upload(session, host_module, "kernel.so")
+        compile_ms = (time.perf_counter() - start) * 1e3
+        check, timing = run_checked(module, device, inputs, reference, job.workload.reduction_length(), job.settings)
+        floor = None
+        if timing is not None and job.settings.floor:
+            key = (remote, str(target), copy_elements(job.workload.compulsory_bytes), job.settings)
+            if key not in _floors:
+                _floors[key] = _floor(session, device, target, key[2], job.settings)
+            floor = _floors[key]
+        name = device.device_name if target.kind.name == "cuda" else "CPU"
+    except Exception as error:  # the session broke off (its process died or timed out) or a CUDA error
+        if time.perf_counter() - start >= job.settings.time_limit_s:
+            raise KernelTimeout(
+                f"The kernel did not finish within the remote session's time limit on {remote}; the session was ended."
+            ) from None
+        raise KernelCrashed(f"The kernel failed on the remote server {remote} ({error_summary(error)}).") from None
+    return KernelRun(str(target), f"{name} ({remote})", check, timing, floor, compile_ms)
+
+
+def _session(remote: Remote, timeout_s: float):
+    try:
+        tracker = rpc.connect_tracker(remote.host, remote.port)
+        servers = {item["key"] for item in tracker.summary()["server_info"]}
+    except (OSError, RuntimeError) as error:
+        raise RemoteError(f"Cannot reach the RPC tracker at {remote.host}:{remote.port} ({error_summary(error)}).") from None
+    if f"server:{remote.key}" not in servers:
+        raise NoDevice(
+            f"No server with key '{remote.key}' is registered at the tracker {remote.host}:{remote.port}; start one "
+            f"on the GPU machine: python -m explorer.measure.server --tracker {remote.host}:{remote.port} --key {remote.key}"
+        )
+    try:
+        # The tracker queues requests per key: this waits while the servers are busy.
+        return tracker.request(remote.key, priority=1, session_timeout=timeout_s)
+    except (OSError, RuntimeError) as error:
+        raise RemoteError(f"The tracker at {remote.host}:{remote.port} gave no session ({error_summary(error)}).") from None
+
+
+def _target(session, name: str | None) -> tvm.target.Target:
+    """"auto" means the remote GPU itself, whatever this machine has."""
+    if name in (None, "", "auto"):
+        device = session.cuda(0)
+        if not device.exist:
+            raise NoDevice("The remote server has no CUDA device; give --target llvm for a CPU server.")
+        return tvm.target.Target.from_device(device)
+    return resolve_target(name)
+
+
+def _host_module(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
+    if isinstance(kernel, Spec):
+        return build(kernel, target).runtime_module
+    host_target = tvm.target.Target(target, host="llvm") if target.kind.name == "cuda" else target
+    return tvm.compile(kernel, target=host_target).mod
+
+
+def _upload(session, host_module: tvm.runtime.Module, name: str):
+    """Export, upload and load as ``name``: one name per library in a session, since
+    overwriting a loaded shared library crashes the server."""
+    with tempfile.TemporaryDirectory(prefix="explorer-rpc-") as tmp:
+        path = Path(tmp) / name
+        tvm.runtime.Executable(host_module).export_library(str(path))
+        session.upload(str(path))
+    return session.load_module(name)
+
+
+def _floor(session, device, target: tvm.target.Target, elements: int, settings: Settings) -> Timing:
+    module = _upload(session, _host_module(copy_module(target), target), "floor.so")
+    buffers = [tvm.runtime.empty((elements,), "float32", device) for _ in range(2)]
+    return time_function(module, device, buffers, settings)

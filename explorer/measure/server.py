@@ -1,0 +1,77 @@
+"""``python -m explorer.measure.server --tracker HOST:PORT --key KEY``: a GPU server for
+remote measurements (run it on the machine with the GPU).
+
+It is TVM's RPC server (``tvm.rpc.Server``) with two additions:
+
+- the environment that lets it compile CUDA source at load time from the pip NVRTC on a
+  machine with an NVIDIA driver but no CUDA toolkit (cuda_env.py). The dynamic loader
+  reads ``LD_LIBRARY_PATH`` when a process starts, so the module re-executes itself once
+  with that environment;
+- it keeps serving after a session's process crashes. TVM runs each session in a child
+  process, but when that child dies (a student's kernel segfaults) its listen loop raises
+  and the server stops taking sessions; ``server_init_callback``, TVM's hook for setting up
+  the server process, wraps the session handler so that a crash ends only that session.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from .cuda_env import kernel_environment
+
+_READY = "EXPLORER_MEASURE_SERVER_ENV"  # set once the environment is in place
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def keep_serving_after_crashes() -> None:
+    """Runs in TVM's server process: a session whose process died is logged and closed."""
+    from tvm.rpc import server
+
+    serve_session = server._serving
+
+    def serve_one(sock, addr, opts, load_library):
+        cwd = os.getcwd()
+        try:
+            serve_session(sock, addr, opts, load_library)
+        except RuntimeError as error:  # "Child process ... exited unsuccessfully"
+            server.logger.warning("session from %s ended: %s", addr, error)
+            os.chdir(cwd)
+            sock.close()
+
+    server._serving = serve_one
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m explorer.measure.server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the RPC tracker to register with")
+    parser.add_argument("--key", required=True, help="the device key clients ask the tracker for, e.g. h100")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=9090, help="first port to try")
+    parser.add_argument("--port-end", type=int, default=9199, help="last port to try")
+    parser.add_argument("--custom-addr", default=None, help="address to report to the tracker (behind NAT)")
+    parser.add_argument("--silent", action="store_true")
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
+    if not os.environ.get(_READY):
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)  # the server's workers import explorer
+        environment = {**os.environ, **kernel_environment(), "PYTHONPATH": path, _READY: "1"}
+        os.execve(sys.executable, [sys.executable, "-m", "explorer.measure.server", *sys.argv[1:]], environment)
+    from tvm import rpc
+
+    host, port = args.tracker.rsplit(":", 1)
+    server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
+                        custom_addr=args.custom_addr, silent=args.silent, server_init_callback=keep_serving_after_crashes)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.proc.join()
+    finally:
+        server.terminate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""How a kernel is measured: one frozen, validated dataclass with reasoned defaults."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..knobs import Params, knob
+from .errors import InvalidMeasureSettings
+
+
+@dataclass(frozen=True)
+class Settings(Params):
+    noun: ClassVar[str] = "Measurement setting"
+    error: ClassVar[type] = InvalidMeasureSettings
+    owner: ClassVar[str] = "measure"
+
+    # A correct classroom kernel runs in microseconds to milliseconds; ten seconds is
+    # far past any of them and short enough that a hung kernel does not stall the queue.
+    time_limit_s: int = knob(10, "A kernel still running after this many seconds is stopped and its worker restarted.",
+                             low=1, high=600)
+    # The median of 20 repeats is stable to about 1% on an idle GPU.
+    repeats: int = knob(20, "Timed repeats; the median, min, max and spread are over these.", low=1, high=1000)
+    # At >= 1 ms per repeat, event-timer resolution (~µs) and per-repeat sync cost vanish.
+    min_repeat_ms: int = knob(1, "Each repeat launches the kernel enough times to last at least this long.",
+                              low=1, high=1000)
+    seed: int = knob(0, "Seed of the random inputs (uniform in [-1, 1]).", low=0, high=2**31 - 1)
+    floor: bool = knob(True, "Also time a device copy of the workload's compulsory bytes (the bandwidth floor).")

@@ -1,0 +1,102 @@
+"""Run a compiled kernel once, check it, then time it with TVM's ``time_evaluator``.
+
+The same functions run in the local worker process and, through an RPC session, against a
+remote device: ``module`` is a runtime module with a ``main`` function (local, or loaded on
+the remote) and ``device`` a local or remote device.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+
+from .gate import Check, compare
+from .settings import Settings
+
+# A kernel faster than ~0.1 µs is an empty one; this bounds the launches per repeat.
+MAX_LAUNCHES_PER_REPEAT = 100_000
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-launch times of one kernel: one sample per repeat, each the mean of
+    ``launches_per_repeat`` back-to-back launches."""
+
+    samples_us: tuple[float, ...]
+    launches_per_repeat: int
+
+    @classmethod
+    def from_seconds(cls, seconds, launches_per_repeat: int) -> "Timing":
+        return cls(tuple(float(s) * 1e6 for s in seconds), launches_per_repeat)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+    @property
+    def min_us(self) -> float:
+        return min(self.samples_us)
+
+    @property
+    def max_us(self) -> float:
+        return max(self.samples_us)
+
+    @property
+    def std_us(self) -> float:
+        return statistics.pstdev(self.samples_us)
+
+    @property
+    def launches(self) -> int:
+        return self.launches_per_repeat * len(self.samples_us)
+
+    def to_dict(self) -> dict:
+        return {
+            "median_us": self.median_us, "min_us": self.min_us, "max_us": self.max_us, "std_us": self.std_us,
+            "launches": self.launches, "repeats": len(self.samples_us), "samples_us": list(self.samples_us),
+        }
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """What one run on a device found: the check, and the timings of a correct kernel."""
+
+    target: str
+    device: str
+    check: Check
+    timing: Timing | None  # None for a wrong kernel
+    floor: Timing | None  # the bandwidth floor's copy, when asked for
+    compile_ms: float
+
+
+def launches_for(per_launch_s: float, min_repeat_ms: int) -> int:
+    """Back-to-back launches that make one repeat last at least ``min_repeat_ms``."""
+    per_launch_s = max(per_launch_s, 1e-9)
+    return max(1, min(MAX_LAUNCHES_PER_REPEAT, math.ceil(min_repeat_ms * 1e-3 / per_launch_s)))
+
+
+def time_function(module, device, args, settings: Settings) -> Timing:
+    """TVM's evaluator launches from C++ back to back and times on the device (CUDA events
+    on a GPU). A first short run (TVM also does one untimed warm-up call) sizes the
+    launches per repeat; we choose it rather than TVM's ``min_repeat_ms`` so that the
+    number of launches is known and reported."""
+    probe = module.time_evaluator("main", device, number=1, repeat=3)(*args)
+    number = launches_for(min(probe.results), settings.min_repeat_ms)
+    result = module.time_evaluator("main", device, number=number, repeat=settings.repeats)(*args)
+    return Timing.from_seconds(result.results, number)
+
+
+def run_checked(module, device, inputs, reference: np.ndarray, reduction_length: int,
+                settings: Settings) -> tuple[Check, Timing | None]:
+    """Run once and compare with the reference; time only a correct kernel. The output
+    starts as NaN so that an element the kernel never writes is caught."""
+    args = [tvm.runtime.tensor(x, device) for x in inputs]
+    args.append(tvm.runtime.tensor(np.full(reference.shape, np.nan, dtype=reference.dtype), device))
+    module["main"](*args)
+    device.sync()
+    check = compare(args[-1].numpy(), reference, reduction_length)
+    if not check.correct:
+        return check, None
+    return check, time_function(module, device, args, settings)

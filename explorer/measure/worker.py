@@ -1,0 +1,219 @@
+"""The local measuring worker: kernels run in this separate process, never in the app's or
+the CLI's.
+
+It is TVM's ``PopenWorker`` (``tvm.support.popen_pool``): a child Python process fed
+pickled calls over pipes, with a time limit per call. A kernel that segfaults ends the
+child (``ChildProcessError``); one that hangs is abandoned at the time limit
+(``TimeoutError``) and the child killed; either way the next call starts a fresh one, and
+the caller gets :class:`KernelCrashed` or :class:`KernelTimeout`. An illegal memory access
+is a CUDA error that poisons the process's CUDA context for good, so after any error on the
+device the worker is also restarted.
+
+The worker rebuilds the kernel from the picklable :class:`~explorer.build.Spec` with
+``explorer.build.build`` rather than receiving a compiled library: a TVM module does not
+cross a process boundary except as an exported shared library, which needs a C linker and
+temporary files; rebuilding takes ~0.2 s of lowering (plus NVRTC, which an exported
+library would have needed too), the worker's own build cache makes re-measuring a spec
+free, and the app's process never has to touch the GPU.
+
+A measurement is two calls: ``prepare`` (compile, inputs, NumPy reference; a generous
+compile limit) and ``run`` (the kernel on the device; the user's time limit), so that a slow
+NVRTC compile is never mistaken for a hung kernel.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import site
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.support.popen_pool import PopenWorker
+
+from ..build import Spec, build
+from ..errors import ExplorerError
+from ..targets import resolve_target
+from ..workloads import Workload
+from .cuda_env import kernel_environment
+from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, error_summary
+from .floor import copy_elements, copy_module
+from .settings import Settings
+from .timing import KernelRun, Timing, run_checked, time_function
+
+ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer
+# Schedule + lowering + NVRTC of a heavily unrolled kernel can take tens of seconds.
+COMPILE_LIMIT_S = 300
+NO_GPU = "no CUDA device found; use --rpc HOST:PORT --key KEY"
+# The worker's output (TVM warnings, the backtrace of a crash) goes here, not into the
+# caller's terminal or the CLI's JSON.
+LOG_PATH = Path(tempfile.gettempdir()) / "explorer-measure-worker.log"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the worker measures: a template spec or a hand-made IRModule (tests, the
+    floor), for a workload (inputs and reference), on a target given by name ("auto" is
+    resolved in the worker: its GPU)."""
+
+    kernel: Spec | tvm.IRModule
+    workload: Workload
+    target: str | None
+    settings: Settings
+
+
+class LocalWorker:
+    """Parent side: one worker process, restarted after a crash or a hang."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._worker: PopenWorker | None = None
+        self._log = None
+
+    def call(self, fn, *args, timeout: float, doing: str = "Running the kernel"):
+        """``fn(*args)`` in the worker; ``doing`` names the step in a time-limit message."""
+        with self._lock:
+            if self._worker is None:
+                # The child inherits os.environ; the pip CUDA paths must be there before it starts.
+                os.environ.update(kernel_environment())
+                # Kept open: PopenWorker hands it to every restarted child.
+                self._log = open(LOG_PATH, "ab")
+                self._worker = PopenWorker(initializer=site.addsitedir, initargs=(ROOT,), stdout=self._log,
+                                           stderr=self._log)
+            try:
+                self._worker.send(_guarded, (fn, *args), timeout=timeout)
+                outcome = self._worker.recv()
+            except TimeoutError:
+                raise KernelTimeout(
+                    f"{doing} took longer than {timeout:g} s, so it was stopped; the measuring process was restarted."
+                ) from None
+            except ChildProcessError:
+                raise KernelCrashed(
+                    "The kernel crashed the measuring process (a segfault or an illegal memory access); "
+                    f"it was restarted (details in {LOG_PATH})."
+                ) from None
+            if isinstance(outcome, KernelCrashed):
+                self._worker.kill()  # its CUDA context is unusable after a device error
+            if isinstance(outcome, ExplorerError):
+                raise outcome
+            return outcome
+
+    def close(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                self._worker.kill()
+                self._log.close()
+                self._worker = None
+
+
+def _guarded(fn, *args):
+    """Runs in the worker: ExplorerErrors come back as values (their message intact; the
+    pool would replace it with a traceback), anything else as a MeasureError."""
+    try:
+        return fn(*args)
+    except ExplorerError as error:
+        return error
+    except Exception as error:  # TVM raises TVMError/RuntimeError subclasses
+        return MeasureError(f"The measurement failed: {error_summary(error)}")
+
+
+# -- in the worker process ------------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    job: Job
+    target: tvm.target.Target
+    device: tvm.runtime.Device
+    module: tvm.runtime.Module
+    inputs: list
+    reference: np.ndarray
+    compile_ms: float
+
+
+_prepared: _Prepared | None = None
+
+
+def prepare(job: Job) -> str:
+    """Compile the kernel (and the floor copy), make inputs and the reference; returns the
+    resolved target."""
+    global _prepared
+    _prepared = None
+    target = resolve_target(job.target)
+    device = local_device(target)
+    start = time.perf_counter()
+    module = compile_kernel(job.kernel, target)
+    compile_ms = (time.perf_counter() - start) * 1e3
+    if job.settings.floor:
+        _floor_module(str(target))
+    inputs, reference = workload_data(job.workload, job.settings.seed)
+    _prepared = _Prepared(job, target, device, module, inputs, reference, compile_ms)
+    return str(target)
+
+
+def run() -> KernelRun:
+    """Run the prepared kernel: check it, time it, time the floor."""
+    p = _prepared
+    if p is None:
+        raise MeasureError("Nothing to run: the measuring process was restarted between prepare and run.")
+    settings = p.job.settings
+    try:
+        check, timing = run_checked(p.module, p.device, p.inputs, p.reference, p.job.workload.reduction_length(), settings)
+        floor = None
+        if timing is not None and settings.floor:
+            floor = _floor_timing(str(p.target), copy_elements(p.job.workload.compulsory_bytes), settings)
+    except Exception as error:  # a CUDA error (illegal address, launch failure)
+        raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); the measuring process was restarted.") from None
+    return KernelRun(str(p.target), device_name(p.device, p.target), check, timing, floor, p.compile_ms)
+
+
+def local_device(target: tvm.target.Target) -> tvm.runtime.Device:
+    if target.kind.name == "cuda":
+        device = tvm.cuda(0)
+        if not device.exist:
+            raise NoDevice(NO_GPU)
+        return device
+    return tvm.cpu(0)
+
+
+def device_name(device, target: tvm.target.Target) -> str:
+    return device.device_name if target.kind.name == "cuda" else "CPU"
+
+
+def gpu_name() -> str | None:
+    """The local GPU's name, or None (asked in the worker, which has the CUDA paths)."""
+    device = tvm.cuda(0)
+    return device.device_name if device.exist else None
+
+
+def compile_kernel(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
+    """A runnable module with a ``main`` function."""
+    if isinstance(kernel, Spec):
+        return tvm.runtime.Executable(build(kernel, target).runtime_module).jit()
+    host_target = tvm.target.Target(target, host="llvm") if target.kind.name == "cuda" else target
+    try:
+        return tvm.compile(kernel, target=host_target).jit()
+    except Exception as error:
+        raise MeasureError(f"TVM could not compile the kernel: {error_summary(error)}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def workload_data(workload: Workload, seed: int) -> tuple[list, np.ndarray]:
+    inputs = workload.random_inputs(seed)
+    return inputs, workload.reference(*inputs)
+
+
+@functools.lru_cache(maxsize=4)
+def _floor_module(target_json: str) -> tvm.runtime.Module:
+    return compile_kernel(copy_module(tvm.target.Target(target_json)), tvm.target.Target(target_json))
+
+
+@functools.lru_cache(maxsize=64)
+def _floor_timing(target_json: str, elements: int, settings: Settings) -> Timing:
+    device = local_device(tvm.target.Target(target_json))
+    buffers = [tvm.runtime.empty((elements,), "float32", device) for _ in range(2)]
+    return time_function(_floor_module(target_json), device, buffers, settings)
