@@ -118,7 +118,9 @@ def profile(spec, timeout_s: int = 600) -> list[KernelCounters]:
         raise ExplorerError("Nsight Compute (ncu) is not installed on this machine.")
     command = [ncu, "--csv", "--metrics", ",".join(METRICS.values()), "--target-processes", "all",
                sys.executable, "-m", "explorer.analysis.ncu", spec_to_json(spec)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+           # Compile with nvcc, like shared_instructions' PTX, so the profiled code is the code modelled.
+           "TVM_CUDA_COMPILE_MODE": "nvcc"}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT, env=env)
     if proc.returncode != 0 or '"ID",' not in proc.stdout:
         detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
