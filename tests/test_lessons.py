@@ -267,3 +267,10 @@ def test_verdict_badges_cover_every_verdict():
     from explorer.style import VERDICT_BADGES
 
     assert set(VERDICT_BADGES) == {L.REPRODUCED, L.NOT_REPRODUCED, L.NEEDS_GPU}
+
+
+def test_every_step_explains_itself_and_every_figure_names_its_hardware():
+    for preset in all_presets().values():
+        assert preset.explanation, preset.id
+        for figure in preset.reported:
+            assert figure.hardware and figure.value_us and figure.value_us > 0, (preset.id, figure)
