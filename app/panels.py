@@ -8,8 +8,9 @@ or returns None, and a panel whose module is missing is simply not offered.
 from __future__ import annotations
 
 import importlib
+import math
 
-import pandas as pd
+import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -18,6 +19,10 @@ from explorer.errors import ExplorerError
 from explorer.targets import target_label
 
 from .session import Try
+
+
+# A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
+MAX_FIGURE_CELLS = 1 << 16
 
 
 def optional(name: str):
@@ -53,59 +58,131 @@ def metrics(built: Build, container=st) -> None:
                    help="Separate kernels round-trip intermediate results through global memory.")
 
 
-def kernel_table(built: Build) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"kernel": k.name, "grid (x,y,z)": str(k.grid), "block (x,y,z)": str(k.block),
-         "threads/block": k.threads_per_block, "shared bytes": k.shared_bytes}
-        for k in built.kernels
-    ])
+def nvcc_on_demand(built: Build):
+    """compile_binary(built) once the user asks (nvcc takes about a second, so a plain knob
+    change never runs it); remembered per CUDA source for the session. None until then."""
+    compiled = st.session_state.setdefault("nvcc", {})
+    if built.cuda in compiled or nvcc_path() is None:
+        return compiled.get(built.cuda)
+    if st.button("Compile with nvcc for registers and spills (about 1 s)", key="ui.nvcc"):
+        with st.spinner("Running nvcc -Xptxas -v …"):
+            try:
+                compiled[built.cuda] = compile_binary(built)
+            except ExplorerError as e:
+                st.error(str(e))
+    return compiled.get(built.cuda)
 
 
 def resources(built: Build) -> None:
-    """Kernels with their launch and shared memory; registers and spills from nvcc on demand
-    (it takes about a second, so it never runs on a plain knob change)."""
-    if not built.kernels:
-        st.caption("A CPU build has no kernels.")
-        return
-    table = kernel_table(built)
-    compiled = st.session_state.setdefault("nvcc", {})
-    binary = compiled.get(built.cuda)
-    if binary is None and nvcc_path() is not None:
-        if st.button("Compile with nvcc for registers and spills (about 1 s)", key="ui.nvcc"):
-            with st.spinner("Running nvcc -Xptxas -v …"):
-                try:
-                    binary = compiled[built.cuda] = compile_binary(built)
-                except ExplorerError as e:
-                    st.error(str(e))
-    if binary is not None:
-        table["registers/thread"] = [binary.registers.get(k) for k in table["kernel"]]
-        table["spill bytes"] = [binary.spill_bytes.get(k, 0) for k in table["kernel"]]
-        st.caption(f"Registers and spills: ptxas for {binary.arch}.")
-    elif nvcc_path() is None:
+    """Threads, shared memory, registers per kernel and the occupancy they allow."""
+    analysis, figures = optional("explorer.analysis.resources"), optional("explorer.figures")
+    binary = nvcc_on_demand(built)
+    if binary is None and nvcc_path() is None:
         st.caption("Registers: not compiled (nvcc is not installed here).")
-    st.dataframe(table, hide_index=True)
+    try:
+        report = analysis.analyze_resources(built, binary)
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    st.dataframe([
+        {"kernel": k.kernel, "grid (x,y,z)": str(k.grid), "block (x,y,z)": str(k.block),
+         "threads/block": k.threads_per_block, "shared bytes": k.shared_bytes, "registers/thread": str(k.registers),
+         "spill bytes": str(k.spill_bytes), "blocks/SM": k.occupancy.blocks_per_sm,
+         "occupancy": f"{k.occupancy.occupancy:.0%}", "limited by": k.occupancy.limiter}
+        for k in report.kernels
+    ], hide_index=True)
+    for kernel in report.kernels:
+        st.plotly_chart(figures.occupancy_figure(kernel), key=f"occupancy-{kernel.kernel}")
+    st.caption(" ".join(report.notes))
+
+
+def tiling(built: Build) -> None:
+    """Who computes each output (block, vthread, thread, iteration) and what a block and a
+    thread read: the blog's tiling pictures, from this very build."""
+    analysis, figures = optional("explorer.analysis.tiling"), optional("explorer.figures")
+    kernel = built.kernels[0] if built.kernels else None
+    if kernel is None:
+        st.caption("A CPU build has no thread blocks.")
+        return
+    blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
+    cols = st.columns([2, 1, 1, 1])
+    colour_by = cols[0].segmented_control("Colour the outputs by", ["block", "vthread", "thread", "iteration"],
+                                          default="block", key="ui.tiling.colour") or "block"
+    block = cols[1].number_input("Block", 0, blocks - 1, 0, key="ui.tiling.block",
+                                 help="Linear block id (blockIdx.x fastest) for the figures of one block.")
+    tx = cols[2].number_input("threadIdx.x", 0, kernel.block[0] - 1, 0, key="ui.tiling.tx")
+    ty = cols[3].number_input("threadIdx.y", 0, kernel.block[1] - 1, 0, key="ui.tiling.ty")
+    try:
+        t = analysis.analyze_tiling(built, block, (tx, ty, 0))
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    st.markdown(f"Each thread computes **{t.outputs_per_thread}** outputs, each block **{t.outputs_per_block}**.")
+    cells = t.ownership.shape[0] * t.ownership.shape[1]
+    if cells <= MAX_FIGURE_CELLS:
+        left, right = st.columns(2)
+        left.plotly_chart(figures.ownership_figure(t, colour_by), key="tiling-all")
+        right.plotly_chart(figures.ownership_figure(t, "thread", block=block), key="tiling-block")
+    else:
+        st.caption(f"The output plane {t.ownership.plane} has {cells:,} elements, too many to draw "
+                   f"(up to {MAX_FIGURE_CELLS:,}); choose a smaller shape to see it.")
+    columns = st.columns(max(len(t.footprints), 1))
+    for i, (column, footprint) in enumerate(zip(columns, t.footprints)):
+        if len(footprint.block_cells) and math.prod(np.ptp(footprint.block_cells, axis=0) + 1) > MAX_FIGURE_CELLS:
+            column.caption(f"{footprint.buffer}: block {t.chosen_block} reads {footprint.block_elements:,} elements, "
+                           f"thread {t.chosen_thread} reads {footprint.thread_elements:,}; too large to draw.")
+        else:
+            column.plotly_chart(figures.footprint_figure(t, i), key=f"footprint-{i}")
+    if t.notes:
+        st.caption(" ".join(t.notes))
 
 
 def bank_conflicts(built: Build) -> None:
-    """The shared-memory bank-conflict model of explorer.analysis, one row per access."""
-    banks = optional("explorer.analysis.banks")
+    """The shared-memory bank-conflict model: every access, and one warp's lanes → banks."""
+    banks, figures = optional("explorer.analysis.banks"), optional("explorer.figures")
     report = banks.analyze_banks(built)
-    rows = [
+    accesses = [(k, a) for k in report.kernels for a in k.accesses]
+    if not accesses:
+        st.caption("This kernel does not use shared memory: no bank conflicts to model.")
+        return
+    totals = [f"{k.kernel}: {k.loads.conflicts:,} load and {k.stores.conflicts:,} store conflicts"
+              for k in report.kernels]
+    st.markdown("**Modelled bank conflicts for the whole launch** — " + "; ".join(totals))
+    st.plotly_chart(figures.conflicts_figure(report), key="banks-all")
+    modelled = {f"{k.kernel} #{a.number} {a.op} · {a.text}": (k, a) for k, a in accesses if not a.not_modelled}
+    if modelled:
+        cols = st.columns([3, 1])
+        label = cols[0].selectbox("Access", list(modelled), key="ui.banks.access")
+        kernel, access = modelled[label]
+        warps = max(1, -(-kernel.block[0] * kernel.block[1] * kernel.block[2] // banks.WARP_SIZE))
+        warp = cols[1].number_input("Warp", 0, warps - 1, 0, key="ui.banks.warp")
+        lanes = banks.lane_map(built, kernel.kernel, access.number, warp)
+        left, right = st.columns(2)
+        left.plotly_chart(figures.bank_figure(lanes), key="banks-wavefronts")
+        right.plotly_chart(figures.lanes_figure(lanes), key="banks-lanes")
+    st.dataframe([
         {"kernel": k.kernel, "#": a.number, "op": a.op, "access": a.text, "bytes/lane": a.access_bytes,
          "max n-way": a.max_degree, "mean n-way": round(a.mean_degree, 2),
          "wavefronts/request": round(a.wavefronts_per_request, 2), "requests": a.requests, "conflicts": a.conflicts,
          "note": a.not_modelled or ("sampled" if a.sampled else "")}
-        for k in report.kernels for a in k.accesses
-    ]
-    if not rows:
-        st.caption("This kernel does not use shared memory: no bank conflicts to model.")
-    else:
-        totals = [f"{k.kernel}: {k.loads.conflicts:,} load and {k.stores.conflicts:,} store conflicts"
-                  for k in report.kernels]
-        st.markdown("**Modelled bank conflicts for the whole launch** — " + "; ".join(totals))
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        for k, a in accesses
+    ], hide_index=True)
     with st.expander("What the model assumes"):
         st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes)))
+
+
+# Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
+# only when its modules import, so a measurement panel is one function and one line here.
+PANELS = {
+    "Tiling": (tiling, ("explorer.analysis.tiling", "explorer.figures")),
+    "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
+    "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),
+}
+
+
+def available() -> dict:
+    """The analysis panels whose modules are installed, by tab label."""
+    return {label: panel for label, (panel, modules) in PANELS.items() if all(optional(m) for m in modules)}
 
 
 def tries_figure(tries: list[Try]) -> go.Figure:

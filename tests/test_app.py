@@ -7,7 +7,7 @@ import pytest
 import tvm
 from streamlit.testing.v1 import AppTest
 
-from app import code_view, widgets
+from app import code_view, panels, widgets
 from app.panels import tries_figure
 from app.session import Try
 from explorer import urlstate
@@ -82,6 +82,24 @@ def test_device_page():
         assert "No GPU: code and diagrams only" in at.info[0].value
     versions = at.dataframe[0].value
     assert tvm.__version__ in set(versions["version"])
+
+
+def _first_preset_per_template():
+    firsts = {}
+    for p in all_presets().values():
+        firsts.setdefault(p.spec.template, p.id)
+    return sorted(firsts.values())
+
+
+@pytest.mark.parametrize("preset", _first_preset_per_template())
+def test_analysis_tabs_render(preset):
+    """Every analysis tab the installed modules offer, for one preset of each template
+    (tabs are lazy: only the selected one runs)."""
+    labels = list(panels.available())
+    for label in labels:
+        at = app({"preset": preset}, view=label).run()
+        assert_clean(at)
+        assert [t.label for t in at.tabs][len(code_view.VIEWS):] == labels
 
 
 def test_thread_slider_changes_launch_bounds():

@@ -60,9 +60,7 @@ right.download_button(
          "and checks and times the kernel on a GPU.",
 )
 
-analyses = {"Resources": panels.resources}
-if panels.optional("explorer.analysis.banks") is not None:
-    analyses["Bank conflicts"] = panels.bank_conflicts
+analyses = panels.available()
 tabs = st.tabs([*code_view.VIEWS, *analyses], key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items()):
     if not tab.open:
