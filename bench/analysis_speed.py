@@ -68,7 +68,8 @@ def main(argv=None) -> int:
         "## Analyses per setting (bank conflicts + tiling + resources)",
         "",
         f"`python bench/analysis_speed.py --write` on {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; target: the H100 (no local GPU); "
+        f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} at the end: other work on the machine "
+        f"slows every row), Python {platform.python_version()}; target: the H100 (no local GPU); "
         f"median of {args.repeat} uncached runs, after the (cached) build. Budget: {BUDGET_MS:.0f} ms.",
         "",
         "| preset | shared accesses | banks ms | tiling ms | resources ms | total ms | build ms |",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import tvm
 from tvm import tirx
+from tvm_ffi import StructuralKey
 
 from ..tir_walk import children
 from .texpr import expr_children, op_name
@@ -223,7 +224,7 @@ class _Collector:
         text = f"{buffer.name}[{', '.join(str(i) for i in indices)}]"
         duplicate_of = None
         if op == "load":
-            key = (str(buffer.name), str(index), lanes, tuple(str(l.var) for l in loops), tuple((str(c), p) for c, p in guards))
+            key = (str(buffer.name), StructuralKey(index), lanes, tuple(l.var for l in loops), guard_key(guards))
             duplicate_of = self.region.get(key)
             if duplicate_of is None:
                 self.region[key] = len(self.accesses) + 1
@@ -231,6 +232,11 @@ class _Collector:
             SharedAccess(len(self.accesses) + 1, self.kernel, str(buffer.name), op, index, lanes, element_bytes,
                          loops, guards, text, duplicate_of, self.epoch)
         )
+
+
+def guard_key(guards: tuple) -> tuple:
+    """Guards as a dict key, compared by structure (cheaper than printing them)."""
+    return tuple((StructuralKey(cond), want) for cond, want in guards)
 
 
 def _is_shared(buffer) -> bool:

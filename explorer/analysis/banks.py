@@ -17,14 +17,17 @@ result says so.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from tvm import tirx
+from tvm_ffi import StructuralKey
 
 from ..errors import ExplorerError
-from .accesses import AXES, KernelAccesses, Launch, SharedAccess, kernel_accesses
+from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, kernel_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 
 WARP_SIZE = 32
@@ -234,7 +237,7 @@ class _AccessModel:
 def analyze_access(access: SharedAccess, kernel: KernelAccesses, row_budget: int = ROW_BUDGET,
                    warp: int = 0, iteration: dict | None = None) -> AccessConflicts:
     base = dict(number=access.number, kernel=access.kernel, buffer=access.buffer, op=access.op, text=access.text,
-                access_bytes=access.access_bytes, duplicate_of=access.duplicate_of)
+                access_bytes=access.access_bytes)
     try:
         model = _AccessModel(access, kernel)
     except Unsupported as why:
@@ -253,10 +256,9 @@ def analyze_access(access: SharedAccess, kernel: KernelAccesses, row_budget: int
     wavefronts, ideal, degree = request_wavefronts(words, active, access.access_bytes)
     requested = active.any(axis=-1)
     scale = model.repeats * model.contexts / len(context_ids)
-    counted = 0 if access.duplicate_of else 1  # the compiler reuses an identical earlier load
-    requests = int(round(requested.sum() * scale)) * counted
-    total_wavefronts = int(round(wavefronts.sum() * scale)) * counted
-    total_ideal = int(round(ideal.sum() * scale)) * counted
+    requests = int(round(requested.sum() * scale))
+    total_wavefronts = int(round(wavefronts.sum() * scale))
+    total_ideal = int(round(ideal.sum() * scale))
     lane_map = _lane_map(model, warp, iteration, context_ids, (words, active, element, wavefronts, degree))
     return AccessConflicts(
         **base,
@@ -307,8 +309,35 @@ def _lane_map(model: _AccessModel, warp: int, iteration: dict | None, context_id
     )
 
 
+def split_constant(index) -> tuple[object, int]:
+    """``base + c`` → (base, c): the constant added last (TVM's canonical form puts it there)."""
+    constant = 0
+    while True:
+        if isinstance(index, tirx.Add) and isinstance(index.b, tirx.IntImm):
+            constant, index = constant + int(index.b.value), index.a
+        elif isinstance(index, tirx.Sub) and isinstance(index.b, tirx.IntImm):
+            constant, index = constant - int(index.b.value), index.a
+        else:
+            return index, constant
+
+
 def analyze_kernel(kernel: KernelAccesses, row_budget: int = ROW_BUDGET) -> KernelBanks:
-    results = tuple(analyze_access(a, kernel, row_budget) for a in kernel.accesses)
+    # Accesses whose addresses differ by a constant number of 4-byte words (same loops and
+    # guards) see the banks rotated, so their counts are equal: evaluate one of them.
+    results = []
+    evaluated: dict = {}
+    for access in kernel.accesses:
+        base, constant = split_constant(access.index)
+        key = (access.op, StructuralKey(base), access.lanes, access.element_bytes, tuple(l.var for l in access.loops),
+               guard_key(access.guards))
+        known = evaluated.get(key)
+        if known is not None and (constant - known[1]) * access.element_bytes % BANK_BYTES == 0:
+            results.append(_shifted(known[0], access, constant - known[1]))
+            continue
+        result = analyze_access(access, kernel, row_budget)
+        evaluated.setdefault(key, (result, constant))
+        results.append(_counted(result, access))
+    results = tuple(results)
     totals = {}
     for op in ("load", "store"):
         mine = [r for r in results if r.op == op]
@@ -317,6 +346,30 @@ def analyze_kernel(kernel: KernelAccesses, row_budget: int = ROW_BUDGET) -> Kern
     notes = tuple(f"not modelled: {why}" for why in kernel.unsupported)
     launch = kernel.launch
     return KernelBanks(launch.kernel, launch.block, launch.grid, results, totals["load"], totals["store"], notes)
+
+
+def _counted(result: AccessConflicts, access: SharedAccess) -> AccessConflicts:
+    """A load the compiler takes from an identical earlier one makes no request."""
+    if not access.duplicate_of:
+        return result
+    return dataclasses.replace(result, duplicate_of=access.duplicate_of, requests=0, wavefronts=0,
+                               ideal_wavefronts=0, conflicts=0)
+
+
+def _shifted(result: AccessConflicts, access: SharedAccess, delta: int) -> AccessConflicts:
+    """``result`` for an access ``delta`` elements further on."""
+    shift = delta * access.element_bytes
+    lanes = result.lane_map
+    if lanes is not None:
+        lanes = dataclasses.replace(
+            lanes,
+            element=tuple(e + delta for e in lanes.element),
+            address=tuple(a + shift for a in lanes.address),
+            bank=tuple((b + shift // BANK_BYTES) % BANKS for b in lanes.bank),
+        )
+    moved = dataclasses.replace(result, number=access.number, buffer=access.buffer, text=access.text,
+                                lane_map=lanes, duplicate_of=None)
+    return _counted(moved, access)
 
 
 @functools.lru_cache(maxsize=64)

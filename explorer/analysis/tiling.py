@@ -32,7 +32,7 @@ from ..tir_walk import thread_tag, walk
 from .accesses import AXES, Loop
 from .texpr import Unsupported, compile_expr, free_vars
 
-MAX_PLANE_ROWS = 1 << 16  # output elements labelled for the ownership figures
+MAX_PLANE_ROWS = 1 << 14  # output elements labelled for the ownership figures (a 128 × 128 window)
 MAX_GROUP_ROWS = 1 << 20  # combinations enumerated per independent index group
 REDUCE = 2  # tirx.IterVar.CommReduce
 
@@ -243,9 +243,18 @@ def distinct_elements(exprs: list, loops: list[Loop], env: dict, bindings: dict,
         if not keep.any():
             return 0, tuple(0 for _ in exprs), np.zeros((0, 2), dtype=np.int64)
         if columns:
-            count *= len(np.unique(_linearize(columns)))
+            count *= len(_distinct(_linearize(columns)))
     pairs = _plane_pairs(values, group_of, len(exprs))
     return count, tuple(box), pairs
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of non-negative keys (by marking when their range is small)."""
+    if keys.size and keys.max() < max(4 * keys.size, 1 << 20):
+        seen = np.zeros(int(keys.max()) + 1, dtype=bool)
+        seen[keys] = True
+        return np.flatnonzero(seen)
+    return np.unique(keys)
 
 
 def _linearize(columns: list[np.ndarray]) -> np.ndarray:
@@ -259,15 +268,20 @@ def _linearize(columns: list[np.ndarray]) -> np.ndarray:
 def _plane_pairs(values: dict, group_of: dict, n: int) -> np.ndarray:
     if n == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    a, b = (n - 2, n - 1) if n >= 2 else (n - 1, n - 1)
+    if n == 1:  # a 1-D buffer: one row
+        low = values[0].min() if values[0].size else 0
+        cols = _distinct(values[0] - low) + low
+        return np.stack([np.zeros_like(cols), cols], axis=1)
+    a, b = n - 2, n - 1
     if group_of.get(a) == group_of.get(b):
         first, second = values[a], values[b]
         if not first.size:
             return np.zeros((0, 2), dtype=np.int64)
         width = int(second.max() - second.min() + 1)
-        keys = np.unique((first - first.min()) * width + (second - second.min()))
+        keys = _distinct((first - first.min()) * width + (second - second.min()))
         return np.stack([keys // width + first.min(), keys % width + second.min()], axis=1)
-    rows, cols = np.unique(values[a]), np.unique(values[b])
+    rows = _distinct(values[a] - values[a].min()) + values[a].min() if values[a].size else values[a]
+    cols = _distinct(values[b] - values[b].min()) + values[b].min() if values[b].size else values[b]
     return np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1).reshape(-1, 2)
 
 
