@@ -177,12 +177,12 @@ class ComparisonCheck:
         return REPRODUCED if self.measured.holds else NOT_REPRODUCED
 
     def sentence(self, this: Preset) -> str:
-        """The claim in words: "Step 8 is faster than step 7 (Threads 8×32 on 32×32 …)."."""
+        """The claim in words: "Step 8 is faster than step 7: Threads 8×32 on 32×32 …"."""
         words = RELATION_WORDS[self.comparison.expect]
         bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
         other = self.other
         where = f"step {other.step}" if other.tutorial == this.tutorial else f"the {other.tutorial} lesson's step {other.step}"
-        return f"Step {this.step} is {words} {where} ({other.title}){bound}."
+        return f"Step {this.step} is {words} {where}{bound}: {other.title}."
 
 
 def check_comparison(

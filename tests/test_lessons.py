@@ -94,7 +94,7 @@ def test_verdicts_side_by_side():
     assert not_reproduced.verdict == L.NOT_REPRODUCED
     failed = L.check_comparison(CASE2, comparison, {CASE1.id: 4.0}, errors={CASE2.id: "wrong result"})
     assert failed.verdict == L.NOT_REPRODUCED and failed.measure_error == "wrong result"
-    assert reproduced.sentence(CASE2) == "Step 8 is faster than step 7 (Threads 8×32 on 32×32 (thread table, case 1))."
+    assert reproduced.sentence(CASE2) == "Step 8 is faster than step 7: Threads 8×32 on 32×32 (thread table, case 1)."
 
 
 def test_a_step_without_a_time_in_the_tutorial_still_gets_a_measured_verdict():
@@ -274,3 +274,38 @@ def test_every_step_explains_itself_and_every_figure_names_its_hardware():
         assert preset.explanation, preset.id
         for figure in preset.reported:
             assert figure.hardware and figure.value_us and figure.value_us > 0, (preset.id, figure)
+
+
+# -- bench/lessons_h100.py's document, from hand-made measurements ------------------------
+
+
+def bench_module():
+    import importlib.util
+
+    path = __import__("pathlib").Path(__file__).resolve().parent.parent / "bench" / "lessons_h100.py"
+    spec = importlib.util.spec_from_file_location("lessons_h100", path)
+    module = importlib.util.module_from_spec(spec)
+    __import__("sys").modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_h100_document_states_each_claim_with_both_numbers_and_a_verdict():
+    bench = bench_module()
+    times = {"dw-blog-threads-case1": 9.0, "dw-blog-threads-case2": 8.8, "dw-blog-threads-case3": 12.0,
+             "dw-blog-threads-case4": 20.0}
+    measured = {pid: bench.Measured(pid, us, 100.0, 30.0, 2.0, "", L.evidence(build(get_preset(pid).spec, "h100")), 256)
+                for pid, us in times.items()}
+    header = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-21", "command": "python bench/lessons_h100.py",
+              "elapsed_s": 60.0, "tvm": "0.27.0.post1", "target": "sm_90a", "repeats": 20, "min_repeat_ms": 1,
+              "torch": "PyTorch 2.11"}
+    text = bench.render([L.get_lesson("depthwise_blog")], measured, {}, 132, header, "h100")
+    # case 2 vs case 1: 9.0 / 8.8 = ×1.02, inside ±5%: not reproduced, and the document says why.
+    (case2,) = [line for line in text.splitlines() if line.startswith("| 8 | Step 8 is faster")]
+    assert "| 8.8 vs 9.7 µs (×1.10) | 8.80 vs 9.00 µs (×1.02) | **not reproduced** |" in case2
+    assert "less than ±5%" in case2 and "a few microseconds" in case2
+    # case 3 slower than case 2 (12.0 / 8.8 = ×1.36) and case 4 slower than case 3 (×1.67): reproduced.
+    assert "| 12.00 vs 8.80 µs (×1.36) | **reproduced** |" in text
+    assert "**2 timing claims reproduced, 1 not reproduced, 0 without a measurement; 16 structural claims " \
+           "reproduced, 0 not.**" in text
+    assert "| 8 | `dw-blog-threads-case2` | 8.8 µs (GTX 1080) | 8.80 | 100 | 30% | — |" in text

@@ -1,0 +1,299 @@
+"""Measure every preset on this machine's GPU and write docs/lessons-h100.md: each
+tutorial's claims with the tutorial's numbers, this GPU's numbers and the verdict.
+
+    python bench/lessons_h100.py                    # every preset, PyTorch beside each workload
+    python bench/lessons_h100.py --no-baseline      # without the PyTorch column (no torch import)
+    python bench/lessons_h100.py --only dw-blog-final-96 dw-blog-fused-96 --out /tmp/lessons.md
+
+One process, no streamlit or plotly. Kernels run in explorer.measure's worker process, each
+checked against NumPy before it is timed: a kernel that is wrong, crashes or hangs loses
+its own number (the document says why), never the run. Presets that share a schedule
+are measured once. The raw results also go to bench/results/lessons-<arch>.json, and a
+summary to docs/benchmarks.md (section ``lessons``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from explorer import lessons as L  # noqa: E402
+from explorer.build import build  # noqa: E402
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.presets import Preset  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "lessons-h100.md"
+RESULTS = ROOT / "bench" / "results"
+NO_GPU_EXIT = 3
+# Evidence thresholds for "why it may differ" (see reasons()).
+NEAR_FLOOR = 60.0  # % of the copy floor above which a kernel is bound by memory bandwidth
+FEW_MICROSECONDS = 10.0  # below this, fixed launch costs weigh as much as the schedule
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What this run found for one preset (everything the document needs, as plain data)."""
+
+    preset: str
+    median_us: float | None
+    gflops: float | None
+    percent_of_floor: float | None
+    floor_us: float | None
+    error: str  # why there is no time ("" when there is one)
+    evidence: L.Evidence | None
+    blocks: int | None  # of the first kernel's grid
+
+
+def measure_presets(presets: list[Preset], target: str | None, settings, progress) -> dict[str, Measured]:
+    """Each distinct spec once, in the measuring worker; static evidence from the same build."""
+    from explorer.measure import measure
+
+    by_spec: dict = {}
+    out = {}
+    for n, preset in enumerate(presets, start=1):
+        if preset.spec not in by_spec:
+            by_spec[preset.spec] = _measure_one(preset, target, settings, measure)
+        result = by_spec[preset.spec]
+        out[preset.id] = Measured(preset.id, *result)
+        progress(f"[{n}/{len(presets)}] {preset.id}: "
+                 + (f"{result[0]:.2f} µs" if result[0] is not None else f"no time ({result[4]})"))
+    return out
+
+
+def _measure_one(preset: Preset, target, settings, measure):
+    evidence = blocks = None
+    try:
+        built = build(preset.spec, target)
+        kernel = built.kernels[0]
+        blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
+        evidence = L.evidence(built)
+        m = measure(preset.spec, target=target, settings=settings)
+    except ExplorerError as error:  # invalid build, crash, hang, no device: this preset only
+        return None, None, None, None, str(error), evidence, blocks
+    if not m.correct:
+        return None, None, None, None, f"wrong result: {m.check.describe()}", evidence, blocks
+    return m.median_us, m.gflops, m.percent_of_floor, m.floor_us, "", evidence, blocks
+
+
+def measure_baselines(presets: list[Preset], settings, progress) -> dict[str, tuple[float | None, str]]:
+    """PyTorch's median µs per workload label (or why there is none)."""
+    from explorer.measure import baseline
+
+    out: dict[str, tuple[float | None, str]] = {}
+    for preset in presets:
+        label = preset.spec.workload.label()
+        if label in out:
+            continue
+        try:
+            b = baseline(preset.spec.workload, settings=settings)
+            out[label] = (b.median_us, "" if b.median_us is not None else "PyTorch's output is wrong")
+        except ExplorerError as error:
+            out[label] = (None, str(error))
+        progress(f"PyTorch {label}: " + (f"{out[label][0]:.2f} µs" if out[label][0] is not None else out[label][1]))
+    return out
+
+
+def reasons(check: L.ComparisonCheck, this_step: int, this: Measured, other: Measured | None,
+            sm_count: int | None, config: L.LessonConfig = L.LessonConfig()) -> str:
+    """For a claim this GPU does not reproduce: what the measurements and the static
+    analyses of the two kernels show, in a sentence or two."""
+    if check.measured is None or other is None:
+        return this.error or (other.error if other is not None else "the compared step was not measured")
+    m = check.measured
+    notes = []
+    if check.comparison.expect != "same_speed":
+        if abs(m.ratio - 1) <= config.tolerance:
+            notes.append(f"the two differ by less than ±{config.tolerance:.0%} here, within run-to-run noise")
+        elif m.ratio < 1:
+            notes.append(f"the order is reversed here (×{m.ratio:.2f})")
+    floors = [x.percent_of_floor for x in (this, other)]
+    if all(f is not None and f >= NEAR_FLOOR for f in floors):
+        notes.append(f"both run at {min(floors):.0f}% or more of the copy floor, so memory bandwidth, not the "
+                     f"schedule, sets their time")
+    elif m.this_us < FEW_MICROSECONDS and m.other_us < FEW_MICROSECONDS:
+        notes.append("both take a few microseconds, where launch cost and the last wave of blocks weigh as much "
+                     "as the schedule")
+    for step, x in ((this_step, this), (check.other.step, other)):
+        if sm_count and x.blocks is not None and x.blocks < sm_count:
+            notes.append(f"step {step} launches only {x.blocks} blocks for {sm_count} SMs")
+    a, b = this.evidence, other.evidence
+    if a is not None and b is not None:
+        if a.bank_conflict_degree != b.bank_conflict_degree:
+            notes.append(f"the bank model gives {a.bank_conflict_degree}-way against {b.bank_conflict_degree}-way "
+                         f"conflicts")
+        if abs(a.occupancy - b.occupancy) >= 0.25:
+            notes.append(f"occupancy is {a.occupancy:.0%} against {b.occupancy:.0%}")
+    if len(notes) < 2:
+        hardware = check.tutorial.where if check.tutorial is not None else "the tutorial's GPU"
+        notes.append(f"nothing in the static analyses singles out a cause: {hardware} and this GPU differ in "
+                     f"cache sizes, memory bandwidth and compiler")
+    text = "; ".join(notes[:3])
+    return text[0].upper() + text[1:] + "."
+
+
+# -- the document -------------------------------------------------------------------------
+
+
+def _us(value: float | None) -> str:
+    return f"{value:,.2f}" if value is not None else "—"
+
+
+def _pair(figures: L.Figures | None, digits: int) -> str:
+    if figures is None:
+        return "—"
+    return f"{figures.this_us:,.{digits}f} vs {figures.other_us:,.{digits}f} µs (×{figures.ratio:.2f})"
+
+
+def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int | None, header: dict,
+           target: str | None = None) -> str:
+    """The document; ``target`` is the build target of the static checks (None: this GPU)."""
+    lines = [
+        f"# The tutorials' claims on {header['device']}",
+        "",
+        f"Measured {header['date']} with `{header['command']}` ({header['elapsed_s']:.0f} s): "
+        f"TVM {header['tvm']}, target {header['target']}; every kernel checked against NumPy, then timed with "
+        f"TVM's `time_evaluator` (median of {header['repeats']} repeats of ≥ {header['min_repeat_ms']} ms). "
+        f"PyTorch ({header['torch']}) is timed with CUDA graphs, TF32 off. The copy floor is a device copy of the "
+        f"workload's compulsory bytes. A timing claim is reproduced when this GPU's ratio goes the tutorial's way by "
+        f"more than ±{L.LessonConfig().tolerance:.0%} (or by the claim's own bound); \"same speed\" means within it.",
+        "",
+    ]
+    totals = {L.REPRODUCED: 0, L.NOT_REPRODUCED: 0, L.NEEDS_GPU: 0}
+    static_totals = [0, 0]
+    body = []
+    for lesson in lessons:
+        body += [f"## {lesson.title}", "", f"Source: `{lesson.source or '(the project)'}`. {lesson.summary}", "",
+                 "| step | preset | tutorial | this GPU µs | GFLOP/s | % of copy floor | PyTorch µs |",
+                 "| --- | --- | --- | --- | --- | --- | --- |"]
+        times = {pid: m.median_us for pid, m in measured.items() if m.median_us is not None}
+        errors = {pid: m.error for pid, m in measured.items() if m.error}
+        claims, statics = [], []
+        for step in lesson.steps:
+            p = step.preset
+            m = measured.get(p.id)
+            if m is None:
+                continue
+            own = p.own_reported
+            tutorial = f"{own.value_us:g} µs ({own.hardware})" if own is not None else "—"
+            torch = torch_us.get(p.spec.workload.label(), (None, ""))[0]
+            floor = f"{m.percent_of_floor:.0f}%" if m.percent_of_floor is not None else "—"
+            time_cell = _us(m.median_us) if not m.error else f"— ({m.error})"
+            gflops = f"{m.gflops:,.0f}" if m.gflops is not None else "—"
+            body.append(f"| {step.number} | `{p.id}` | {tutorial} | {time_cell} | {gflops} | {floor} | {_us(torch)} |")
+            for check in L.step_checks(p, times, header["device"], errors):
+                verdict = check.verdict
+                totals[verdict] += 1
+                why = ""
+                if verdict != L.REPRODUCED:
+                    why = reasons(check, step.number, m, measured.get(check.other.id), sm_count)
+                claims.append(f"| {step.number} | {check.sentence(p)} | {_pair(check.tutorial, 1)} | "
+                              f"{_pair(check.measured, 2)} | **{verdict}** | {why} |")
+            for check in L.static_checks(p, target):
+                ok = check.verdict == L.REPRODUCED
+                static_totals[0 if ok else 1] += 1
+                if not ok:
+                    statics.append(f"- step {step.number} `{p.id}`: {check.label} claimed "
+                                   f"{L.format_fact(check.claimed)}, built {L.format_fact(check.actual)}")
+        body.append("")
+        if claims:
+            body += ["| step | timing claim | tutorial | this GPU | verdict | why it may differ |",
+                     "| --- | --- | --- | --- | --- | --- |", *claims, ""]
+        checked = sum(len(s.preset.static) for s in lesson.steps if s.preset.id in measured)
+        body.append(f"Structural claims ({checked}): " + ("all reproduced on this build." if not statics else
+                                                         "these are not reproduced:"))
+        body += [*statics, ""]
+    lines.append(
+        f"**{totals[L.REPRODUCED]} timing claims reproduced, {totals[L.NOT_REPRODUCED]} not reproduced, "
+        f"{totals[L.NEEDS_GPU]} without a measurement; {static_totals[0]} structural claims reproduced, "
+        f"{static_totals[1]} not.**")
+    lines.append("")
+    return "\n".join(lines + body)
+
+
+def summary_section(text: str, doc: Path) -> str:
+    """The docs/benchmarks.md section: the summary line and where the details are."""
+    first = next(line for line in text.splitlines() if line.startswith("**"))
+    return f"## Lessons: the tutorials' claims measured\n\n{first}\n\nDetails, per claim: `{doc.relative_to(ROOT)}`."
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", metavar="PRESET", help="these presets (and those their claims compare with)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip PyTorch")
+    parser.add_argument("--out", type=Path, default=DOC, help=f"the document to write (default {DOC.relative_to(ROOT)})")
+    parser.add_argument("--target", default=None, help="target name for the builds (default: this machine's GPU)")
+    args = parser.parse_args(argv)
+
+    from explorer.measure import Settings, local_gpu, shutdown
+
+    device = local_gpu()
+    if device is None:
+        print("error: no CUDA device on this machine; run this script on the GPU machine.", file=sys.stderr)
+        return NO_GPU_EXIT
+    start = time.perf_counter()
+    lessons = L.lessons()
+    presets = [s.preset for lesson in lessons for s in lesson.steps]
+    if args.only:
+        wanted = {p.id for p in presets if p.id in args.only}
+        unknown = sorted(set(args.only) - wanted)
+        if unknown:
+            print(f"error: no preset named {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        chosen = [p for p in presets if p.id in wanted]
+        presets = list({p.id: p for p in (*chosen, *L.presets_to_time(chosen))}.values())
+    settings = Settings()
+    progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        measured = measure_presets(presets, args.target, settings, progress)
+        torch_us = {} if args.no_baseline else measure_baselines(presets, settings, progress)
+    finally:
+        shutdown()
+    target = build(presets[0].spec, args.target).target
+    arch = str(target.attrs.get("arch", target.kind.name))
+    header = {
+        "device": device, "date": datetime.date.today().isoformat(), "elapsed_s": time.perf_counter() - start,
+        "command": "python " + " ".join(shlex.quote(a) for a in ["bench/lessons_h100.py", *(argv or sys.argv[1:])]),
+        "tvm": metadata.version("apache-tvm"), "target": args.target or arch, "repeats": settings.repeats,
+        "min_repeat_ms": settings.min_repeat_ms, "torch": _torch_version() if torch_us else "not measured",
+    }
+    text = render(lessons, measured, torch_us, _sm_count(), header, args.target)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    raw = {"header": header, "presets": {pid: {k: v for k, v in vars(m).items() if k != "evidence"}
+                                         for pid, m in measured.items()},
+           "pytorch_us": {label: us for label, (us, _) in torch_us.items()}}
+    (RESULTS / f"lessons-{arch}.json").write_text(json.dumps(raw, indent=2))
+    if args.out == DOC:
+        from docs_section import write_section
+
+        write_section("lessons", summary_section(text, args.out))
+    print(f"wrote {args.out} ({header['elapsed_s']:.0f} s)", file=sys.stderr)
+    return 0
+
+
+def _torch_version() -> str:
+    try:
+        return "PyTorch " + metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "PyTorch not installed"
+
+
+def _sm_count() -> int | None:
+    import tvm
+
+    device = tvm.cuda(0)
+    return int(device.multi_processor_count) if device.exist else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
