@@ -112,7 +112,14 @@ def _view_banks(spec, args):
     from .build import build
 
     report = analyze_banks(build(spec, args.target))
-    return format_report(report), {"banks": report.to_dict()}
+    text, data = format_report(report), {"banks": report.to_dict()}
+    if args.ncu:  # the same kernels measured by Nsight Compute on this machine's GPU
+        from .analysis.ncu import compare, format_comparison, profile
+
+        rows = compare(report, profile(spec))
+        text += "\n\nNsight Compute (this GPU):\n" + format_comparison(rows)
+        data["ncu"] = [vars(r) for r in rows]
+    return text, data
 
 
 @view("tiling")
@@ -238,6 +245,7 @@ def make_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("--view", required=True, choices=sorted(VIEWS))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--ncu", action="store_true", help="with --view banks: measure the counters with Nsight Compute (GPU)")
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("sweep", help="build (and measure) every combination of some knobs; rank them")
     _add_spec_args(p)
