@@ -15,9 +15,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from explorer.build import Build, compile_binary, nvcc_path
+from explorer import targets
 from explorer.errors import ExplorerError
-from explorer.targets import target_label
 
+from . import session
 from .session import Try
 
 
@@ -36,12 +37,12 @@ def optional(name: str):
 def launch_summary(built: Build) -> str:
     """One line: kernels, grid × block, shared memory; e.g. for the status label."""
     if not built.kernels:
-        return f"{target_label(built.target)}: host code only"
+        return f"{targets.target_label(built.target)}: host code only"
     parts = []
     for k in built.kernels:
         blocks = k.grid[0] * k.grid[1] * k.grid[2]
         parts.append(f"{blocks:,} blocks × {k.threads_per_block} threads, {k.shared_bytes:,} B shared")
-    return f"{target_label(built.target)}: " + "; ".join(parts)
+    return f"{targets.target_label(built.target)}: " + "; ".join(parts)
 
 
 def metrics(built: Build, container=st) -> None:
@@ -183,6 +184,65 @@ PANELS = {
 def available() -> dict:
     """The analysis panels whose modules are installed, by tab label."""
     return {label: panel for label, (panel, modules) in PANELS.items() if all(optional(m) for m in modules)}
+
+
+def can_measure() -> bool:
+    """Whether this session can time kernels: a GPU in this process, or an RPC tracker."""
+    return optional("explorer.measure") is not None and (targets.local_gpu_target() is not None
+                                                         or session.remote() is not None)
+
+
+def latency(built: Build) -> None:
+    """Measure the current setting (checked against NumPy first, then timed) once per
+    setting and device; show it beside the PyTorch baseline and the bandwidth floor, and
+    this session's tries as a chart."""
+    measure = optional("explorer.measure")
+    remote = session.remote()
+    results = st.session_state.setdefault("measurements", {})
+    key = (built.spec, built.target_key, remote)
+    if key not in results:
+        with st.status("Measuring: checking the result against NumPy, then timing…") as status:
+            def waiting(ahead: int) -> None:
+                status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead of this one…")
+
+            try:
+                results[key] = measure.measure(built.spec, target=session.target(), remote=remote, on_wait=waiting)
+            except ExplorerError as e:
+                results[key] = str(e)
+            status.update(label="Measured", state="complete")
+    result = results[key]
+    if isinstance(result, str):
+        st.error(result)
+        return
+    if not result.correct:
+        st.error(result.summary())
+        return
+    session.record_latency(built.spec, result.median_us)
+    previous = session.previous_try(built.spec)
+    before = previous.latency_us if previous is not None else None
+    cols = st.columns(4)
+    cols[0].metric("Latency (median)", f"{result.median_us:.2f} µs",
+                   f"{result.median_us - before:+.2f} µs" if before is not None else None, delta_color="inverse",
+                   help=f"{result.device}; min {result.timing.min_us:.2f}, max {result.timing.max_us:.2f} µs")
+    cols[1].metric("Compute", f"{result.gflops:,.0f} GFLOP/s")
+    cols[2].metric("Compulsory traffic", f"{result.gbps:,.0f} GB/s", help="Inputs read once, output written once.")
+    if result.percent_of_floor is not None:
+        cols[3].metric("Of the bandwidth floor", f"{result.percent_of_floor:.0f}%",
+                       help=f"A device copy of the compulsory bytes takes {result.floor_us:.2f} µs: 100% is that fast.")
+    baselines = st.session_state.setdefault("baselines", {})
+    workload = built.spec.workload
+    if workload not in baselines and remote is None:
+        if st.button("Time the PyTorch baseline", key="ui.baseline", help="The same workload in PyTorch on this GPU, "
+                     "fp32 with TF32 off, timed with CUDA graphs."):
+            try:
+                baselines[workload] = measure.baseline(workload)
+            except ExplorerError as e:
+                st.error(str(e))
+    if workload in baselines and baselines[workload].median_us is not None:
+        base = baselines[workload]
+        st.caption(f"{base.library} on {base.device}: {base.median_us:.2f} µs — this schedule is "
+                   f"{base.median_us / result.median_us:.2f}× its speed.")
+    st.plotly_chart(tries_figure(session.tries()), key="tries")
 
 
 def tries_figure(tries: list[Try]) -> go.Figure:

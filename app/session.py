@@ -69,6 +69,20 @@ def tries() -> list[Try]:
     return st.session_state["tries"]
 
 
+def remote():
+    """The RPC tracker and key to measure on (an ``explorer.measure.Remote``), or None."""
+    return st.session_state.get("remote")
+
+
+def record_latency(current: Spec, latency_us: float) -> None:
+    """Attach a measured latency to the latest try of ``current`` (for the tries chart)."""
+    history = tries()
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].spec == current:
+            history[i] = dataclasses.replace(history[i], latency_us=latency_us)
+            return
+
+
 # -- choosing a workload, template, preset -----------------------------------------------
 
 

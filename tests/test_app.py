@@ -228,3 +228,47 @@ def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
     trace = tries_figure(tries).data[0]
     assert list(trace.x) == [1, 3] and list(trace.y) == [9.5, 12.0]
     assert "num_thread_x = 4" in trace.hovertext[1]
+
+
+def fake_measurements(monkeypatch, latency_of):
+    """A GPU that answers ``latency_of(spec)`` µs (None: a wrong result); returns the calls."""
+    from explorer import measure
+    from explorer.measure import Check, Measurement, Timing
+
+    calls = []
+
+    def fake_measure(spec, *, target=None, remote=None, settings=None, on_wait=None):
+        calls.append(spec)
+        us = latency_of(spec)
+        check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
+        timing = Timing((us, us, us), 100) if us is not None else None
+        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, Timing((2.0,), 100),
+                           spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
+
+    monkeypatch.setattr(measure, "measure", fake_measure)
+    monkeypatch.setattr(panels, "can_measure", lambda: True)
+    return calls
+
+
+def test_latency_panel_measures_each_setting_once(monkeypatch):
+    calls = fake_measurements(monkeypatch, lambda spec: 640 / spec.knobs.num_thread_x)  # 40 µs, then 80 µs
+    at = app({"preset": "dw-blog-final-96"}).run()
+    assert_clean(at)
+    latency = next(m for m in at.metric if m.label == "Latency (median)")
+    assert latency.value == "40.00 µs"
+    floor = next(m for m in at.metric if m.label == "Of the bandwidth floor")
+    assert floor.value == "5%"  # a 2 µs copy against 40 µs
+    at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    latency = next(m for m in at.metric if m.label == "Latency (median)")
+    assert latency.value == "80.00 µs" and latency.delta == "+40.00 µs"
+    at.run()  # a rerun with the same setting does not measure again
+    assert len(calls) == 2
+    assert [t.latency_us for t in at.session_state["tries"]] == [40.0, 80.0]
+
+
+def test_latency_panel_shows_a_wrong_result(monkeypatch):
+    fake_measurements(monkeypatch, lambda spec: None)
+    at = app({"preset": "dw-blog-final-96"}).run()
+    assert not at.exception
+    assert "WRONG" in at.error[0].value and "(0, 0, 1, 2)" in at.error[0].value
+    assert not any(m.label == "Latency (median)" for m in at.metric)

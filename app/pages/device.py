@@ -8,7 +8,7 @@ from importlib import metadata
 import streamlit as st
 import tvm
 
-from app import session
+from app import panels, session
 from explorer.build import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
@@ -55,6 +55,27 @@ st.markdown(f"Code is generated for **{target_label(target)}**"
             + (" (this machine's GPU)." if local_gpu_target() is not None and choice == "auto" else "."))
 with st.expander("Target details"):
     st.json(target.export())
+
+st.subheader("Remote GPU (TVM RPC)")
+measure = panels.optional("explorer.measure")
+if measure is None:
+    st.caption("Measurement is not installed in this app.")
+else:
+    st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.server`). "
+               "Leave empty to measure on this machine's GPU.")
+    current = session.remote()
+    cols = st.columns([2, 1])
+    address = cols[0].text_input("Tracker HOST:PORT", f"{current.host}:{current.port}" if current else "",
+                                 key="ui.rpc.address")
+    key = cols[1].text_input("Key", current.key if current else "", key="ui.rpc.key")
+    if address.strip():
+        try:
+            st.session_state["remote"] = measure.Remote.parse(address, key)
+            st.success(f"Kernels are measured on '{key}' GPUs through the tracker at {address}.")
+        except ExplorerError as e:
+            st.error(str(e))
+    else:
+        st.session_state["remote"] = None
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
 st.subheader("Compile backend")

@@ -43,6 +43,8 @@ if stale:
     st.warning(f"Below: the last valid setting, now stale. Since then: {session.describe_change(built.spec, spec)}.")
 
 panels.metrics(built)
+if panels.can_measure() and not stale and built.kernels:
+    panels.latency(built)
 previous = session.previous_try(built.spec) if not stale else None
 left, right = st.columns([3, 1])
 show_diff = left.toggle(
