@@ -23,3 +23,14 @@ def test_tiling_and_resources_views_text(capsys):
 def test_invalid_choice_exits_2(capsys):
     assert main(["show", "dw-blog-final-96", "--set", "num_thread_x=3", "--view", "banks"]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_ncu_without_nsight_compute_is_one_line(capsys):
+    import pytest
+
+    from explorer.analysis.ncu import ncu_path
+
+    if ncu_path() is not None:
+        pytest.skip("ncu is installed here; the GPU test in test_analysis_ncu.py covers it")
+    assert main(["show", "dw-blog-final-96", "--view", "banks", "--ncu"]) == 2
+    assert "ncu" in capsys.readouterr().err
