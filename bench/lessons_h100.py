@@ -54,34 +54,42 @@ class Measured:
 
 
 def measure_presets(presets: list[Preset], target: str | None, settings, progress) -> dict[str, Measured]:
-    """Each distinct spec once, in the measuring worker; static evidence from the same build."""
-    from explorer.measure import measure
+    """Each distinct spec once (lessons.measure_presets), in the measuring worker, with
+    the record's details kept; static evidence from the same build."""
+    from explorer.measure import WrongResult, measure
 
-    by_spec: dict = {}
+    records = {}
+
+    def measured_us(spec):
+        record = records[spec] = measure(spec, target=target, settings=settings)
+        if not record.correct:
+            raise WrongResult(f"wrong result: {record.check.describe()}")
+        return record.median_us
+
+    def done(preset, us, error):
+        progress(f"{preset.id}: " + (f"{us:.2f} µs" if us is not None else f"no time ({error})"))
+
+    times, errors = L.measure_presets(presets, measured_us, on_done=done)
     out = {}
-    for n, preset in enumerate(presets, start=1):
-        if preset.spec not in by_spec:
-            by_spec[preset.spec] = _measure_one(preset, target, settings, measure)
-        result = by_spec[preset.spec]
-        out[preset.id] = Measured(preset.id, *result)
-        progress(f"[{n}/{len(presets)}] {preset.id}: "
-                 + (f"{result[0]:.2f} µs" if result[0] is not None else f"no time ({result[4]})"))
+    for preset in presets:
+        record = records.get(preset.spec) if preset.id in times else None
+        evidence, blocks = _static(preset, target)
+        out[preset.id] = Measured(
+            preset.id, times.get(preset.id), record.gflops if record else None,
+            record.percent_of_floor if record else None, record.floor_us if record else None,
+            errors.get(preset.id, ""), evidence, blocks,
+        )
     return out
 
 
-def _measure_one(preset: Preset, target, settings, measure):
-    evidence = blocks = None
+def _static(preset: Preset, target: str | None) -> tuple[L.Evidence | None, int | None]:
+    """The static evidence and the first kernel's block count (None when it cannot be built)."""
     try:
         built = build(preset.spec, target)
-        kernel = built.kernels[0]
-        blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
-        evidence = L.evidence(built)
-        m = measure(preset.spec, target=target, settings=settings)
-    except ExplorerError as error:  # invalid build, crash, hang, no device: this preset only
-        return None, None, None, None, str(error), evidence, blocks
-    if not m.correct:
-        return None, None, None, None, f"wrong result: {m.check.describe()}", evidence, blocks
-    return m.median_us, m.gflops, m.percent_of_floor, m.floor_us, "", evidence, blocks
+    except ExplorerError:
+        return None, None
+    grid = built.kernels[0].grid
+    return L.evidence(built), grid[0] * grid[1] * grid[2]
 
 
 def measure_baselines(presets: list[Preset], settings, progress) -> dict[str, tuple[float | None, str]]:

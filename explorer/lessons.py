@@ -12,9 +12,10 @@ the previous step, and checks the step's claims:
 
 :func:`evidence` gathers what the page shows "on this GPU" when nothing is measured.
 
-Everything here is pure: timings come in as a mapping ``preset id -> µs`` (measured by
-:func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's),
-so the app, the CLI, the H100 benchmark and the tests share one judgement.
+Timings come in as plain data, a mapping ``preset id -> µs`` (measured by
+:func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's
+``latency_us``), so the Lessons page, bench/lessons_h100.py and the tests share one
+judgement.
 """
 from __future__ import annotations
 

@@ -309,3 +309,29 @@ def test_the_h100_document_states_each_claim_with_both_numbers_and_a_verdict():
     assert "**2 timing claims reproduced, 1 not reproduced, 0 without a measurement; 16 structural claims " \
            "reproduced, 0 not.**" in text
     assert "| 8 | `dw-blog-threads-case2` | 8.8 µs (GTX 1080) | 8.80 | 100 | 30% | — |" in text
+
+
+def test_the_h100_script_measures_each_schedule_once_and_keeps_wrong_kernels_out(monkeypatch):
+    import explorer.measure
+    from types import SimpleNamespace
+
+    bench = bench_module()
+    calls = []
+
+    def fake_measure(spec, *, target, settings):
+        calls.append(spec)
+        wrong = spec.workload.height == 64
+        check = SimpleNamespace(describe=lambda: "wrong at index (0, 0, 0, 0)")
+        return SimpleNamespace(correct=not wrong, check=check, median_us=None if wrong else 10.0, gflops=4.2,
+                               percent_of_floor=40.0, floor_us=4.0)
+
+    monkeypatch.setattr(explorer.measure, "measure", fake_measure)
+    presets = [get_preset(i) for i in ("dw-blog-blocking-96", "dw-blog-vthread-case1", "dw-blog-channel-64")]
+    lines = []
+    measured = bench.measure_presets(presets, "h100", None, lines.append)
+    assert len(calls) == 2  # vthread case 1 is the blocking step's schedule
+    assert measured["dw-blog-vthread-case1"].median_us == 10.0 and measured["dw-blog-vthread-case1"].blocks == 2304
+    wrong = measured["dw-blog-channel-64"]
+    assert wrong.median_us is None and wrong.gflops is None and wrong.error.startswith("wrong result: wrong at index")
+    assert wrong.evidence.shared_bytes == 17460  # static evidence even without a time
+    assert lines[-1].startswith("dw-blog-channel-64: no time (wrong result")
