@@ -46,9 +46,10 @@ ASSUMPTIONS = (
     "Each load/store in the lowered TIR is one instruction per warp per execution. 8- and 16-byte "
     "accesses (TVM vector types) are served in 2 or 4 phases of 16 or 8 lanes, so their ideal is 2 or 4 "
     "wavefronts; conflicts = wavefronts − ideal wavefronts, Nsight Compute's unit.",
-    "The CUDA compiler may merge neighbouring scalar accesses into 8/16-byte ones or keep a loaded value "
-    "in a register across unrolled iterations; identical loads in one loop body (same index, no barrier "
-    "or store between) are counted once, other compiler changes are not modelled.",
+    "This counts the TIR's accesses. The CUDA compiler also unrolls loops, keeps a loaded value in a register "
+    "across unrolled iterations, hoists loop-invariant loads and merges neighbouring accesses into 8/16-byte "
+    "ones; here only identical loads in one loop body (no barrier or store between) are counted once. "
+    "explorer.analysis.compiled models the instructions nvcc emits (bench/bank_conflicts_h100.py).",
 )
 
 
