@@ -16,6 +16,7 @@ only for a server of the same CPU architecture (the tests use one on loopback).
 from __future__ import annotations
 
 import re
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from .worker import Job, workload_data
 # Upload, NVRTC at load and the floor's copy kernel, on top of the kernel's own time limit: a
 # hung remote kernel is given up after time_limit_s + this.
 SESSION_ALLOWANCE_S = 30
+CONNECT_TIMEOUT_S = 5
 # Floor timings by (remote, target, elements, settings): the copy is measured once per size.
 _floors: dict[tuple, Timing] = {}
 
@@ -93,6 +95,8 @@ def run_remote(job: Job, remote: Remote) -> KernelRun:
 
 def _session(remote: Remote, timeout_s: float):
     try:
+        # TVM's own connect retries for a minute; an unreachable tracker should fail at once.
+        socket.create_connection((remote.host, remote.port), timeout=CONNECT_TIMEOUT_S).close()
         tracker = rpc.connect_tracker(remote.host, remote.port)
         servers = {item["key"] for item in tracker.summary()["server_info"]}
     except (OSError, RuntimeError) as error:

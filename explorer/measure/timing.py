@@ -18,6 +18,7 @@ from .settings import Settings
 
 # A kernel faster than ~0.1 µs is an empty one; this bounds the launches per repeat.
 MAX_LAUNCHES_PER_REPEAT = 100_000
+PROBE_S = 1e-4  # a probe this long estimates the time per launch to a few percent
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,17 @@ def launches_for(per_launch_s: float, min_repeat_ms: int) -> int:
 
 def time_function(module, device, args, settings: Settings) -> Timing:
     """TVM's evaluator launches from C++ back to back and times on the device (CUDA events
-    on a GPU). A first short run (TVM also does one untimed warm-up call) sizes the
-    launches per repeat; we choose it rather than TVM's ``min_repeat_ms`` so that the
-    number of launches is known and reported."""
-    probe = module.time_evaluator("main", device, number=1, repeat=3)(*args)
-    number = launches_for(min(probe.results), settings.min_repeat_ms)
+    on a GPU; TVM also makes one untimed warm-up call). Short probes, ten times longer each
+    until one lasts PROBE_S, size the launches per repeat: we choose that number rather
+    than TVM's ``min_repeat_ms`` so that the number of launches is known and reported, and
+    a single launch is not trusted because its timer overhead can exceed a tiny kernel."""
+    number = 1
+    while True:
+        per_launch = min(module.time_evaluator("main", device, number=number, repeat=2)(*args).results)
+        if per_launch * number >= PROBE_S or number >= MAX_LAUNCHES_PER_REPEAT:
+            break
+        number = min(number * 10, MAX_LAUNCHES_PER_REPEAT)
+    number = launches_for(per_launch, settings.min_repeat_ms)
     result = module.time_evaluator("main", device, number=number, repeat=settings.repeats)(*args)
     return Timing.from_seconds(result.results, number)
 

@@ -1,0 +1,307 @@
+"""Measure every shipped preset on this machine's GPU: correctness gate, latency, the
+PyTorch baseline and the bandwidth floor per workload, knob change -> measured latency,
+and (``--ncu``) Nsight Compute's ``gpu__time_duration.sum`` for the same kernels.
+
+    python bench/measure_h100.py --out OUT [--ncu] [--presets ID ...] [--write-docs]
+    python bench/measure_h100.py --from-json OUT/measure_h100.json --write-docs   # re-render
+
+Writes ``OUT/measure_h100.md`` (tables) and ``OUT/measure_h100.json`` (every figure);
+``--write-docs`` also writes them as the ``measure-h100`` section of docs/benchmarks.md.
+Needs no streamlit or plotly (the GPU test machine has neither).
+
+- Presets: ``explorer.measure.measure`` (checked against NumPy, then TVM's time_evaluator
+  in the measuring worker), with the floor (a device copy of the compulsory bytes).
+- Baseline: ``explorer.measure.baseline`` per distinct workload: PyTorch, CUDA graphs, TF32 off.
+- Knob change -> latency: wall time of ``measure(spec)`` for specs the worker has never
+  built (schedule, lowering, NVRTC, check and timing included), as a user moving a knob
+  sees it; the median must stay under 1.0 s.
+- ``--ncu``: for each of NCU_PRESETS a child process runs the kernel under
+  ``ncu --csv --metrics gpu__time_duration.sum`` (clocks and caches left alone, like the
+  back-to-back timing), and the per-call kernel time is compared with the median.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.measure import Settings, baseline, local_gpu, measure, shutdown  # noqa: E402
+from explorer.presets import all_presets, get_preset  # noqa: E402
+
+SECTION = "measure-h100"
+# Long enough kernels that launch gaps are small against them, plus the blog's final one.
+NCU_PRESETS = ("conv2d-autotvm-resnet-last", "conv2d-autotvm-fallback", "matmul-tiled-1024", "matmul-naive-1024",
+               "dw-blog-final-96")
+NCU_WARMUP_CALLS, NCU_CALLS = 3, 10
+KNOB_CHANGES = 12
+NCU_AGREEMENT = 0.10
+
+
+def measure_presets(ids: list[str], settings: Settings) -> list[dict]:
+    rows = []
+    for preset_id in ids:
+        preset = get_preset(preset_id)
+        row = {"preset": preset_id, "workload": preset.spec.workload.label()}
+        try:
+            result = measure(preset.spec, settings=settings)
+            row.update(result.to_dict())
+        except ExplorerError as error:
+            row.update(correct=False, error=str(error))
+        print(f"{preset_id}: {row.get('median_us') or row.get('error')}", file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def measure_baselines(ids: list[str], settings: Settings) -> list[dict]:
+    rows, seen = [], set()
+    for preset_id in ids:
+        workload = get_preset(preset_id).spec.workload
+        if workload in seen:
+            continue
+        seen.add(workload)
+        try:
+            rows.append(baseline(workload, settings=settings).to_dict())
+        except ExplorerError as error:
+            rows.append({"workload": workload.label(), "error": str(error)})
+        print(f"baseline {workload.label()}: {rows[-1].get('median_us') or rows[-1].get('error')}", file=sys.stderr,
+              flush=True)
+    return rows
+
+
+def knob_changes(ids: list[str], count: int) -> list:
+    """Specs one knob away from a preset, each new to the worker: the next value of a
+    choice knob that the template accepts."""
+    from explorer.build import build
+
+    specs, seen = [], {get_preset(i).spec for i in ids}
+    for preset_id in ids:
+        spec = get_preset(preset_id).spec
+        for knob in spec.knobs.specs():
+            if knob.choices is None and knob.kind is not bool:
+                continue
+            values = knob.values(spec.workload)
+            current = getattr(spec.knobs, knob.name)
+            following = values[(values.index(current) + 1) % len(values)]
+            try:
+                changed = spec.with_knobs(**{knob.name: following})
+                build(changed, "h100")  # only knob values the template accepts
+            except ExplorerError:
+                continue
+            if changed not in seen:
+                seen.add(changed)
+                specs.append((preset_id, knob.name, following, changed))
+                break
+        if len(specs) >= count:
+            break
+    return specs
+
+
+def time_knob_changes(ids: list[str], settings: Settings, count: int) -> dict:
+    rows = []
+    for preset_id, knob, value, spec in knob_changes(ids, count):
+        start = time.perf_counter()
+        try:
+            result = measure(spec, settings=settings)
+            outcome = f"{result.median_us:.2f} µs" if result.correct else "wrong"
+        except ExplorerError as error:
+            outcome = str(error)
+        seconds = time.perf_counter() - start
+        rows.append({"preset": preset_id, "knob": knob, "value": str(value), "seconds": seconds, "outcome": outcome})
+        print(f"knob change {preset_id} {knob}={value}: {seconds:.2f} s ({outcome})", file=sys.stderr, flush=True)
+    times = [r["seconds"] for r in rows]
+    return {"rows": rows, "median_s": statistics.median(times) if times else None,
+            "max_s": max(times) if times else None}
+
+
+# -- Nsight Compute ----------------------------------------------------------------------
+
+
+def ncu_child(preset_id: str) -> None:
+    """Under ncu: build the preset for this GPU, run it NCU_WARMUP_CALLS + NCU_CALLS times."""
+    import tvm
+
+    from explorer.build import build
+
+    spec = get_preset(preset_id).spec
+    device = tvm.cuda(0)
+    module = tvm.runtime.Executable(build(spec).runtime_module).jit()
+    workload = spec.workload
+    args = [tvm.runtime.tensor(x, device) for x in workload.random_inputs(0)]
+    args.append(tvm.runtime.empty(workload.output_shape(), "float32", device))
+    for _ in range(NCU_WARMUP_CALLS + NCU_CALLS):
+        module["main"](*args)
+    device.sync()
+
+
+def ncu_kernel_us(preset_id: str) -> dict:
+    """Kernel time per call of ``main`` (all its kernels) from gpu__time_duration.sum."""
+    from explorer.build import build
+
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    kernels_per_call = len(build(get_preset(preset_id).spec).kernels)
+    command = [ncu, "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum",
+               "--clock-control", "none", "--cache-control", "none",
+               "--launch-skip", str(NCU_WARMUP_CALLS * kernels_per_call),
+               "--launch-count", str(NCU_CALLS * kernels_per_call),
+               sys.executable, __file__, "--ncu-child", preset_id]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    durations_ns = [float(row["Metric Value"].replace(",", "")) for row in _ncu_rows(proc.stdout)
+                    if row.get("Metric Name") == "gpu__time_duration.sum"]
+    if proc.returncode != 0 or len(durations_ns) != NCU_CALLS * kernels_per_call:
+        return {"error": (proc.stderr or proc.stdout)[-500:], "kernels": len(durations_ns)}
+    per_call = [sum(durations_ns[i:i + kernels_per_call]) / 1e3
+                for i in range(0, len(durations_ns), kernels_per_call)]
+    return {"ncu_median_us": statistics.median(per_call), "ncu_min_us": min(per_call), "kernels_per_call": kernels_per_call,
+            "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command[:-4]))}
+
+
+def _ncu_rows(text: str):
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    return csv.DictReader(io.StringIO("\n".join(lines[start:]))) if start is not None else []
+
+
+def compare_with_ncu(rows: list[dict], ids: list[str]) -> list[dict]:
+    measured = {r["preset"]: r for r in rows}
+    out = []
+    for preset_id in ids:
+        median = measured.get(preset_id, {}).get("median_us")
+        result = {"preset": preset_id, "median_us": median, **ncu_kernel_us(preset_id)}
+        if median and result.get("ncu_median_us"):
+            result["difference"] = median / result["ncu_median_us"] - 1
+            result["agrees"] = abs(result["difference"]) <= NCU_AGREEMENT
+        print(f"ncu {preset_id}: {result}", file=sys.stderr, flush=True)
+        out.append(result)
+    return out
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def _f(value, digits=2):
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(results: dict) -> str:
+    env = results["environment"]
+    lines = [
+        "## Measurements on the GPU (correctness gate, PyTorch baseline, bandwidth floor)",
+        "",
+        f"`{results['command']}` on {env['gpu']}, {env['machine']}, Python {env['python']}, TVM {env['tvm']}"
+        f"{', ' + env['torch'] if env.get('torch') else ''}. Every kernel is checked against NumPy before it is timed; "
+        f"times are medians of {results['settings']['repeats']} repeats of ≥ {results['settings']['min_repeat_ms']} ms "
+        "of back-to-back launches (TVM `time_evaluator`). Floor: a device copy of the workload's compulsory bytes, "
+        "timed the same way; % of floor = floor / latency.",
+        "",
+        "| preset | workload | correct | median µs | min | max | std | launches | GB/s | GFLOP/s | floor µs | % of floor |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results["presets"]:
+        correct = "yes" if r.get("correct") else f"NO: {r.get('error') or r.get('first_wrong_index')}"
+        lines.append(f"| {r['preset']} | {r['workload']} | {correct} | {_f(r.get('median_us'))} | {_f(r.get('min_us'))} "
+                     f"| {_f(r.get('max_us'))} | {_f(r.get('std_us'))} | {r.get('launches', '—')} | {_f(r.get('gbps'), 0)} "
+                     f"| {_f(r.get('gflops'), 0)} | {_f(r.get('floor_us'))} | {_f(r.get('percent_of_floor'), 0)} |")
+    floors = {r["workload"]: r.get("floor_us") for r in results["presets"] if r.get("floor_us")}
+    lines += ["", "PyTorch baseline per workload (CUDA graphs, TF32 off, cuDNN autotuner on; checked against NumPy):", "",
+              "| workload | PyTorch µs | min | max | GFLOP/s | floor µs |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for b in results["baselines"]:
+        if b.get("error"):
+            lines.append(f"| {b['workload']} | {b['error']} | | | | |")
+        else:
+            lines.append(f"| {b['workload']} | {_f(b.get('median_us'))} | {_f(b.get('min_us'))} | {_f(b.get('max_us'))} "
+                         f"| {_f(b.get('gflops'), 0)} | {_f(floors.get(b['workload']))} |")
+    knobs = results["knob_changes"]
+    lines += ["", f"Knob change → measured latency (a spec the worker has never built: schedule, lowering, NVRTC, "
+                  f"check, timing): median **{_f(knobs['median_s'])} s**, max {_f(knobs['max_s'])} s over "
+                  f"{len(knobs['rows'])} changes (target ≤ 1.0 s median).", "",
+              "| preset | knob = value | seconds | result |", "| --- | --- | ---: | --- |"]
+    lines += [f"| {r['preset']} | {r['knob']} = {r['value']} | {_f(r['seconds'])} | {r['outcome']} |" for r in knobs["rows"]]
+    if results.get("ncu"):
+        command = next((r["command"] for r in results["ncu"] if r.get("command")), "ncu")
+        lines += ["", f"Nsight Compute: `{command} python bench/measure_h100.py --ncu-child PRESET`, the kernel time of one "
+                      f"call of `main` (median of {NCU_CALLS} calls after {NCU_WARMUP_CALLS} warm-up calls) against the "
+                      f"median above; agreement means within {NCU_AGREEMENT:.0%}.", "",
+                  "| preset | median µs | ncu µs | difference | agrees |", "| --- | ---: | ---: | ---: | --- |"]
+        for r in results["ncu"]:
+            if r.get("error"):
+                lines.append(f"| {r['preset']} | {_f(r.get('median_us'))} | error | | {r['error'][:80]!r} |")
+            else:
+                lines.append(f"| {r['preset']} | {_f(r.get('median_us'))} | {_f(r.get('ncu_median_us'))} "
+                             f"| {r.get('difference', 0):+.1%} | {'yes' if r.get('agrees') else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def environment() -> dict:
+    import tvm
+
+    env = {"gpu": local_gpu(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+           "python": platform.python_version(), "tvm": tvm.__version__}
+    try:
+        import torch
+
+        env["torch"] = f"PyTorch {torch.__version__}"
+    except ImportError:
+        pass
+    return env
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="directory for the .md and .json")
+    parser.add_argument("--presets", nargs="*", help="preset ids (default: every shipped preset)")
+    parser.add_argument("--ncu", action="store_true", help="also compare with Nsight Compute for NCU_PRESETS")
+    parser.add_argument("--knob-changes", type=int, default=KNOB_CHANGES)
+    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--write-docs", action="store_true", help="write the docs/benchmarks.md section")
+    parser.add_argument("--from-json", type=Path, help="render a saved results file instead of measuring")
+    parser.add_argument("--ncu-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ncu_child:
+        ncu_child(args.ncu_child)
+        return 0
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())
+    else:
+        if local_gpu() is None:
+            print("no CUDA device found: run this on the GPU machine", file=sys.stderr)
+            return 3
+        ids = args.presets or list(all_presets())
+        settings = Settings()
+        results = {
+            "command": "python bench/measure_h100.py " + " ".join(sys.argv[1:]),
+            "environment": environment(),
+            "settings": {"repeats": settings.repeats, "min_repeat_ms": settings.min_repeat_ms, "seed": settings.seed},
+            "presets": measure_presets(ids, settings),
+            "baselines": [] if args.no_baseline else measure_baselines(ids, settings),
+            "knob_changes": time_knob_changes(ids, settings, args.knob_changes),
+        }
+        shutdown()  # ncu's children should have the GPU to themselves
+        if args.ncu:
+            results["ncu"] = compare_with_ncu(results["presets"], [p for p in NCU_PRESETS if p in ids])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "measure_h100.json").write_text(json.dumps(results, indent=2, default=str))
+    text = markdown(results)
+    if not args.from_json:
+        (args.out / "measure_h100.md").write_text(text)
+    print(text)
+    if args.write_docs:
+        from docs_section import write_section
+
+        write_section(SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""explorer.measure, the parts without a process or a device: the correctness gate, timing
+statistics, launches per repeat, the device queue, settings, remote addresses, the CUDA
+environment for a toolkit-less machine, the floor's size, the record's derived figures."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from explorer.measure import (InvalidMeasureSettings, Measurement, Remote, RemoteError, Settings, Timing,
+                              WrongResult, latency_us)
+from explorer.measure import measurement as measurement_module
+from explorer.build import build
+from explorer.measure.cuda_env import kernel_environment, pip_cuda_root
+from explorer.presets import get_preset
+from explorer.measure.floor import copy_elements
+from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
+from explorer.measure.queue import DeviceQueue
+from explorer.measure.timing import KernelRun, launches_for
+from explorer.workloads import Matmul
+
+# -- gate ------------------------------------------------------------------------------
+
+
+def test_tolerance_scales_with_reduction_length_and_output_magnitude():
+    reference = np.array([[0.5, -30.0], [2.0, 1.0]], dtype=np.float32)
+    assert tolerance(reference, 1024) == pytest.approx(SAFETY * EPSILON32 * 1024 * 30.0)
+    # Small outputs are measured against 1, not against their own (tiny) size.
+    assert tolerance(np.full((3,), 1e-3, np.float32), 9) == pytest.approx(SAFETY * EPSILON32 * 9)
+
+
+def test_gate_accepts_float32_rounding():
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-1, 1, (64, 256)), rng.uniform(-1, 1, (256, 64))
+    reference = (a @ b).astype(np.float32)
+    float32 = (a.astype(np.float32) @ b.astype(np.float32))
+    check = compare(float32, reference, 256)
+    assert check.correct and check.first_wrong_index is None and 0 < check.max_error < check.tolerance
+
+
+def test_gate_reports_the_first_wrong_index_in_row_major_order():
+    reference = np.zeros((4, 5), np.float32)
+    output = reference.copy()
+    output[3, 0] = 0.5
+    output[2, 4] = -0.25  # comes first in row-major order
+    check = compare(output, reference, 1)
+    assert not check.correct
+    assert check.first_wrong_index == (2, 4)
+    assert (check.expected, check.got) == (0.0, -0.25)
+    assert check.wrong_count == 2 and check.max_error == 0.5
+    assert "index (2, 4)" in check.describe()
+
+
+def test_gate_treats_nan_and_unwritten_elements_as_wrong():
+    reference = np.ones((3,), np.float32)
+    output = np.array([1.0, np.nan, 1.0], np.float32)
+    check = compare(output, reference, 1)
+    assert not check.correct and check.first_wrong_index == (1,) and check.max_error == np.inf
+
+
+# -- timing ----------------------------------------------------------------------------
+
+
+def test_timing_statistics_in_microseconds():
+    timing = Timing.from_seconds([3e-6, 1e-6, 2e-6, 6e-6], launches_per_repeat=50)
+    assert timing.samples_us == pytest.approx((3.0, 1.0, 2.0, 6.0))
+    assert timing.median_us == pytest.approx(2.5)
+    assert (timing.min_us, timing.max_us) == pytest.approx((1.0, 6.0))
+    assert timing.std_us == pytest.approx(np.std([3, 1, 2, 6]))
+    assert timing.launches == 200
+    assert timing.to_dict()["repeats"] == 4
+
+
+def test_launches_per_repeat_fill_the_minimum_repeat_time():
+    assert launches_for(5e-6, 1) == 200  # 200 × 5 µs = 1 ms
+    assert launches_for(3e-6, 1) == 334  # rounded up: at least 1 ms
+    assert launches_for(2e-3, 1) == 1  # one launch already lasts longer
+    assert launches_for(0.0, 1) == 100_000  # an empty kernel: capped
+
+
+# -- record ----------------------------------------------------------------------------
+
+
+def _measurement(median_us=None, floor_us=None, correct=True):
+    from explorer.measure.gate import Check
+
+    check = Check(correct, 0.0 if correct else 1.0, 1e-5, 0 if correct else 1, None if correct else (0, 1), 0.0, 1.0)
+    timing = Timing((median_us,), 1) if median_us else None
+    floor = Timing((floor_us,), 1) if floor_us else None
+    workload = Matmul(m=100, n=100, k=100)
+    return Measurement.of(workload, KernelRun("llvm", "CPU", check, timing, floor, 1.0))
+
+
+def test_measurement_rates_and_percent_of_floor():
+    m = _measurement(median_us=8.0, floor_us=2.0)
+    # matmul 100³: 2e6 FLOPs and (3 × 10⁴ floats) × 4 B = 120 kB compulsory.
+    assert m.gflops == pytest.approx(2e6 / 8e-6 / 1e9)
+    assert m.gbps == pytest.approx(120_000 / 8e-6 / 1e9)
+    assert m.percent_of_floor == pytest.approx(25.0)
+    assert m.to_dict()["median_us"] == 8.0
+
+
+def test_a_wrong_kernel_has_no_latency(monkeypatch):
+    wrong = _measurement(correct=False)
+    assert wrong.median_us is None and wrong.gbps is None and wrong.percent_of_floor is None
+    assert wrong.to_dict()["first_wrong_index"] == [0, 1]
+    assert "WRONG" in wrong.summary()
+    monkeypatch.setattr(measurement_module, "measure", lambda spec, **options: wrong)
+    with pytest.raises(WrongResult, match=r"index \(0, 1\)"):
+        latency_us(None)
+
+
+def test_floor_copy_moves_the_compulsory_bytes():
+    # Reads half, writes half: 120 000 bytes = 15 000 floats copied.
+    assert copy_elements(120_000) == 15_000
+    assert copy_elements(6) == 1
+
+
+# -- settings and remote addresses ---------------------------------------------------------
+
+
+def test_settings_are_validated():
+    assert Settings().time_limit_s == 10
+    with pytest.raises(InvalidMeasureSettings, match="time_limit_s"):
+        Settings(time_limit_s=0)
+    with pytest.raises(InvalidMeasureSettings, match="repeats"):
+        Settings(repeats="many")
+
+
+def test_remote_address_parsing():
+    remote = Remote.parse("10.0.0.7:9190", "h100")
+    assert (remote.host, remote.port, remote.key) == ("10.0.0.7", 9190, "h100")
+    assert remote.name == "rpc://10.0.0.7:9190/h100"
+    assert Remote.parse("gpu-box.example:9190", "a100").host == "gpu-box.example"
+    for address in ("localhost", "host:0", "host:70000", ":9190", "a b:1"):
+        with pytest.raises(RemoteError, match="HOST:PORT"):
+            Remote.parse(address, "k")
+    with pytest.raises(RemoteError, match="--key"):
+        Remote.parse("host:9190", None)
+
+
+# -- CUDA environment ------------------------------------------------------------------
+
+
+def test_toolkit_less_machine_gets_the_pip_cuda_paths(tmp_path):
+    env = kernel_environment(environ={"LD_LIBRARY_PATH": "/opt/lib"}, root=tmp_path, nvcc="")
+    assert env["LD_LIBRARY_PATH"] == f"/opt/lib:{tmp_path / 'lib'}"
+    assert env["CUDA_PATH"] == str(tmp_path)
+    assert env["TVM_CUDA_NVRTC_EXTRA_OPTS"] == f"-I{tmp_path / 'include' / 'cccl'}"
+
+
+def test_a_cuda_toolkit_is_left_alone(tmp_path):
+    assert kernel_environment(environ={}, root=tmp_path, nvcc="/usr/local/cuda/bin/nvcc") == {}
+    assert kernel_environment(environ={"CUDA_PATH": "/usr/local/cuda"}, root=tmp_path, nvcc="") == {}
+
+
+def test_pip_nvrtc_compiles_the_generated_cuda_without_a_toolkit():
+    """What a GPU machine with a driver but no toolkit does at load time: NVRTC from pip,
+    with the environment kernel_environment gives it, turns TVM's CUDA into a cubin."""
+    root = pip_cuda_root()
+    if root is None:
+        pytest.skip("the pip NVRTC packages (requirements.txt) are not installed")
+    source = build(get_preset("dw-blog-final-96").spec, "h100").cuda
+    machine = {name: value for name, value in os.environ.items() if name not in ("CUDA_PATH", "LD_LIBRARY_PATH")}
+    env = {**machine, **kernel_environment(environ=machine, root=root, nvcc="")}
+    compile_with_nvrtc = (
+        "import sys; from tvm.support import nvcc; "
+        "cubin = nvcc.compile_cuda(sys.stdin.read(), target_format='cubin', arch='sm_90a', compiler='nvrtc'); "
+        "sys.stdout.write(bytes(cubin[:4]).hex())"
+    )
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", compile_with_nvrtc], input=source, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == b"\x7fELF".hex()  # a cubin is an ELF file
+
+
+# -- queue -----------------------------------------------------------------------------
+
+
+def _wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_queue_runs_one_at_a_time_first_come_first_served_and_reports_positions():
+    queue = DeviceQueue("test")
+    release = {name: threading.Event() for name in "ABC"}
+    seen = {name: [] for name in "ABC"}
+    order = []
+    running = []
+
+    def user(name):
+        with queue.turn(on_wait=seen[name].append):
+            running.append(name)
+            assert len(running) == 1, "two kernels on the device at once"
+            order.append(name)
+            release[name].wait(5)
+            running.remove(name)
+
+    threads = {}
+    for count, name in enumerate("ABC", start=1):
+        threads[name] = threading.Thread(target=user, args=(name,))
+        threads[name].start()
+        _wait_until(lambda: len(queue) == count)
+    _wait_until(lambda: seen["C"] == [2])
+    assert order == ["A"] and seen == {"A": [], "B": [1], "C": [2]}
+    for name in "ABC":
+        release[name].set()
+        threads[name].join(5)
+    assert order == ["A", "B", "C"]
+    assert seen["C"] == [2, 1]  # moved up when A finished
+    assert len(queue) == 0
+
+
+def test_queue_passes_the_turn_on_when_the_holder_fails():
+    queue = DeviceQueue("test")
+    with pytest.raises(RuntimeError):
+        with queue.turn():
+            raise RuntimeError("kernel failed")
+    with queue.turn() as ticket:
+        assert queue.position(ticket) == 0

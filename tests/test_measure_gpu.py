@@ -1,0 +1,70 @@
+"""explorer.measure on a local CUDA GPU (skipped without one): presets pass the gate and
+get timed, an illegal memory access ends only the worker, the PyTorch baseline computes
+the same workloads."""
+
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from explorer.measure import KernelCrashed, Settings, baseline, local_gpu, measure, measure_module, shutdown
+from explorer.presets import get_preset
+from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
+
+pytestmark = pytest.mark.gpu
+QUICK = Settings(repeats=5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stop_worker():
+    yield
+    shutdown()
+
+
+@T.prim_func
+def illegal_address(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
+    for bx in T.thread_binding(1, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            far = T.decl_buffer((T.int64(1) << T.int64(40),), "float32", data=C.data)  # 1 TB past the output
+            far[(T.int64(1) << T.int64(38)) + T.Cast("int64", tx)] = T.float32(1)
+
+
+def test_the_worker_sees_the_gpu():
+    assert local_gpu()
+
+
+@pytest.mark.parametrize("preset", ["dw-blog-final-96", "matmul-tiled-1024", "conv2d-autotvm-resnet-last"])
+def test_presets_are_correct_and_timed(preset):
+    m = measure(get_preset(preset).spec, settings=QUICK)
+    assert m.correct, m.check.describe()
+    assert 0 < m.timing.min_us <= m.median_us <= m.timing.max_us
+    assert m.timing.launches_per_repeat * m.median_us >= 500  # about 1 ms per repeat
+    assert 0 < m.percent_of_floor
+
+
+def test_an_illegal_memory_access_ends_only_the_worker():
+    workload = Matmul(m=8, n=8, k=8)
+    with pytest.raises(KernelCrashed):
+        measure_module(tvm.IRModule({"main": illegal_address}), workload, target="auto", settings=QUICK)
+    assert measure(get_preset("dw-blog-final-96").spec, settings=QUICK).correct
+
+
+@pytest.mark.parametrize("workload", [
+    DepthwiseConv2d(channels=32, height=20, width=20),
+    DepthwiseConv2d(channels=16, height=12, width=12, kernel=4, multiplier=2, epilogue=True),  # asymmetric SAME pad
+    Conv1d(input_length=1000, filter_length=17),
+    Conv2d(in_channels=16, out_channels=32, height=9, width=9, stride=2),
+    Matmul(m=64, n=48, k=80),
+])
+def test_pytorch_baseline_computes_the_same_workload(workload):
+    pytest.importorskip("torch")
+    result = baseline(workload, settings=QUICK)
+    assert result.check.correct, result.check.describe()
+    assert result.median_us > 0 and result.timing.launches >= 5
+
+
+def test_a_knob_change_is_measured_as_a_new_kernel():
+    spec = get_preset("dw-blog-final-96").spec
+    changed = spec.with_knobs(num_thread_x=8, num_vthread_x=4)
+    first, second = measure(spec, settings=QUICK), measure(changed, settings=QUICK)
+    assert first.correct and second.correct
+    assert first.timing.samples_us != second.timing.samples_us

@@ -1,0 +1,86 @@
+"""The measuring worker on the CPU (target llvm), as CI runs it: a correct kernel is timed,
+a wrong one is caught with its first wrong index, and a kernel that segfaults or hangs ends
+only the worker, which is usable again afterwards."""
+import pytest
+import tvm
+from tvm import te, tirx
+from tvm.script import tirx as T
+
+from explorer.measure import KernelCrashed, KernelTimeout, Settings, measure, measure_module, shutdown
+from explorer.measure.errors import NoDevice
+from explorer.presets import get_preset
+from explorer.workloads import Matmul
+
+WORKLOAD = Matmul(m=8, n=8, k=8)
+FAST = Settings(repeats=3, time_limit_s=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stop_worker():
+    yield
+    shutdown()
+
+
+def correct_module():
+    return tvm.IRModule({"main": WORKLOAD.prim_func()})
+
+
+def wrong_at_2_3_module():
+    """C = A @ B, plus 1 at C[2, 3] only."""
+    a = te.placeholder((8, 8), name="A")
+    b = te.placeholder((8, 8), name="B")
+    r = te.reduce_axis((0, 8), name="r")
+    c = te.compute((8, 8), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    one_at = lambda i, j: tirx.if_then_else(tirx.all(i == 2, j == 3), tirx.const(1.0, "float32"),  # noqa: E731
+                                            tirx.const(0.0, "float32"))
+    d = te.compute((8, 8), lambda i, j: c[i, j] + one_at(i, j), name="D")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, d])})
+
+
+@T.prim_func
+def segfault(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
+    # A store 2 TB past the output: unmapped memory.
+    far = T.decl_buffer((T.int64(1) << T.int64(40),), "float32", data=C.data)
+    far[T.int64(1) << T.int64(39)] = T.float32(1)
+
+
+@T.prim_func
+def hang(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
+    while A[0, 0] < T.float32(2):  # inputs are in [-1, 1]: never ends
+        C[0, 0] = C[0, 0] + T.float32(1)
+
+
+def test_correct_kernel_is_checked_then_timed():
+    m = measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST)
+    assert m.correct and m.check.max_error < m.check.tolerance
+    assert m.device == "CPU" and '"llvm"' in m.target
+    t = m.timing
+    assert len(t.samples_us) == 3 and t.min_us <= t.median_us <= t.max_us
+    # Launches per repeat are sized for min_repeat_ms = 1 ms (half of it, on a busy CI machine).
+    assert t.launches_per_repeat * t.min_us >= 1000 * 0.5
+    assert m.floor is not None and m.percent_of_floor == pytest.approx(100 * m.floor_us / m.median_us)
+    assert m.gflops == pytest.approx(2 * 8**3 / m.median_us / 1e3)
+
+
+def test_wrong_kernel_gets_no_latency_only_the_first_wrong_index():
+    m = measure_module(wrong_at_2_3_module(), WORKLOAD, target="llvm", settings=FAST)
+    assert not m.correct
+    assert m.check.first_wrong_index == (2, 3) and m.check.wrong_count == 1
+    assert m.check.got - m.check.expected == pytest.approx(1.0, abs=1e-5)
+    assert m.timing is None and m.median_us is None and m.floor is None
+
+
+def test_worker_survives_a_segfault_and_a_hang():
+    with pytest.raises(KernelCrashed, match="crashed the measuring process"):
+        measure_module(tvm.IRModule({"main": segfault}), WORKLOAD, target="llvm", settings=FAST)
+    assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
+    with pytest.raises(KernelTimeout, match="longer than 2 s"):
+        measure_module(tvm.IRModule({"main": hang}), WORKLOAD, target="llvm", settings=FAST)
+    assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
+
+
+def test_gpu_spec_without_a_gpu_says_so():
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NoDevice, match=r"no CUDA device found; use --rpc HOST:PORT --key KEY"):
+        measure(get_preset("matmul-tiled-1024").spec, settings=FAST)
