@@ -5,9 +5,9 @@ keyboard and checks that the CUDA view changes; saves screenshots under test-out
 Skipped only where chromium or Playwright is genuinely missing on a developer machine;
 under CI (the ``CI`` environment variable, set by .ci/run) a missing browser is a failure.
 """
+import contextlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -46,36 +46,43 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def streamlit_server(log_path: Path):
+    """``streamlit run app/main.py`` on a free local port; yields its URL once healthy."""
+    port = _free_port()
+    log_path.parent.mkdir(exist_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                try:
+                    if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
+                        break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start; see {log_path}")
+                time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 @pytest.fixture(scope="module")
 def server():
     _require_browser()
-    port = _free_port()
-    OUTPUT.mkdir(exist_ok=True)
-    log = open(OUTPUT / "streamlit.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"streamlit did not start; see {OUTPUT / 'streamlit.log'}")
-        time.sleep(0.5)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with streamlit_server(OUTPUT / "streamlit.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

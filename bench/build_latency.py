@@ -1,0 +1,224 @@
+"""Knob change → refreshed TIR and CUDA source: how long, per template, cached and uncached.
+
+Three levels, each the median of ``--runs`` knob changes:
+
+- library: ``explorer.build.build(spec)`` after changing one knob; "uncached" clears the
+  build cache first (the workload's PrimFunc stays cached, as in the app when only a knob
+  moves); "cached" builds a setting built before.
+- app: Streamlit's AppTest moves the same knob's widget on the Explorer page with the CUDA
+  tab open and reruns the page script (sidebar, build, Pygments highlighting, every
+  element serialised), browser rendering excluded; "uncached" also clears the highlight
+  cache.
+- browser (``--browser``, needs chromium and Playwright): a real page; the thread-count
+  slider of the depthwise preset is moved with the keyboard and the time is taken from the
+  key press to the new CUDA text in the page. Values never built before in that server
+  are "uncached", moving back to them "cached".
+
+Targets (issue 4): ≤ 0.3 s cached, ≤ 0.5 s uncached, measurement excluded.
+
+    python bench/build_latency.py [--runs 7] [--browser] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from explorer import build as build_module  # noqa: E402
+from explorer.build import Spec, build  # noqa: E402
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.presets import all_presets  # noqa: E402
+from explorer.schedules import TEMPLATES  # noqa: E402
+
+CACHED_BUDGET_S = 0.3
+UNCACHED_BUDGET_S = 0.5
+SECTION = "build-latency"
+
+
+def cases() -> dict[str, tuple[str, Spec, str, object, object]]:
+    """Per template: (preset, spec, knob, its value, another value that also builds)."""
+    firsts = {}
+    for p in all_presets().values():
+        firsts.setdefault(p.spec.template, p)
+    out = {}
+    for name in TEMPLATES:
+        preset = firsts.get(name)
+        spec = preset.spec if preset else Spec(name, TEMPLATES[name].workload(), TEMPLATES[name].knobs())
+        out[name] = (preset.id if preset else "(defaults)", spec, *_changeable_knob(spec))
+    return out
+
+
+def _changeable_knob(spec: Spec):
+    """The first knob (thread counts first) with another value that still builds."""
+    specs = sorted(spec.knobs.specs(), key=lambda s: ("thread" not in s.name, s.name))
+    for knob in specs:
+        current = getattr(spec.knobs, knob.name)
+        for value in knob.values(spec.workload):
+            if value == current:
+                continue
+            try:
+                build(spec.with_knobs(**{knob.name: value}))
+            except ExplorerError:
+                continue
+            return knob.name, current, value
+    raise SystemExit(f"{spec.template}: no knob can change and still build")
+
+
+def library_times(spec: Spec, knob: str, a, b, runs: int) -> tuple[list[float], list[float]]:
+    specs = [spec.with_knobs(**{knob: a}), spec.with_knobs(**{knob: b})]
+    uncached, cached = [], []
+    for i in range(runs):
+        target = specs[i % 2]
+        build_module._build_cached.cache_clear()
+        start = time.perf_counter()
+        built = build(target)
+        _ = (built.tensorir, built.lowered, built.cuda)
+        uncached.append(time.perf_counter() - start)
+    for s in specs:
+        build(s)
+    for i in range(runs):
+        start = time.perf_counter()
+        build(specs[i % 2])
+        cached.append(time.perf_counter() - start)
+    return uncached, cached
+
+
+def app_times(preset: str, template: str, knob: str, a, b, runs: int) -> tuple[list[float], list[float]]:
+    from streamlit.testing.v1 import AppTest
+
+    from app import code_view, widgets
+
+    spec_class = TEMPLATES[template].knobs
+    key = f"knob:{template}.{knob}"
+    kind = widgets.widget_kind(spec_class.spec(knob))
+
+    def move(at, value):
+        shown = widgets.format_value(value) if isinstance(value, tuple) else value
+        element = {"toggle": at.sidebar.toggle, "selectbox": at.sidebar.selectbox,
+                   "select_slider": at.sidebar.select_slider, "number_input": at.sidebar.number_input}[kind](key=key)
+        element.set_value(shown)
+        start = time.perf_counter()
+        at.run()
+        elapsed = time.perf_counter() - start
+        if at.exception or at.error:
+            raise SystemExit(f"{preset}: the app failed after {knob} = {value}: {[e.value for e in at.error]}")
+        return elapsed
+
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.query_params["preset"] = preset
+    at.session_state["ui.view"] = "CUDA"
+    at.run()
+    uncached, cached = [], []
+    for i in range(runs):
+        build_module._build_cached.cache_clear()
+        code_view.highlight.cache_clear()
+        uncached.append(move(at, b if i % 2 == 0 else a))
+    for i in range(runs):
+        cached.append(move(at, b if i % 2 == 0 else a))
+    return uncached, cached
+
+
+def browser_times(runs: int) -> tuple[list[float], list[float]]:
+    """The depthwise preset's num_thread_x slider in chromium: 16 → 8 → 4 → 2 → 1 are
+    first visits (uncached), then back and forth between visited values (cached)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_browser as tb
+    from playwright.sync_api import sync_playwright
+
+    with tb.streamlit_server(tb.OUTPUT / "bench-streamlit.log") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=tb.CHROMIUM, args=tb.CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.set_default_timeout(tb.WAIT_MS)
+        page.goto(f"{url}/?preset=dw-blog-final-96")
+        page.get_by_role("tab", name="CUDA").click()
+        page.wait_for_selector('.tvm-code[data-view="cuda"]')
+        slider = page.get_by_role("slider", name="num_thread_x")
+
+        def press(key: str) -> float:
+            before = tb.cuda_text(page)
+            slider.focus()
+            start = time.perf_counter()
+            page.keyboard.press(key)
+            page.wait_for_function(
+                "before => { const t = document.querySelector('.tvm-code[data-view=\"cuda\"] textarea');"
+                " return t && t.value !== before; }", arg=before)
+            return time.perf_counter() - start
+
+        uncached = [press("ArrowLeft") for _ in range(4)]  # 8, 4, 2, 1 threads: new settings
+        cached = [press("ArrowRight" if i % 2 == 0 else "ArrowLeft") for i in range(runs)]
+        browser.close()
+    return uncached, cached
+
+
+def ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.0f}"
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.machine())
+    load = os.getloadavg()[0]
+    return (f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average {load:.1f} "
+            f"(other work on the machine slows every row)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--browser", action="store_true", help="also time a real chromium page")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    args = parser.parse_args()
+
+    rows = []
+    worst_cached = worst_uncached = 0.0
+    for template, (preset, spec, knob, a, b) in cases().items():
+        lib_u, lib_c = library_times(spec, knob, a, b, args.runs)
+        app_u, app_c = app_times(preset, template, knob, a, b, args.runs)
+        worst_uncached = max(worst_uncached, statistics.median(app_u))
+        worst_cached = max(worst_cached, statistics.median(app_c))
+        change = f"{knob} {a} ↔ {b}".replace("(", "").replace(")", "").replace(", ", "×")
+        rows.append(f"| {template} | {preset} | {change} | {ms(lib_u)} | {ms(lib_c)} | {ms(app_u)} | {ms(app_c)} |")
+        print(rows[-1], flush=True)
+    lines = [
+        "## Knob change → refreshed code views (issue 2 item 8, issue 4 item 7)",
+        "",
+        f"`python bench/build_latency.py --runs {args.runs}{' --browser' if args.browser else ''} --write` on "
+        f"{datetime.date.today().isoformat()}: {machine()}. Target: CUDA for the H100 (no local GPU), "
+        "no measurement. Median of the runs, in ms. Budget: "
+        f"≤ {CACHED_BUDGET_S * 1000:.0f} ms cached, ≤ {UNCACHED_BUDGET_S * 1000:.0f} ms uncached.",
+        "",
+        "- *library*: `build(spec)` (schedule, verify, lower, CUDA codegen) after one knob change; uncached = a "
+        "setting not in the build cache.",
+        "- *app*: AppTest moves the knob's widget on the Explorer page (CUDA tab open) and reruns the page: "
+        "sidebar, build, Pygments, all elements; no browser. Uncached also clears the highlight cache.",
+        "",
+        "| template | preset | knob change | library uncached | library cached | app uncached | app cached |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+        f"Slowest app refresh: {worst_uncached * 1000:.0f} ms uncached, {worst_cached * 1000:.0f} ms cached.",
+    ]
+    if args.browser:
+        br_u, br_c = browser_times(args.runs)
+        lines += ["", f"Real browser (chromium, depthwise dw-blog-final-96, num_thread_x slider moved with the keyboard, "
+                      f"key press → new CUDA text on the page): {ms(br_u)} ms for a setting never built before "
+                      f"(median of {len(br_u)}), {ms(br_c)} ms for one built before (median of {len(br_c)})."]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        from docs_section import write_section
+
+        write_section(SECTION, text)
+
+
+if __name__ == "__main__":
+    main()
