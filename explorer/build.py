@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib
 import os
 import re
@@ -32,6 +33,45 @@ from .verify import shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
 
 _tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
+
+# -- CUDA binaries, compiled once per machine -------------------------------------------
+# With a GPU, TVM compiles each kernel's CUDA source (NVRTC or nvcc, about a second) inside
+# code generation, in every process that builds it: the app, the measuring worker, each
+# sweep compile worker. The binaries are kept on disk by source, architecture and compiler
+# settings, so the measuring worker's rebuild of a kernel a sweep worker (or the app) just
+# compiled costs no second compile.
+CUDA_CACHE = os.environ.get("EXPLORER_CUDA_CACHE", os.path.join(tempfile.gettempdir(), "explorer-cuda-cache"))
+_COMPILE_SETTINGS = ("TVM_CUDA_COMPILE_MODE", "TVM_CUDA_NVRTC_EXTRA_OPTS", "TVM_CUDA_PTXAS_REG_LEVEL",
+                     "TVM_CUDA_PTXAS_EXTRA_OPTS", "CUDA_PATH")
+
+
+def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
+    """Wrap TVM's ``tvm_callback_cuda_compile`` with a disk cache (dumps bypass it)."""
+
+    def compile_cached(code, *rest):
+        if os.environ.get("TVM_KERNEL_DUMP"):
+            return compile_cuda(code, *rest)
+        target = tvm.target.Target.current(allow_none=True)
+        arch = str(target.attrs.get("arch", "")) if target is not None else tvm.cuda(0).compute_version
+        settings = [os.environ.get(name, "") for name in _COMPILE_SETTINGS]
+        key = hashlib.sha256("\0".join([tvm.__version__, arch, *settings, str(code)]).encode()).hexdigest()
+        path = os.path.join(cache_dir, key + ".bin")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return f.read()
+        binary = bytes(compile_cuda(code, *rest))
+        os.makedirs(cache_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache_dir, delete=False) as f:  # concurrent workers: write, then rename
+            f.write(binary)
+        os.replace(f.name, path)
+        return binary
+
+    return compile_cached
+
+
+tvm.register_global_func(
+    "tvm_callback_cuda_compile", cached_cuda_compile(tvm.get_global_func("tvm_callback_cuda_compile")), override=True
+)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """``python -m explorer``: list presets and knobs, show code and analyses.
 
-Exit status: 0 ok, 2 invalid input (one line on stderr, never a traceback).
+Exit status: 0 ok, 2 invalid input (one line on stderr, never a traceback); ``measure``
+also: 1 the kernel's output is wrong, 3 no CUDA device (and no --rpc).
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Callable
 
 from .errors import ExplorerError
 
+EXIT_WRONG = 1
 EXIT_INVALID = 2
+EXIT_NO_DEVICE = 3
 
 
 def _spec_from_args(args):
@@ -169,7 +172,13 @@ def cmd_sweep(args) -> int:
 
     preset, spec = _spec_from_args(args)
     grid = Grid.parse(spec, args.grid)
-    measurer = gpu_measurer(args.target)  # None without a GPU: ranked by the static analyses
+    remote = None
+    if args.rpc:
+        from .measure import Remote
+
+        remote = Remote.parse(args.rpc, args.key)
+    # None without a GPU or --rpc: then ranked by the static analyses.
+    measurer = gpu_measurer(args.target, remote)
     result = run(
         grid, target=args.target, measurer=measurer, scorer=static_score, sample=args.sample, workers=args.workers,
         on_progress=lambda p: _progress_bar(p.fraction, p.describe(measurer is not None)),
@@ -225,6 +234,38 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_measure(args) -> int:
+    from .measure import Remote, Settings, baseline, measure
+    from .measure.errors import NoDevice, RemoteError
+
+    preset, spec = _spec_from_args(args)
+    if args.key and not args.rpc:
+        raise RemoteError("--key goes with --rpc HOST:PORT (the tracker).")
+    remote = Remote.parse(args.rpc, args.key) if args.rpc else None
+    if remote is not None and args.baseline:
+        raise RemoteError("The PyTorch baseline runs on a local GPU only; drop --baseline with --rpc.")
+    settings = Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed)
+    try:
+        result = measure(spec, target=args.target, remote=remote, settings=settings,
+                         on_wait=lambda ahead: print(f"waiting: {ahead} ahead of you", file=sys.stderr))
+    except NoDevice as error:
+        if remote is not None:
+            raise
+        print(f"error: {error}", file=sys.stderr)  # NO_GPU: "no CUDA device found; use --rpc ..."
+        return EXIT_NO_DEVICE
+    torch = baseline(spec.workload, settings=settings) if args.baseline and result.correct else None
+    if args.json:
+        print(json.dumps({"preset": preset.id, "knobs": spec.knobs.to_strings(), **result.to_dict(),
+                          "baseline": torch.to_dict() if torch else None}, indent=2))
+    else:
+        print(result.summary())
+        if torch is not None and torch.timing is not None:
+            ratio = torch.median_us / result.median_us
+            verdict = f"TVM is {ratio:.2f}x faster" if ratio >= 1 else f"TVM is {1 / ratio:.2f}x slower"
+            print(f"{torch.library} on {torch.device}: median {torch.median_us:.2f} µs (CUDA graphs, TF32 off); {verdict}.")
+    return 0 if result.correct else EXIT_WRONG
+
+
 def _add_spec_args(parser):
     parser.add_argument("preset", help="preset id (python -m explorer presets)")
     parser.add_argument("--set", action="append", metavar="KNOB=VALUE", help="override a knob; repeatable")
@@ -254,6 +295,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", type=int, default=None, help="run this many random points of the grid")
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per CPU core)")
     p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="measure on a remote GPU through this TVM RPC tracker")
+    p.add_argument("--key", help="the device key at the tracker (with --rpc)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("tune", help="search with TVM's MetaSchedule on the preset's workload")
@@ -263,6 +306,16 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", default=None, help="keep MetaSchedule's records and logs here (resumable)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tune)
+    p = sub.add_parser("measure", help="check a preset's kernel against NumPy, then time it on a GPU")
+    _add_spec_args(p)
+    p.add_argument("--rpc", metavar="HOST:PORT", help="measure on a remote GPU through this TVM RPC tracker")
+    p.add_argument("--key", help="the device key at the tracker (with --rpc)")
+    p.add_argument("--baseline", action="store_true", help="also time the workload in PyTorch (local GPU)")
+    p.add_argument("--time-limit", type=int, default=10, metavar="S", help="stop a kernel running longer (seconds)")
+    p.add_argument("--repeats", type=int, default=20, help="timed repeats (each at least 1 ms of launches)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_measure)
     p = sub.add_parser("export", help="write a standalone TVM + NumPy script of a preset's schedule")
     _add_spec_args(p)
     p.add_argument("-o", "--output", default=None, help="file to write (default PRESET_schedule.py; - for stdout)")

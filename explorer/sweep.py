@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -35,6 +36,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from .build import Build, Kernel, Spec, build
 from .errors import ExplorerError, InvalidKnobs
 from .knobs import KnobSet, KnobSpec
+from .measure.settings import Settings
 from .targets import resolve_target
 
 # A sweep past this many points is a search, not a grid: sample it (``sample=``).
@@ -190,6 +192,10 @@ class Point:
         )
 
 
+# A sweep ranks: the median of 10 repeats is plenty, and the bandwidth floor is the same
+# for every point (bench/kernels.py measures the winners with the full default settings).
+SWEEP_SETTINGS = Settings(repeats=10, floor=False)
+
 # Without a GPU a sweep ranks by this rough model of the static analyses (and says so).
 LATENCY_HIDING_WARPS = 16  # resident warps per SM taken as enough to hide memory latency
 DEFAULT_SMS = 132  # an H100's SMs, assumed when no GPU is present to ask
@@ -227,20 +233,21 @@ def static_score(built: Build) -> StaticScore:
     return StaticScore(loads * conflict_factor / lanes_used / hiding, metrics, STATIC_MODEL)
 
 
-def gpu_measurer(target: str | tvm.target.Target | None = None) -> Callable[[Spec], float] | None:
-    """Median µs of a spec, checked against NumPy first, through the measurement queue (one
-    kernel at a time on this machine's GPU); None when there is no GPU, and the sweep then
-    ranks by the static analyses."""
-    from .targets import local_gpu_target
+def gpu_measurer(target: str | None = None, remote=None, settings=None) -> Callable[[Spec], float] | None:
+    """``spec -> median µs`` through the measurement queue (checked against NumPy first,
+    one kernel at a time), on this machine's GPU or on ``remote`` (an
+    ``explorer.measure.Remote``); None without either: the sweep then ranks by the static
+    analyses. ``settings`` default to SWEEP_SETTINGS."""
+    from .measure import latency_us, local_gpu
+    from .measure.cuda_env import kernel_environment
 
-    if local_gpu_target() is None:
+    if remote is None and local_gpu() is None:
         return None
-    from .measure import measure
-
-    def measured_us(spec: Spec) -> float:
-        return measure(spec, target).median_us
-
-    return measured_us
+    # Compile workers started from now on find the CUDA libraries the measuring worker
+    # uses, so they compile the binaries (in parallel) that it then finds in the cache.
+    os.environ.update(kernel_environment())
+    return functools.partial(latency_us, target=target, remote=remote,
+                             settings=settings or SWEEP_SETTINGS)
 
 
 def compile_point(spec: Spec, target: str, scorer: Callable[[Build], StaticScore] | None) -> Point:
@@ -384,7 +391,7 @@ def compile_pool(workers: int | None = None, timeout_s: float = 60.0) -> PopenPo
     """TVM's process pool: one compile worker per core (default); a worker that crashes or
     runs past ``timeout_s`` on a point is restarted."""
     return PopenPoolExecutor(
-        max_workers=workers or _cpu_count(),
+        max_workers=workers or cpu_count(),
         timeout=timeout_s,
         initializer=site.addsitedir,
         initargs=(_ROOT,),
@@ -393,7 +400,8 @@ def compile_pool(workers: int | None = None, timeout_s: float = 60.0) -> PopenPo
     )
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
+    """The CPU cores this process may use (its affinity), which is what a pool should fill."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

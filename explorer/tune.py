@@ -18,15 +18,19 @@ Two choices here, and why:
   functions (25 s on a 2-core machine), inside the builder's time limit, so whole batches
   failed with "Timeout". This module's build function skips it: fp32 schedules use no
   tensor intrinsics.
+* The same import in this process (MetaSchedule's TuneContext needs it) takes minutes in a
+  process with many modules loaded, such as the app's: see :func:`import_tensor_intrinsics`.
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
+import linecache
 import logging
 import math
-import os
 import site
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from .errors import ExplorerError
+from .sweep import cpu_count
 from .targets import resolve_target
 from .workloads import Workload
 
@@ -132,16 +137,43 @@ class _ReportProgress(ms.measure_callback.PyMeasureCallback):
             self.on_progress(TuneProgress(self.trials, self.budget, self.failed, self.best_us))
 
 
+def import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (MetaSchedule's TuneContext does) quickly.
+
+    TVMScript's parser calls ``inspect.stack()`` once per function it parses, ~500 times in
+    that module, and ``inspect`` finds each frame's module by scanning ``sys.modules``: 24 s
+    in a bare process, over three minutes in the app's (1,200 modules loaded). The parser
+    only uses the frames and their current source line, which this stand-in gives without
+    the scan (13 s in the app's process on the 2-core machine). It is in place only during
+    this one import."""
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    original = inspect.stack
+    inspect.stack = _frames_and_lines
+    try:
+        importlib.import_module("tvm.s_tir.tensor_intrin")
+    finally:
+        inspect.stack = original
+
+
+def _frames_and_lines(context: int = 1) -> list[inspect.FrameInfo]:
+    frame = sys._getframe(1)
+    stack = []
+    while frame is not None:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        line = linecache.getline(filename, lineno, frame.f_globals)
+        stack.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, [line] if line else None,
+                                       0 if line else None))
+        frame = frame.f_back
+    return stack
+
+
 def tuning_target(target: str | tvm.target.Target | None) -> tvm.target.Target:
     """The target to tune for; a CPU target gets the core count MetaSchedule requires."""
     target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
     if target.kind.name == "llvm" and "num-cores" not in target.attrs:
-        target = tvm.target.Target({**target.export(), "num-cores": _cpu_count()})
+        target = tvm.target.Target({**target.export(), "num-cores": cpu_count()})
     return target
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def tune(
@@ -170,7 +202,7 @@ def tune(
             "tune on a machine with one, or use --target llvm to try tuning on the CPU."
         )
     mod = tvm.IRModule({"main": workload.prim_func(variant)})
-    workers = workers or _cpu_count()
+    workers = workers or cpu_count()
     # MetaSchedule prints its tables to stdout unless its logger already has a level;
     # progress goes through on_progress, the full log to work_dir/logs.
     quiet = logging.getLogger("tvm.s_tir.meta_schedule")
@@ -178,6 +210,7 @@ def tune(
         quiet.setLevel(logging.WARNING)
     progress = _ReportProgress(trials, on_progress)
     start = time.perf_counter()
+    import_tensor_intrinsics()
     with tempfile.TemporaryDirectory(prefix="explorer-tune-") as scratch:
         directory = work_dir or scratch
         builder = ms.builder.LocalBuilder(

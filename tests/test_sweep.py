@@ -303,3 +303,49 @@ def test_sweep_page_runs_ranks_statically_and_applies_the_best():
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["spec"] == best
     assert at.title[0].value == best.template_def.title  # back on the Explorer page
+
+
+def test_cuda_binaries_are_compiled_once_per_source_and_architecture(tmp_path, monkeypatch):
+    """The measuring worker rebuilds what a sweep worker compiled: the disk cache makes its
+    CUDA compile free (a GPU machine calls the callback during code generation)."""
+    from explorer.build import cached_cuda_compile
+
+    calls = []
+
+    def fake_compile(code):
+        calls.append(code)
+        return f"binary of {code}".encode()
+
+    compile_cached = cached_cuda_compile(fake_compile, str(tmp_path))
+    with tvm.target.Target("nvidia/nvidia-h100"):
+        assert compile_cached("kernel A") == compile_cached("kernel A") == b"binary of kernel A"
+        compile_cached("kernel B")
+    with tvm.target.Target("nvidia/nvidia-a100"):
+        compile_cached("kernel A")  # another architecture: another binary
+    assert calls == ["kernel A", "kernel B", "kernel A"]
+    monkeypatch.setenv("TVM_KERNEL_DUMP", str(tmp_path / "dump"))
+    with tvm.target.Target("nvidia/nvidia-h100"):
+        compile_cached("kernel A")  # dumping files is a side effect a cache hit would skip
+    assert len(calls) == 4 and len(list(tmp_path.glob("*.bin"))) == 3
+
+
+def test_the_cache_is_installed_as_tvms_cuda_compile_callback(monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    from explorer.build import CUDA_CACHE, nvcc_path
+    from explorer.presets import get_preset
+
+    if nvcc_path() is None:
+        pytest.skip("needs nvcc to compile CUDA without a GPU")
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")
+    # A comment no other run has: a guaranteed miss, then a hit.
+    source = build(get_preset("dw-blog-channel-21").spec, "h100").cuda + f"\n// {uuid.uuid4()}\n"
+    before = set(Path(CUDA_CACHE).glob("*.bin")) if Path(CUDA_CACHE).exists() else set()
+    callback = tvm.get_global_func("tvm_callback_cuda_compile")
+    with tvm.target.Target("nvidia/nvidia-h100"):
+        first = bytes(callback(source))
+        assert bytes(callback(source)) == first and len(first) > 1000
+    (new,) = set(Path(CUDA_CACHE).glob("*.bin")) - before
+    assert new.read_bytes() == first
+    new.unlink()

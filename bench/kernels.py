@@ -1,0 +1,149 @@
+"""The kernel table: for each target workload, the fastest shipped preset on this GPU
+against PyTorch (CUDA graphs, TF32 off) and the bandwidth floor.
+
+    python bench/kernels.py [--no-write]
+
+Every shipped preset of a target workload is measured (checked against NumPy first, then
+timed with the default measurement settings: median of 20 repeats of >= 1 ms); the
+fastest correct one is the row's "best preset". PyTorch is timed in the same worker with
+CUDA graphs; "% of floor" is a device copy of the workload's compulsory bytes over the
+kernel's time. Prints one table and writes it into docs/benchmarks.md (section "kernels");
+a closing note written below that section survives re-runs. Needs no streamlit or plotly.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from docs_section import write_section  # noqa: E402
+
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.measure import baseline, local_gpu, measure  # noqa: E402
+from explorer.presets import all_presets  # noqa: E402
+from explorer.workloads import Workload, workload_from_mapping  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Target:
+    workload: Workload
+    goal: str
+    max_ratio: float  # TVM / PyTorch at most this ...
+    strict: bool = False  # ... or below it ("faster than")
+    max_us: float | None = None  # and at most this many µs, when given
+
+
+def _depthwise(size, kernel=3, multiplier=1, goal="faster than PyTorch", max_us=None):
+    workload = workload_from_mapping("depthwise_conv2d", {"channels": 256, "height": size, "width": size,
+                                                          "kernel": kernel, "multiplier": multiplier})
+    return Target(workload, goal, 1.0, strict=True, max_us=max_us)
+
+
+TARGETS = (
+    _depthwise(21),
+    _depthwise(32),
+    _depthwise(64),
+    _depthwise(96, goal="faster than PyTorch and ≤ 5.0 µs (≥ 80% of the copy floor)", max_us=5.0),
+    _depthwise(96, kernel=5),
+    _depthwise(96, multiplier=2),
+    _depthwise(96, kernel=5, multiplier=2),
+    Target(workload_from_mapping("conv1d", {"input_length": 16384, "filter_length": 32}), "faster than PyTorch",
+           1.0, strict=True),
+    Target(workload_from_mapping("conv2d", {"in_channels": 512, "out_channels": 512, "height": 7, "width": 7,
+                                            "kernel_h": 3, "kernel_w": 3, "stride": 1, "padding": 1}),
+           "at most cuDNN's time", 1.0),
+    Target(workload_from_mapping("matmul", {"m": 1024, "n": 1024, "k": 1024}), "within 1.2× of cuBLAS", 1.2),
+)
+
+
+def row(target: Target) -> dict:
+    workload = target.workload
+    presets = [p for p in all_presets().values() if p.spec.workload == workload]
+    best, best_id, wrong = None, None, []
+    for preset in presets:
+        try:
+            result = measure(preset.spec)
+        except ExplorerError as error:
+            wrong.append(f"{preset.id}: {error}")
+            continue
+        if not result.correct:
+            wrong.append(f"{preset.id}: wrong result")
+            continue
+        if best is None or result.median_us < best.median_us:
+            best, best_id = result, preset.id
+        print(f"  {preset.id}: {result.median_us:.2f} µs", file=sys.stderr)
+    try:
+        torch_us = baseline(workload).median_us
+    except ExplorerError as error:
+        print(f"  PyTorch baseline: {error}", file=sys.stderr)
+        torch_us = None
+    out = {"workload": workload.label(), "best": best_id or "—", "tvm_us": best.median_us if best else None,
+           "torch_us": torch_us, "percent_of_floor": best.percent_of_floor if best else None, "goal": target.goal,
+           "presets": len(presets), "failed": wrong}
+    out["ratio"] = out["tvm_us"] / torch_us if best and torch_us else None
+    out["met"] = verdict(target, out["tvm_us"], out["ratio"])
+    return out
+
+
+def verdict(target: Target, tvm_us: float | None, ratio: float | None) -> str:
+    if tvm_us is None or ratio is None:
+        return "not measured"
+    gaps = []
+    if ratio > target.max_ratio or (target.strict and ratio == target.max_ratio):
+        gaps.append(f"{ratio / target.max_ratio:.2f}× too slow vs PyTorch")
+    if target.max_us is not None and tvm_us > target.max_us:
+        gaps.append(f"{tvm_us - target.max_us:.2f} µs over {target.max_us:g} µs")
+    return "yes" if not gaps else "no: " + ", ".join(gaps)
+
+
+def _us(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| workload | best preset | TVM µs | PyTorch µs | TVM / PyTorch | % of floor | goal | met |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for r in rows:
+        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        floor = "—" if r["percent_of_floor"] is None else f"{r['percent_of_floor']:.0f}%"
+        lines.append(f"| {r['workload']} | `{r['best']}` | {_us(r['tvm_us'])} | {_us(r['torch_us'])} | {ratio} | "
+                     f"{floor} | {r['goal']} | {r['met']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    gpu = local_gpu()
+    if gpu is None:
+        print("error: no CUDA GPU on this machine; the kernel table is measured on one.", file=sys.stderr)
+        return 2
+    rows = []
+    for target in TARGETS:
+        print(target.workload.label(), file=sys.stderr)
+        rows.append(row(target))
+    text = table(rows)
+    print(text)
+    failed = [f for r in rows for f in r["failed"]]
+    if not args.no_write:
+        write_section("kernels", "\n".join([
+            f"## Kernels: best shipped preset vs PyTorch on {gpu}",
+            "",
+            f"`python bench/kernels.py` ({datetime.date.today()}). TVM: `time_evaluator` median of 20 repeats "
+            "of ≥ 1 ms, after a check against NumPy; PyTorch: CUDA graphs, TF32 off; % of floor: a device copy "
+            "of the workload's compulsory bytes ÷ the kernel's time. The best preset is the fastest correct "
+            "shipped preset for that workload.",
+            "",
+            text,
+            *([""] + [f"- not measured: {f}" for f in failed] if failed else []),
+        ]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Search for the fastest knobs of a template on this machine's GPU; print them as a
+ready-to-paste ``[[preset]]`` block.
+
+    python bench/search_best.py --list
+    python bench/search_best.py dw-96 [dw-21 ...] [--sample N] [--rounds R] [--workers N]
+    python bench/search_best.py all
+    python bench/search_best.py dw-96 --tune 256      # MetaSchedule on the same workload instead
+
+A plan names a workload, a template, a grid over its knobs, how many grid points to try
+(a random sample when the grid is larger) and the knobs to polish afterwards by coordinate
+descent (:func:`explorer.sweep.refine`: one knob at a time over all its values). Invalid
+combinations are skipped with their reason; each kernel is checked against NumPy and timed
+by the measurement worker, which stops a kernel past its time limit.
+
+Every finished point is appended to ``bench/results/search/<plan>-<arch>.jsonl`` the moment
+it is known. Running a plan again reuses those points (nothing is compiled or measured
+twice): an interrupted search resumes, a finished one continues the descent from its best
+point. The preset block is also written to ``<plan>-<arch>.toml`` there.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from explorer.build import Spec  # noqa: E402
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.schedules import get_template  # noqa: E402
+from explorer.sweep import Grid, Point, compile_pool, gpu_measurer, refine, run, static_score  # noqa: E402
+from explorer.targets import local_gpu_target, resolve_target  # noqa: E402
+from explorer.workloads import workload_from_mapping  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "search"
+
+# Depthwise: the blog's knobs plus the structure a fast kernel may need on a small image
+# (more, smaller blocks; no shared staging, relying on L1) or a large one (whole rows per
+# block, several outputs per thread, register windows). Thread counts and vthreads that
+# exceed a block are rejected in milliseconds, so the grid can be generous.
+DEPTHWISE_GRID = (
+    "blocking_h=4,8,16,32,0",
+    "blocking_w=8,16,32,64,0",
+    "num_thread_y=1,2,4,8,16",
+    "num_thread_x=4,8,16,32,64",
+    "input_cache=shared,local,none",
+    "filter_cache=shared,local",
+    "unroll=true",
+)
+DEPTHWISE_REFINE = ("blocking_h", "blocking_w", "num_thread_y", "num_thread_x", "num_vthread_y", "num_vthread_x",
+                    "input_cache", "filter_cache", "unroll")
+# Matmul: the classic register-tiled GEMM space (block tile, thread tile, vthreads, K step,
+# vector fetch, shared-row padding against bank conflicts).
+MATMUL_GRID = (
+    "block_m=32,64,128", "block_n=32,64,128", "thread_m=2,4,8", "thread_n=2,4,8",
+    "vthread_y=1,2", "vthread_x=1,2", "block_k=8,16,32", "fetch_vector=1,4", "shared_pad=0,4",
+)
+MATMUL_REFINE = ("block_m", "block_n", "thread_m", "thread_n", "vthread_y", "vthread_x", "block_k", "fetch_vector",
+                 "shared_pad")
+# Conv1d: the blog's knobs (one output per thread; filter staged in shared or read from L1).
+CONV1D_GRID = ("formulation=filter_reduction", "threads_y=1,2,4,8,16", "threads_x=8,16,32,64,128,256",
+               "local_accumulator=all", "filter_shared=all", "reduction_split=1,2,4,8,16,32", "unroll=all")
+CONV1D_REFINE = ("threads_y", "threads_x", "local_accumulator", "filter_shared", "reduction_split", "unroll")
+# Conv2d: the AutoTVM tutorial's whole space (10.4 million points), sampled.
+CONV2D_GRID = ("tile_f=all", "tile_y=all", "tile_x=all", "tile_rc=all", "tile_ry=all", "tile_rx=all",
+               "auto_unroll_max_step=all", "unroll_explicit=all")
+CONV2D_REFINE = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step", "unroll_explicit")
+
+
+@dataclass(frozen=True)
+class Plan:
+    id: str
+    template: str
+    workload: dict  # kind + shape values
+    grid: tuple[str, ...]
+    sample: int | None  # points of the grid to try; None = all
+    refine: tuple[str, ...]
+    pytorch_us: float | None  # the reference in shared/TVM-0.27-NOTES.md (H100)
+    goal: str
+
+    def base(self) -> Spec:
+        values = dict(self.workload)
+        kind = values.pop("kind")
+        template = get_template(self.template)
+        return Spec(self.template, workload_from_mapping(kind, values), template.knobs())
+
+
+def _depthwise(id, size, kernel=3, multiplier=1, pytorch_us=None, goal="faster than PyTorch"):
+    workload = {"kind": "depthwise_conv2d", "channels": 256, "height": size, "width": size, "kernel": kernel,
+                "multiplier": multiplier}
+    return Plan(id, "depthwise_blog", workload, DEPTHWISE_GRID, 600, DEPTHWISE_REFINE, pytorch_us, goal)
+
+
+PLANS = {
+    p.id: p
+    for p in (
+        _depthwise("dw-21", 21, pytorch_us=2.45),
+        _depthwise("dw-32", 32, pytorch_us=3.66),
+        _depthwise("dw-64", 64, pytorch_us=10.62),
+        _depthwise("dw-96", 96, pytorch_us=22.02, goal="≤ 5.0 µs (80% of the 4.0 µs copy floor)"),
+        _depthwise("dw-96-k5", 96, kernel=5, pytorch_us=37.96),
+        _depthwise("dw-96-m2", 96, multiplier=2, pytorch_us=51.82),
+        _depthwise("dw-96-m2-k5", 96, kernel=5, multiplier=2, pytorch_us=83.26),
+        Plan("conv1d-16384", "conv1d", {"kind": "conv1d", "input_length": 16384, "filter_length": 32},
+             CONV1D_GRID, 600, CONV1D_REFINE, 8.56, "faster than PyTorch"),
+        Plan("conv2d-resnet-last", "conv2d_autotvm",
+             {"kind": "conv2d", "in_channels": 512, "out_channels": 512, "height": 7, "width": 7,
+              "kernel_h": 3, "kernel_w": 3, "stride": 1, "padding": 1},
+             CONV2D_GRID, 1500, CONV2D_REFINE, 107.2, "≤ cuDNN's 107 µs"),
+        Plan("matmul-1024", "matmul", {"kind": "matmul", "m": 1024, "n": 1024, "k": 1024},
+             MATMUL_GRID, 800, MATMUL_REFINE, 55.7, "within 1.2× of cuBLAS (≤ 66.8 µs)"),
+    )
+}
+
+
+def search(plan: Plan, args) -> None:
+    target = local_gpu_target()
+    if target is None and not args.static:
+        raise ExplorerError("No CUDA GPU on this machine: the search must measure kernels (--static for a dry run).")
+    target = target or resolve_target(None)
+    arch = str(target.attrs.get("arch", "gpu"))
+    measurer = None if args.static else gpu_measurer()  # the measuring worker resolves "auto" to the same GPU
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = f"{plan.id}-{arch}" + ("-static" if args.static else "")
+    log = RESULTS / f"{stem}.jsonl"
+    base = plan.base()
+    previous = _load(log, type(base.knobs))
+    if previous:
+        print(f"{plan.id}: resuming with {len(previous)} points from {log}", file=sys.stderr)
+    start = time.perf_counter()
+    with log.open("a") as out:
+
+        def record(point: Point) -> None:
+            out.write(json.dumps(point.to_json()) + "\n")
+            out.flush()
+
+        pool = compile_pool(args.workers, timeout_s=args.compile_timeout)
+        try:
+            options = dict(target=target, measurer=measurer, scorer=static_score, pool=pool, on_point=record,
+                           on_progress=functools.partial(_bar, measured=measurer is not None))
+            grid = Grid.parse(base, plan.grid)
+            result = run(grid, sample=args.sample or plan.sample, seed=args.seed, previous=previous, **options)
+            points = {p.knobs: p for p in (*previous.values(), *result.points)}
+            if args.rounds:
+                result = refine(base, plan.refine, rounds=args.rounds, previous=points, **options)
+        finally:
+            pool.shutdown()
+    best = result.best
+    if best is None:
+        raise ExplorerError(f"{plan.id}: no valid, correct kernel among {len(result.points)} points.")
+    tried = len(_load(log, type(base.knobs)))
+    elapsed = time.perf_counter() - start
+    if measurer is None:
+        print(f"{plan.id}: dry run, {tried} points, this run {elapsed:.0f} s. {result.ranking}\n"
+              f"best by the static model: {best.knobs.to_strings()}")
+        return
+    print(f"{plan.id}: best {best.latency_us:.2f} µs (PyTorch {plan.pytorch_us} µs; goal {plan.goal}); "
+          f"{tried} points measured or skipped, this run {elapsed:.0f} s", file=sys.stderr)
+    block = preset_block(plan, dataclasses.replace(base, knobs=best.knobs), best.latency_us, arch, tried, args)
+    (RESULTS / f"{stem}.toml").write_text(block)
+    print(block)
+
+
+def _load(log: Path, knobs_type) -> dict:
+    points = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            try:
+                point = Point.from_json(knobs_type, json.loads(line))
+            except (ValueError, KeyError, ExplorerError):
+                continue  # a line cut short by an interruption
+            points[point.knobs] = point
+    return points
+
+
+def _bar(progress, measured: bool) -> None:
+    filled = round(30 * progress.fraction)
+    end = "\n" if progress.fraction >= 1 else ""
+    print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {progress.describe(measured)}", end=end, file=sys.stderr,
+          flush=True)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # a TOML basic string is a JSON string
+
+
+def _inline(values: dict) -> str:
+    return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in values.items()) + " }"
+
+
+def preset_block(plan: Plan, spec: Spec, latency_us: float, arch: str, tried: int, args) -> str:
+    command = f"python bench/search_best.py {plan.id}"
+    if args.sample:
+        command += f" --sample {args.sample}"
+    if args.rounds != 2:
+        command += f" --rounds {args.rounds}"
+    workload = {"kind": spec.workload.kind, **spec.workload.to_dict()}
+    versus = f", PyTorch {plan.pytorch_us} µs" if plan.pytorch_us else ""
+    lines = [
+        "[[preset]]",
+        f'id = "best-{plan.id}"',
+        f'title = {json.dumps(f"Fastest found by search: {spec.workload.label()}")}',
+        f'source = {json.dumps(f"search on {arch}: {tried} configurations of the {spec.template} template")}',
+        f'template = "{spec.template}"',
+        f'claim = {json.dumps(f"The fastest of {tried} configurations searched on {arch}: {latency_us:.2f} µs{versus}.")}',
+        f"found_by = {json.dumps(command)}",
+        f"workload = {_inline(workload)}",
+        f"knobs = {_inline(spec.knobs.to_dict())}",
+        f'reported = [ {{ what = "this schedule, found by search", value_us = {latency_us:.2f}, '
+        f'hardware = "{arch}", this_schedule = true }} ]',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tune_plan(plan: Plan, args) -> None:
+    from explorer.tune import tune
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    base = plan.base()
+    work_dir = RESULTS / f"{plan.id}-metaschedule"  # MetaSchedule's own records: a rerun resumes
+    result = tune(base.workload, args.tune, work_dir=str(work_dir), workers=args.workers,
+                  on_progress=lambda p: print(f"\r{p.describe()}", end="", file=sys.stderr, flush=True))
+    print(file=sys.stderr)
+    (work_dir / "best.json").write_text(json.dumps(result.to_json(), indent=2))
+    print(f"{plan.id}: MetaSchedule best {result.best_us:.2f} µs after {result.trials} trials "
+          f"({result.elapsed_s:.0f} s); PyTorch {plan.pytorch_us} µs; trace in {work_dir / 'best.json'}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plans", nargs="*", help="plan ids, or 'all'")
+    parser.add_argument("--list", action="store_true", help="list the plans and their grids")
+    parser.add_argument("--sample", type=int, default=None, help="grid points to try (default: the plan's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=2, help="coordinate-descent rounds after the grid (0: none)")
+    parser.add_argument("--workers", type=int, default=None, help="compile processes (default: one per core)")
+    parser.add_argument("--compile-timeout", type=float, default=120.0, help="seconds per point in a compile worker")
+    parser.add_argument("--tune", type=int, default=None, metavar="TRIALS", help="run MetaSchedule instead")
+    parser.add_argument("--static", action="store_true",
+                        help="dry run without a GPU: rank by the static analyses (prints no preset)")
+    args = parser.parse_args(argv)
+    if args.list or not args.plans:
+        for plan in PLANS.values():
+            grid = Grid.parse(plan.base(), plan.grid)
+            print(f"{plan.id:20} {plan.base().workload.label()}: {grid.size:,} grid points, sample {plan.sample}, "
+                  f"goal {plan.goal}\n{'':20} --grid {' --grid '.join(plan.grid)}")
+        return 0
+    ids = list(PLANS) if args.plans == ["all"] else args.plans
+    unknown = [i for i in ids if i not in PLANS]
+    if unknown:
+        print(f"error: unknown plan(s) {', '.join(unknown)}; see --list", file=sys.stderr)
+        return 2
+    try:
+        for plan_id in ids:
+            (tune_plan if args.tune else search)(PLANS[plan_id], args)
+    except ExplorerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
