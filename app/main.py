@@ -14,13 +14,16 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts only app/ on t
 
 from app import session  # noqa: E402  (needs ROOT on the path)
 
+# The pages live in views/, not pages/: Streamlit treats a pages/ folder next to the main
+# script as an old-style multipage app, and a server's first visitor arriving on a page's
+# URL would then run that page without this script.
 st.set_page_config(page_title="TVM schedule explorer", page_icon=":material/memory:", layout="wide")
 session.init()
 pages = [
-    st.Page("pages/explorer.py", title="Explorer", icon=":material/code:", default=True),
-    st.Page("pages/lessons.py", title="Lessons", icon=":material/school:"),
-    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
-    st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_view:"),
-    st.Page("pages/device.py", title="Device", icon=":material/developer_board:"),
+    st.Page("views/explorer.py", title="Explorer", icon=":material/code:", default=True),
+    st.Page("views/lessons.py", title="Lessons", icon=":material/school:"),
+    st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("views/sweep.py", title="Sweep", icon=":material/grid_view:"),
+    st.Page("views/device.py", title="Device", icon=":material/developer_board:"),
 ]
 st.navigation(pages).run()

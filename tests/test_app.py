@@ -67,7 +67,7 @@ def test_explorer_page_for_every_preset(preset):
 @pytest.mark.parametrize("preset", list(all_presets()))
 def test_compare_page_for_every_preset(preset):
     at = app({"preset": preset}).run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("views/compare.py").run()
     assert_clean(at)
     assert at.title[0].value == "Compare two settings"
     assert at.session_state["spec"] == get_preset(preset).spec
@@ -75,7 +75,7 @@ def test_compare_page_for_every_preset(preset):
 
 def test_device_page():
     at = app().run()
-    at.switch_page("pages/device.py").run()
+    at.switch_page("views/device.py").run()
     assert_clean(at)
     assert at.title[0].value == "Device"
     if not tvm.cuda(0).exist:

@@ -234,7 +234,7 @@ def lessons_page(query):
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(PAGE_MAIN, default_timeout=60)
-    at.switch_page("pages/lessons.py")  # as a link to /lessons?lesson=…&step=… opens it
+    at.switch_page("views/lessons.py")  # as a link to /lessons?lesson=…&step=… opens it
     at.query_params.update(query)
     return at.run()
 

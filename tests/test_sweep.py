@@ -284,7 +284,7 @@ def test_sweep_page_runs_ranks_statically_and_applies_the_best():
     at = AppTest.from_file(main, default_timeout=120)
     at.query_params["preset"] = "dw-blog-channel-21"
     at.run()
-    at.switch_page("pages/sweep.py").run()
+    at.switch_page("views/sweep.py").run()
     assert not at.exception and at.title[0].value == "Sweep"
     at.multiselect(key="sweep.knobs.depthwise_blog").set_value(["num_thread_x", "num_thread_y"]).run()
     at.multiselect(key="sweep.values.depthwise_blog.num_thread_x").set_value([4, 8]).run()

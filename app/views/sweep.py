@@ -25,7 +25,7 @@ def apply_best(best) -> None:
     """Make the best point the sidebar's setting and show it in the Explorer."""
     st.session_state["spec"] = best
     widgets.forget((session.KNOB_PREFIX,))  # the knob widgets re-seed from the new spec
-    st.switch_page("pages/explorer.py")
+    st.switch_page("views/explorer.py")
 
 
 def grid_inputs(spec):
