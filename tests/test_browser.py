@@ -105,6 +105,13 @@ def launch_bounds(cuda: str) -> set[int]:
     return {int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", cuda)}
 
 
+def test_a_fresh_server_opens_a_page_link(server, page):
+    """The server's first visitor arrives on a page's URL (a link from the class chat)."""
+    page.goto(f"{server}/device")
+    page.get_by_role("heading", name="Device").wait_for()
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 def test_slider_changes_the_cuda_view(server, page):
     page.goto(f"{server}/?preset=dw-blog-final-96")
     page.wait_for_selector(".tvm-code")
