@@ -198,8 +198,8 @@ class _AccessModel:
         self.repeats = math.prod(loop.extent for loop in candidates if loop.var not in used)
         self.contexts = math.prod(loop.extent for loop in self.varying)
 
-    def evaluate(self, context_ids: np.ndarray, warps) -> tuple[np.ndarray, np.ndarray]:
-        """Word addresses (C, W, 32, words) and activity (C, W, 32)."""
+    def evaluate(self, context_ids: np.ndarray, warps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Word addresses (C, W, 32, words), activity (C, W, 32) and element indices (C, W, 32)."""
         env = {}
         if self.varying:
             values = np.unravel_index(context_ids, [loop.extent for loop in self.varying])
