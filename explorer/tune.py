@@ -203,11 +203,15 @@ def tune(
         )
     mod = tvm.IRModule({"main": workload.prim_func(variant)})
     workers = workers or cpu_count()
-    # MetaSchedule prints its tables to stdout unless its logger already has a level;
-    # progress goes through on_progress, the full log to work_dir/logs.
+    # MetaSchedule's console log level is its logger's level when tuning starts (it sets
+    # DEBUG afterwards): WARNING keeps its tables off stdout (progress goes through
+    # on_progress; the full log is in work_dir/logs). A previous run's handlers write to
+    # that run's deleted work_dir, and a second run fails on them: start without them.
     quiet = logging.getLogger("tvm.s_tir.meta_schedule")
-    if quiet.level == logging.NOTSET:
-        quiet.setLevel(logging.WARNING)
+    quiet.setLevel(logging.WARNING)
+    for handler in list(quiet.handlers):
+        quiet.removeHandler(handler)
+        handler.close()
     progress = _ReportProgress(trials, on_progress)
     start = time.perf_counter()
     import_tensor_intrinsics()

@@ -101,3 +101,14 @@ def test_a_cpu_tuned_trace_is_not_exported_as_cuda(tuned):
     result, _ = tuned
     with pytest.raises(ExplorerError, match="CUDA GPU"):
         snippet(result)
+
+
+def test_cli_tune_prints_the_best_and_both_traces(capsys):
+    from explorer.cli import main
+
+    assert main(["tune", "dw-blog-channel-21", "--trials", "2", "--target", "llvm", "--strategy", "replay-trace",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["preset"] == "dw-blog-channel-21" and out["budget"] == 2 and out["best_us"] > 0
+    assert out["trace"].startswith("# from tvm import s_tir") and "sch.bind(" in out["hand_trace"]
+    assert main(["tune", "dw-blog-channel-21", "--trials", "0", "--target", "llvm"]) == 2
