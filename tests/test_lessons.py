@@ -335,3 +335,23 @@ def test_the_h100_script_measures_each_schedule_once_and_keeps_wrong_kernels_out
     assert wrong.median_us is None and wrong.gflops is None and wrong.error.startswith("wrong result: wrong at index")
     assert wrong.evidence.shared_bytes == 17460  # static evidence even without a time
     assert lines[-1].startswith("dw-blog-channel-64: no time (wrong result")
+
+
+def test_measuring_a_step_on_the_page_fills_in_the_verdicts(monkeypatch):
+    """With a GPU (here a stand-in measurer), the button times the step and the steps it is
+    compared with, and each timing claim gets its verdict with both pairs of numbers."""
+    import explorer.measure
+    import explorer.sweep
+
+    fake_us = {"dw-blog-threads-case1": 4.0, "dw-blog-threads-case2": 3.0}
+    by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
+    monkeypatch.setattr(explorer.sweep, "gpu_measurer", lambda target, remote=None, settings=None: by_spec.__getitem__)
+    monkeypatch.setattr(explorer.measure, "local_gpu", lambda: "Stand-in GPU")
+    at = lessons_page({"lesson": "depthwise_blog", "step": "8"})
+    assert "needs a GPU" in "\n".join(m.value for m in at.markdown)
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["This GPU · Stand-in GPU"] == "3.00 vs 4.00 µs"  # 4.0 / 3.0 = ×1.33: faster, as claimed
+    assert "reproduced" in "\n".join(m.value for m in at.markdown)
+    assert "needs a GPU" not in "\n".join(m.value for m in at.markdown)

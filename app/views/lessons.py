@@ -14,11 +14,12 @@ from explorer import lessons as L
 from explorer import style, urlstate
 from explorer.build import build
 from explorer.errors import ExplorerError
+from explorer.measure import Settings, local_gpu
 from explorer.sweep import gpu_measurer
-from explorer.targets import resolve_target, target_label
+from explorer.targets import target_label
 
-TIMES = "lessons.times"  # (target, preset id) -> µs, measured this session
-ERRORS = "lessons.errors"  # (target, preset id) -> why measuring failed
+TIMES = "lessons.times"  # (device, target, preset id) -> µs, measured this session
+ERRORS = "lessons.errors"  # (device, target, preset id) -> why measuring failed
 
 
 def restart_lesson() -> None:
@@ -117,20 +118,19 @@ def show_evidence(step: L.Step, target: str) -> None:
         st.caption(" ".join(ev.notes))
 
 
-def measure_step(step: L.Step, target: str, measurer) -> None:
-    """Time this step and the steps its claims compare it with (once per session)."""
+def measure_step(step: L.Step, device: tuple, measurer) -> None:
+    """Time this step and the steps its claims compare it with (once per session and device)."""
     times, errors = st.session_state.setdefault(TIMES, {}), st.session_state.setdefault(ERRORS, {})
-    todo = [p for p in L.presets_to_time([step.preset]) if (target, p.id) not in times]
+    todo = [p for p in L.presets_to_time([step.preset]) if (*device, p.id) not in times]
     with st.status(f"Measuring {len(todo)} kernel(s), each checked against NumPy first…") as status:
         measured, failed = L.measure_presets(
             todo, measurer,
             on_done=lambda p, us, error: status.write(f"{p.title}: " + (f"{us:.2f} µs" if us is not None else error)))
         status.update(label=f"Measured {len(measured)} kernel(s)", state="complete" if not failed else "error")
-    times.update({(target, k): v for k, v in measured.items()})
-    errors.update({(target, k): v for k, v in failed.items()})
+    times.update({(*device, k): v for k, v in measured.items()})
+    errors.update({(*device, k): v for k, v in failed.items()})
 
 
-session.init()  # a no-op under app/main.py; lets the page also run on its own (tests, MPA v1)
 lessons = {lesson.id: lesson for lesson in L.lessons()}
 st.title("Lessons")
 # The URL holds a bound selectbox's label, so the options are the short lesson ids.
@@ -159,14 +159,17 @@ if preset.reported:
 
 try:
     show_static(step, target)
-    measurer = gpu_measurer(target)
-    where = target_label(resolve_target(target))
+    # The lesson's numbers are worth the full measurement (default Settings), not a sweep's.
+    remote = session.remote()
+    measurer = gpu_measurer(target, remote=remote, settings=Settings())
+    where = str(remote) if remote is not None else (local_gpu() or "")
+    device = (where, target)
     if measurer is not None and L.presets_to_time([preset]) and st.button(
             "Measure on this GPU", type="primary", icon=":material/timer:",
             help="This step and the steps it is compared with: each kernel is checked against NumPy, then timed."):
-        measure_step(step, target, measurer)
-    times = {pid: us for (t, pid), us in st.session_state.get(TIMES, {}).items() if t == target}
-    errors = {pid: e for (t, pid), e in st.session_state.get(ERRORS, {}).items() if t == target}
+        measure_step(step, device, measurer)
+    times = {pid: us for (*d, pid), us in st.session_state.get(TIMES, {}).items() if tuple(d) == device}
+    errors = {pid: e for (*d, pid), e in st.session_state.get(ERRORS, {}).items() if tuple(d) == device}
     show_timing(step, times, errors, where)
     show_evidence(step, target)
 except ExplorerError as e:
