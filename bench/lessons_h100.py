@@ -61,7 +61,12 @@ def measure_presets(presets: list[Preset], target: str | None, settings, progres
     records = {}
 
     def measured_us(spec):
-        record = records[spec] = measure(spec, target=target, settings=settings)
+        try:
+            record = records[spec] = measure(spec, target=target, settings=settings)
+        except ExplorerError:
+            raise
+        except Exception as error:  # a bug on one kernel's path must not end the run: its row says what happened
+            raise ExplorerError(f"internal error: {type(error).__name__}: {error}") from error
         if not record.correct:
             raise WrongResult(f"wrong result: {record.check.describe()}")
         return record.median_us
