@@ -156,6 +156,11 @@ def reasons(check: L.ComparisonCheck, this_step: int, this: Measured, other: Mea
 # -- the document -------------------------------------------------------------------------
 
 
+def _cell(text: str) -> str:
+    """Text that stays inside one markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def _us(value: float | None) -> str:
     return f"{value:,.2f}" if value is not None else "—"
 
@@ -185,8 +190,9 @@ def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int
     body = []
     for lesson in lessons:
         body += [f"## {lesson.title}", "", f"Source: `{lesson.source or '(the project)'}`. {lesson.summary}", "",
-                 "| step | preset | tutorial | this GPU µs | GFLOP/s | % of copy floor | PyTorch µs |",
-                 "| --- | --- | --- | --- | --- | --- | --- |"]
+                 "| step | preset | tutorial | this GPU µs | GFLOP/s | % of copy floor | PyTorch µs | "
+                 "the tutorial's other figures |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         times = {pid: m.median_us for pid, m in measured.items() if m.median_us is not None}
         errors = {pid: m.error for pid, m in measured.items() if m.error}
         claims, statics = [], []
@@ -199,15 +205,17 @@ def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int
             tutorial = f"{own.value_us:g} µs ({own.hardware})" if own is not None else "—"
             torch = torch_us.get(p.spec.workload.label(), (None, ""))[0]
             floor = f"{m.percent_of_floor:.0f}%" if m.percent_of_floor is not None else "—"
-            time_cell = _us(m.median_us) if not m.error else f"— ({m.error})"
+            time_cell = _us(m.median_us) if not m.error else f"— ({_cell(m.error)})"
             gflops = f"{m.gflops:,.0f}" if m.gflops is not None else "—"
-            body.append(f"| {step.number} | `{p.id}` | {tutorial} | {time_cell} | {gflops} | {floor} | {_us(torch)} |")
+            others = "; ".join(_cell(str(r)) for r in p.reported if not r.this_schedule) or "—"
+            body.append(f"| {step.number} | `{p.id}` | {tutorial} | {time_cell} | {gflops} | {floor} | {_us(torch)} "
+                        f"| {others} |")
             for check in L.step_checks(p, times, header["device"], errors):
                 verdict = check.verdict
                 totals[verdict] += 1
                 why = ""
                 if verdict != L.REPRODUCED:
-                    why = reasons(check, step.number, m, measured.get(check.other.id), sm_count)
+                    why = _cell(reasons(check, step.number, m, measured.get(check.other.id), sm_count))
                 claims.append(f"| {step.number} | {check.sentence(p)} | {_pair(check.tutorial, 1)} | "
                               f"{_pair(check.measured, 2)} | **{verdict}** | {why} |")
             for check in L.static_checks(p, target):

@@ -308,7 +308,7 @@ def test_the_h100_document_states_each_claim_with_both_numbers_and_a_verdict():
     assert "| 12.00 vs 8.80 µs (×1.36) | **reproduced** |" in text
     assert "**2 timing claims reproduced, 1 not reproduced, 0 without a measurement; 16 structural claims " \
            "reproduced, 0 not.**" in text
-    assert "| 8 | `dw-blog-threads-case2` | 8.8 µs (GTX 1080) | 8.80 | 100 | 30% | — |" in text
+    assert "| 8 | `dw-blog-threads-case2` | 8.8 µs (GTX 1080) | 8.80 | 100 | 30% | — | — |" in text
 
 
 def test_the_h100_script_measures_each_schedule_once_and_keeps_wrong_kernels_out(monkeypatch):
