@@ -61,6 +61,7 @@ def main(argv=None) -> int:
         f"{counts[FAILED]} | {result.elapsed_s:.1f} | {result.per_minute:.0f} | {valid / minutes:.0f} |",
     ]
     table = "\n".join(lines)
+    machine = f"{_cpu_model()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end"
     print(table)
     if measurer:
         print(f"goal ≥ {GOAL_PER_MINUTE}/min: {'met' if result.per_minute >= GOAL_PER_MINUTE else 'NOT met'}")
@@ -72,12 +73,20 @@ def main(argv=None) -> int:
             f"`python bench/sweep_throughput.py --points {args.points}` ({datetime.date.today()}): "
             f"{PLAN.base().workload.label()}, {args.points} points sampled (seed 1) from "
             f"`bench/search_best.py`'s depthwise grid; the clock includes starting the workers, and the CUDA "
-            f"binary cache starts empty. Goal: ≥ {GOAL_PER_MINUTE} configurations per minute end to end on "
-            "the 16-core H100 machine.",
+            f"binary cache starts empty. Machine: {machine}. Goal: ≥ {GOAL_PER_MINUTE} configurations per "
+            "minute end to end on the 16-core H100 machine.",
             "",
             table,
         ]))
     return 0
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "CPU"
 
 
 if __name__ == "__main__":

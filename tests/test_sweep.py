@@ -349,3 +349,28 @@ def test_the_cache_is_installed_as_tvms_cuda_compile_callback(monkeypatch):
     (new,) = set(Path(CUDA_CACHE).glob("*.bin")) - before
     assert new.read_bytes() == first
     new.unlink()
+
+
+def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
+    """bench/search_best.py's output is pasted into presets/*.toml: it must load as is."""
+    import argparse
+    from pathlib import Path
+
+    from explorer.presets import load_file
+
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    sys.path.insert(0, bench)
+    try:
+        from search_best import PLANS, preset_block
+    finally:
+        sys.path.remove(bench)
+    plan = PLANS["conv2d-resnet-last"]  # split knobs (tuples) and booleans
+    spec = plan.base().with_knobs(tile_f=(16, 2, 16, 1), unroll_explicit=False)
+    args = argparse.Namespace(sample=None, rounds=2)
+    block = preset_block(plan, spec, 98.76, "sm_90", 1234, args)
+    path = tmp_path / "best.toml"
+    path.write_text('[tutorial]\nid = "best"\ntitle = "Best"\n\n' + block)
+    (preset,) = load_file(path).presets
+    assert preset.id == "best-conv2d-resnet-last" and preset.spec == spec
+    assert preset.found_by == "python bench/search_best.py conv2d-resnet-last"
+    assert preset.reported[0].value_us == 98.76 and preset.reported[0].this_schedule
