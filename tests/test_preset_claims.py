@@ -160,3 +160,38 @@ def test_matmul_naive_uses_no_shared_memory_and_tiled_stages_two_64x8_slices():
     (tiled,) = built("matmul-tiled-1024").kernels
     assert tiled.shared_bytes == (64 * 8 + 8 * 64) * FLOAT == 4096
     assert tiled.grid == (16, 16, 1) and tiled.block == (16, 16, 1)  # 64×64 tiles, 4×4 per thread
+
+
+# -- d2l and the 1-D convolution blog -------------------------------------------------------
+
+
+@pytest.mark.parametrize("channels", [16, 32, 64, 128, 256])
+def test_d2l_tiled_blocks_and_tiles(channels):
+    b = built(f"d2l-tiled-c{channels}")
+    (kernel,) = b.kernels
+    # tile_h = [2, 8]: 64 rows / (2 threads × 8 rows) = 4 blocks per channel; tile_w = [64, 1]: 64 threads.
+    assert kernel.grid[0] * kernel.grid[1] * kernel.grid[2] == 4 * channels
+    assert kernel.threads_per_block == 2 * 64
+    # 16 output rows + 2 halo = 18, 64 columns + 2 = 66, plus the 3×3 filter.
+    assert kernel.shared_bytes == (18 * 66 + 9) * FLOAT == 4788
+    tiling = analyze_tiling(b)
+    assert tiling.outputs_per_thread == 8 and tiling.footprints[0].thread_box[-2:] == (10, 3)
+
+
+@pytest.mark.parametrize("channels", [16, 256])
+def test_d2l_default_binds_rows_and_columns_only(channels):
+    (kernel,) = built(f"d2l-default-c{channels}").kernels
+    assert (kernel.grid, kernel.block, kernel.shared_bytes) == ((64, 1, 1), (64, 1, 1), 0)  # one launch per channel
+
+
+def test_conv1d_versions():
+    # M + N - 1 = 16,415 outputs.
+    naive, v1, v2, v3, v4, v5 = (built(f"conv1d-{v}").kernels[0] for v in ("naive", "v1", "v2", "v3", "v4", "v5"))
+    assert naive.grid[0] == v1.grid[0] == 16415 and naive.threads_per_block == v1.threads_per_block == 1
+    assert (v2.grid[0], v2.threads_per_block) == (2052, 8)  # ⌈16415 / 8⌉
+    assert (v3.grid[0], v3.block) == (1026, (4, 4, 1))  # ⌈16415 / 16⌉, 4×4 threads
+    assert (v4.grid[0], v4.threads_per_block, v4.shared_bytes) == (513, 32, 4 * FLOAT)  # 4 filter taps per step
+    assert (v5.grid[0], v5.block, v5.shared_bytes) == (513, (4, 8, 1), 8 * FLOAT)  # 8 taps, 8×4 threads
+    # The naive formulation reads every input position per output; v1 only the 32 taps.
+    assert analyze_tiling(built("conv1d-naive")).footprints[0].loads_per_output == 16415
+    assert analyze_tiling(built("conv1d-v1")).footprints[0].loads_per_output == 32
