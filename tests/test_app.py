@@ -1,6 +1,7 @@
 """The Streamlit app under Streamlit's AppTest: every page for every preset, knob changes,
 invalid settings, links. Builds are cached per Spec in this process, so reruns are fast."""
 import html
+import math
 import re
 
 import pytest
@@ -11,7 +12,7 @@ from app import code_view, panels, widgets
 from app.panels import tries_figure
 from app.session import Try
 from explorer import urlstate
-from explorer.build import build
+from explorer.build import build, nvcc_path
 from explorer.presets import all_presets, get_preset
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
@@ -272,3 +273,29 @@ def test_latency_panel_shows_a_wrong_result(monkeypatch):
     assert not at.exception
     assert "WRONG" in at.error[0].value and "(0, 0, 1, 2)" in at.error[0].value
     assert not any(m.label == "Latency (median)" for m in at.metric)
+
+
+def test_shape_change_keeps_splits_valid():
+    """Halving the input channels: the reduction split over them moves to the nearest
+    factorization of the new size, and the page still builds."""
+    at = app({"preset": "conv2d-autotvm-resnet-last"}).run()
+    at.sidebar.number_input(key="shape:conv2d.in_channels").set_value(256).run()
+    assert_clean(at)
+    spec = at.session_state["spec"]
+    assert spec.workload.in_channels == 256
+    assert math.prod(spec.knobs.tile_rc) == 256
+    # from 32×8×2: 16×8×2, 32×4×2 and 32×8×1 are all 1 away in log2; the first in factorization order wins
+    assert spec.knobs.tile_rc == (16, 8, 2)
+    assert at.sidebar.select_slider(key="knob:conv2d_autotvm.tile_rc").value == "16×8×2"
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
+def test_resources_tab_compiles_on_demand():
+    at = app({"preset": "dw-blog-final-96"}, view="Resources").run()
+    assert_clean(at)
+    if "Resources" not in panels.available():
+        pytest.skip("the resources analysis is not installed")
+    assert at.dataframe[0].value["registers/thread"][0] == "not compiled"
+    at.button(key="ui.nvcc").click().run()
+    assert_clean(at)
+    assert int(at.dataframe[0].value["registers/thread"][0]) > 0
