@@ -111,9 +111,9 @@ def show_evidence(step: L.Step, target: str) -> None:
     cols[1].metric("Input loads per output", f"{ev.loads_per_output:.2f}" if ev.loads_per_output is not None else "—",
                    help="Each thread loads its input tile once: smaller is more reuse.")
     cols[2].metric("Shared memory / block", f"{ev.shared_bytes:,} B")
-    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{ev.blocks_per_sm} blocks/SM, limited by {ev.occupancy_limiter}",
-                   delta_color="off", delta_arrow="off",
-                   help="Registers are not counted until the kernel is compiled (Explorer page, Resources tab).")
+    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{ev.blocks_per_sm} blocks/SM", delta_color="off",
+                   delta_arrow="off", help=f"Limited by {ev.occupancy_limiter}. Registers are not counted until the "
+                                           f"kernel is compiled (Explorer page, Resources tab).")
     if ev.notes:
         st.caption(" ".join(ev.notes))
 
