@@ -12,10 +12,10 @@ descent (:func:`explorer.sweep.refine`: one knob at a time over all its values).
 combinations are skipped with their reason; each kernel is checked against NumPy and timed
 by the measurement worker, which stops a kernel past its time limit.
 
-Every finished point is appended to ``bench/results/search/<plan>-<arch>.jsonl`` the moment
+Every finished point is appended to ``bench/results/search/<plan>-<gpu>.jsonl`` the moment
 it is known. Running a plan again reuses those points (nothing is compiled or measured
 twice): an interrupted search resumes, a finished one continues the descent from its best
-point. The preset block is also written to ``<plan>-<arch>.toml`` there.
+point. The preset block is also written to ``<plan>-<gpu>.toml`` there.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -34,7 +35,6 @@ from explorer.build import Spec  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.schedules import get_template  # noqa: E402
 from explorer.sweep import Grid, Point, compile_pool, gpu_measurer, refine, run, static_score  # noqa: E402
-from explorer.targets import local_gpu_target, resolve_target  # noqa: E402
 from explorer.workloads import workload_from_mapping  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"
@@ -122,14 +122,16 @@ PLANS = {
 
 
 def search(plan: Plan, args) -> None:
-    target = local_gpu_target()
-    if target is None and not args.static:
+    # Compile and measuring workers both resolve the target ("auto") to this machine's GPU.
+    measurer = None if args.static else gpu_measurer()
+    if measurer is None and not args.static:
         raise ExplorerError("No CUDA GPU on this machine: the search must measure kernels (--static for a dry run).")
-    target = target or resolve_target(None)
-    arch = str(target.attrs.get("arch", "gpu"))
-    measurer = None if args.static else gpu_measurer()  # the measuring worker resolves "auto" to the same GPU
+    from explorer.measure import local_gpu
+
+    device = local_gpu() if measurer else "static"
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = f"{plan.id}-{arch}" + ("-static" if args.static else "")
+    stem = f"{plan.id}-{slug}"
     log = RESULTS / f"{stem}.jsonl"
     base = plan.base()
     previous = _load(log, type(base.knobs))
@@ -144,7 +146,7 @@ def search(plan: Plan, args) -> None:
 
         pool = compile_pool(args.workers, timeout_s=args.compile_timeout)
         try:
-            options = dict(target=target, measurer=measurer, scorer=static_score, pool=pool, on_point=record,
+            options = dict(target=None, measurer=measurer, scorer=static_score, pool=pool, on_point=record,
                            on_progress=functools.partial(_bar, measured=measurer is not None))
             grid = Grid.parse(base, plan.grid)
             result = run(grid, sample=args.sample or plan.sample, seed=args.seed, previous=previous, **options)
@@ -164,7 +166,7 @@ def search(plan: Plan, args) -> None:
         return
     print(f"{plan.id}: best {best.latency_us:.2f} µs (PyTorch {plan.pytorch_us} µs; goal {plan.goal}); "
           f"{tried} points measured or skipped, this run {elapsed:.0f} s", file=sys.stderr)
-    block = preset_block(plan, dataclasses.replace(base, knobs=best.knobs), best.latency_us, arch, tried, args)
+    block = preset_block(plan, dataclasses.replace(base, knobs=best.knobs), best.latency_us, device, tried, args)
     (RESULTS / f"{stem}.toml").write_text(block)
     print(block)
 
@@ -202,7 +204,7 @@ def _inline(values: dict) -> str:
     return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in values.items()) + " }"
 
 
-def preset_block(plan: Plan, spec: Spec, latency_us: float, arch: str, tried: int, args) -> str:
+def preset_block(plan: Plan, spec: Spec, latency_us: float, device: str, tried: int, args) -> str:
     command = f"python bench/search_best.py {plan.id}"
     if args.sample:
         command += f" --sample {args.sample}"
@@ -214,14 +216,14 @@ def preset_block(plan: Plan, spec: Spec, latency_us: float, arch: str, tried: in
         "[[preset]]",
         f'id = "best-{plan.id}"',
         f'title = {json.dumps(f"Fastest found by search: {spec.workload.label()}")}',
-        f'source = {json.dumps(f"search on {arch}: {tried} configurations of the {spec.template} template")}',
+        f'source = {json.dumps(f"search on {device}: {tried} configurations of the {spec.template} template")}',
         f'template = "{spec.template}"',
-        f'claim = {json.dumps(f"The fastest of {tried} configurations searched on {arch}: {latency_us:.2f} µs{versus}.")}',
+        f'claim = {json.dumps(f"The fastest of {tried} configurations searched on {device}: {latency_us:.2f} µs{versus}.")}',
         f"found_by = {json.dumps(command)}",
         f"workload = {_inline(workload)}",
         f"knobs = {_inline(spec.knobs.to_dict())}",
         f'reported = [ {{ what = "this schedule, found by search", value_us = {latency_us:.2f}, '
-        f'hardware = "{arch}", this_schedule = true }} ]',
+        f'hardware = {json.dumps(device)}, this_schedule = true }} ]',
     ]
     return "\n".join(lines) + "\n"
 

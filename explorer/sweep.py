@@ -250,11 +250,14 @@ def gpu_measurer(target: str | None = None, remote=None, settings=None) -> Calla
                              settings=settings or SWEEP_SETTINGS)
 
 
-def compile_point(spec: Spec, target: str, scorer: Callable[[Build], StaticScore] | None) -> Point:
-    """Worker side: build (schedule, verify, lower, generate code) and score one point."""
+def compile_point(spec: Spec, target: str | None, scorer: Callable[[Build], StaticScore] | None) -> Point:
+    """Worker side: build (schedule, verify, lower, generate code) and score one point.
+    ``target`` is resolved here: "auto"/None is this machine's GPU as the worker sees it,
+    the same as the measuring worker sees it (the app's process may not load the CUDA
+    libraries; the workers do), so both compile for one architecture."""
     start = time.perf_counter()
     try:
-        built = build(spec, tvm.target.Target(target))
+        built = build(spec, target)
         static = scorer(built) if scorer is not None else None
     except InvalidKnobs as error:
         return Point(spec.knobs, INVALID, str(error), error.knobs, compile_s=time.perf_counter() - start)
@@ -306,7 +309,8 @@ def run(
     finishes. Several sweeps can share one ``pool`` (see :func:`compile_pool`)."""
     if measurer is None and scorer is None:
         raise ExplorerError("A sweep without a GPU needs a static scorer to rank by.")
-    target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
+    target_name = str(target) if isinstance(target, tvm.target.Target) else target
+    label = resolve_target(target_name)  # in this process: for the result's label only
     start = time.perf_counter()
     previous = previous or {}
     all_knobs = [grid.knobs_at(i) for i in grid.indices(sample, seed)]
@@ -318,7 +322,7 @@ def run(
     own_pool = pool is None
     pool = pool or compile_pool(workers, timeout_s)
     futures = {
-        pool.submit(compile_point, dataclasses.replace(grid.base, knobs=k), str(target), scorer): k for k in todo
+        pool.submit(compile_point, dataclasses.replace(grid.base, knobs=k), target_name, scorer): k for k in todo
     }
     try:
         for future in concurrent.futures.as_completed(futures):
@@ -339,7 +343,7 @@ def run(
             pool.shutdown(wait=False)
     return SweepResult(
         grid=grid,
-        target=str(target.attrs.get("arch", target.kind.name)),
+        target=str(label.attrs.get("arch", label.kind.name)),
         points=tuple(points[k] for k in all_knobs),
         measured=measurer is not None,
         elapsed_s=time.perf_counter() - start,

@@ -29,6 +29,7 @@ import inspect
 import linecache
 import logging
 import math
+import os
 import site
 import sys
 import tempfile
@@ -196,11 +197,18 @@ def tune(
     if strategy not in ("evolutionary", "replay-trace"):
         raise ExplorerError(f"Unknown search strategy '{strategy}'; use evolutionary or replay-trace.")
     target = tuning_target(target)
-    if target.kind.name == "cuda" and not tvm.cuda(0).exist:
-        raise ExplorerError(
-            "MetaSchedule must run its candidates to rank them and this machine has no CUDA GPU; "
-            "tune on a machine with one, or use --target llvm to try tuning on the CPU."
-        )
+    if target.kind.name == "cuda":
+        from .measure import local_gpu
+        from .measure.cuda_env import kernel_environment
+
+        if local_gpu() is None:
+            raise ExplorerError(
+                "MetaSchedule must run its candidates to rank them and this machine has no CUDA GPU; "
+                "tune on a machine with one, or use --target llvm to try tuning on the CPU."
+            )
+        # MetaSchedule's build and run processes, started from now on, find the CUDA
+        # libraries the measuring worker uses (this process may not load them itself).
+        os.environ.update(kernel_environment())
     mod = tvm.IRModule({"main": workload.prim_func(variant)})
     workers = workers or cpu_count()
     # MetaSchedule's console log level is its logger's level when tuning starts (it sets

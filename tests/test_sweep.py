@@ -367,10 +367,11 @@ def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
     plan = PLANS["conv2d-resnet-last"]  # split knobs (tuples) and booleans
     spec = plan.base().with_knobs(tile_f=(16, 2, 16, 1), unroll_explicit=False)
     args = argparse.Namespace(sample=None, rounds=2)
-    block = preset_block(plan, spec, 98.76, "sm_90", 1234, args)
+    block = preset_block(plan, spec, 98.76, "NVIDIA H100 80GB HBM3", 1234, args)
     path = tmp_path / "best.toml"
     path.write_text('[tutorial]\nid = "best"\ntitle = "Best"\n\n' + block)
     (preset,) = load_file(path).presets
     assert preset.id == "best-conv2d-resnet-last" and preset.spec == spec
     assert preset.found_by == "python bench/search_best.py conv2d-resnet-last"
     assert preset.reported[0].value_us == 98.76 and preset.reported[0].this_schedule
+    assert preset.reported[0].hardware == "NVIDIA H100 80GB HBM3"

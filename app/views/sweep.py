@@ -5,7 +5,6 @@ Below it, MetaSchedule tunes the same workload with a trial budget."""
 import functools
 
 import streamlit as st
-import tvm
 
 from app import code_view, session, widgets
 from explorer import sweep, tune
@@ -13,6 +12,7 @@ from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.export import file_name
 from explorer.figures_sweep import heatmap_figure, tuning_figure
+from explorer.measure import local_gpu
 
 # Values a knob offers before the user narrows them; knobs with more start at the current value.
 MAX_DEFAULT_VALUES = 8
@@ -102,7 +102,7 @@ def tune_section(spec) -> None:
     st.subheader("Tune with MetaSchedule")
     st.caption(f"TVM's own search over its schedule space for {spec.workload.label()}, with a trial budget; "
                f"candidates are ranked with the '{tune.cost_model_name()}' cost model and timed on this machine's GPU.")
-    has_gpu = tvm.cuda(0).exist
+    has_gpu = local_gpu() is not None
     if not has_gpu:
         st.info("MetaSchedule must run its candidates, and this machine has no GPU: run the app on a GPU machine "
                 "to tune (or try `python -m explorer tune PRESET --trials 8 --target llvm` on the CPU).")
