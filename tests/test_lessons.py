@@ -249,8 +249,10 @@ def test_the_page_opens_every_step_of_every_lesson_from_its_link(lesson):
         assert step.preset.claim in [i.value for i in at.info]
         for check in L.static_checks(step.preset):
             assert check.label in page
-        if step.preset.compare:  # no GPU here: every timing claim waits for one
+        if step.preset.compare:  # no GPU here: every timing claim, and so the step, waits for one
             assert "needs a GPU" in page
+        elif step.preset.static:  # structural claims only: the step's verdict is theirs
+            assert "reproduced" in page and "not reproduced" not in page
 
 
 def test_the_page_highlights_the_changed_knobs_and_links_to_the_explorer():

@@ -26,9 +26,9 @@ def restart_lesson() -> None:
     st.session_state["step"] = 1
 
 
-def badge(verdict: str) -> None:
+def badge(verdict: str, container=st) -> None:
     colour, icon = style.VERDICT_BADGES[verdict]
-    st.badge(verdict, icon=icon, color=colour)
+    container.badge(verdict, icon=icon, color=colour)
 
 
 def knob_table(step: L.Step) -> str:
@@ -60,8 +60,7 @@ def show_knobs(step: L.Step) -> None:
         st.markdown(knob_table(step))
 
 
-def show_static(step: L.Step, target: str) -> None:
-    checks = L.static_checks(step.preset, target)
+def show_static(checks: tuple[L.StaticCheck, ...]) -> None:
     if not checks:
         return
     st.markdown("**Structural claims**, checked on the build of this step")
@@ -74,8 +73,7 @@ def show_static(step: L.Step, target: str) -> None:
     st.markdown("\n".join(lines))
 
 
-def show_timing(step: L.Step, times: dict, errors: dict, where: str) -> None:
-    checks = L.step_checks(step.preset, times, where, errors)
+def show_timing(step: L.Step, checks: tuple[L.ComparisonCheck, ...]) -> None:
     if not checks:
         return
     st.markdown("**Timing claims**")
@@ -154,11 +152,13 @@ show_knobs(step)
 
 st.subheader("The claim")
 st.info(preset.claim)
+step_verdict = st.empty()  # filled once the claims are checked below
 if preset.reported:
     st.markdown("Reported by the tutorial: " + "; ".join(str(r) for r in preset.reported))
 
 try:
-    show_static(step, target)
+    statics = L.static_checks(preset, target)
+    show_static(statics)
     # The lesson's numbers are worth the full measurement (default Settings), not a sweep's.
     remote = session.remote()
     measurer = gpu_measurer(target, remote=remote, settings=Settings())
@@ -170,7 +170,11 @@ try:
         measure_step(step, device, measurer)
     times = {pid: us for (*d, pid), us in st.session_state.get(TIMES, {}).items() if tuple(d) == device}
     errors = {pid: e for (*d, pid), e in st.session_state.get(ERRORS, {}).items() if tuple(d) == device}
-    show_timing(step, times, errors, where)
+    timings = L.step_checks(preset, times, where, errors)
+    show_timing(step, timings)
+    verdict = L.overall(c.verdict for c in (*statics, *timings))
+    if verdict is not None:
+        badge(verdict, step_verdict.container())
     show_evidence(step, target)
 except ExplorerError as e:
     st.error(str(e))
