@@ -299,3 +299,16 @@ def test_resources_tab_compiles_on_demand():
     at.button(key="ui.nvcc").click().run()
     assert_clean(at)
     assert int(at.dataframe[0].value["registers/thread"][0]) > 0
+
+
+def test_compare_shows_a_diff_then_both_sides():
+    at = app({"preset": "dw-blog-channel-21"}).run()
+    at.session_state["ui.compare_view"] = "CUDA"
+    at.switch_page("views/compare.py").run()
+    assert_clean(at)
+    b_preset = at.session_state["compare.preset"]
+    assert b_preset == "dw-blog-channel-32"  # the next step of the same tutorial
+    a_cuda, b_cuda = build(get_preset("dw-blog-channel-21").spec).cuda, build(get_preset(b_preset).spec).cuda
+    assert code_text(at, "cuda-diff") == code_view.diff(a_cuda, b_cuda, "A", "B")
+    at.toggle(key="ui.side_by_side").set_value(True).run()
+    assert (code_text(at, "cuda-a"), code_text(at, "cuda-b")) == (a_cuda, b_cuda)
