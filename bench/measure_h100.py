@@ -25,6 +25,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import platform
 import shutil
@@ -81,13 +82,15 @@ def measure_baselines(ids: list[str], settings: Settings) -> list[dict]:
 
 
 def knob_changes(ids: list[str], count: int) -> list:
-    """Specs one knob away from a preset, each new to the worker: the next value of a
-    choice knob that the template accepts."""
+    """Specs one knob away from the presets (spread over them), each new to the worker:
+    the next value of a choice knob, where the template accepts it."""
     from explorer.build import build
 
     specs, seen = [], {get_preset(i).spec for i in ids}
+    per_preset = math.ceil(count / len(ids))
     for preset_id in ids:
         spec = get_preset(preset_id).spec
+        taken = 0
         for knob in spec.knobs.specs():
             if knob.choices is None and knob.kind is not bool:
                 continue
@@ -102,10 +105,12 @@ def knob_changes(ids: list[str], count: int) -> list:
             if changed not in seen:
                 seen.add(changed)
                 specs.append((preset_id, knob.name, following, changed))
+                taken += 1
+            if taken == per_preset:
                 break
         if len(specs) >= count:
             break
-    return specs
+    return specs[:count]
 
 
 def time_knob_changes(ids: list[str], settings: Settings, count: int) -> dict:

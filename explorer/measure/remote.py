@@ -27,7 +27,8 @@ from tvm import rpc
 
 from ..build import Spec, build
 from ..targets import resolve_target
-from .errors import KernelCrashed, KernelTimeout, NoDevice, RemoteError, error_summary
+from ..errors import ExplorerError
+from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
 from .floor import copy_elements, copy_module
 from .settings import Settings
 from .timing import KernelRun, Timing, run_checked, time_function
@@ -68,9 +69,23 @@ class Remote:
 
 def run_remote(job: Job, remote: Remote) -> KernelRun:
     session = _session(remote, job.settings.time_limit_s + SESSION_ALLOWANCE_S)
+    try:
+        outcome = _run_in_session(session, job, remote)
+    except ExplorerError as error:  # the kernel does not build (InvalidKnobs), no GPU there
+        outcome = error.with_traceback(None)
+    # The server takes its next session only once this one is closed, which happens when the
+    # last reference to it goes: no traceback may keep it alive.
+    session = None
+    if isinstance(outcome, ExplorerError):
+        raise outcome
+    return outcome
+
+
+def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureError:
+    """Build here, run there; a failure there comes back as a (not raised) MeasureError."""
     target = _target(session, job.target)
     device = session.cuda(0) if target.kind.name == "cuda" else session.cpu(0)
-    host_module = _host_module(job.kernel, target)  # build errors (InvalidKnobs) pass through
+    host_module = _host_module(job.kernel, target)
     inputs, reference = workload_data(job.workload, job.settings.seed)
     start = time.perf_counter()
     try:
@@ -86,10 +101,10 @@ def run_remote(job: Job, remote: Remote) -> KernelRun:
         name = device.device_name if target.kind.name == "cuda" else "CPU"
     except Exception as error:  # the session broke off (its process died or timed out) or a CUDA error
         if time.perf_counter() - start >= job.settings.time_limit_s:
-            raise KernelTimeout(
+            return KernelTimeout(
                 f"The kernel did not finish within the remote session's time limit on {remote}; the session was ended."
-            ) from None
-        raise KernelCrashed(f"The kernel failed on the remote server {remote} ({error_summary(error)}).") from None
+            )
+        return KernelCrashed(f"The kernel failed on the remote server {remote} ({error_summary(error)}).")
     return KernelRun(str(target), f"{name} ({remote})", check, timing, floor, compile_ms)
 
 

@@ -1,7 +1,7 @@
 """``python -m explorer.measure.server --tracker HOST:PORT --key KEY``: a GPU server for
 remote measurements (run it on the machine with the GPU).
 
-It is TVM's RPC server (``tvm.rpc.Server``) with two additions:
+It is TVM's RPC server (``tvm.rpc.Server``, sessions in spawned processes) with two additions:
 
 - the environment that lets it compile CUDA source at load time from the pip NVRTC on a
   machine with an NVIDIA driver but no CUDA toolkit (cuda_env.py). The dynamic loader
@@ -64,8 +64,11 @@ def main() -> None:
     from tvm import rpc
 
     host, port = args.tracker.rsplit(":", 1)
+    # Sessions are spawned, not forked: a forked session cannot use a GPU whose driver the
+    # server process already initialized ("cudaErrorInitializationError").
     server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
-                        custom_addr=args.custom_addr, silent=args.silent, server_init_callback=keep_serving_after_crashes)
+                        custom_addr=args.custom_addr, silent=args.silent, no_fork=True,
+                        server_init_callback=keep_serving_after_crashes)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.proc.join()
