@@ -375,3 +375,18 @@ def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
     assert preset.found_by == "python bench/search_best.py conv2d-resnet-last"
     assert preset.reported[0].value_us == 98.76 and preset.reported[0].this_schedule
     assert preset.reported[0].hardware == "NVIDIA H100 80GB HBM3"
+
+
+def test_heatmap_figure_shows_the_cells_and_names_the_point_behind_each(measured):
+    from explorer.figures_sweep import heatmap_figure, tuning_figure
+
+    result, _ = measured
+    (trace,) = heatmap_figure(result, "num_thread_x", "num_thread_y").data
+    assert [list(r) for r in trace.z] == [[None, 13.0, 21.0], [14.0, 10.0, 18.0], [18.0, 14.0, 22.0]]
+    assert list(trace.x) == ["4", "8", "16"] and list(trace.y) == ["1", "4", "8"]
+    assert trace.reversescale  # lower latency is better: the best cells are the bright ones
+    assert trace.text[1][1].split("<br>") == ["num_thread_x = 8, num_thread_y = 4", "latency (µs): 10",
+                                              "2 of 2 valid", "num_vthread_x = 1"]
+    assert trace.text[0][0].endswith("no valid combination (2 tried)")
+    (line,) = tuning_figure((None, 5.0, 4.0), budget=96).data  # no working candidate in the first batch
+    assert list(line.y) == [None, 5.0, 4.0] and list(line.x) == [1, 2, 3]
