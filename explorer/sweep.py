@@ -303,12 +303,14 @@ def run(
 ) -> "SweepResult":
     """Build every point of ``grid`` (or ``sample`` of them) in ``workers`` processes and
     measure the valid ones with ``measurer(spec) -> µs`` one at a time; with no measurer,
-    rank by ``scorer(build)``. ``measurer`` raises ExplorerError for a kernel that fails
+    score them with ``scorer(build)`` in the workers and rank by that. ``measurer`` raises ExplorerError for a kernel that fails
     (wrong result, crash, time limit). ``previous`` points (from an interrupted run or an
     earlier sweep) are reused instead of rebuilt; ``on_point`` sees each new one as it
     finishes. Several sweeps can share one ``pool`` (see :func:`compile_pool`)."""
     if measurer is None and scorer is None:
         raise ExplorerError("A sweep without a GPU needs a static scorer to rank by.")
+    if measurer is not None:
+        scorer = None  # measured points are ranked by latency; no analysis may fail one
     target_name = str(target) if isinstance(target, tvm.target.Target) else target
     label = resolve_target(target_name)  # in this process: for the result's label only
     start = time.perf_counter()
