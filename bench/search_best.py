@@ -12,8 +12,8 @@ descent (:func:`explorer.sweep.refine`: one knob at a time over all its values).
 combinations are skipped with their reason; each kernel is checked against NumPy and timed
 by the measurement worker, which stops a kernel past its time limit.
 
-Every finished point is appended to ``bench/results/search/<plan>-<gpu>.jsonl`` the moment
-it is known. Running a plan again reuses those points (nothing is compiled or measured
+Every finished point is appended to ``<plan>-<gpu>.jsonl`` in ``--results`` (default
+``bench/results/search``) the moment it is known. Running a plan again reuses those points (nothing is compiled or measured
 twice): an interrupted search resumes, a finished one continues the descent from its best
 point. The preset block is also written to ``<plan>-<gpu>.toml`` there.
 """
@@ -37,7 +37,7 @@ from explorer.schedules import get_template  # noqa: E402
 from explorer.sweep import Grid, Point, compile_pool, gpu_measurer, refine, run, static_score  # noqa: E402
 from explorer.workloads import workload_from_mapping  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "search"
+RESULTS = Path(__file__).resolve().parent / "results" / "search"  # default of --results
 
 # Depthwise: the blog's knobs plus the structure a fast kernel may need on a small image
 # (more, smaller blocks; no shared staging and no barrier, relying on L1: one round trip to
@@ -130,9 +130,9 @@ def search(plan: Plan, args) -> None:
 
     device = local_gpu() if measurer else "static"
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     stem = f"{plan.id}-{slug}"
-    log = RESULTS / f"{stem}.jsonl"
+    log = args.results / f"{stem}.jsonl"
     base = plan.base()
     previous = _load(log, type(base.knobs))
     if previous:
@@ -167,7 +167,7 @@ def search(plan: Plan, args) -> None:
     print(f"{plan.id}: best {best.latency_us:.2f} µs (PyTorch {plan.pytorch_us} µs; goal {plan.goal}); "
           f"{tried} points measured or skipped, this run {elapsed:.0f} s", file=sys.stderr)
     block = preset_block(plan, dataclasses.replace(base, knobs=best.knobs), best.latency_us, device, tried, args)
-    (RESULTS / f"{stem}.toml").write_text(block)
+    (args.results / f"{stem}.toml").write_text(block)
     print(block)
 
 
@@ -231,9 +231,9 @@ def preset_block(plan: Plan, spec: Spec, latency_us: float, device: str, tried: 
 def tune_plan(plan: Plan, args) -> None:
     from explorer.tune import tune
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     base = plan.base()
-    work_dir = RESULTS / f"{plan.id}-metaschedule"  # MetaSchedule's own records: a rerun resumes
+    work_dir = args.results / f"{plan.id}-metaschedule"  # MetaSchedule's own records: a rerun resumes
     result = tune(base.workload, args.tune, work_dir=str(work_dir), workers=args.workers,
                   on_progress=lambda p: print(f"\r{p.describe()}", end="", file=sys.stderr, flush=True))
     print(file=sys.stderr)
@@ -252,6 +252,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="compile processes (default: one per core)")
     parser.add_argument("--compile-timeout", type=float, default=120.0, help="seconds per point in a compile worker")
     parser.add_argument("--tune", type=int, default=None, metavar="TRIALS", help="run MetaSchedule instead")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"where points and presets go ({RESULTS})")
     parser.add_argument("--static", action="store_true",
                         help="dry run without a GPU: rank by the static analyses (prints no preset)")
     args = parser.parse_args(argv)
