@@ -13,9 +13,10 @@ combinations are skipped with their reason; each kernel is checked against NumPy
 by the measurement worker, which stops a kernel past its time limit.
 
 Every finished point is appended to ``<plan>-<gpu>.jsonl`` in ``--results`` (default
-``bench/results/search``) the moment it is known. Running a plan again reuses those points (nothing is compiled or measured
-twice): an interrupted search resumes, a finished one continues the descent from its best
-point. The preset block is also written to ``<plan>-<gpu>.toml`` there.
+``bench/results/search``) the moment it is known. Running a plan again reuses those points
+(nothing is compiled or measured twice): an interrupted search resumes, a finished one
+continues the descent from its best point. The preset block is also written to
+``<plan>-<gpu>.toml`` there.
 """
 from __future__ import annotations
 
