@@ -1,6 +1,7 @@
 """explorer.measure, the parts without a process or a device: the correctness gate, timing
 statistics, launches per repeat, the device queue, settings, remote addresses, the CUDA
 environment for a toolkit-less machine, the floor's size, the record's derived figures."""
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from explorer.measure import (InvalidMeasureSettings, Measurement, Remote, Remot
                               WrongResult, latency_us)
 from explorer.measure import measurement as measurement_module
 from explorer.build import build
-from explorer.measure.cuda_env import kernel_environment, pip_cuda_root
+from explorer.measure.cuda_env import PCH_OPTIONS, kernel_environment, pip_cuda_root
 from explorer.presets import get_preset
 from explorer.measure.floor import copy_elements
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
@@ -146,35 +147,54 @@ def test_remote_address_parsing():
 
 
 def test_toolkit_less_machine_gets_the_pip_cuda_paths(tmp_path):
-    env = kernel_environment(environ={"LD_LIBRARY_PATH": "/opt/lib"}, root=tmp_path, nvcc="")
+    env = kernel_environment(environ={"LD_LIBRARY_PATH": "/opt/lib"}, root=tmp_path, nvcc=None, nvrtc=(12, 6))
     assert env["LD_LIBRARY_PATH"] == f"/opt/lib:{tmp_path / 'lib'}"
     assert env["CUDA_PATH"] == str(tmp_path)
-    assert env["TVM_CUDA_NVRTC_EXTRA_OPTS"] == f"-I{tmp_path / 'include' / 'cccl'}"
+    assert env["TVM_CUDA_NVRTC_EXTRA_OPTS"] == f"-I{tmp_path / 'include' / 'cccl'}"  # no PCH before NVRTC 12.8
 
 
-def test_a_cuda_toolkit_is_left_alone(tmp_path):
-    assert kernel_environment(environ={}, root=tmp_path, nvcc="/usr/local/cuda/bin/nvcc") == {}
-    assert kernel_environment(environ={"CUDA_PATH": "/usr/local/cuda"}, root=tmp_path, nvcc="") == {}
+def test_a_cuda_toolkit_keeps_its_paths_and_nvrtc_gets_precompiled_headers(tmp_path):
+    assert kernel_environment(environ={}, root=tmp_path, nvcc="/usr/local/cuda/bin/nvcc", nvrtc=None) == {}
+    env = kernel_environment(environ={"CUDA_PATH": "/usr/local/cuda", "TVM_CUDA_NVRTC_EXTRA_OPTS": "-lineinfo"},
+                             root=tmp_path, nvcc=None, nvrtc=(13, 0))
+    assert env == {"TVM_CUDA_NVRTC_EXTRA_OPTS": "-lineinfo " + " ".join(PCH_OPTIONS)}
+
+
+def test_kernel_environment_adds_nothing_twice(tmp_path):
+    environ = {}
+    environ.update(kernel_environment(environ=environ, root=tmp_path, nvcc=None, nvrtc=(13, 0)))
+    assert kernel_environment(environ=environ, root=tmp_path, nvcc=None, nvrtc=(13, 0)) == {}
+
+
+def _nvrtc(sources: list[str], env: dict, target_format: str) -> bytes:
+    """Compile the sources in order in one process (so that a later one can use the
+    precompiled header of an earlier one); the last one's binary."""
+    script = ("import json, sys; from tvm.support import nvcc; "
+              f"out = [nvcc.compile_cuda(s, target_format='{target_format}', arch='sm_90a', compiler='nvrtc') "
+              "for s in json.load(sys.stdin)]; sys.stdout.buffer.write(bytes(out[-1]))")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], input=json.dumps(sources).encode(), env=env,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return proc.stdout
 
 
 def test_pip_nvrtc_compiles_the_generated_cuda_without_a_toolkit():
     """What a GPU machine with a driver but no toolkit does at load time: NVRTC from pip,
-    with the environment kernel_environment gives it, turns TVM's CUDA into a cubin."""
+    with the environment kernel_environment gives it, turns TVM's CUDA into a cubin; the
+    precompiled header (made by a first compile, used by the next) leaves the kernel code
+    as it was."""
     root = pip_cuda_root()
     if root is None:
         pytest.skip("the pip NVRTC packages (requirements.txt) are not installed")
-    source = build(get_preset("dw-blog-final-96").spec, "h100").cuda
-    machine = {name: value for name, value in os.environ.items() if name not in ("CUDA_PATH", "LD_LIBRARY_PATH")}
-    env = {**machine, **kernel_environment(environ=machine, root=root, nvcc="")}
-    compile_with_nvrtc = (
-        "import sys; from tvm.support import nvcc; "
-        "cubin = nvcc.compile_cuda(sys.stdin.read(), target_format='cubin', arch='sm_90a', compiler='nvrtc'); "
-        "sys.stdout.write(bytes(cubin[:4]).hex())"
-    )
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", compile_with_nvrtc], input=source, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == b"\x7fELF".hex()  # a cubin is an ELF file
+    first, second = (build(get_preset(p).spec, "h100").cuda for p in ("dw-blog-final-96", "matmul-tiled-1024"))
+    machine = {name: value for name, value in os.environ.items()
+               if name not in ("CUDA_PATH", "LD_LIBRARY_PATH", "TVM_CUDA_NVRTC_EXTRA_OPTS")}
+    plain = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=None)}
+    fast = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=(13, 0))}
+    assert _nvrtc([first], plain, "cubin")[:4] == b"\x7fELF"  # a cubin is an ELF file
+    kernel_code = [[line for line in ptx.decode().splitlines() if not line.startswith(".global")]
+                   for ptx in (_nvrtc([second], plain, "ptx"), _nvrtc([first, second], fast, "ptx"))]
+    assert kernel_code[0] == kernel_code[1]  # the headers' constants (.global) may come in another order
 
 
 # -- queue -----------------------------------------------------------------------------
@@ -224,3 +244,17 @@ def test_queue_passes_the_turn_on_when_the_holder_fails():
             raise RuntimeError("kernel failed")
     with queue.turn() as ticket:
         assert queue.position(ticket) == 0
+
+
+def test_remote_cuda_target_comes_from_the_device_attributes():
+    """A remote device's type carries TVM's RPC tag, which Target.from_device rejects."""
+    from types import SimpleNamespace
+
+    from explorer.measure.remote import remote_cuda_target
+
+    h100 = SimpleNamespace(compute_version="9.0", max_shared_memory_per_block=49152, max_threads_per_block=1024,
+                           warp_size=32)
+    target = remote_cuda_target(h100)
+    assert target.kind.name == "cuda" and target.arch == "sm_90"
+    assert int(target.attrs["max_shared_memory_per_block"]) == 49152
+    assert int(target.attrs["thread_warp_size"]) == 32

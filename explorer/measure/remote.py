@@ -24,6 +24,7 @@ from pathlib import Path
 
 import tvm
 from tvm import rpc
+from tvm.backend.cuda import _detect_target_from_device as detect_cuda_target
 
 from ..build import Spec, build
 from ..targets import resolve_target
@@ -134,8 +135,15 @@ def _target(session, name: str | None) -> tvm.target.Target:
         device = session.cuda(0)
         if not device.exist:
             raise NoDevice("The remote server has no CUDA device; give --target llvm for a CPU server.")
-        return tvm.target.Target.from_device(device)
+        return remote_cuda_target(device)
     return resolve_target(name)
+
+
+def remote_cuda_target(device) -> tvm.target.Target:
+    """The CUDA target of a (remote) device from its attributes (arch, shared memory,
+    threads, warp size), by TVM's own CUDA detector: ``Target.from_device`` dispatches on
+    the device type and does not know the RPC-tagged types of a remote device."""
+    return detect_cuda_target(device)
 
 
 def _host_module(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
