@@ -55,7 +55,8 @@ class Allocation:
 
     @property
     def bytes(self) -> int:
-        return self.elements * tvm.DataType(self.dtype).bits // 8
+        dtype = tvm.DataType(self.dtype)  # vectorised buffers have float32x4 elements
+        return self.elements * dtype.bits * dtype.lanes // 8
 
 
 def allocations(func) -> list[Allocation]:

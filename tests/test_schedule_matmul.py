@@ -168,3 +168,58 @@ def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
     tolerance = 1e-5 * spec.workload.reduction_length()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=tolerance)
+
+
+def test_transpose_a_stores_the_a_tile_k_major():
+    a = allocs(built(transpose_a=True, shared_pad=4))
+    assert a["A_shared"].shape == (8 * (32 + 4),)  # 8 rows of block_k, each block_m = 32 (+ pad) long
+    # A thread's 2 rows of A are neighbours in shared memory: row index ki, stride 36.
+    assert re.search(r"= A_shared\[\w+ \* 36 \+ threadIdx_y \* 2 \+ \w+\]", built(transpose_a=True, shared_pad=4).lowered)
+
+
+@pytest.mark.parametrize("vector, transpose_a", [(2, False), (2, True), (4, True)])
+def test_read_vector_loads_register_tiles_in_vectors(vector, transpose_a):
+    cuda = built(thread_m=4, thread_n=4, read_vector=vector, transpose_a=transpose_a).cuda
+    vector_type = f"float{vector}"
+    assert re.search(rf"\*\({vector_type}\*\)\(B_shared_local_ptr \+ [^=]*= \*\({vector_type}\*\)\(B_shared_ptr", cuda)
+    # Without the transpose A's register row is strided in shared memory: scalar reads.
+    assert bool(re.search(rf"\({vector_type}\*\)\(A_shared_local_ptr", cuda)) == transpose_a
+    assert "float2*)(B_shared_local_ptr" not in built(thread_m=4, thread_n=4).cuda
+
+
+def test_double_buffer_doubles_the_shared_tiles_and_alternates_them():
+    single, double = built(), built(double_buffer=True)
+    assert double.kernels[0].shared_bytes == 2 * single.kernels[0].shared_bytes == 2 * 2 * 32 * 8 * 4
+    assert allocs(double)["A_shared"].shape == (2 * 32 * 8,)
+    # The prologue fetches step 0; the loop fetches step ko + 1 into the other half while
+    # multiplying step ko; the epilogue multiplies the last step: 64 / 8 - 1 = 7 iterations.
+    assert re.search(r"for \w+ in range\(7\):", double.lowered)
+    assert re.search(r"A_shared\[\(\w+ \+ 1 & 1\) \* 256 \+", double.lowered)
+    assert "& 1) * 256" not in single.lowered
+
+
+@pytest.mark.parametrize("step, unrolled", [(0, False), (16, False), (512, True)])
+def test_unroll_max_step_unrolls_the_threads_loops_up_to_that_trip_count(step, unrolled):
+    # A step of the 2 × 2 tile is 8 (ki) × 2 × 2 = 32 multiply-adds: over 16, under 512.
+    cuda = built(unroll_max_step=step).cuda
+    assert ("for (int ax2_1 = 0" not in cuda) == unrolled
+
+
+def test_hoist_init_zeroes_the_accumulators_before_the_reduction():
+    assert re.search(r"if \w+ \* 8 \+ \w+ == 0:", built().lowered)
+    hoisted = built(hoist_init=True).lowered
+    assert not re.search(r"== 0:", hoisted)
+    assert hoisted.index("C_local[") < hoisted.index("for ax2_0")
+
+
+@pytest.mark.parametrize("knobs, named", [
+    (dict(transpose_a=True, shared_a=False), ("transpose_a", "shared_a")),
+    (dict(double_buffer=True, shared_a=False, shared_b=False), ("double_buffer", "shared_a", "shared_b")),
+    (dict(read_vector=4, register_tiles=False), ("read_vector", "register_tiles", "shared_b")),
+    (dict(read_vector=4), ("read_vector", "thread_n")),  # 2-wide thread tiles
+    (dict(read_vector=2, thread_n=4, transpose_a=True, thread_m=1, block_m=16), ("read_vector", "thread_m")),
+])
+def test_new_knobs_refuse_what_they_cannot_do(knobs, named):
+    with pytest.raises(InvalidKnobs) as error:
+        built(**knobs)
+    assert error.value.knobs == named

@@ -52,6 +52,17 @@ class MatmulKnobs(KnobSet):
     shared_pad: int = knob(0, "Elements added to each row of the shared tiles (storage_align), so that threads "
                            "reading down a column hit different memory banks; 0 = no padding.",
                            choices=(0, 1, 2, 4, 8))
+    transpose_a: bool = knob(False, "Store A's shared tile transposed (block_k × block_m), so that a thread's "
+                             "rows of A lie side by side in shared memory and can be read as vectors.")
+    read_vector: int = knob(1, "Elements each thread reads per instruction from shared memory into its register "
+                            "tiles (4 = float4): B always, A when transpose_a is on.", choices=(1, 2, 4))
+    double_buffer: bool = knob(False, "Two copies of each shared tile: the block loads the next K slice while "
+                               "it multiplies the current one, one barrier per step (software pipelining).")
+    unroll_max_step: int = knob(0, "Unroll the loops of a thread's work whose total trip count is at most this "
+                                "(pragma_auto_unroll_max_step); 0 = leave the loops rolled.",
+                                choices=(0, 16, 64, 256, 512, 1024))
+    hoist_init: bool = knob(False, "Zero the accumulators in their own loop before the reduction "
+                            "(decompose_reduction), instead of testing 'first step?' at every multiply-add.")
 
 
 def threads_per_block(k: MatmulKnobs) -> tuple[int, int]:
@@ -87,6 +98,31 @@ def check_knobs(workload: Matmul, k: MatmulKnobs) -> None:
             )
 
 
+    if k.transpose_a and not k.shared_a:
+        raise InvalidKnobs("transpose_a changes the layout of A's shared tile, so it needs shared_a on.",
+                           ("transpose_a", "shared_a"))
+    if k.double_buffer and not (k.shared_a or k.shared_b):
+        raise InvalidKnobs("double_buffer doubles the shared tiles, so it needs shared_a or shared_b on.",
+                           ("double_buffer", "shared_a", "shared_b"))
+    if k.read_vector > 1:
+        # A thread's register tile is read from shared memory in vectors: its length and
+        # every shared row must hold whole, aligned vectors.
+        v = k.read_vector
+        sizes = {"thread_n": k.thread_n, "shared_pad": k.shared_pad}
+        if k.transpose_a:
+            sizes["thread_m"] = k.thread_m
+        bad = [name for name, size in sizes.items() if size % v]
+        if not k.register_tiles or not k.shared_b:
+            raise InvalidKnobs(f"read_vector = {v} vectorises the copy from shared memory into registers, so "
+                               f"it needs register_tiles and shared_b on.",
+                               ("read_vector", "register_tiles", "shared_b"))
+        if bad:
+            raise InvalidKnobs(f"read_vector = {v} reads {v} consecutive elements at once, but "
+                               f"{', '.join(f'{n} = {sizes[n]}' for n in bad)} "
+                               f"{'is' if len(bad) == 1 else 'are'} not a multiple of {v}.",
+                               ("read_vector", *bad))
+
+
 def schedule(workload: Matmul, k: MatmulKnobs):
     check_knobs(workload, k)
     with schedule_errors(k):
@@ -101,7 +137,10 @@ def _schedule(workload: Matmul, k: MatmulKnobs):
     # block_n; TVM clips a tile wider than the matrix to the matrix.
     shared = []
     if k.shared_a:
-        shared.append((sch.cache_read(c, 0, "shared"), min(k.block_k, workload.k)))
+        a_shared = sch.cache_read(c, 0, "shared")
+        if k.transpose_a:
+            sch.transform_layout(a_shared, ("write", 0), lambda i, r: (r, i))
+        shared.append((a_shared, min(k.block_m, workload.m) if k.transpose_a else min(k.block_k, workload.k)))
     if k.shared_b:
         shared.append((sch.cache_read(c, 1, "shared"), min(k.block_n, workload.n)))
     registers = [sch.cache_read(c, i, "local") for i in (0, 1)] if k.register_tiles else []
@@ -129,8 +168,12 @@ def _schedule(workload: Matmul, k: MatmulKnobs):
         sch.reorder(ki, ci, cj)
 
     # Registers first: compute_at needs the consumer already under the target loop.
-    for stage in registers:
+    for operand, stage in enumerate(registers):
         sch.compute_at(stage, ki)
+        # B's register row is contiguous in shared memory; A's only when transposed.
+        if k.read_vector > 1 and (operand == 1 or k.transpose_a):
+            inner = sch.get_loops(stage)[-1]
+            sch.vectorize(sch.split(inner, factors=[None, k.read_vector])[1])
     for stage, row in shared:
         # ko lies inside the thread loops; the copy's own threadIdx loops have the same
         # extents and TVM merges them with those, so each thread copies only its share.
@@ -141,6 +184,16 @@ def _schedule(workload: Matmul, k: MatmulKnobs):
             sch.storage_align(stage, 0, axis=0, factor=row + k.shared_pad, offset=0)
         cooperative_fetch(sch, stage, ko, [("threadIdx.y", threads_y), ("threadIdx.x", threads_x)],
                           vector=k.fetch_vector)
+    if k.hoist_init:
+        sch.decompose_reduction(c, ko if shared else ki)
+    if k.double_buffer:
+        # ko's body is [copy A, copy B, multiply] (the copies that exist): copies at stage 0
+        # fetch step ko + 1 while the multiply at stage 1 uses step ko.
+        sch.annotate(ko, "software_pipeline_stage", [0] * len(shared) + [1])
+        sch.annotate(ko, "software_pipeline_order", list(range(len(shared) + 1)))
+    if k.unroll_max_step:
+        sch.annotate(tx, "pragma_auto_unroll_max_step", k.unroll_max_step)
+        sch.annotate(tx, "pragma_unroll_explicit", 1)
     return sch
 
 
@@ -160,5 +213,5 @@ TEMPLATE = Template(
         "threadIdx.y": ("block_m", "vthread_y", "thread_m"),
         "threadIdx.x": ("block_n", "vthread_x", "thread_n"),
     },
-    shared_knobs=("block_m", "block_n", "block_k", "shared_a", "shared_b", "shared_pad"),
+    shared_knobs=("block_m", "block_n", "block_k", "shared_a", "shared_b", "shared_pad", "double_buffer"),
 )
