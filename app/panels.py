@@ -238,10 +238,16 @@ def latency(built: Build) -> None:
                 baselines[workload] = measure.baseline(workload)
             except ExplorerError as e:
                 st.error(str(e))
+    if result.graph is not None:
+        floor = (f"; {result.graph_percent_of_floor:.0f}% of the floor's copy timed the same way"
+                 if result.graph_floor is not None else "")
+        st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{floor}. "
+                   "Back to back, each launch also pays the host's launch cost, which a kernel of a few µs cannot hide.")
     if workload in baselines and baselines[workload].median_us is not None:
         base = baselines[workload]
+        tvm_us, how = result.versus_pytorch
         st.caption(f"{base.library} on {base.device}: {base.median_us:.2f} µs — this schedule is "
-                   f"{base.median_us / result.median_us:.2f}× its speed.")
+                   f"{base.median_us / tvm_us:.2f}× its speed ({how}).")
     st.plotly_chart(tries_figure(session.tries()), key="tries")
 
 

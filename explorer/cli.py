@@ -259,9 +259,11 @@ def cmd_measure(args) -> int:
     else:
         print(result.summary())
         if torch is not None and torch.timing is not None:
-            ratio = torch.median_us / result.median_us
+            tvm_us, how = result.versus_pytorch
+            ratio = torch.median_us / tvm_us
             verdict = f"TVM is {ratio:.2f}x faster" if ratio >= 1 else f"TVM is {1 / ratio:.2f}x slower"
-            print(f"{torch.library} on {torch.device}: median {torch.median_us:.2f} µs (CUDA graphs, TF32 off); {verdict}.")
+            print(f"{torch.library} on {torch.device}: median {torch.median_us:.2f} µs (CUDA graphs, TF32 off); "
+                  f"{verdict} ({how}).")
     return 0 if result.correct else EXIT_WRONG
 
 

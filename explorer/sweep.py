@@ -192,9 +192,11 @@ class Point:
         )
 
 
-# A sweep ranks: the median of 10 repeats is plenty, and the bandwidth floor is the same
-# for every point (bench/kernels.py measures the winners with the full default settings).
-SWEEP_SETTINGS = Settings(repeats=10, floor=False)
+# A sweep ranks: the median of 10 repeats is plenty, the bandwidth floor is the same for
+# every point, and back-to-back launches rank kernels as graphs do except below a few µs,
+# where the launch cost dominates both (bench/kernels.py measures the winners with the
+# full default settings, graphs included).
+SWEEP_SETTINGS = Settings(repeats=10, floor=False, cuda_graph=False)
 
 # Without a GPU a sweep ranks by this rough model of the static analyses (and says so).
 LATENCY_HIDING_WARPS = 16  # resident warps per SM taken as enough to hide memory latency

@@ -85,14 +85,14 @@ def test_launches_per_repeat_fill_the_minimum_repeat_time():
 # -- record ----------------------------------------------------------------------------
 
 
-def _measurement(median_us=None, floor_us=None, correct=True):
+def _measurement(median_us=None, floor_us=None, correct=True, graph_us=None, graph_floor_us=None):
     from explorer.measure.gate import Check
 
     check = Check(correct, 0.0 if correct else 1.0, 1e-5, 0 if correct else 1, None if correct else (0, 1), 0.0, 1.0)
-    timing = Timing((median_us,), 1) if median_us else None
-    floor = Timing((floor_us,), 1) if floor_us else None
+    timing, floor, graph, graph_floor = (Timing((us,), 1) if us else None
+                                         for us in (median_us, floor_us, graph_us, graph_floor_us))
     workload = Matmul(m=100, n=100, k=100)
-    return Measurement.of(workload, KernelRun("llvm", "CPU", check, timing, floor, 1.0))
+    return Measurement.of(workload, KernelRun("llvm", "CPU", check, timing, floor, 1.0, graph, graph_floor))
 
 
 def test_measurement_rates_and_percent_of_floor():
@@ -102,6 +102,20 @@ def test_measurement_rates_and_percent_of_floor():
     assert m.gbps == pytest.approx(120_000 / 8e-6 / 1e9)
     assert m.percent_of_floor == pytest.approx(25.0)
     assert m.to_dict()["median_us"] == 8.0
+
+
+def test_pytorch_is_compared_with_the_graph_timing_when_there_is_one():
+    # Back to back 3.6 µs, from a graph 1.6 µs: PyTorch (timed from graphs) is set beside 1.6.
+    both = _measurement(median_us=3.6, floor_us=3.0, graph_us=1.6, graph_floor_us=1.2)
+    assert both.versus_pytorch == (1.6, "both from CUDA graphs")
+    assert both.graph_percent_of_floor == pytest.approx(75.0)
+    assert "From a CUDA graph (as PyTorch is timed): median 1.60 µs, 75% of the floor (1.20 µs)" in both.summary()
+    assert both.to_dict()["cuda_graph"]["median_us"] == 1.6
+    # No PyTorch where it ran (e.g. a remote server): the back-to-back figure, and it says so.
+    alone = _measurement(median_us=3.6, floor_us=3.0)
+    assert alone.versus_pytorch == (3.6, "TVM launched back to back, PyTorch from CUDA graphs")
+    assert alone.graph_percent_of_floor is None and "CUDA graph" not in alone.summary()
+    assert alone.to_dict()["cuda_graph"] is None
 
 
 def test_a_wrong_kernel_has_no_latency(monkeypatch):

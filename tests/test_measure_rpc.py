@@ -15,7 +15,8 @@ import tvm
 from tvm import rpc
 from tvm.rpc.tracker import Tracker
 
-from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure_module
+from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
+from explorer.presets import get_preset
 from test_measure_worker import WORKLOAD, correct_module, segfault, wrong_at_2_3_module
 
 KEY = "explorer-test"
@@ -80,3 +81,12 @@ def test_unknown_key_and_unreachable_tracker(remote):
         measure_module(correct_module(), WORKLOAD, target="llvm", remote=Remote("127.0.0.1", remote.port, "no-such-gpu"))
     with pytest.raises(RemoteError, match="Cannot reach the RPC tracker at 127.0.0.1:1 "):
         measure_module(correct_module(), WORKLOAD, target="llvm", remote=Remote("127.0.0.1", 1, KEY))
+
+
+@pytest.mark.gpu
+def test_a_preset_is_measured_on_a_remote_gpu(remote):
+    # Built here for the target the server's GPU reports ("auto"), uploaded, run there.
+    m = measure(get_preset("best-dw-96").spec, target="auto", remote=remote, settings=FAST)
+    assert m.correct and m.median_us > 0
+    assert tvm.target.Target(m.target).kind.name == "cuda"
+    assert m.device.endswith(f"({remote})") and "CPU" not in m.device

@@ -10,7 +10,9 @@ latency, and it is measured the same way as what it is compared with.
 - One queue per device (``queue.py``): ``on_wait(ahead)`` and :func:`queue_length`.
 - Remote GPUs (``remote.py``): ``remote=Remote.parse("HOST:PORT", "KEY")`` goes through
   TVM's RPC tracker; ``python -m explorer.measure.server`` starts a GPU server.
-- The PyTorch baseline (``baseline.py``): :func:`baseline`, CUDA graphs, TF32 off.
+- The PyTorch baseline (``baseline.py``): :func:`baseline`, CUDA graphs, TF32 off. TVM
+  kernels are also replayed from CUDA graphs (``graphs.py``) when PyTorch is there, so that
+  the comparison is like with like (``Measurement.versus_pytorch``).
 
 ``target="llvm"`` works everywhere for hand-made modules (:func:`measure_module`), so CI
 exercises the whole path without a GPU.

@@ -4,9 +4,9 @@ beat it by much, so "% of floor" = floor / latency says how close a schedule is 
 memory limit.
 
 The copy moves exactly ``compulsory_bytes``: it reads half of them and writes the other
-half. It is a TVM kernel timed with the same ``time_evaluator`` call as the kernel under
-test, not a cudaMemcpy timed another way, so that launch overheads, timer and cache state
-are alike on both sides of the ratio. One kernel with a symbolic length serves every
+half. It is a TVM kernel timed the same ways as the kernel under test (``time_evaluator``
+back to back, and from a CUDA graph), not a cudaMemcpy timed another way, so that launch
+overheads, timer and cache state are alike on both sides of each ratio. One kernel with a symbolic length serves every
 workload (compiled once per target).
 """
 from __future__ import annotations

@@ -38,11 +38,15 @@ class Measurement:
     flops: int
     compulsory_bytes: int
     compile_ms: float
+    # Replayed from CUDA graphs, as the PyTorch baseline is (graphs.py); None without
+    # PyTorch with CUDA where the kernel ran.
+    graph: Timing | None = None
+    graph_floor: Timing | None = None
 
     @classmethod
     def of(cls, workload: Workload, run: KernelRun) -> "Measurement":
         return cls(workload.label(), run.target, run.device, run.check, run.timing, run.floor, workload.flops,
-                   workload.compulsory_bytes, run.compile_ms)
+                   workload.compulsory_bytes, run.compile_ms, run.graph, run.graph_floor)
 
     @property
     def correct(self) -> bool:
@@ -70,13 +74,38 @@ class Measurement:
         """100 % = as fast as copying the compulsory bytes."""
         return 100 * self.floor_us / self.median_us if self.timing and self.floor else None
 
+    @property
+    def graph_us(self) -> float | None:
+        """Median µs per launch replayed from a CUDA graph: the figure to set beside PyTorch's."""
+        return self.graph.median_us if self.graph else None
+
+    @property
+    def versus_pytorch(self) -> tuple[float | None, str]:
+        """The figure to set beside PyTorch's (timed from CUDA graphs): like with like when
+        there is a graph timing, and how it was timed."""
+        if self.graph:
+            return self.graph_us, "both from CUDA graphs"
+        return self.median_us, "TVM launched back to back, PyTorch from CUDA graphs"
+
+    @property
+    def graph_percent_of_floor(self) -> float | None:
+        """The floor's copy over the kernel, both replayed from CUDA graphs."""
+        return 100 * self.graph_floor.median_us / self.graph_us if self.graph and self.graph_floor else None
+
     def summary(self) -> str:
         if not self.correct:
             return f"{self.workload}: WRONG, {self.check.describe()}; not timed."
         t = self.timing
         floor = f", {self.percent_of_floor:.0f}% of the bandwidth floor ({self.floor_us:.2f} µs)" if self.floor else ""
-        return (f"{self.workload} on {self.device}: median {t.median_us:.2f} µs (min {t.min_us:.2f}, max {t.max_us:.2f}, "
-                f"std {t.std_us:.2f}; {t.launches} launches), {self.gbps:.0f} GB/s, {self.gflops:.0f} GFLOP/s{floor}.")
+        graph = ""
+        if self.graph:
+            graph = f" From a CUDA graph (as PyTorch is timed): median {self.graph_us:.2f} µs"
+            if self.graph_floor:
+                graph += f", {self.graph_percent_of_floor:.0f}% of the floor ({self.graph_floor.median_us:.2f} µs)"
+            graph += "."
+        return (f"{self.workload} on {self.device}: median {t.median_us:.2f} µs launched back to back (min "
+                f"{t.min_us:.2f}, max {t.max_us:.2f}, std {t.std_us:.2f}; {t.launches} launches), {self.gbps:.0f} GB/s, "
+                f"{self.gflops:.0f} GFLOP/s{floor}.{graph}")
 
     def to_dict(self) -> dict:
         check = self.check
@@ -88,6 +117,9 @@ class Measurement:
             **(self.timing.to_dict() if self.timing else {"median_us": None}),
             "gbps": self.gbps, "gflops": self.gflops, "floor_us": self.floor_us,
             "percent_of_floor": self.percent_of_floor, "compile_ms": self.compile_ms,
+            "cuda_graph": self.graph.to_dict() if self.graph else None,
+            "cuda_graph_floor_us": self.graph_floor.median_us if self.graph_floor else None,
+            "cuda_graph_percent_of_floor": self.graph_percent_of_floor,
         }
 
 

@@ -32,7 +32,7 @@ from ..errors import ExplorerError
 from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
 from .floor import copy_elements, copy_module
 from .settings import Settings
-from .timing import KernelRun, Timing, run_checked, time_function
+from .timing import KernelRun, Timing, device_args, run_checked, time_function
 from .worker import Job, workload_data
 
 # Upload, NVRTC at load and the floor's copy kernel, on top of the kernel's own time limit: a
@@ -92,7 +92,8 @@ def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureErr
     try:
         module = _upload(session, host_module, "kernel.so")
         compile_ms = (time.perf_counter() - start) * 1e3
-        check, timing = run_checked(module, device, inputs, reference, job.workload.reduction_length(), job.settings)
+        args = device_args(inputs, reference, device)
+        check, timing = run_checked(module, device, args, reference, job.workload.reduction_length(), job.settings)
         floor = None
         if timing is not None and job.settings.floor:
             key = (remote, str(target), copy_elements(job.workload.compulsory_bytes), job.settings)

@@ -70,6 +70,10 @@ class KernelRun:
     timing: Timing | None  # None for a wrong kernel
     floor: Timing | None  # the bandwidth floor's copy, when asked for
     compile_ms: float
+    # The kernel and the floor's copy replayed from CUDA graphs, as the PyTorch baseline is
+    # (graphs.py); None where PyTorch with CUDA is not available (e.g. a remote server).
+    graph: Timing | None = None
+    graph_floor: Timing | None = None
 
 
 def launches_for(per_launch_s: float, min_repeat_ms: int) -> int:
@@ -95,12 +99,18 @@ def time_function(module, device, args, settings: Settings) -> Timing:
     return Timing.from_seconds(result.results, number)
 
 
-def run_checked(module, device, inputs, reference: np.ndarray, reduction_length: int,
-                settings: Settings) -> tuple[Check, Timing | None]:
-    """Run once and compare with the reference; time only a correct kernel. The output
-    starts as NaN so that an element the kernel never writes is caught."""
+def device_args(inputs, reference: np.ndarray, device) -> list:
+    """The kernel's arguments on ``device``: the inputs, then an output that starts as NaN
+    so that an element the kernel never writes is caught."""
     args = [tvm.runtime.tensor(x, device) for x in inputs]
     args.append(tvm.runtime.tensor(np.full(reference.shape, np.nan, dtype=reference.dtype), device))
+    return args
+
+
+def run_checked(module, device, args, reference: np.ndarray, reduction_length: int,
+                settings: Settings) -> tuple[Check, Timing | None]:
+    """Run once on ``args`` (:func:`device_args`) and compare with the reference; time
+    only a correct kernel."""
     module["main"](*args)
     device.sync()
     check = compare(args[-1].numpy(), reference, reduction_length)

@@ -40,10 +40,11 @@ from ..errors import ExplorerError
 from ..targets import resolve_target
 from ..workloads import Workload
 from .cuda_env import kernel_environment
-from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, error_summary
+from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice, error_summary
 from .floor import copy_elements, copy_module
 from .settings import Settings
-from .timing import KernelRun, Timing, run_checked, time_function
+from .graphs import time_tvm_graph
+from .timing import KernelRun, Timing, device_args, run_checked, time_function
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer
 # Schedule + lowering + NVRTC of a heavily unrolled kernel can take tens of seconds.
@@ -156,19 +157,38 @@ def prepare(job: Job) -> str:
 
 
 def run() -> KernelRun:
-    """Run the prepared kernel: check it, time it, time the floor."""
+    """Run the prepared kernel: check it, time it (back to back, and from a CUDA graph),
+    time the floor the same ways."""
     p = _prepared
     if p is None:
         raise MeasureError("Nothing to run: the measuring process was restarted between prepare and run.")
     settings = p.job.settings
+    target = str(p.target)
+    elements = copy_elements(p.job.workload.compulsory_bytes)
+    floor = graph = graph_floor = None
     try:
-        check, timing = run_checked(p.module, p.device, p.inputs, p.reference, p.job.workload.reduction_length(), settings)
-        floor = None
+        args = device_args(p.inputs, p.reference, p.device)
+        check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings)
         if timing is not None and settings.floor:
-            floor = _floor_timing(str(p.target), copy_elements(p.job.workload.compulsory_bytes), settings)
+            floor = _floor_timing(target, elements, settings)
+        if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda":
+            graph, graph_floor = _graph_timings(p, args, elements)
+    except ExplorerError:
+        raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
         raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); the measuring process was restarted.") from None
-    return KernelRun(str(p.target), device_name(p.device, p.target), check, timing, floor, p.compile_ms)
+    return KernelRun(target, device_name(p.device, p.target), check, timing, floor, p.compile_ms, graph, graph_floor)
+
+
+def _graph_timings(p: _Prepared, args, elements: int):
+    """The kernel and (when asked) the floor's copy timed from CUDA graphs; (None, None)
+    where PyTorch with CUDA is missing: the back-to-back timing still stands."""
+    settings = p.job.settings
+    try:
+        graph = time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), settings)
+    except BaselineUnavailable:
+        return None, None
+    return graph, _floor_graph_timing(str(p.target), elements, settings) if settings.floor else None
 
 
 def local_device(target: tvm.target.Target) -> tvm.runtime.Device:
@@ -214,6 +234,14 @@ def _floor_module(target_json: str) -> tvm.runtime.Module:
 
 @functools.lru_cache(maxsize=64)
 def _floor_timing(target_json: str, elements: int, settings: Settings) -> Timing:
+    return time_function(_floor_module(target_json), *_floor_buffers(target_json, elements), settings)
+
+
+@functools.lru_cache(maxsize=64)
+def _floor_graph_timing(target_json: str, elements: int, settings: Settings) -> Timing:
+    return time_tvm_graph(_floor_module(target_json), _floor_buffers(target_json, elements)[1], settings=settings)
+
+
+def _floor_buffers(target_json: str, elements: int):
     device = local_device(tvm.target.Target(target_json))
-    buffers = [tvm.runtime.empty((elements,), "float32", device) for _ in range(2)]
-    return time_function(_floor_module(target_json), device, buffers, settings)
+    return device, [tvm.runtime.empty((elements,), "float32", device) for _ in range(2)]
