@@ -9,8 +9,9 @@ launched back to back by ``time_evaluator`` and replayed from a CUDA graph. PyTo
 timed in the same worker from CUDA graphs, so the ratio and the goals compare the graph
 figures (like with like: neither pays a host launch per kernel); the fastest correct
 preset by that figure is the row's "best preset". "% of floor" is a device copy of the
-workload's compulsory bytes over the kernel's time, both from graphs. Prints one table and writes it into docs/benchmarks.md (section "kernels");
-a closing note written below that section survives re-runs. Needs no streamlit or plotly.
+workload's compulsory bytes over the kernel's time, both from graphs. Prints one table and
+writes it into docs/benchmarks.md (section "kernels"); a closing note written below that
+section survives re-runs. Needs no streamlit or plotly.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ memory limit.
 The copy moves exactly ``compulsory_bytes``: it reads half of them and writes the other
 half. It is a TVM kernel timed the same ways as the kernel under test (``time_evaluator``
 back to back, and from a CUDA graph), not a cudaMemcpy timed another way, so that launch
-overheads, timer and cache state are alike on both sides of each ratio. One kernel with a symbolic length serves every
-workload (compiled once per target).
+overheads, timer and cache state are alike on both sides of each ratio. One kernel with a
+symbolic length serves every workload (compiled once per target).
 """
 from __future__ import annotations
 

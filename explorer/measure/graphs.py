@@ -1,10 +1,10 @@
 """Timing with CUDA graphs: the same method for the PyTorch baseline and for TVM kernels.
 
-``time_evaluator`` launches a TVM kernel back to back from C++, but each launch still costs
-the host about 2-4 µs; a kernel shorter than that is timed at the launch rate, not at its
-own speed (measured on the H100: a 21×21 depthwise kernel Nsight Compute times at 2.8 µs
-reads 3.6 µs back to back). PyTorch is timed by replaying a captured CUDA graph, which has
-no per-launch host cost. So that a ratio compares kernels and not launch paths, a TVM
+``time_evaluator`` launches a TVM kernel back to back from C++, but each launch still adds
+1-2 µs of host launch cost, most of a small kernel's time (measured on the H100: the 21×21
+depthwise preset best-dw-21-flat takes 3.3 µs per launch back to back and 1.6 µs replayed
+from a graph). PyTorch is timed by replaying a captured CUDA graph, which has no
+per-launch host cost. So that a ratio compares kernels and not launch paths, a TVM
 kernel is also timed that way: ``tvm_ffi.use_torch_stream`` makes TVM launch on PyTorch's
 current stream, which inside ``torch.cuda.graph`` is the capturing one, so TVM's launches
 are captured like PyTorch's.
