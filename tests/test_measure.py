@@ -243,11 +243,15 @@ def test_queue_runs_one_at_a_time_first_come_first_served_and_reports_positions(
         _wait_until(lambda: len(queue) == count)
     _wait_until(lambda: seen["C"] == [2])
     assert order == ["A"] and seen == {"A": [], "B": [1], "C": [2]}
-    for name in "ABC":
+    release["A"].set()
+    threads["A"].join(5)
+    # C moves up when A finishes; B holds the device until released, so C must see 1 ahead.
+    _wait_until(lambda: seen["C"] == [2, 1] and order == ["A", "B"])
+    for name in "BC":
         release[name].set()
         threads[name].join(5)
     assert order == ["A", "B", "C"]
-    assert seen["C"] == [2, 1]  # moved up when A finished
+    assert seen["C"] == [2, 1]
     assert len(queue) == 0
 
 
