@@ -66,22 +66,20 @@ class Step:
     def changed_knobs(self) -> tuple[str, ...]:
         """Knobs whose value differs from the previous step's (all of them when the
         template changes; none for the first step)."""
-        if self.previous is None:
-            return ()
-        before, now = self.previous.spec.knobs, self.preset.spec.knobs
-        if type(before) is not type(now):
-            return tuple(s.name for s in now.specs())
-        return now.changed_from(before)
+        return () if self.previous is None else _changed(self.previous.spec.knobs, self.preset.spec.knobs)
 
     @property
     def changed_shape(self) -> tuple[str, ...]:
         """Workload parameters that differ from the previous step's."""
-        if self.previous is None:
-            return ()
-        before, now = self.previous.spec.workload, self.preset.spec.workload
-        if type(before) is not type(now):
-            return tuple(s.name for s in now.specs())
-        return now.changed_from(before)
+        return () if self.previous is None else _changed(self.previous.spec.workload, self.preset.spec.workload)
+
+
+def _changed(before, now) -> tuple[str, ...]:
+    """Fields of ``now`` (knobs or a workload) that differ from ``before``; all of them
+    when the two are of different kinds."""
+    if type(before) is not type(now):
+        return tuple(s.name for s in now.specs())
+    return now.changed_from(before)
 
 
 @dataclass(frozen=True)
