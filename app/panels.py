@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,7 +19,7 @@ from explorer.build import Build, compile_binary, nvcc_path
 from explorer import targets
 from explorer.errors import ExplorerError
 
-from . import session
+from . import server, session
 from .session import Try
 
 
@@ -193,32 +194,59 @@ def can_measure() -> bool:
 
 
 def latency(built: Build) -> None:
-    """Measure the current setting (checked against NumPy first, then timed) once per
-    setting and device; show it beside the PyTorch baseline and the bandwidth floor, and
-    this session's tries as a chart."""
-    measure = optional("explorer.measure")
-    remote = session.remote()
-    results = st.session_state.setdefault("measurements", {})
-    key = (built.spec, built.target_key, remote)
-    if key not in results:
-        with st.status("Measuring: checking the result against NumPy, then timing…") as status:
-            def waiting(ahead: int) -> None:
-                status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead of this one…")
-
-            try:
-                results[key] = measure.measure(built.spec, target=session.target(), remote=remote, on_wait=waiting)
-            except ExplorerError as e:
-                results[key] = str(e)
-            status.update(label="Measured", state="complete")
-    result = results[key]
-    if isinstance(result, str):
-        st.error(result)
+    """The current setting's latency: measured once per setting and device for the whole
+    server (checked against NumPy first, then timed), shown beside PyTorch's and the
+    bandwidth floor, with this session's tries as a chart. The page never blocks on the
+    GPU: while the measurement waits or runs, a fragment polls for it."""
+    live = server.live()
+    if not live.warm.done:
+        _warming_up(live)
         return
+    job = live.scheduler.request(server.session_id(), built.spec, session.target(), session.remote())
+    if not job.done:
+        _measuring(job)
+        return
+    if job.error is not None:
+        st.error(job.error)
+        return
+    result = job.result
     if not result.correct:
         st.error(result.summary())
         return
-    session.record_latency(built.spec, result.median_us)
-    previous = session.previous_try(built.spec)
+    _latency_metrics(result, built.spec)
+    _versus_pytorch(result, built.spec.workload, live)
+    st.caption(_measured_when(result, job))
+    st.plotly_chart(tries_figure(session.tries()), key="tries")
+
+
+# While waiting, a fragment reruns this often (seconds): short next to a warm measurement.
+POLL_S = 0.2
+
+
+@st.fragment(run_every=POLL_S)
+def _warming_up(live) -> None:
+    if live.warm.done:
+        st.rerun()
+    steps = ", ".join(name for name, _ in live.warm.steps) or "starting"
+    st.info(f"Warming up the GPU… ({steps}; {time.time() - live.warm.started:.0f} s). "
+            "The code and the analyses below are ready; the latency follows.", icon=":material/hourglass_top:")
+
+
+@st.fragment(run_every=POLL_S)
+def _measuring(job) -> None:
+    if job.done:
+        st.rerun()
+    ahead = server.live().scheduler.position(job)
+    if ahead:
+        st.info(f"Waiting for the GPU: {ahead} measurement(s) ahead of this one (one kernel is timed at a time).",
+                icon=":material/hourglass_top:")
+    else:
+        st.info("Measuring: checking the result against NumPy, then timing…", icon=":material/timer:")
+
+
+def _latency_metrics(result, spec) -> None:
+    session.record_latency(spec, result.median_us)
+    previous = session.previous_try(spec)
     before = previous.latency_us if previous is not None else None
     cols = st.columns(4)
     cols[0].metric("Latency (median)", f"{result.median_us:.2f} µs",
@@ -229,26 +257,40 @@ def latency(built: Build) -> None:
     if result.percent_of_floor is not None:
         cols[3].metric("Of the bandwidth floor", f"{result.percent_of_floor:.0f}%",
                        help=f"A device copy of the compulsory bytes takes {result.floor_us:.2f} µs: 100% is that fast.")
-    baselines = st.session_state.setdefault("baselines", {})
-    workload = built.spec.workload
-    if workload not in baselines and remote is None:
-        if st.button("Time the PyTorch baseline", key="ui.baseline", help="The same workload in PyTorch on this GPU, "
-                     "fp32 with TF32 off, timed with CUDA graphs."):
-            try:
-                baselines[workload] = measure.baseline(workload)
-            except ExplorerError as e:
-                st.error(str(e))
     if result.graph is not None:
         floor = (f"; {result.graph_percent_of_floor:.0f}% of the floor's copy timed the same way"
                  if result.graph_floor is not None else "")
         st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{floor}. "
                    "Back to back, each launch also pays the host's launch cost, which a kernel of a few µs cannot hide.")
-    if workload in baselines and baselines[workload].median_us is not None:
-        base = baselines[workload]
+
+
+def _versus_pytorch(result, workload, live) -> None:
+    """PyTorch's time on the same GPU, measured once per workload for the server."""
+    if session.remote() is not None:
+        return
+    base = live.baseline(workload)
+    if base is None:
+        _baseline_pending(live, workload)
+    elif base.median_us is not None:
         tvm_us, how = result.versus_pytorch
         st.caption(f"{base.library} on {base.device}: {base.median_us:.2f} µs — this schedule is "
                    f"{base.median_us / tvm_us:.2f}× its speed ({how}).")
-    st.plotly_chart(tries_figure(session.tries()), key="tries")
+
+
+@st.fragment(run_every=1.0)
+def _baseline_pending(live, workload) -> None:
+    if live.baseline(workload) is not None:
+        st.rerun()
+    st.caption("PyTorch's time for this workload is being measured (once for the whole class)…")
+
+
+def _measured_when(result, job) -> str:
+    age = job.age_s()
+    when = "just now" if age < 60 else f"{age / 60:.0f} min ago"
+    shared = len(job.sessions) - 1
+    also = f"; {shared} other session(s) asked for this setting too" if shared > 0 else ""
+    return (f"Measured {when} on {result.device}{also}. Each setting is measured once for the whole class and again "
+            f"after {server.live().scheduler.max_age_s / 60:.0f} min.")
 
 
 def tries_figure(tries: list[Try]) -> go.Figure:

@@ -13,15 +13,14 @@ import dataclasses
 import streamlit as st
 
 from explorer import urlstate
-from explorer.build import Build, Spec, build
+from explorer.build import Build, Spec
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
 from explorer.schedules import TEMPLATES, get_template, templates_for
 from explorer.workloads import WORKLOADS
 
-from . import widgets
+from . import server, widgets
 
-DEFAULT_PRESET = "dw-blog-final-96"
 HISTORY_LENGTH = 50
 KNOB_PREFIX = "knob:"
 SHAPE_PREFIX = "shape:"
@@ -48,7 +47,7 @@ def init() -> None:
         except ExplorerError as e:
             error = f"This link could not be opened: {e}"
     if spec is None:
-        preset = DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
+        preset = server.default_preset()
         spec = get_preset(preset).spec
     st.session_state.update(spec=spec, preset=preset, target="auto", tries=[], link_error=error)
 
@@ -193,7 +192,7 @@ def build_current(current: Spec) -> tuple[Build | None, str | None]:
     """Build ``current`` for the session's target: (build, None) or (None, the reason).
     A successful build that differs from the last try is recorded as a new try."""
     try:
-        built = build(current, target())
+        built = server.build(current, target())
     except ExplorerError as e:
         return None, str(e)
     history = tries()

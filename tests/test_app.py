@@ -3,12 +3,14 @@ invalid settings, links. Builds are cached per Spec in this process, so reruns a
 import html
 import math
 import re
+import threading
+import time
 
 import pytest
 import tvm
 from streamlit.testing.v1 import AppTest
 
-from app import code_view, panels, widgets
+from app import code_view, panels, server, widgets
 from app.panels import tries_figure
 from app.session import Try
 from explorer import urlstate
@@ -231,14 +233,16 @@ def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
     assert "num_thread_x = 4" in trace.hovertext[1]
 
 
-def fake_measurements(monkeypatch, latency_of):
-    """A GPU that answers ``latency_of(spec)`` µs (None: a wrong result); returns the calls."""
-    from explorer import measure
+def fake_measurements(monkeypatch, latency_of, warm_up=None):
+    """A server whose GPU answers ``latency_of(spec)`` µs (None: a wrong result); returns
+    the specs it measured. ``warm_up`` replaces the GPU's warm-up (default: instant)."""
+    from explorer.live import Live
     from explorer.measure import Check, Measurement, Timing
 
     calls = []
 
-    def fake_measure(spec, *, target=None, remote=None, settings=None, on_wait=None):
+    def fake_measure(job):
+        spec = job.spec
         calls.append(spec)
         us = latency_of(spec)
         check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
@@ -246,33 +250,74 @@ def fake_measurements(monkeypatch, latency_of):
         return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, Timing((2.0,), 100),
                            spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
 
-    monkeypatch.setattr(measure, "measure", fake_measure)
+    live = Live(measure_fn=fake_measure, warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
+    live.baseline = lambda workload: None
+    live.ready.set()
+    live.warm.finish("Fake GPU")
+    monkeypatch.setattr(server, "live", lambda: live)
     monkeypatch.setattr(panels, "can_measure", lambda: True)
     return calls
+
+
+def settle(at, timeout: float = 30):
+    """Rerun ``at`` once the server's GPU queue is empty (what the page's polling does)."""
+    live = server.live()
+    deadline = time.time() + timeout
+    while any(live.scheduler.queue_lengths().values()) and time.time() < deadline:
+        time.sleep(0.01)
+    return at.run()
 
 
 def test_latency_panel_measures_each_setting_once(monkeypatch):
     calls = fake_measurements(monkeypatch, lambda spec: 640 / spec.knobs.num_thread_x)  # 40 µs, then 80 µs
     at = app({"preset": "dw-blog-final-96"}).run()
     assert_clean(at)
+    assert any("Measuring" in i.value or "Waiting for the GPU" in i.value for i in at.info)  # the page did not block
+    settle(at)
     latency = next(m for m in at.metric if m.label == "Latency (median)")
     assert latency.value == "40.00 µs"
     floor = next(m for m in at.metric if m.label == "Of the bandwidth floor")
     assert floor.value == "5%"  # a 2 µs copy against 40 µs
     at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    settle(at)
     latency = next(m for m in at.metric if m.label == "Latency (median)")
     assert latency.value == "80.00 µs" and latency.delta == "+40.00 µs"
     at.run()  # a rerun with the same setting does not measure again
     assert len(calls) == 2
     assert [t.latency_us for t in at.session_state["tries"]] == [40.0, 80.0]
+    assert any("Measured just now on Fake GPU" in c.value for c in at.caption)
 
 
 def test_latency_panel_shows_a_wrong_result(monkeypatch):
     fake_measurements(monkeypatch, lambda spec: None)
-    at = app({"preset": "dw-blog-final-96"}).run()
+    at = settle(app({"preset": "dw-blog-final-96"}).run())
     assert not at.exception
     assert "WRONG" in at.error[0].value and "(0, 0, 1, 2)" in at.error[0].value
     assert not any(m.label == "Latency (median)" for m in at.metric)
+
+
+def test_latency_panel_says_the_gpu_is_warming_up(monkeypatch):
+    release = threading.Event()
+
+    def slow_warm_up(first, target, warm):
+        warm.step("CUDA")
+        release.wait(30)
+        return "Fake GPU"
+
+    fake_measurements(monkeypatch, lambda spec: 10.0, warm_up=slow_warm_up)
+    live = server.live()
+    live.warm = type(live.warm)()  # not warm yet
+    live.ready.clear()
+    live.start()
+    at = app({"preset": "dw-blog-final-96"}).run()
+    assert_clean(at)
+    assert any("Warming up the GPU" in i.value and "CUDA" in i.value for i in at.info)
+    assert "Latency (median)" not in [m.label for m in at.metric]
+    release.set()
+    live.ready.wait(30)
+    at.run()
+    settle(at)
+    assert next(m for m in at.metric if m.label == "Latency (median)").value == "10.00 µs"
 
 
 def test_shape_change_keeps_splits_valid():

@@ -4,8 +4,7 @@ import dataclasses
 
 import streamlit as st
 
-from app import code_view, panels, session, widgets
-from explorer.build import build
+from app import code_view, panels, server, session, widgets
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
 
@@ -55,7 +54,7 @@ with col_b:
 results = {}
 for name, spec, column in (("A", spec_a, col_a), ("B", spec_b, col_b)):
     try:
-        results[name] = build(spec, session.target())
+        results[name] = server.build(spec, session.target())
     except ExplorerError as e:
         column.error(f"{name} cannot be built: {e}")
 if len(results) < 2:

@@ -3,12 +3,13 @@ import functools
 import os
 import platform
 import subprocess
+import time
 from importlib import metadata
 
 import streamlit as st
 import tvm
 
-from app import panels, session
+from app import panels, server, session
 from explorer.build import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
@@ -76,6 +77,28 @@ else:
             st.error(str(e))
     else:
         st.session_state["remote"] = None
+
+st.subheader("This server")
+live = server.live()
+warm = live.warm
+if not warm.done:
+    st.info("Warming up the GPU… " + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
+elif warm.error:
+    st.caption(f"Measuring: {warm.error}")
+else:
+    st.caption(f"GPU warm since {time.strftime('%H:%M:%S', time.localtime(warm.started))}: "
+               + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
+stats = live.stats()
+builds, measured = stats["builds"], stats["measurements"]
+cols = st.columns(4)
+cols[0].metric("Builds cached", f"{builds['entries']} / {builds['capacity']}",
+               help=f"Shared by every session: {builds['hits']} hits, {builds['shared']} waited for a build already "
+                    f"running, {builds['misses']} built in {builds['workers']} compile processes.")
+cols[1].metric("Measurements cached", f"{measured['results']} / {measured['capacity']}",
+               help=f"Re-measured after {measured['max_age_s'] / 60:.0f} min; {measured['measured']} measured so far.")
+cols[2].metric("GPU queue", f"{measured['running']} running, {measured['waiting']} waiting",
+               help="One kernel is timed at a time per device; each session has at most one measurement waiting.")
+cols[3].metric("PyTorch baselines", f"{stats['baselines']['entries']}")
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
 st.subheader("Compile backend")

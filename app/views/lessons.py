@@ -9,10 +9,9 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from app import session
+from app import server, session
 from explorer import lessons as L
 from explorer import style, urlstate
-from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.measure import Settings, local_gpu
 from explorer.sweep import gpu_measurer
@@ -100,7 +99,7 @@ def show_timing(step: L.Step, checks: tuple[L.ComparisonCheck, ...]) -> None:
 
 
 def show_evidence(step: L.Step, target: str) -> None:
-    built = build(step.preset.spec, target)
+    built = server.build(step.preset.spec, target)
     ev = L.evidence(built)
     st.markdown(f"**Static evidence** for {target_label(built.target)} (no kernel run)")
     cols = st.columns(4)

@@ -6,9 +6,8 @@ import functools
 
 import streamlit as st
 
-from app import code_view, session, widgets
+from app import code_view, server, session, widgets
 from explorer import sweep, tune
-from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.export import file_name
 from explorer.figures_sweep import heatmap_figure, tuning_figure
@@ -129,7 +128,7 @@ def tune_section(spec) -> None:
     st.plotly_chart(tuning_figure(result.history, result.budget), width="stretch")
     hand, tuned = st.columns(2)
     try:
-        hand_trace = build(spec, session.target()).trace
+        hand_trace = server.build(spec, session.target()).trace
     except ExplorerError as e:
         hand_trace = f"# the sidebar's setting cannot be built: {e}"
     hand.markdown(f"**Hand schedule** · {spec.template}")

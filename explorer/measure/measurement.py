@@ -193,6 +193,13 @@ def local_gpu() -> str | None:
     return _gpu_name[0]
 
 
+def warm_up(first: Spec | None = None, target: str | None = None) -> "worker.WarmUpReport":
+    """Start the local measuring worker and warm it up (CUDA, floor, PyTorch, NVRTC),
+    taking the device's turn; raises NoDevice without a GPU."""
+    with queue_for(LOCAL).turn():
+        return _local.call(worker.warm_up, first, target, timeout=COMPILE_LIMIT_S, doing="Warming up the GPU")
+
+
 def queue_length(remote: Remote | None = None) -> int:
     """Measurements running or waiting for the device."""
     return len(queue_for(remote.name if remote else LOCAL))

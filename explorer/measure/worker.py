@@ -53,6 +53,9 @@ NO_GPU = "no CUDA device found; use --rpc HOST:PORT --key KEY"
 # The worker's output (TVM warnings, the backtrace of a crash) goes here, not into the
 # caller's terminal or the CLI's JSON.
 LOG_PATH = Path(tempfile.gettempdir()) / "explorer-measure-worker.log"
+# One line per kernel run on the device ("pid start_ns end_ns label"): the record that shows
+# no two kernels were ever timed at the same time (bench/classroom.py reads it).
+RUN_LOG_PATH = Path(os.environ.get("EXPLORER_RUN_LOG", Path(tempfile.gettempdir()) / "explorer-kernel-runs.log"))
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class LocalWorker:
                 os.environ.update(kernel_environment())
                 # Kept open: PopenWorker hands it to every restarted child.
                 self._log = open(LOG_PATH, "ab")
-                self._worker = PopenWorker(initializer=site.addsitedir, initargs=(ROOT,), stdout=self._log,
+                self._worker = PopenWorker(initializer=_worker_init, initargs=(ROOT,), stdout=self._log,
                                            stderr=self._log)
             try:
                 self._worker.send(_guarded, (fn, *args), timeout=timeout)
@@ -109,6 +112,12 @@ class LocalWorker:
                 self._worker.kill()
                 self._log.close()
                 self._worker = None
+
+
+def _worker_init(root: str) -> None:
+    site.addsitedir(root)
+    # The app's processes generate CUDA source only; this one compiles the binaries.
+    os.environ.pop("TVM_COMPILE_FORCE_FALLBACK", None)
 
 
 def _guarded(fn, *args):
@@ -166,6 +175,7 @@ def run() -> KernelRun:
     target = str(p.target)
     elements = copy_elements(p.job.workload.compulsory_bytes)
     floor = graph = graph_floor = None
+    started = time.time_ns()
     try:
         args = device_args(p.inputs, p.reference, p.device)
         check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings)
@@ -177,7 +187,52 @@ def run() -> KernelRun:
         raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
         raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); the measuring process was restarted.") from None
+    finally:
+        _log_run(started, p.job)
     return KernelRun(target, device_name(p.device, p.target), check, timing, floor, p.compile_ms, graph, graph_floor)
+
+
+def _log_run(started_ns: int, job: Job) -> None:
+    label = job.kernel.template if isinstance(job.kernel, Spec) else "module"
+    with open(RUN_LOG_PATH, "a") as log:
+        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {job.workload.label()}\n")
+
+
+@dataclass(frozen=True)
+class WarmUpReport:
+    device: str
+    steps: tuple[tuple[str, float], ...]  # (what, seconds)
+
+
+def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
+    """Everything a first measurement would otherwise pay: CUDA's context, the floor's
+    kernel, PyTorch and its CUDA context, NVRTC's precompiled header (by compiling
+    ``first``). Raises NoDevice without a GPU."""
+    steps = []
+
+    def step(name: str, start: float) -> None:
+        steps.append((name, round(time.perf_counter() - start, 3)))
+
+    start = time.perf_counter()
+    target = resolve_target(target_name)
+    device = local_device(target)
+    step("CUDA", start)
+    start = time.perf_counter()
+    _floor_module(str(target))
+    step("bandwidth floor kernel", start)
+    start = time.perf_counter()
+    try:
+        import torch
+
+        torch.zeros(1, device="cuda")
+        step("PyTorch", start)
+    except Exception:  # PyTorch missing or without CUDA: no baseline, nothing to warm
+        pass
+    if first is not None:
+        start = time.perf_counter()
+        compile_kernel(first, target)
+        step("NVRTC", start)
+    return WarmUpReport(device_name(device, target), tuple(steps))
 
 
 def _graph_timings(p: _Prepared, args, elements: int):

@@ -1,0 +1,45 @@
+"""What one app server shares between all its sessions (``st.cache_resource``): builds and
+measurements computed once each (explorer/live.py), the GPU warmed up in the background
+from the first page view. Per-session state stays in ``st.session_state`` (session.py)."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import streamlit as st
+
+from explorer.build import Build, Spec
+from explorer.live import SOURCE_ONLY, Live
+from explorer.presets import all_presets, get_preset
+
+DEFAULT_PRESET = "dw-blog-final-96"
+
+
+@st.cache_resource(show_spinner=False)
+def live() -> Live:
+    """The server's one Live, started on the first script run of the first session."""
+    # This process lowers and generates CUDA source (and runs the analyses); the one binary
+    # compile of a kernel happens in the measuring worker.
+    os.environ[SOURCE_ONLY] = "1"
+    service = Live()
+    service.start(first_spec())
+    return service
+
+
+def default_preset() -> str:
+    """The preset a student sees on opening the app without a link."""
+    return DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
+
+
+def first_spec() -> Spec:
+    return get_preset(default_preset()).spec
+
+
+def build(spec: Spec, target: str) -> Build:
+    """``spec`` built for ``target`` once for the whole server (raises ExplorerError)."""
+    return live().builds.build(spec, target)
+
+
+def session_id() -> str:
+    """This browser session's id: its measurement slot in the server's queue."""
+    return st.session_state.setdefault("session_id", uuid.uuid4().hex)

@@ -1,0 +1,351 @@
+"""A class of students against a *running* app server, through Streamlit's own websocket
+protocol (what a browser sends and receives; AppTest would bypass the server).
+
+Each student opens a lesson step from a link, then every ``--think-time`` seconds (±50%)
+moves one knob slider of the sidebar to another value, and records the time from the
+move until the new code is on the page and until the new latency is (the page polls for
+it, as a browser does, by answering the server's fragment auto-reruns). An observer
+session reads the Device page every few seconds (the GPU queue); the server's memory is
+sampled from its process. With ``--run-log`` it also checks, from the measuring worker's
+log of kernel runs, that no two kernels were ever timed at the same time.
+
+    python bench/classroom.py --url http://localhost:8501 --students 30 --seconds 300 \\
+        --think-time 5 [--server-pid PID] [--run-log /tmp/explorer-kernel-runs.log] [--write LABEL]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlencode, urlparse
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.sync.client import connect
+
+warnings.filterwarnings("ignore", "connect\(\) must be used as a context manager", DeprecationWarning)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docs_section import write_section  # noqa: E402
+
+# The steps students open: the depthwise tutorial's, as a teacher would hand them out.
+LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2", "dw-blog-final-96")
+KNOB_PREFIX = "knob:"
+LATENCY = "Latency (median)"
+STALE = "now stale"  # the app refused the setting, said why, and kept the last valid one on screen
+
+
+@dataclass
+class Student:
+    number: int
+    link: str
+    code_s: list = field(default_factory=list)  # move → new code shown
+    latency_s: list = field(default_factory=list)  # move → new latency shown
+    open_s: float | None = None  # link → first code
+    first_latency_s: float | None = None  # link → first latency
+    moves: int = 0
+    refused: int = 0  # settings the app refused with its reason (not errors)
+    no_latency: int = 0  # moves whose latency had not come before the next move
+    errors: list = field(default_factory=list)
+
+
+class Page:
+    """One browser session: sends reruns, reads deltas, answers auto-reruns."""
+
+    def __init__(self, url: str, timeout: float):
+        parts = urlparse(url)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        self.ws = connect(
+f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
+                          subprotocols=["streamlit"], open_timeout=timeout, max_size=None)
+        self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
+        self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
+        self.pages: dict[str, str] = {}  # page url name → script hash
+        self.query = ""
+
+    def rerun(self, widget=None, fragment_id: str = "", page_hash: str = "") -> None:
+        msg = BackMsg()
+        state = msg.rerun_script
+        state.query_string = self.query
+        if page_hash:
+            state.page_script_hash = page_hash
+        if fragment_id:
+            state.fragment_id, state.is_auto_rerun = fragment_id, True
+        if widget is not None:
+            widget_id, value = widget
+            entry = state.widget_states.widgets.add()
+            entry.id = widget_id
+            entry.string_array_value.data.append(value)
+        self.ws.send(msg.SerializeToString())
+
+    def read(self, until: float):
+        """Yield ForwardMsgs until ``until`` (None on a quiet 50 ms), firing auto-reruns."""
+        while time.time() < until:
+            now = time.time()
+            for fid, (interval, due) in list(self.fragments.items()):
+                if now >= due:
+                    self.fragments[fid] = (interval, now + interval)
+                    self.rerun(fragment_id=fid)
+            try:
+                raw = self.ws.recv(timeout=0.05)
+            except TimeoutError:
+                yield None
+                continue
+            msg = ForwardMsg()
+            msg.ParseFromString(raw)
+            self._track(msg)
+            yield msg
+
+    def _track(self, msg: ForwardMsg) -> None:
+        kind = msg.WhichOneof("type")
+        if kind == "new_session":
+            self.fragments.clear()
+            for page in msg.new_session.app_pages:
+                self.pages[page.url_pathname or page.page_name] = page.page_script_hash
+        elif kind == "navigation":
+            for page in msg.navigation.app_pages:
+                self.pages[page.url_pathname or page.page_name] = page.page_script_hash
+        elif kind == "auto_rerun":
+            interval = msg.auto_rerun.interval
+            self.fragments[msg.auto_rerun.fragment_id] = (interval, time.time() + interval)
+        elif kind == "stop_auto_rerun":
+            self.fragments.clear()
+        elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
+            element = msg.delta.new_element
+            if element.WhichOneof("type") == "slider":
+                slider = element.slider
+                key = slider.id.rsplit("-", 1)[-1] if "-" in slider.id else slider.id
+                self.sliders[key] = (slider.id, list(slider.options))
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def element_of(msg):
+    if msg is None or msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+        return None, None
+    element = msg.delta.new_element
+    return element.WhichOneof("type"), element
+
+
+def watch(page: Page, started: float, until: float, want_latency: bool):
+    """(seconds to new code, seconds to new latency, refused, errors) of one script run."""
+    code = latency = None
+    refused, errors, alerts = False, [], []
+    for msg in page.read(until):
+        kind, element = element_of(msg)
+        if kind == "html" and code is None and "data-view=" in element.html.body:
+            code = time.time() - started
+        elif kind == "metric" and element.metric.label == LATENCY and latency is None:
+            latency = time.time() - started
+        elif kind == "exception":
+            errors.append(f"{element.exception.type}: {element.exception.message}")
+        elif kind == "alert" and STALE in element.alert.body:
+            refused = True
+        elif kind == "alert" and element.alert.format == 1:  # ERROR
+            alerts.append(element.alert.body[:200])
+        if code is not None and (latency is not None or not want_latency or refused):
+            break
+    return code, latency, refused, errors + ([] if refused else alerts)
+
+
+def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random) -> None:
+    try:
+        page = Page(url, timeout=30)
+    except Exception as error:  # the server refused or is down
+        me.errors.append(f"connect: {error}")
+        return
+    try:
+        page.query = urlencode({"preset": me.link})
+        started = time.time()
+        page.rerun()
+        code, latency, _, errors = watch(page, started, started + 120, want_latency)
+        me.open_s, me.first_latency_s = code, latency
+        me.errors += errors
+        while time.time() < end:
+            pause = think * rng.uniform(0.5, 1.5)
+            for _ in page.read(min(end, time.time() + pause)):
+                pass
+            knobs = [k for k in page.sliders if k.startswith(KNOB_PREFIX) and len(page.sliders[k][1]) > 1]
+            if not knobs or time.time() >= end:
+                continue
+            widget_id, options = page.sliders[rng.choice(knobs)]
+            started = time.time()
+            page.rerun((widget_id, rng.choice(options)))
+            me.moves += 1
+            code, latency, refused, errors = watch(page, started, started + max(30.0, think * 3), want_latency)
+            me.errors += errors
+            if refused:
+                me.refused += 1
+                continue
+            if code is None:
+                me.errors.append("no code shown within the time limit")
+                continue
+            me.code_s.append(code)
+            if latency is not None:
+                me.latency_s.append(latency)
+            elif want_latency:
+                me.no_latency += 1
+    except Exception as error:  # a broken connection is an error of the run, not of the bench
+        me.errors.append(f"{type(error).__name__}: {error}")
+    finally:
+        page.close()
+
+
+def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = 2.0) -> None:
+    """Every ``every`` s: the Device page's GPU queue, the server's memory (RSS, MiB)."""
+    import psutil
+
+    process = psutil.Process(server_pid) if server_pid else None
+    page = Page(url, timeout=30)
+    page.rerun()
+    for msg in page.read(time.time() + 30):
+        if msg is not None and msg.WhichOneof("type") == "script_finished":
+            break
+    device = next((h for name, h in page.pages.items() if "device" in name.lower()), "")
+    try:
+        while time.time() < end:
+            queue = None
+            page.rerun(page_hash=device)
+            for msg in page.read(time.time() + 5):
+                kind, element = element_of(msg)
+                if kind == "metric" and element.metric.label == "GPU queue":
+                    queue = element.metric.body
+                    break
+            rss = None
+            if process is not None:
+                rss = process.memory_info().rss / 2**20
+                rss_all = rss + sum(c.memory_info().rss for c in process.children(recursive=True)) / 2**20
+            samples.append({"t": time.time(), "queue": queue, "rss_mib": rss,
+                            "rss_with_workers_mib": rss_all if process is not None else None})
+            time.sleep(every)
+    finally:
+        page.close()
+
+
+def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
+    """(kernel runs in the log since ``since_ns``, pairs that overlapped in time)."""
+    runs = []
+    for line in Path(log_path).read_text().splitlines():
+        pid, start, end, *_ = line.split()
+        if int(start) >= since_ns:
+            runs.append((int(start), int(end)))
+    runs.sort()
+    overlaps = sum(1 for a, b in zip(runs, runs[1:]) if b[0] < a[1])
+    return len(runs), overlaps
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return {"n": len(values), "p50": statistics.median(ordered), "p95": p95, "max": ordered[-1]}
+
+
+def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
+        run_log: str | None = None, seed: int = 0) -> dict:
+    since_ns = time.time_ns()
+    end = time.time() + seconds
+    rng = random.Random(seed)
+    class_ = [Student(i, LINKS[i % len(LINKS)]) for i in range(students)]
+    samples: list = []
+    threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(rng.random())))
+               for s in class_]
+    threads.append(threading.Thread(target=observe, args=(url, end, samples, server_pid)))
+    for t in threads:
+        t.start()
+        time.sleep(0.02)  # a class does not press enter in the same millisecond
+    for t in threads:
+        t.join(seconds + 300)
+    report = {
+        "url": url, "students": students, "seconds": seconds, "think_time_s": think,
+        "moves": sum(s.moves for s in class_), "refused": sum(s.refused for s in class_),
+        "errors": [e for s in class_ for e in s.errors],
+        "open_to_code": percentiles([s.open_s for s in class_ if s.open_s is not None]),
+        "open_to_latency": percentiles([s.first_latency_s for s in class_ if s.first_latency_s is not None]),
+        "knob_to_code": percentiles([x for s in class_ for x in s.code_s]),
+        "knob_to_latency": percentiles([x for s in class_ for x in s.latency_s]),
+        "moves_without_latency": sum(s.no_latency for s in class_),
+        "samples": samples,
+    }
+    if run_log and Path(run_log).exists():
+        report["kernel_runs"], report["overlapping_runs"] = overlapping_runs(run_log, since_ns)
+    return report
+
+
+def describe(report: dict) -> str:
+    def row(name, p):
+        if not p["n"]:
+            return f"| {name} | 0 | — | — | — |"
+        return f"| {name} | {p['n']} | {p['p50']:.3f} | {p['p95']:.3f} | {p['max']:.3f} |"
+
+    queue = [s["queue"] for s in report["samples"] if s["queue"]]
+    rss = [s["rss_mib"] for s in report["samples"] if s["rss_mib"] is not None]
+    lines = [
+        f"{report['students']} students, {report['seconds']:.0f} s, a move every ~{report['think_time_s']:g} s each: "
+        f"{report['moves']} moves ({report['refused']} refused by the app with a reason), "
+        f"{len(report['errors'])} errors.",
+        "",
+        "| from | n | p50 (s) | p95 (s) | max (s) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        row("link → code", report["open_to_code"]),
+        row("link → latency", report["open_to_latency"]),
+        row("knob → code", report["knob_to_code"]),
+        row("knob → latency", report["knob_to_latency"]),
+        "",
+    ]
+    if report.get("moves_without_latency"):
+        lines.append(f"Moves whose latency had not come before the student's next move: "
+                     f"{report['moves_without_latency']}.")
+    if rss:
+        third = max(1, len(rss) // 3)
+        lines.append(f"Server RSS: {rss[0]:.0f} MiB at the start, {statistics.mean(rss[third:2 * third] or rss):.0f} "
+                     f"MiB mid-run, {rss[-1]:.0f} MiB at the end (max {max(rss):.0f}).")
+    if queue:
+        lines.append(f"GPU queue (Device page, every 2 s): {', '.join(queue[:: max(1, len(queue) // 12)])}.")
+    if "kernel_runs" in report:
+        lines.append(f"Kernel runs in the measuring worker's log: {report['kernel_runs']}, overlapping in time: "
+                     f"{report['overlapping_runs']}.")
+    if report["errors"]:
+        lines.append("Errors: " + "; ".join(sorted(set(report["errors"]))[:5]))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://localhost:8501")
+    parser.add_argument("--students", type=int, default=30)
+    parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--think-time", type=float, default=5.0)
+    parser.add_argument("--no-latency", action="store_true", help="a server without a GPU: time the code only")
+    parser.add_argument("--server-pid", type=int, help="sample this process's memory (the streamlit server)")
+    parser.add_argument("--run-log", help="the measuring worker's kernel-run log, to check runs never overlapped")
+    parser.add_argument("--json", help="write the whole report (with samples) here")
+    parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under LABEL")
+    parser.add_argument("--machine", default=platform.node(), help="the machine, as the table should name it")
+    args = parser.parse_args()
+    report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
+                 args.run_log)
+    text = describe(report)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    if args.write:
+        command = "python bench/classroom.py " + " ".join(sys.argv[1:])
+        write_section(f"classroom-{args.write}", f"### Classroom: {args.write}\n\nMachine: {args.machine}. "
+                      f"Date: {time.strftime('%Y-%m-%d')}. Command (server on the same machine: "
+                      f"`streamlit run app/main.py --server.headless true`):\n`{command}`\n\n{text}\n")
+    sys.exit(1 if report["errors"] else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""bench/classroom.py against a real server started here (no GPU): three students open
+links and move knobs through Streamlit's websocket protocol, with no error."""
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import classroom  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            pass
+        assert time.time() < deadline, "the server did not start"
+        time.sleep(0.3)
+    yield url, server.pid
+    server.terminate()
+    server.wait(30)
+
+
+def test_three_students_move_knobs_without_errors(server_url):
+    url, pid = server_url
+    report = classroom.run(url, students=3, seconds=20, think=2.0, want_latency=False, server_pid=pid)
+    assert report["errors"] == []
+    assert report["open_to_code"]["n"] == 3
+    assert report["moves"] >= 6 and report["knob_to_code"]["n"] + report["refused"] == report["moves"]
+    assert any(s["queue"] == "0 running, 0 waiting" for s in report["samples"])  # the observer read the Device page
+    assert all(s["rss_mib"] > 0 for s in report["samples"])
+    text = classroom.describe(report)
+    assert "| knob → code |" in text and "0 errors" in text
+
+
+def test_overlapping_runs_are_counted_from_the_log(tmp_path):
+    log = tmp_path / "runs.log"
+    log.write_text("1 100 200 a x\n1 200 300 a x\n1 250 400 a x\n1 50 60 a x\n")
+    assert classroom.overlapping_runs(str(log), since_ns=100) == (3, 1)
+
+
+def test_percentiles_by_hand():
+    p = classroom.percentiles([0.1, 0.2, 0.3, 0.4, 1.0])
+    assert (p["n"], p["p50"], p["max"]) == (5, 0.3, 1.0)
+    assert p["p95"] == 1.0

@@ -1,0 +1,235 @@
+"""The live loop shared by a server's sessions: single-flight caches, builds in a process
+pool (source only), and the measurement scheduler's per-session slots, with stand-in
+measurers (no GPU)."""
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from explorer.errors import ExplorerError
+from explorer.live import SOURCE_ONLY, BuildService, Live, LiveSettings, SingleFlight
+from explorer.measure.scheduler import Scheduler
+from explorer.presets import get_preset
+
+SPEC = get_preset("dw-blog-final-96").spec
+
+
+def spec_x(x: int):
+    return SPEC.with_knobs(num_thread_x=x)
+
+
+# -- single flight -------------------------------------------------------------------------
+
+
+def test_two_concurrent_requests_for_one_key_compute_once():
+    cache = SingleFlight(4)
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def compute():
+        calls.append(1)
+        started.set()
+        release.wait(5)
+        return "built"
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(cache.get, "k", compute)
+        started.wait(5)
+        second = pool.submit(cache.get, "k", compute)
+        time.sleep(0.05)
+        release.set()
+        assert (first.result(), second.result()) == ("built", "built")
+    assert len(calls) == 1
+    assert cache.stats()["shared"] == 1 and cache.stats()["misses"] == 1
+
+
+def test_single_flight_keeps_errors_and_drops_the_least_recently_used():
+    cache = SingleFlight(2)
+
+    def fail():
+        raise ExplorerError("cannot build")
+
+    for _ in range(2):
+        with pytest.raises(ExplorerError, match="cannot build"):
+            cache.get("bad", fail)
+    assert cache.stats()["hits"] == 1
+    cache.get("a", lambda: 1)
+    cache.get("b", lambda: 2)  # "bad" was least recently used
+    assert len(cache) == 2 and cache.peek("a") == 1 and cache.peek("bad") is None
+
+
+def test_a_bug_in_compute_is_not_cached():
+    cache = SingleFlight(2)
+    with pytest.raises(ZeroDivisionError):
+        cache.get("k", lambda: 1 / 0)
+    assert cache.get("k", lambda: 3) == 3
+
+
+def test_settings_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("EXPLORER_MEASURE_MAX_AGE_S", "60")
+    assert LiveSettings().measure_max_age_s == 60
+    monkeypatch.setenv("EXPLORER_MEASURE_MAX_AGE_S", "soon")
+    with pytest.raises(ExplorerError, match="EXPLORER_MEASURE_MAX_AGE_S must be a positive whole number"):
+        LiveSettings()
+
+
+# -- builds in the process pool ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def service():
+    service = BuildService(LiveSettings(build_workers=2))
+    yield service
+    service.close()
+
+
+def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
+    spec = spec_x(4)
+    with ThreadPoolExecutor(4) as pool:
+        builds = list(pool.map(lambda _: service.build(spec, "auto"), range(4)))
+    assert len({id(b) for b in builds}) == 1
+    built = builds[0]
+    assert built.runtime_module is None  # nothing runnable crossed the process boundary
+    assert "__global__" in built.cuda and built.kernels and built.device_mod is not None
+    stats = service.stats()
+    assert stats["misses"] == 1 and stats["shared"] + stats["hits"] == 3
+
+
+def test_pool_processes_never_compile_binaries(service):
+    """The pool's processes run with TVM's source-only code generation, which the app's
+    own process also uses; only the measuring worker drops it."""
+    future = service._executor().submit(lambda: os.environ.get(SOURCE_ONLY))
+    assert future.result() == "1"
+
+
+def test_pool_build_error_reaches_the_caller_intact(service):
+    wide = SPEC.with_knobs(num_thread_x=64, num_thread_y=32)  # 2048 threads per block
+    with pytest.raises(ExplorerError, match="threads"):
+        service.build(wide, "auto")
+
+
+# -- measurement scheduler ---------------------------------------------------------------------
+
+
+class StandInGPU:
+    """Measures in order, one at a time, each job held until released."""
+
+    def __init__(self):
+        self.order, self.gate, self.running = [], threading.Semaphore(0), threading.Event()
+        self.overlap = False
+        self._busy = threading.Lock()
+
+    def __call__(self, job):
+        if not self._busy.acquire(blocking=False):
+            self.overlap = True
+            self._busy.acquire()
+        try:
+            self.order.append(job.spec.knobs.num_thread_x)
+            self.running.set()
+            assert self.gate.acquire(timeout=10)
+            return f"{job.spec.knobs.num_thread_x} µs"
+        finally:
+            self.running.clear()
+            self._busy.release()
+
+
+def wait_until(condition, timeout=10):
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_newer_request_replaces_the_sessions_waiting_one_and_fifo_across_sessions():
+    gpu = StandInGPU()
+    scheduler = Scheduler(gpu)
+    running = scheduler.request("alice", spec_x(1), "auto")
+    wait_until(lambda: running.state == "running")
+    a2 = scheduler.request("alice", spec_x(2), "auto")
+    b4 = scheduler.request("bob", spec_x(4), "auto")
+    a8 = scheduler.request("alice", spec_x(8), "auto")  # replaces alice's x=2, goes behind bob
+    assert a2.state == "waiting" and scheduler.position(a2) is None
+    assert scheduler.position(b4) == 1 and scheduler.position(a8) == 2
+    for _ in range(3):
+        gpu.gate.release()
+    wait_until(lambda: a8.done)
+    assert gpu.order == [1, 4, 8]  # alice's x=2 was never measured; bob kept his place
+    assert (running.result, b4.result, a8.result) == ("1 µs", "4 µs", "8 µs")
+    assert not gpu.overlap
+
+
+def test_same_setting_from_two_sessions_is_one_job_and_cached():
+    gpu = StandInGPU()
+    scheduler = Scheduler(gpu)
+    first = scheduler.request("alice", spec_x(16), "auto")
+    second = scheduler.request("bob", spec_x(16), "auto")
+    assert first is second and first.sessions == {"alice", "bob"}
+    gpu.gate.release()
+    first.wait(10)
+    assert scheduler.request("carol", spec_x(16), "auto") is first  # a fresh result: no new job
+    assert gpu.order == [16]
+
+
+def test_a_job_still_wanted_by_another_session_is_not_dropped():
+    gpu = StandInGPU()
+    scheduler = Scheduler(gpu)
+    blocker = scheduler.request("x", spec_x(1), "auto")
+    wait_until(lambda: blocker.state == "running")
+    shared = scheduler.request("alice", spec_x(2), "auto")
+    scheduler.request("bob", spec_x(2), "auto")
+    scheduler.request("alice", spec_x(4), "auto")  # alice moves on; bob still waits for x=2
+    assert scheduler.position(shared) == 1 and shared.sessions == {"bob"}
+    for _ in range(3):
+        gpu.gate.release()
+    wait_until(lambda: scheduler.stats()["measured"] == 3)
+    assert gpu.order == [1, 2, 4]
+
+
+def test_old_results_are_measured_again():
+    gpu = StandInGPU()
+    scheduler = Scheduler(gpu, max_age_s=0.05)
+    first = scheduler.request("alice", spec_x(8), "auto")
+    gpu.gate.release()
+    first.wait(10)
+    time.sleep(0.1)
+    again = scheduler.request("alice", spec_x(8), "auto")
+    assert again is not first
+    gpu.gate.release()
+    again.wait(10)
+    assert gpu.order == [8, 8] and again.age_s() < first.age_s()
+
+
+def test_errors_are_sentences_and_the_queue_goes_on():
+    def flaky(job):
+        if job.spec.knobs.num_thread_x == 2:
+            raise ExplorerError("The kernel crashed the measuring process.")
+        return "ok"
+
+    scheduler = Scheduler(flaky)
+    bad, good = scheduler.request("a", spec_x(2), "auto"), scheduler.request("b", spec_x(4), "auto")
+    good.wait(10)
+    assert bad.error == "The kernel crashed the measuring process." and good.result == "ok"
+    assert scheduler.request("a", spec_x(2), "auto") is bad  # a crash is not re-run on every page rerun
+
+
+def test_jobs_wait_for_the_warm_up():
+    ready = threading.Event()
+    scheduler = Scheduler(lambda job: "ok", ready=ready)
+    job = scheduler.request("alice", SPEC, "auto")
+    time.sleep(0.05)
+    assert job.state == "waiting"
+    ready.set()
+    assert job.wait(10) and job.result == "ok"
+
+
+def test_live_without_a_gpu_says_so_and_measures_nothing():
+    live = Live(LiveSettings(build_workers=1), measure_fn=lambda job: pytest.fail("measured without a GPU"),
+                warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
+    try:
+        live.start(SPEC)
+        assert live.ready.wait(60)
+        assert live.warm.done and live.warm.error == "No GPU here." and not live.warm.gpu
+        assert live.scheduler.stats()["waiting"] == 0
+    finally:
+        live.close()
