@@ -122,3 +122,60 @@ def test_both_sides_are_correct_and_timed_on_the_gpu(case2):
     for side in case2.sides:
         result = measure(side.spec)
         assert result.correct and math.isfinite(result.median_us) and result.median_us > 0
+
+
+# -- the Explorer's vthread tab ------------------------------------------------------------
+
+MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
+
+
+def vthread_tab(preset: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["preset"] = preset
+    at.session_state["ui.view"] = "vthread"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_vthread_tab_shows_both_sides(monkeypatch):
+    from app import panels
+
+    monkeypatch.setattr(panels, "can_measure", lambda: False)
+    at = vthread_tab("dw-blog-vthread-case2")
+    assert [s.value for s in at.subheader] == ["With vthreads", "Without vthreads"]
+    assert any("columns 0, 8, 16, 24 (8 apart)" in m.value for m in at.markdown)
+    codes = [c.value for c in at.code]
+    assert any("# vthread.x" in c and "range(4):  # vthread.x" in c for c in codes)
+    assert any("range(1):  # vthread.x" in c for c in codes)
+    assert sum("needs a GPU" in c.value for c in at.caption) == 2
+    charts = [e for e in at.get("plotly_chart")]
+    assert len(charts) == 4  # per side: the block's owners, the warp's banks
+
+
+def test_vthread_tab_measures_both_sides(monkeypatch):
+    from app import panels
+    from explorer import measure
+    from explorer.measure import Check, Measurement, Timing
+
+    def fake_measure(spec, *, target=None, remote=None, settings=None, on_wait=None):
+        us = 100.0 if spec.knobs.num_vthread_x == 4 else 130.0
+        return Measurement(spec.workload.label(), "cuda", "Fake GPU", Check(True, 0.0, 1e-5, 0, None),
+                           Timing((us, us, us), 100), Timing((2.0,), 100), spec.workload.flops,
+                           spec.workload.compulsory_bytes, 0.0)
+
+    monkeypatch.setattr(measure, "measure", fake_measure)
+    monkeypatch.setattr(panels, "can_measure", lambda: True)
+    at = vthread_tab("dw-blog-vthread-case2")
+    values = [m.value for m in at.metric if m.label == "Latency (median)"]
+    # The Explorer's own latency panel (this setting) and the two sides of the tab.
+    assert values[-2:] == ["100.00 µs", "130.00 µs"]
+
+
+def test_vthread_tab_without_vthreads_offers_nothing_fake():
+    at = vthread_tab("dw-blog-vthread-case1")
+    assert "nothing to compare" in at.info[0].value
+    assert not at.subheader and not at.get("plotly_chart")
