@@ -184,12 +184,12 @@ def vthreads(built: Build) -> None:
     if comparison.missing:
         st.info(comparison.missing)
         return
+    st.caption(analysis.WHAT_VTHREADS_DO)
     st.markdown("\n".join(f"- {sentence}" for sentence in comparison.explanation))
     for i, (column, side) in enumerate(zip(st.columns(2), comparison.sides, strict=True)):
         with column:
-            changed = side.spec.knobs.changed_from(comparison.sides[1 - i].spec.knobs)
             st.subheader(side.label.capitalize())
-            st.caption(", ".join(f"{name} = {side.spec.knobs.to_strings()[name]}" for name in changed))
+            st.caption(", ".join(f"{name} = {value}" for name, value in comparison.changed_knobs(i).items()))
             _vthread_latency(side)
             st.code("\n".join(side.scheduled), language="python")
             with st.expander("Lowered TIR (the vthread loop is gone)"):

@@ -29,6 +29,13 @@ from ..tir_walk import walk
 from .banks import BANK_BYTES, AccessConflicts, LaneMap, analyze_banks, lane_map
 from .tiling import Tiling, analyze_tiling
 
+WHAT_VTHREADS_DO = (
+    "A vthread loop sits between the block and the real threads: every real thread does the work of each virtual "
+    "thread in turn, and lowering writes that work out once per virtual thread, each copy with its own offset. The "
+    "split puts the virtual-thread index outside the thread index, so a thread's tiles lie (block tile ÷ vthreads) "
+    "outputs apart, and neighbouring threads start one thread tile apart instead of vthreads times that: threads "
+    "side by side in a warp get outputs, and so addresses, closer together."
+)
 LINE_WIDTH = 200  # characters of a statement (after its indentation) shown in a lowered loop nest
 SPLIT_TILES = ("tile_f", "tile_y", "tile_x")  # conv2d_autotvm: (blocks, vthreads, threads, inner)
 
@@ -246,6 +253,11 @@ class VthreadComparison:
     missing: str = ""  # why there is no comparison (no vthread in this setting, or not expressible)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    def changed_knobs(self, index: int) -> dict[str, str]:
+        """The knobs of side ``index`` that differ from the other side, as text."""
+        mine, other = self.sides[index].spec.knobs, self.sides[1 - index].spec.knobs
+        return {name: mine.to_strings()[name] for name in mine.changed_from(other)}
+
     def to_dict(self) -> dict:
         return {"sides": [s.to_dict() for s in self.sides], "explanation": list(self.explanation),
                 "missing": self.missing, "notes": list(self.notes)}
@@ -272,11 +284,10 @@ def compare_vthreads(spec: Spec, target=None) -> VthreadComparison:
 def format_comparison(c: VthreadComparison) -> str:
     if c.missing:
         return c.missing
-    lines = []
-    for side in c.sides:
-        changed = {k: v for k, v in side.spec.knobs.to_strings().items()
-                   if k in side.spec.knobs.changed_from(c.sides[1 - c.sides.index(side)].spec.knobs)}
-        lines.append(f"== {side.label}: {', '.join(f'{k}={v}' for k, v in changed.items())}")
+    lines = [WHAT_VTHREADS_DO, ""]
+    for index, side in enumerate(c.sides):
+        changed = ", ".join(f"{name}={value}" for name, value in c.changed_knobs(index).items())
+        lines.append(f"== {side.label}: {changed}")
         lines.append("scheduled TensorIR, compute stage:")
         lines.extend(f"  {line}" for line in side.scheduled)
         lines.append("lowered TIR:")
