@@ -100,6 +100,15 @@ def test_explanation_states_the_data(case2):
     assert f"0 bank conflicts with vthreads, {conflicts:,} without" in text
 
 
+def test_matmul_thread_tiles_of_two_columns_are_a_half_block_apart():
+    # block_n 64, vthread_x 2, thread_n 2: thread 0 owns columns 0-1 and 32-33; without, 0-3.
+    spec = get_preset("matmul-tiled-1024").spec.with_knobs(vthread_x=2, thread_n=2)
+    text = " ".join(compare_vthreads(spec).explanation)
+    assert "columns 0, 1, 32, 33 (2 groups of 2 adjacent, 32 apart) with vthreads, columns 0, 1, 2, 3 (adjacent)" \
+        in text
+    assert "starts 2 columns further with vthreads and 4 columns without" in text
+
+
 def test_vthreads_on_another_dimension_say_so():
     text = " ".join(compare_vthreads(get_preset("conv2d-autotvm-resnet-last").spec).explanation)
     assert "vthread.z = 2" in text and "split another output dimension" in text
