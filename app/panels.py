@@ -173,12 +173,62 @@ def bank_conflicts(built: Build) -> None:
         st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes)))
 
 
+def vthreads(built: Build) -> None:
+    """This setting beside the same block and threads without vthreads: loop nests, the
+    outputs each thread owns, one warp's shared load and its banks, and latencies."""
+    analysis, figures = optional("explorer.analysis.vthread"), optional("explorer.figures")
+    try:
+        comparison = analysis.compare_vthreads(built.spec, built.target)
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    if comparison.missing:
+        st.info(comparison.missing)
+        return
+    st.caption(analysis.WHAT_VTHREADS_DO)
+    st.markdown("\n".join(f"- {sentence}" for sentence in comparison.explanation))
+    for i, (column, side) in enumerate(zip(st.columns(2), comparison.sides, strict=True)):
+        with column:
+            st.subheader(side.label.capitalize())
+            st.caption(", ".join(f"{name} = {value}" for name, value in comparison.changed_knobs(i).items()))
+            _vthread_latency(side)
+            st.code("\n".join(side.scheduled), language="python")
+            with st.expander("Lowered TIR (the vthread loop is gone)"):
+                st.code("\n".join(side.lowered), language="python")
+            st.plotly_chart(figures.ownership_figure(side.tiling, "thread", block=0), key=f"vthread-owners-{i}")
+            if side.shared_load is not None:
+                st.plotly_chart(figures.bank_figure(side.shared_load.lanes, side.shared_load.access.text),
+                                key=f"vthread-banks-{i}")
+
+
+def _vthread_latency(side) -> None:
+    """The side's measured latency (once per setting, shared with the latency panel)."""
+    if not can_measure():
+        st.caption("Latency: needs a GPU (or a TVM RPC tracker, Device page).")
+        return
+    results = st.session_state.setdefault("measurements", {})
+    remote = session.remote()
+    key = (side.spec, side.built.target_key, remote)
+    if key not in results:
+        with st.spinner(f"Measuring {side.label}…"):
+            try:
+                results[key] = optional("explorer.measure").measure(side.spec, target=session.target(), remote=remote)
+            except ExplorerError as e:
+                results[key] = str(e)
+    result = results[key]
+    if isinstance(result, str) or not result.correct:
+        st.error(result if isinstance(result, str) else result.summary())
+    else:
+        st.metric("Latency (median)", f"{result.median_us:.2f} µs", help=result.device)
+
+
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
 # only when its modules import, so a measurement panel is one function and one line here.
 PANELS = {
     "Tiling": (tiling, ("explorer.analysis.tiling", "explorer.figures")),
     "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
     "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),
+    "vthread": (vthreads, ("explorer.analysis.vthread", "explorer.figures")),
 }
 
 

@@ -14,7 +14,7 @@ Three levels, each the median of ``--runs`` knob changes:
   key press to the new CUDA text in the page. Values never built before in that server
   are "uncached", moving back to them "cached".
 
-Targets (issue 4): ≤ 0.3 s cached, ≤ 0.5 s uncached, measurement excluded.
+Targets: ≤ 0.3 s cached, ≤ 0.5 s uncached, measurement excluded.
 
     python bench/build_latency.py [--runs 7] [--browser] [--write]
 """
@@ -189,7 +189,7 @@ def main() -> None:
         rows.append(f"| {template} | {preset} | {change} | {ms(lib_u)} | {ms(lib_c, 3)} | {ms(app_u)} | {ms(app_c)} |")
         print(rows[-1], flush=True)
     lines = [
-        "## Knob change → refreshed code views (issue 2 item 8, issue 4 item 7)",
+        "## Knob change → refreshed code views",
         "",
         f"`python bench/build_latency.py --runs {args.runs}{' --browser' if args.browser else ''} --write` on "
         f"{datetime.date.today().isoformat()}: {machine()}. Target: CUDA for the H100 (no local GPU), "

@@ -144,6 +144,14 @@ def _view_resources(spec, args):
     return format_resources(report), {"resources": report.to_dict()}
 
 
+@view("vthread")
+def _view_vthread(spec, args):
+    from .analysis.vthread import compare_vthreads, format_comparison
+
+    comparison = compare_vthreads(spec, args.target)
+    return format_comparison(comparison), {"vthread": comparison.to_dict()}
+
+
 def cmd_show(args) -> int:
     _, spec = _spec_from_args(args)
     text, data = VIEWS[args.view](spec, args)

@@ -17,8 +17,18 @@ from explorer.measure import Settings, local_gpu
 from explorer.sweep import gpu_measurer
 from explorer.targets import target_label
 
+FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: the page opens on it
 TIMES = "lessons.times"  # (device, target, preset id) -> µs, measured this session
 ERRORS = "lessons.errors"  # (device, target, preset id) -> why measuring failed
+
+
+def in_reading_order(all_lessons) -> dict:
+    """Lessons by id: the first tutorial on top, the other tutorials, then the schedules a
+    search found (every step has a ``found_by`` command), which build on the tutorials."""
+    def rank(lesson):
+        return all(step.preset.found_by for step in lesson.steps), lesson.id != FIRST_LESSON
+
+    return {lesson.id: lesson for lesson in sorted(all_lessons, key=rank)}
 
 
 def restart_lesson() -> None:
@@ -128,7 +138,7 @@ def measure_step(step: L.Step, device: tuple, measurer) -> None:
     errors.update({(*device, k): v for k, v in failed.items()})
 
 
-lessons = {lesson.id: lesson for lesson in L.lessons()}
+lessons = in_reading_order(L.lessons())
 st.title("Lessons")
 # The URL holds a bound selectbox's label, so the options are the short lesson ids.
 lesson_id = st.selectbox("Lesson", list(lessons), key="lesson", bind="query-params", on_change=restart_lesson)

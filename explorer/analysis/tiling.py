@@ -301,81 +301,159 @@ def _analyze(built, block: int, thread: tuple[int, int, int]) -> Tiling:
         raise ExplorerError(f"The tiling analysis cannot evaluate this schedule: {why}.") from None
 
 
-def _tiling(built, block: int, thread: tuple[int, int, int]) -> Tiling:
-    func = built.schedule_mod["main"]
-    stage = compute_stage(func)
-    blk = stage.block
-    bindings = stage.bindings
-    write = blk.writes[0]
-    out_exprs = [r.min for r in write.region]
-    spatial = set().union(*(free_vars(v) for iv, v in zip(blk.iter_vars, stage.realize.iter_values)
-                            if int(iv.iter_type) != REDUCE))
-    reduce = set().union(*(free_vars(v) for iv, v in zip(blk.iter_vars, stage.realize.iter_values)
-                           if int(iv.iter_type) == REDUCE))
-    roles = _roles(stage, spatial, reduce)
+ROLES = ("block", "vthread", "thread", "inner", "reduction", "fixed")
+
+
+@dataclass(frozen=True)
+class _Nest:
+    """The compute stage's loops, what each is bound to, and the launch they make."""
+
+    stage: _Stage
+    loops: list  # Loop per enclosing For, outermost first
+    roles: list  # LoopRole per loop
+    by_role: dict  # role -> its loops
+    tags: dict  # thread tag -> its loop
+    grid: dict  # blockIdx tag -> extent
+    threads: dict  # threadIdx tag -> extent
+    vthreads: dict  # vthread tag -> extent
+
+    @property
+    def grid_dims(self) -> list[int]:
+        return [self.grid.get(f"blockIdx.{a}", 1) for a in AXES]
+
+    @property
+    def block_dims(self) -> list[int]:
+        return [self.threads.get(f"threadIdx.{a}", 1) for a in AXES]
+
+    @property
+    def vthread_dims(self) -> list[int]:
+        return [self.vthreads.get(f"vthread.{a}", 1) for a in AXES]
+
+
+def _iteration_vars(stage: _Stage, reduction: bool) -> set:
+    """The loop variables the stage's spatial (or reduction) block iterators are bound to."""
+    values = [v for iv, v in zip(stage.block.iter_vars, stage.realize.iter_values)
+              if (int(iv.iter_type) == REDUCE) == reduction]
+    return set().union(*(free_vars(v) for v in values))
+
+
+def _nest(stage: _Stage) -> _Nest:
+    roles = _roles(stage, _iteration_vars(stage, reduction=False), _iteration_vars(stage, reduction=True))
     loops = [Loop(l.loop_var, int(l.min), int(l.extent)) for l in stage.loops]
-    by_role = {r: [loop for loop, role in zip(loops, roles) if role.role == r] for r in
-               ("block", "vthread", "thread", "inner", "reduction", "fixed")}
+    by_role = {r: [loop for loop, role in zip(loops, roles) if role.role == r] for r in ROLES}
     tags = {role.tag: loop for loop, role in zip(loops, roles) if role.tag}
-    grid = {t: l.extent for t, l in tags.items() if t.startswith("blockIdx")}
-    threads = {t: l.extent for t, l in tags.items() if t.startswith("threadIdx")}
-    vthreads = {t: l.extent for t, l in tags.items() if t.startswith("vthread")}
-    block_dims = [threads.get(f"threadIdx.{a}", 1) for a in AXES]
-    grid_dims = [grid.get(f"blockIdx.{a}", 1) for a in AXES]
+
+    def extents(prefix: str) -> dict:
+        return {t: l.extent for t, l in tags.items() if t.startswith(prefix)}
+
+    return _Nest(stage, loops, roles, by_role, tags, extents("blockIdx"), extents("threadIdx"), extents("vthread"))
+
+
+def _chosen_env(nest: _Nest, block: int, thread: tuple[int, int, int]) -> tuple[dict, dict]:
+    """Loop variable values of the chosen block, and of the chosen thread in it."""
+    grid_dims, block_dims = nest.grid_dims, nest.block_dims
     if not 0 <= block < math.prod(grid_dims):
         raise ExplorerError(f"The launch has blocks 0–{math.prod(grid_dims) - 1}, not {block}.")
     if any(not 0 <= t < d for t, d in zip(thread, block_dims)):
         raise ExplorerError(f"Threads per block are {tuple(block_dims)} (x, y, z); thread {thread} is outside.")
-
     block_coords = np.unravel_index(block, grid_dims[::-1])[::-1]  # x fastest
+    tags = nest.tags
     block_env = {tags[f"blockIdx.{a}"].var: int(c) for a, c in zip(AXES, block_coords) if f"blockIdx.{a}" in tags}
     thread_env = {tags[f"threadIdx.{a}"].var: int(t) for a, t in zip(AXES, thread) if f"threadIdx.{a}" in tags}
-    notes = []
-    if any(l.var in block_env for l in by_role["fixed"] + by_role["inner"]):
-        notes.append("A block index also drives a serial loop.")
+    return block_env, thread_env
 
-    shape = tuple(int(d) for d in write.source.shape)
+
+def _output_name(built, write) -> str:
+    """The output's name; the compute stage often writes a register copy of it."""
     workload = built.spec.workload
-    # The compute stage often writes a register copy of the output; name the output itself.
-    output = workload.output_name if shape == tuple(workload.output_shape()) else str(write.source.name)
-    ownership = _ownership(output, stage, loops, roles, out_exprs, bindings, tags, grid_dims, block_dims)
+    shape = tuple(int(d) for d in write.source.shape)
+    return workload.output_name if shape == tuple(workload.output_shape()) else str(write.source.name)
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """What distinct elements are counted over: one thread's work, or the whole block's."""
+
+    work: list  # loops of one thread's work (vthreads, inner, reduction, fixed)
+    block_loops: list  # the work and the thread loops
+    thread_env: dict  # the chosen block and thread
+    block_env: dict  # the chosen block
+    bindings: dict
+    predicate: object  # None when the stage always runs
+
+    def in_thread(self, exprs: list):
+        return distinct_elements(exprs, self.work, self.thread_env, self.bindings, self.predicate)
+
+    def in_block(self, exprs: list):
+        return distinct_elements(exprs, self.block_loops, self.block_env, self.bindings, self.predicate)
+
+    def iterations_in_block(self) -> int:
+        return _valid_iterations(self.block_loops, self.block_env, self.bindings, self.predicate)
+
+
+def _counting(nest: _Nest, block_env: dict, thread_env: dict) -> _Counting:
+    by_role = nest.by_role
     work = by_role["vthread"] + by_role["inner"] + by_role["reduction"] + by_role["fixed"]
-    env = {**block_env, **thread_env}
-    pred = None if _always(stage.realize.predicate) else stage.realize.predicate
-    outputs_thread, _, _ = distinct_elements(out_exprs, work, env, bindings, pred)
-    outputs_block, _, _ = distinct_elements(out_exprs, work + by_role["thread"], block_env, bindings, pred)
-    iterations_block = _valid_iterations(work + by_role["thread"], block_env, bindings, pred)
-    thread_vars = [l.var for l in by_role["thread"]]
-    footprints = []
-    for region in blk.reads:
-        exprs = [r.min for r in region.region]
+    predicate = nest.stage.realize.predicate
+    return _Counting(work, work + by_role["thread"], {**block_env, **thread_env}, block_env, nest.stage.bindings,
+                     None if _always(predicate) else predicate)
+
+
+def _notes(nest: _Nest, block_env: dict) -> list[str]:
+    """What the counts below simplify: block indices in serial loops, multi-element reads."""
+    notes = []
+    if any(l.var in block_env for l in nest.by_role["fixed"] + nest.by_role["inner"]):
+        notes.append("A block index also drives a serial loop.")
+    for region in nest.stage.block.reads:
         if any(not (isinstance(r.extent, tirx.IntImm) and int(r.extent) == 1) for r in region.region):
-            notes.append(f"{region.source.name}: reads of more than one element per iteration are counted by their first element.")
-        t_count, t_box, t_cells = distinct_elements(exprs, work, env, bindings, pred)
-        b_count, b_box, b_cells = distinct_elements(exprs, work + by_role["thread"], block_env, bindings, pred)
-        # Σ over threads of their footprints = distinct (thread, element) pairs.
-        per_thread_sum, _, _ = distinct_elements(thread_vars + exprs, work + by_role["thread"], block_env, bindings, pred)
-        footprints.append(Footprint(
-            buffer=str(region.source.name),
-            thread_elements=t_count,
-            block_elements=b_count,
-            loads_per_block=per_thread_sum,
-            reads_per_output=iterations_block / outputs_block if outputs_block else 0.0,
-            loads_per_output=per_thread_sum / outputs_block if outputs_block else 0.0,
-            thread_box=t_box,
-            block_box=b_box,
-            thread_cells=t_cells,
-            block_cells=b_cells,
-        ))
+            notes.append(f"{region.source.name}: reads of more than one element per iteration are counted by "
+                         f"their first element.")
+    return notes
+
+
+def _footprint(region, count: _Counting, thread_vars: list, outputs_block: int, iterations_block: int) -> Footprint:
+    exprs = [r.min for r in region.region]
+    t_count, t_box, t_cells = count.in_thread(exprs)
+    b_count, b_box, b_cells = count.in_block(exprs)
+    # Σ over threads of their footprints = distinct (thread, element) pairs.
+    per_thread_sum, _, _ = count.in_block(thread_vars + exprs)
+    return Footprint(
+        buffer=str(region.source.name),
+        thread_elements=t_count,
+        block_elements=b_count,
+        loads_per_block=per_thread_sum,
+        reads_per_output=iterations_block / outputs_block if outputs_block else 0.0,
+        loads_per_output=per_thread_sum / outputs_block if outputs_block else 0.0,
+        thread_box=t_box,
+        block_box=b_box,
+        thread_cells=t_cells,
+        block_cells=b_cells,
+    )
+
+
+def _tiling(built, block: int, thread: tuple[int, int, int]) -> Tiling:
+    stage = compute_stage(built.schedule_mod["main"])
+    nest = _nest(stage)
+    block_env, thread_env = _chosen_env(nest, block, thread)
+    write = stage.block.writes[0]
+    out_exprs = [r.min for r in write.region]
+    output = _output_name(built, write)
+    count = _counting(nest, block_env, thread_env)
+    outputs_thread, _, _ = count.in_thread(out_exprs)
+    outputs_block, _, _ = count.in_block(out_exprs)
+    iterations_block = count.iterations_in_block()
+    thread_vars = [l.var for l in nest.by_role["thread"]]
+    footprints = tuple(_footprint(region, count, thread_vars, outputs_block, iterations_block)
+                       for region in stage.block.reads)
     return Tiling(
-        stage=str(blk.name_hint),
+        stage=str(stage.block.name_hint),
         output=output,
-        output_shape=shape,
-        grid=grid, threads=threads, vthreads=vthreads,
-        loops=tuple(roles),
+        output_shape=tuple(int(d) for d in write.source.shape),
+        grid=nest.grid, threads=nest.threads, vthreads=nest.vthreads,
+        loops=tuple(nest.roles),
         chosen_block=block, chosen_thread=thread,
         outputs_per_thread=outputs_thread, outputs_per_block=outputs_block,
-        ownership=ownership, footprints=tuple(footprints), notes=tuple(notes),
+        ownership=_ownership(output, nest, out_exprs), footprints=footprints, notes=tuple(_notes(nest, block_env)),
     )
 
 
@@ -396,47 +474,105 @@ def _valid_iterations(loops: list[Loop], env: dict, bindings: dict, predicate) -
     return int(holds.sum()) * (total // size)
 
 
-def _ownership(output: str, stage, loops, roles, out_exprs, bindings, tags, grid_dims, block_dims) -> Ownership:
+# -- ownership: every output of one plane, labelled with who computes it ----------------
+
+
+def _ownership(output: str, nest: _Nest, out_exprs: list) -> Ownership:
+    bindings = nest.stage.bindings
+    plane_exprs, leading = _plane_and_leading(out_exprs)
+    zero = {l.var: l.min for l in nest.loops}
+    plane_leading = [int(np.asarray(compile_expr(e, bindings)(zero))) for e in leading]
+    enumerated = _plane_loops(nest, plane_exprs)
+    extents, cropped = _window(enumerated)
+    env, size = _enumerate(enumerated, extents, zero)
+    keep = _kept(nest.stage, env, size, leading, plane_leading)
+    rows, cols = (_evaluated(e, bindings, env, size, np.int64)[keep] for e in plane_exprs)
+    plane = f"{output}[{', '.join(str(v) for v in plane_leading + [':', ':'])}]"
+    return _on_plane(plane, rows, cols, _owner_ids(nest, enumerated, env, size, keep), cropped)
+
+
+def _plane_and_leading(out_exprs: list) -> tuple[list, list]:
+    """The output's last two index expressions (the plane) and the ones before them."""
     if len(out_exprs) < 2:
         out_exprs = [tirx.const(0, "int32")] * (2 - len(out_exprs)) + list(out_exprs)
-    plane_exprs, leading = out_exprs[-2:], out_exprs[:-2]
-    plane_vars = set().union(*(free_vars(e, bindings) for e in plane_exprs))
-    zero = {l.var: l.min for l in loops}
-    plane_leading = [int(np.asarray(compile_expr(e, bindings)(zero))) for e in leading]
-    enumerated = [(l, r) for l, r in zip(loops, roles) if l.var in plane_vars and r.role != "reduction"]
+    return out_exprs[-2:], out_exprs[:-2]
+
+
+def _plane_loops(nest: _Nest, plane_exprs: list) -> list[tuple[Loop, LoopRole]]:
+    """The loops that move an output within the plane (reductions excluded)."""
+    plane_vars = set().union(*(free_vars(e, nest.stage.bindings) for e in plane_exprs))
+    return [(l, r) for l, r in zip(nest.loops, nest.roles) if l.var in plane_vars and r.role != "reduction"]
+
+
+def _window(enumerated: list) -> tuple[list[int], bool]:
+    """How far to enumerate each plane loop: every block's own loops whole, the block
+    loops only as far as MAX_PLANE_ROWS elements allow; and whether that crops the plane."""
     per_block = math.prod(l.extent for l, r in enumerated if r.role != "block")
     block_loops = [l for l, r in enumerated if r.role == "block"]
     limits = _block_window([l.extent for l in block_loops], max(1, MAX_PLANE_ROWS // max(per_block, 1)))
     cropped = any(lim < l.extent for lim, l in zip(limits, block_loops))
-    extents = [lim if r.role == "block" else l.extent
-               for (l, r), lim in zip(enumerated, _spread(limits, [r.role for _, r in enumerated]))]
+    spread = _spread(limits, [r.role for _, r in enumerated])
+    return [lim if r.role == "block" else l.extent for (l, r), lim in zip(enumerated, spread)], cropped
+
+
+def _enumerate(enumerated: list, extents: list[int], zero: dict) -> tuple[dict, int]:
+    """Every combination of the plane loops (other loops at their start): values per variable."""
     size = math.prod(extents)
     env = dict(zero)
     grids = np.unravel_index(np.arange(size), extents) if extents else ()
     for (l, _), g in zip(enumerated, grids):
         env[l.var] = g + l.min
+    return env, size
+
+
+def _evaluated(expr, bindings: dict, env: dict, size: int, dtype=None) -> np.ndarray:
+    value = np.asarray(compile_expr(expr, bindings)(env))
+    return np.broadcast_to(value.astype(dtype) if dtype is not None else value, (size,))
+
+
+def _kept(stage: _Stage, env: dict, size: int, leading: list, plane_leading: list) -> np.ndarray:
+    """Combinations the stage runs (its predicate holds) that write the chosen plane."""
     keep = np.ones(size, dtype=bool)
     if not _always(stage.realize.predicate):
-        keep &= np.broadcast_to(np.asarray(compile_expr(stage.realize.predicate, bindings)(env)).astype(bool), (size,))
+        keep &= _evaluated(stage.realize.predicate, stage.bindings, env, size, bool)
     for e, want in zip(leading, plane_leading):
-        keep &= np.broadcast_to(np.asarray(compile_expr(e, bindings)(env)), (size,)) == want
-    rows, cols = (np.broadcast_to(np.asarray(compile_expr(e, bindings)(env)).astype(np.int64), (size,))[keep]
-                  for e in plane_exprs)
+        keep &= _evaluated(e, stage.bindings, env, size) == want
+    return keep
 
-    def tag_value(tag):
-        loop = tags.get(tag)
-        value = env.get(loop.var, 0) if loop is not None else 0
-        return np.broadcast_to(np.asarray(value), (size,))[keep]
 
-    bx, by, bz = (tag_value(f"blockIdx.{a}") for a in AXES)
-    tx, ty, tz = (tag_value(f"threadIdx.{a}") for a in AXES)
-    vthread_extents = [tags[f"vthread.{a}"].extent if f"vthread.{a}" in tags else 1 for a in AXES]
-    vx, vy, vz = (tag_value(f"vthread.{a}") for a in AXES)
-    inner = [(l, r) for l, r in enumerated if r.role in ("inner", "fixed")]
+def _owner_ids(nest: _Nest, enumerated: list, env: dict, size: int, keep: np.ndarray) -> dict:
+    """Per kept combination: its block, vthread and thread (linear, x fastest), the thread's
+    x, y, z, and the index of the inner iteration."""
+    def tag_values(prefix: str) -> list[np.ndarray]:
+        loops = [nest.tags.get(f"{prefix}.{a}") for a in AXES]
+        return [np.broadcast_to(np.asarray(env.get(l.var, 0) if l is not None else 0), (size,))[keep] for l in loops]
+
+    threads = tag_values("threadIdx")
+    return {
+        "block": _linear(tag_values("blockIdx"), nest.grid_dims),
+        "vthread": _linear(tag_values("vthread"), nest.vthread_dims),
+        "thread": _linear(threads, nest.block_dims),
+        "thread_x": threads[0], "thread_y": threads[1], "thread_z": threads[2],
+        "iteration": _iteration(enumerated, env, size, keep),
+    }
+
+
+def _linear(xyz: list[np.ndarray], dims: list[int]) -> np.ndarray:
+    x, y, z = xyz
+    return x + dims[0] * (y + dims[1] * z)
+
+
+def _iteration(enumerated: list, env: dict, size: int, keep: np.ndarray) -> np.ndarray:
+    """The index of the serial (inner and fixed) iteration that computes each output."""
     iteration = np.zeros(int(keep.sum()), dtype=np.int64)
-    for l, _ in inner:
-        iteration = iteration * l.extent + (np.broadcast_to(np.asarray(env[l.var]), (size,))[keep] - l.min)
+    for l, r in enumerated:
+        if r.role in ("inner", "fixed"):
+            iteration = iteration * l.extent + (np.broadcast_to(np.asarray(env[l.var]), (size,))[keep] - l.min)
+    return iteration
 
+
+def _on_plane(plane: str, rows: np.ndarray, cols: np.ndarray, ids: dict, cropped: bool) -> Ownership:
+    """Scatter the per-output ids onto the rows × cols window they cover (-1 elsewhere)."""
     origin = (int(rows.min()), int(cols.min())) if rows.size else (0, 0)
     shape = (int(rows.max()) - origin[0] + 1, int(cols.max()) - origin[1] + 1) if rows.size else (0, 0)
     r, c = rows - origin[0], cols - origin[1]
@@ -448,15 +584,8 @@ def _ownership(output: str, stage, loops, roles, out_exprs, bindings, tags, grid
 
     owners = np.zeros(shape, dtype=np.int64)
     np.add.at(owners, (r, c), 1)
-    plane = f"{output}[{', '.join(str(v) for v in plane_leading + [':', ':'])}]"
-    return Ownership(
-        plane=plane, origin=origin,
-        block=grid_of(bx + grid_dims[0] * (by + grid_dims[1] * bz)),
-        vthread=grid_of(vx + vthread_extents[0] * (vy + vthread_extents[1] * vz)),
-        thread=grid_of(tx + block_dims[0] * (ty + block_dims[1] * tz)),
-        thread_x=grid_of(tx), thread_y=grid_of(ty), thread_z=grid_of(tz),
-        iteration=grid_of(iteration), owners=owners, cropped=cropped,
-    )
+    return Ownership(plane=plane, origin=origin, owners=owners, cropped=cropped,
+                     **{name: grid_of(values) for name, values in ids.items()})
 
 
 def _block_window(extents: list[int], allowed: int) -> list[int]:
