@@ -202,24 +202,23 @@ def vthreads(built: Build) -> None:
 
 
 def _vthread_latency(side) -> None:
-    """The side's measured latency (once per setting, shared with the latency panel)."""
+    """The side's measured latency, through the server's queue (its own slot per side, so it
+    never replaces the session's main measurement); the page polls while it waits."""
     if not can_measure():
         st.caption("Latency: needs a GPU (or a TVM RPC tracker, Device page).")
         return
-    results = st.session_state.setdefault("measurements", {})
-    remote = session.remote()
-    key = (side.spec, side.built.target_key, remote)
-    if key not in results:
-        with st.spinner(f"Measuring {side.label}…"):
-            try:
-                results[key] = optional("explorer.measure").measure(side.spec, target=session.target(), remote=remote)
-            except ExplorerError as e:
-                results[key] = str(e)
-    result = results[key]
-    if isinstance(result, str) or not result.correct:
-        st.error(result if isinstance(result, str) else result.summary())
+    live = server.live()
+    if not live.warm.done:
+        _warming_up(live)
+        return
+    job = live.scheduler.request(f"{server.session_id()}:vthread:{side.label}", side.spec, session.target(),
+                                 session.remote())
+    if not job.done:
+        _measuring(job)
+    elif job.error is not None or not job.result.correct:
+        st.error(job.error or job.result.summary())
     else:
-        st.metric("Latency (median)", f"{result.median_us:.2f} µs", help=result.device)
+        st.metric("Latency (median)", f"{job.result.median_us:.2f} µs", help=job.result.device)
 
 
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered

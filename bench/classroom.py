@@ -48,7 +48,8 @@ class Student:
     number: int
     link: str
     code_s: list = field(default_factory=list)  # move → new code shown
-    latency_s: list = field(default_factory=list)  # move → new latency shown
+    latency_s: list = field(default_factory=list)  # move → new latency shown, for a setting new to the server
+    revisit_s: list = field(default_factory=list)  # ... for a setting the class had seen
     open_s: float | None = None  # link → first code
     first_latency_s: float | None = None  # link → first latency
     moves: int = 0
@@ -67,6 +68,7 @@ class Page:
 f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
                           subprotocols=["streamlit"], open_timeout=timeout, max_size=None)
         self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
+        self.values: dict[str, str] = {}  # key → the value the page shows
         self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
         self.pages: dict[str, str] = {}  # page url name → script hash
         self.query = ""
@@ -124,6 +126,8 @@ f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
                 slider = element.slider
                 key = slider.id.rsplit("-", 1)[-1] if "-" in slider.id else slider.id
                 self.sliders[key] = (slider.id, list(slider.options))
+                if slider.value and slider.options:
+                    self.values[key] = slider.options[int(slider.value[0])]
 
     def close(self) -> None:
         self.ws.close()
@@ -157,7 +161,8 @@ def watch(page: Page, started: float, until: float, want_latency: bool):
     return code, latency, refused, errors + ([] if refused else alerts)
 
 
-def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random) -> None:
+def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random,
+            seen: set) -> None:
     try:
         page = Page(url, timeout=30)
     except Exception as error:  # the server refused or is down
@@ -190,10 +195,12 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 me.errors.append("no code shown within the time limit")
                 continue
             me.code_s.append(code)
+            setting = (me.link, tuple(sorted(page.values.items())))
             if latency is not None:
-                me.latency_s.append(latency)
+                (me.revisit_s if setting in seen else me.latency_s).append(latency)
             elif want_latency:
                 me.no_latency += 1
+            seen.add(setting)
     except Exception as error:  # a broken connection is an error of the run, not of the bench
         me.errors.append(f"{type(error).__name__}: {error}")
     finally:
@@ -258,8 +265,9 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     rng = random.Random(seed)
     class_ = [Student(i, LINKS[i % len(LINKS)]) for i in range(students)]
     samples: list = []
-    threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(rng.random())))
-               for s in class_]
+    seen: set = set()  # settings the class has measured (shared: the server's caches are)
+    threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(rng.random()),
+                                                      seen)) for s in class_]
     threads.append(threading.Thread(target=observe, args=(url, end, samples, server_pid)))
     for t in threads:
         t.start()
@@ -273,7 +281,9 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         "open_to_code": percentiles([s.open_s for s in class_ if s.open_s is not None]),
         "open_to_latency": percentiles([s.first_latency_s for s in class_ if s.first_latency_s is not None]),
         "knob_to_code": percentiles([x for s in class_ for x in s.code_s]),
-        "knob_to_latency": percentiles([x for s in class_ for x in s.latency_s]),
+        "knob_to_latency": percentiles([x for s in class_ for x in s.latency_s + s.revisit_s]),
+        "knob_to_latency_new": percentiles([x for s in class_ for x in s.latency_s]),
+        "knob_to_latency_revisit": percentiles([x for s in class_ for x in s.revisit_s]),
         "moves_without_latency": sum(s.no_latency for s in class_),
         "samples": samples,
     }
@@ -301,6 +311,8 @@ def describe(report: dict) -> str:
         row("link → latency", report["open_to_latency"]),
         row("knob → code", report["knob_to_code"]),
         row("knob → latency", report["knob_to_latency"]),
+        row("… a setting new to the server", report["knob_to_latency_new"]),
+        row("… a setting seen before (revisit)", report["knob_to_latency_revisit"]),
         "",
     ]
     if report.get("moves_without_latency"):

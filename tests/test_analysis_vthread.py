@@ -166,19 +166,10 @@ def test_vthread_tab_shows_both_sides(monkeypatch):
 
 
 def test_vthread_tab_measures_both_sides(monkeypatch):
-    from app import panels
-    from explorer import measure
-    from explorer.measure import Check, Measurement, Timing
+    from live_fakes import fake_measurements, settle
 
-    def fake_measure(spec, *, target=None, remote=None, settings=None, on_wait=None):
-        us = 100.0 if spec.knobs.num_vthread_x == 4 else 130.0
-        return Measurement(spec.workload.label(), "cuda", "Fake GPU", Check(True, 0.0, 1e-5, 0, None),
-                           Timing((us, us, us), 100), Timing((2.0,), 100), spec.workload.flops,
-                           spec.workload.compulsory_bytes, 0.0)
-
-    monkeypatch.setattr(measure, "measure", fake_measure)
-    monkeypatch.setattr(panels, "can_measure", lambda: True)
-    at = vthread_tab("dw-blog-vthread-case2")
+    fake_measurements(monkeypatch, lambda spec: 100.0 if spec.knobs.num_vthread_x == 4 else 130.0)
+    at = settle(vthread_tab("dw-blog-vthread-case2"))
     values = [m.value for m in at.metric if m.label == "Latency (median)"]
     # The Explorer's own latency panel (this setting) and the two sides of the tab.
     assert values[-2:] == ["100.00 µs", "130.00 µs"]

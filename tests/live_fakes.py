@@ -1,0 +1,42 @@
+"""A stand-in GPU for app tests: a server (``explorer.live.Live``) whose measurements come
+from a function, warm at once (or when the test says), and a helper to rerun a page once
+the server's queue is empty (what the page's polling does in a browser)."""
+import time
+
+from app import panels, server
+
+
+def fake_measurements(monkeypatch, latency_of, warm_up=None):
+    """A server whose GPU answers ``latency_of(spec)`` µs (None: a wrong result); returns
+    the specs it measured. ``warm_up`` replaces the GPU's warm-up (default: instant)."""
+    from explorer.live import Live
+    from explorer.measure import Check, Measurement, Timing
+
+    calls = []
+
+    def fake_measure(job):
+        spec = job.spec
+        calls.append(spec)
+        us = latency_of(spec)
+        check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
+        timing = Timing((us, us, us), 100) if us is not None else None
+        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, Timing((2.0,), 100),
+                           spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
+
+    live = Live(measure_fn=fake_measure, warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
+    live.builds = server.live().builds  # the real server's compile processes, shared by all tests
+    live.baseline = lambda workload: None
+    live.ready.set()
+    live.warm.finish("Fake GPU")
+    monkeypatch.setattr(server, "live", lambda: live)
+    monkeypatch.setattr(panels, "can_measure", lambda: True)
+    return calls
+
+
+def settle(at, timeout: float = 30):
+    """Rerun ``at`` once the server's GPU queue is empty (what the page's polling does)."""
+    live = server.live()
+    deadline = time.time() + timeout
+    while any(live.scheduler.queue_lengths().values()) and time.time() < deadline:
+        time.sleep(0.01)
+    return at.run()
