@@ -44,13 +44,15 @@ def line_of(source: str, fragment: str) -> int:
 
 
 @pytest.fixture
-def no_toolkit(monkeypatch):
-    """PATH without any nvcc, and nvcc unusable for the fallback: everything must come from pip."""
+def no_toolkit(monkeypatch, tmp_path):
+    """PATH without any nvcc, and nvcc unusable for the fallback: everything must come from
+    pip; an empty cubin cache, so that each test compiles for real."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                            if not os.path.exists(os.path.join(p, "nvcc")))
     monkeypatch.setenv("PATH", path)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(build_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(build_module, "CUDA_CACHE", str(tmp_path))
 
     def no_nvcc(*args, **kwargs):
         raise AssertionError("nvcc must not be used")
@@ -99,8 +101,9 @@ def test_resource_usage_lines():
                                                      "CONSTANT[0]": 548, "TEXTURE": 0}}
 
 
-def test_hand_made_kernel_mix_counted_by_hand(no_toolkit):
+def test_hand_made_kernel_mix_counted_by_hand(no_toolkit, tmp_path):
     (kernel,) = sass.analyze_source(HAND_MADE, "sm_90").kernels
+    assert list(tmp_path.glob("lineinfo/*.bin")), "the cubin is kept in the build's cache"
     mix = kernel.mix
     # line 6: one float4 global load, one float4 shared store; line 8: one float global load;
     # the loop (kept rolled by #pragma unroll 1): a float2 and a float4 shared load, 2 fmaf,
@@ -180,6 +183,26 @@ def test_real_preset_shows_its_vector_shared_loads(no_toolkit):
     assert kernel.mix.bar == 1
 
 
+def test_contiguous_thread_tiles_load_shared_memory_in_vectors(no_toolkit):
+    """8×8 threads, each with a 4×4 tile of neighbouring outputs (vthread case 1), read their
+    inputs as LDS.64/LDS.128; with vthreads the same tile is strided (case 2) and every read
+    is a 32-bit LDS: the same FFMAs, several times the shared-load instructions."""
+    tiled, strided = (sass.analyze_sass(build(get_preset(p).spec, "h100")).kernels[0].mix
+                      for p in ("dw-blog-vthread-case1", "dw-blog-vthread-case2"))
+    assert tiled.ffma == strided.ffma
+    assert tiled.memory["LDS"].get(64, 0) > 0 and strided.memory["LDS"].get(64, 0) == 0
+    assert 2 * sum(tiled.memory["LDS"].values()) < sum(strided.memory["LDS"].values())
+
+
+def test_a_long_thread_strip_goes_to_local_memory(no_toolkit):
+    """Threads case 3 (32 outputs per thread in a column) keeps part of its strip in local
+    memory (a stack frame, LDL/STL), which case 2 (8 outputs) does not."""
+    long_strip, short_strip = (sass.analyze_sass(build(get_preset(p).spec, "h100")).kernels[0]
+                               for p in ("dw-blog-threads-case3", "dw-blog-threads-case2"))
+    assert long_strip.stack_bytes > 0 and long_strip.mix.memory["LDL"] and long_strip.mix.spill_bytes > 0
+    assert short_strip.stack_bytes == 0 and short_strip.mix.spill_bytes == 0
+
+
 def test_unrolling_removes_branches_and_widens_shared_loads(no_toolkit):
     """conv1d v5 with and without its unroll knob: unrolled, the reduction's branches go and
     the four 32-bit shared loads of consecutive taps become one 128-bit load."""
@@ -219,3 +242,12 @@ def test_sass_tab_renders_and_diffs():
     assert_clean(at)
     removed = [line for line in code_text(at, "sass-diff").splitlines() if line.startswith("-")]
     assert any("LDS.128" in line for line in removed)
+
+
+def test_binary_falls_back_to_nvcc_then_to_nothing(monkeypatch):
+    built = build(get_preset("dw-blog-final-96").spec, "h100")
+    monkeypatch.setattr(sass, "missing_tools", lambda: "The SASS view needs nvdisasm.")
+    if nvcc_path() is not None:
+        assert compile_binary(built).tool == "nvcc"
+    monkeypatch.setattr(build_module, "nvcc_path", lambda: None)
+    assert compile_binary(built) is None
