@@ -251,3 +251,19 @@ def test_binary_falls_back_to_nvcc_then_to_nothing(monkeypatch):
         assert compile_binary(built).tool == "nvcc"
     monkeypatch.setattr(build_module, "nvcc_path", lambda: None)
     assert compile_binary(built) is None
+
+
+def test_line_info_changes_nothing_in_the_code(no_toolkit):
+    """The cubin shown is the kernel TVM runs: compiled by TVM's NVRTC path without -lineinfo
+    (and without the #line directives), it has the same instructions and registers."""
+    from tvm.support import nvcc
+
+    built = build(get_preset("dw-blog-threads-case3").spec, "h100")
+    arch = str(built.target.arch)
+    (shown,) = sass.analyze_sass(built).kernels
+    with sass._nvrtc_environment():
+        plain = bytes(nvcc.compile_cuda(built.cuda, target_format="cubin", arch=arch, compiler="nvrtc"))
+    text, usage = sass.disassemble(plain)
+    (instructions,) = sass.parse_sass(text).values()
+    assert [i.text for i in instructions] == [i.text for i in shown.instructions]
+    assert sass.parse_resource_usage(usage)["main_kernel"]["REG"] == shown.registers
