@@ -223,7 +223,7 @@ class Binary:
     tool: str  # "nvrtc" (the cubin, read by cuobjdump and nvdisasm) or "nvcc" (ptxas -v)
     arch: str
     registers: dict  # kernel name -> registers per thread
-    shared_bytes: dict  # kernel name -> static shared bytes
+    shared_bytes: dict  # kernel name -> static shared bytes (a cubin's for sm_90 include the 1 KB reserved)
     spill_bytes: dict  # kernel name -> spill stores + loads in bytes
     log: str
     sass: str

@@ -221,6 +221,9 @@ def test_cli_sass_view(no_toolkit, capsys):
     out = capsys.readouterr().out
     assert out.startswith("kernel main_kernel (sm_90")
     assert "  mix: FFMA 32" in out and "LDS.128" in out
+    (kernel,) = sass.analyze_sass(build(get_preset("dw-blog-final-96").spec, "h100")).kernels
+    assert main(["show", "dw-blog-final-96", "--view", "resources", "--target", "h100"]) == 0
+    assert f"registers/thread {kernel.registers}," in capsys.readouterr().out
 
 
 def test_sass_tab_renders_and_diffs():
