@@ -164,7 +164,7 @@ def _sass_report(built):
 def show_sass(built) -> None:
     """The SASS tab: per kernel its resources, the instruction mix (beside the previous
     try's), and the SASS under the CUDA line of each instruction, or its diff."""
-    from explorer.analysis.sass import sass_text
+    from explorer.analysis.sass import SHARED_NOTE, sass_text
 
     try:
         report = _sass_report(built)
@@ -202,4 +202,5 @@ def show_sass(built) -> None:
             show_code(text, "sass", "sass", f"SASS of {kernel.kernel} for {report.arch}, under its CUDA lines")
     st.caption(f"Compiled and read without a CUDA toolkit: {', '.join(report.tools)}. Counts are static: each "
                "instruction once, however often it runs. LDS/STS/LDG/STG/LDL/STL are split by the bits one thread "
-               "moves (LDS.64: two floats); loop branches jump back to an earlier address, a loop not unrolled.")
+               "moves (LDS.64: two floats); loop branches jump back to an earlier address, a loop not unrolled. "
+               + SHARED_NOTE)

@@ -33,6 +33,8 @@ _BRANCHES = {"BRA", "BRX", "JMP", "JMX"}
 _PADDING = {"NOP"}  # fills the section after the kernel's end
 SOURCE_NAME = "kernel.cu"  # the file name the line info carries
 SOURCE_WIDTH = 120  # CUDA lines longer than this are cut in the SASS text
+SHARED_NOTE = ("Shared memory is the cubin's: the arrays aligned, and on sm_90, for a kernel that uses shared "
+               "memory, 1 KB more that the system reserves per block.")
 
 
 @dataclass(frozen=True)
@@ -369,4 +371,5 @@ def format_sass(report: SassReport, cuda: str) -> str:
         parts.append(f"  mix: {mix_summary(k.mix)}")
         parts.append(sass_text(k, cuda))
         parts.append("")
-    return "\n".join(parts).rstrip()
+    parts.append(f"note: {SHARED_NOTE}")
+    return "\n".join(parts)
