@@ -270,3 +270,17 @@ def test_line_info_changes_nothing_in_the_code(no_toolkit):
     (instructions,) = sass.parse_sass(text).values()
     assert [i.text for i in instructions] == [i.text for i in shown.instructions]
     assert sass.parse_resource_usage(usage)["main_kernel"]["REG"] == shown.registers
+
+
+def test_without_the_tools_one_sentence_says_what_to_install(monkeypatch, capsys):
+    from explorer.cli import main
+    from tests.test_app import app, assert_clean
+
+    reason = "The SASS view needs nvdisasm: pip install -r requirements.txt installs them."
+    monkeypatch.setattr(sass, "missing_tools", lambda: reason)
+    sass.analyze_source.cache_clear()
+    assert main(["show", "conv1d-v5", "--view", "sass", "--target", "h100"]) == 2
+    assert capsys.readouterr().err == f"error: {reason}\n"
+    at = app({"preset": "conv1d-v5"}, view="SASS").run()
+    assert_clean(at)
+    assert [i.value for i in at.info] == [reason]

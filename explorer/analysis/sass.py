@@ -248,9 +248,6 @@ def _run(tool: str, *args: str) -> str:
 
 def disassemble(cubin: bytes) -> tuple[str, str]:
     """(``nvdisasm -g`` SASS with line info, ``cuobjdump --dump-resource-usage``) of a cubin."""
-    reason = missing_tools()
-    if reason:
-        raise ExplorerError(reason)
     with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
@@ -310,6 +307,9 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
 @functools.lru_cache(maxsize=64)
 def analyze_source(cuda: str, arch: str) -> SassReport:
     """The SASS report of a CUDA source compiled for ``arch``."""
+    reason = missing_tools()
+    if reason:
+        raise ExplorerError(reason)
     sass, usage_text = disassemble(compile_cubin(cuda, arch))
     usage = parse_resource_usage(usage_text)
     kernels = []
