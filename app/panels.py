@@ -15,11 +15,11 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from explorer.build import Build, compile_binary, nvcc_path
+from explorer.build import Build, compile_binary
 from explorer import targets
 from explorer.errors import ExplorerError
 
-from . import server, session
+from . import code_view, server, session
 from .session import Try
 
 
@@ -60,27 +60,24 @@ def metrics(built: Build, container=st) -> None:
                    help="Separate kernels round-trip intermediate results through global memory.")
 
 
-def nvcc_on_demand(built: Build):
-    """compile_binary(built) once the user asks (nvcc takes about a second, so a plain knob
-    change never runs it); remembered per CUDA source for the session. None until then."""
-    compiled = st.session_state.setdefault("nvcc", {})
-    if built.cuda in compiled or nvcc_path() is None:
-        return compiled.get(built.cuda)
-    if st.button("Compile with nvcc for registers and spills (about 1 s)", key="ui.nvcc"):
-        with st.spinner("Running nvcc -Xptxas -v …"):
-            try:
-                compiled[built.cuda] = compile_binary(built)
-            except ExplorerError as e:
-                st.error(str(e))
-    return compiled.get(built.cuda)
+def compiled_binary(built: Build):
+    """compile_binary(built): registers, spills and shared memory from the cubin (NVRTC,
+    no toolkit needed; nvcc where NVRTC is missing), or None when neither is installed."""
+    try:
+        with st.spinner("Compiling to a cubin for registers and spills…"):
+            return compile_binary(built)
+    except ExplorerError as e:
+        st.warning(str(e))
+        return None
 
 
 def resources(built: Build) -> None:
     """Threads, shared memory, registers per kernel and the occupancy they allow."""
     analysis, figures = optional("explorer.analysis.resources"), optional("explorer.figures")
-    binary = nvcc_on_demand(built)
-    if binary is None and nvcc_path() is None:
-        st.caption("Registers: not compiled (nvcc is not installed here).")
+    binary = compiled_binary(built)
+    if binary is None:
+        st.caption("Registers: not compiled (neither NVRTC with nvdisasm nor nvcc is installed here; "
+                   "pip install -r requirements.txt brings NVRTC and nvdisasm).")
     try:
         report = analysis.analyze_resources(built, binary)
     except ExplorerError as e:
@@ -224,6 +221,7 @@ def _vthread_latency(side) -> None:
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
 # only when its modules import, so a measurement panel is one function and one line here.
 PANELS = {
+    "SASS": (code_view.show_sass, ("explorer.analysis.sass",)),
     "Tiling": (tiling, ("explorer.analysis.tiling", "explorer.figures")),
     "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
     "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),

@@ -218,12 +218,12 @@ def _first_line(error: Exception) -> str:
 
 @dataclass(frozen=True)
 class Binary:
-    """What ptxas reports for each kernel of the compiled CUDA source."""
+    """What the compiled binary says about each kernel of the CUDA source."""
 
-    tool: str
+    tool: str  # "nvrtc" (the cubin, read by cuobjdump and nvdisasm) or "nvcc" (ptxas -v)
     arch: str
     registers: dict  # kernel name -> registers per thread
-    shared_bytes: dict  # kernel name -> static shared bytes
+    shared_bytes: dict  # kernel name -> static shared bytes (a cubin's for sm_90 include the 1 KB reserved)
     spill_bytes: dict  # kernel name -> spill stores + loads in bytes
     log: str
     sass: str
@@ -236,8 +236,21 @@ def nvcc_path() -> str | None:
 
 
 def compile_binary(built: Build) -> Binary | None:
-    """Compile the CUDA source with nvcc (-Xptxas -v); None when nvcc is missing."""
-    if not built.cuda or nvcc_path() is None:
+    """Registers, shared memory and spills per kernel from the cubin that NVRTC compiles
+    (explorer.analysis.sass, no toolkit needed); nvcc -Xptxas -v where NVRTC or the pip
+    disassembler is missing; None when neither is there."""
+    if not built.cuda:
+        return None
+    from .analysis import sass
+
+    if not sass.missing_tools():
+        report = sass.analyze_sass(built)
+        return Binary(
+            "nvrtc", report.arch, {k.kernel: k.registers for k in report.kernels},
+            {k.kernel: k.shared_bytes for k in report.kernels}, {k.kernel: k.mix.spill_bytes for k in report.kernels},
+            " ".join(report.tools), "\n\n".join(sass.sass_text(k, built.cuda) for k in report.kernels),
+        )
+    if nvcc_path() is None:
         return None
     return _compile_source(built.cuda, built.target.arch)
 

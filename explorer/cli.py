@@ -152,6 +152,16 @@ def _view_vthread(spec, args):
     return format_comparison(comparison), {"vthread": comparison.to_dict()}
 
 
+@view("sass")
+def _view_sass(spec, args):
+    from .analysis.sass import analyze_sass, format_sass
+    from .build import build
+
+    b = build(spec, args.target)
+    report = analyze_sass(b)
+    return format_sass(report, b.cuda), {"sass": report.to_dict()}
+
+
 def cmd_show(args) -> int:
     _, spec = _spec_from_args(args)
     text, data = VIEWS[args.view](spec, args)

@@ -5,5 +5,7 @@
 - :mod:`.tiling` — which block/vthread/thread/iteration computes each output, and the
   input footprint (with halo) of a block and a thread.
 - :mod:`.resources` — threads, shared memory, registers per block and occupancy.
+- :mod:`.sass` — the SASS under each CUDA line, the instruction mix, registers and spills,
+  from the cubin NVRTC compiles (no toolkit needed).
 - :mod:`.ncu` — Nsight Compute's counters for the same kernel, beside the bank model.
 """

@@ -2,8 +2,9 @@
 
 Occupancy = how many blocks of this kernel one SM can hold at once, the minimum of four
 limits: threads (warps) per SM, blocks per SM, shared memory per SM and registers per SM.
-Registers come from the compiled binary (``explorer.build.compile_binary``); without it
-the register limit is reported as unknown ("not compiled").
+Registers come from the compiled binary (``explorer.build.compile_binary``: the cubin that
+NVRTC compiles, read by the pip disassembler, or nvcc's report); without it the register
+limit is reported as unknown ("not compiled").
 """
 from __future__ import annotations
 
@@ -143,6 +144,9 @@ def analyze_resources(built, binary=None) -> ResourceReport:
     notes.append("Occupancy assumes the largest shared-memory carveout and no dynamic shared memory.")
     if binary is None:
         notes.append("Registers are unknown until the kernel is compiled; occupancy ignores the register limit.")
+    else:
+        notes.append(f"Registers and spills: {'the cubin NVRTC compiles' if binary.tool == 'nvrtc' else 'ptxas'} "
+                     f"for {binary.arch}.")
     return ResourceReport(str(built.target.arch), limits, tuple(kernels), tuple(notes))
 
 
