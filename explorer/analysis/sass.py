@@ -196,7 +196,9 @@ def _nvrtc_environment():
         changes = kernel_environment(nvcc=None if pip_cuda_root() is not None else DETECT)
         changes.pop("LD_LIBRARY_PATH", None)
         nvcc = shutil.which("nvcc")
-        if "CUDA_PATH" not in os.environ and "CUDA_PATH" not in changes and nvcc:
+        guessed = os.path.dirname(os.path.dirname(nvcc)) if nvcc else ""  # TVM's guess of the CUDA root
+        if ("CUDA_PATH" not in os.environ and "CUDA_PATH" not in changes and nvcc
+                and not os.path.isfile(os.path.join(guessed, "include", "cuda_runtime.h"))):
             changes["CUDA_PATH"] = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
         saved = {k: os.environ.get(k) for k in changes}
         os.environ.update(changes)

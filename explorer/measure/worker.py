@@ -116,22 +116,8 @@ class LocalWorker:
 
 def _worker_init(root: str) -> None:
     site.addsitedir(root)
-    # The app's processes generate CUDA source only; this one compiles the binaries, with
-    # line info and into the SASS view's disk cache: the kernel that is timed is the cubin
-    # that the SASS and Resources tabs read, compiled once.
+    # The app's processes generate CUDA source only; this one compiles the binaries.
     os.environ.pop("TVM_COMPILE_FORCE_FALLBACK", None)
-    tvm.register_global_func("tvm_callback_cuda_compile", compile_with_line_info, override=True)
-
-
-def compile_with_line_info(code: str, *rest) -> bytes:
-    """TVM's CUDA compile callback in the worker: the SASS view's cubin (NVRTC, -lineinfo)."""
-    from ..analysis.sass import compile_cubin
-
-    target = tvm.target.Target.current(allow_none=True)
-    arch = str(target.attrs.get("arch", "")) if target is not None else ""
-    if not arch:
-        arch = "sm_" + tvm.cuda(0).compute_version.replace(".", "")
-    return compile_cubin(code, arch)
 
 
 def _guarded(fn, *args):
