@@ -194,7 +194,7 @@ def can_measure() -> bool:
 
 def latency(built: Build) -> None:
     """Measure the current setting (checked against NumPy first, then timed) once per
-    setting and device; show it beside the PyTorch baseline and the bandwidth floor, and
+    setting and device; show it beside the PyTorch baseline and on the roofline, and
     this session's tries as a chart."""
     measure = optional("explorer.measure")
     remote = session.remote()
@@ -227,8 +227,9 @@ def latency(built: Build) -> None:
     cols[1].metric("Compute", f"{result.gflops:,.0f} GFLOP/s")
     cols[2].metric("Compulsory traffic", f"{result.gbps:,.0f} GB/s", help="Inputs read once, output written once.")
     if result.percent_of_floor is not None:
-        cols[3].metric("Of the bandwidth floor", f"{result.percent_of_floor:.0f}%",
-                       help=f"A device copy of the compulsory bytes takes {result.floor_us:.2f} µs: 100% is that fast.")
+        cols[3].metric("Of the roofline", f"{result.percent_of_floor:.0f}%",
+                       help=f"The roofline allows {result.floor_us:.2f} µs at best ({result.ceilings.source}): "
+                       "100% is on the roof. The Roofline tab has the picture.")
     baselines = st.session_state.setdefault("baselines", {})
     workload = built.spec.workload
     if workload not in baselines and remote is None:
@@ -239,8 +240,8 @@ def latency(built: Build) -> None:
             except ExplorerError as e:
                 st.error(str(e))
     if result.graph is not None:
-        floor = (f"; {result.graph_percent_of_floor:.0f}% of the floor's copy timed the same way"
-                 if result.graph_floor is not None else "")
+        floor = (f"; {result.graph_percent_of_floor:.0f}% of the roofline"
+                 if result.graph_percent_of_floor is not None else "")
         st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{floor}. "
                    "Back to back, each launch also pays the host's launch cost, which a kernel of a few µs cannot hide.")
     if workload in baselines and baselines[workload].median_us is not None:

@@ -231,6 +231,13 @@ def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
     assert "num_thread_x = 4" in trace.hovertext[1]
 
 
+def fake_ceilings(workload):
+    """Ceilings on which the workload's compulsory bytes take exactly 2 µs (compute is free)."""
+    from explorer.analysis.roofline import Ceilings
+
+    return Ceilings(1e12, workload.compulsory_bytes / 2e3, None, 0, "measured on Fake GPU")
+
+
 def fake_measurements(monkeypatch, latency_of):
     """A GPU that answers ``latency_of(spec)`` µs (None: a wrong result); returns the calls."""
     from explorer import measure
@@ -243,7 +250,7 @@ def fake_measurements(monkeypatch, latency_of):
         us = latency_of(spec)
         check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
         timing = Timing((us, us, us), 100) if us is not None else None
-        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, Timing((2.0,), 100),
+        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
                            spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
 
     monkeypatch.setattr(measure, "measure", fake_measure)
@@ -257,8 +264,8 @@ def test_latency_panel_measures_each_setting_once(monkeypatch):
     assert_clean(at)
     latency = next(m for m in at.metric if m.label == "Latency (median)")
     assert latency.value == "40.00 µs"
-    floor = next(m for m in at.metric if m.label == "Of the bandwidth floor")
-    assert floor.value == "5%"  # a 2 µs copy against 40 µs
+    placement = next(m for m in at.metric if m.label == "Of the roofline")
+    assert placement.value == "5%"  # a 2 µs roofline bound against 40 µs
     at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
     latency = next(m for m in at.metric if m.label == "Latency (median)")
     assert latency.value == "80.00 µs" and latency.delta == "+40.00 µs"
