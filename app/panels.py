@@ -172,12 +172,56 @@ def bank_conflicts(built: Build) -> None:
         st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes)))
 
 
+def roofline(built: Build) -> None:
+    """The workload's intensity under the device's roofs, the current setting's point
+    (measured by the latency panel, else a static estimate) and this session's tries."""
+    analysis, figures = optional("explorer.analysis.roofline"), optional("explorer.figures")
+    measured = _latest_measurement(built)
+    ceilings = _measured_ceilings()
+    try:
+        ceilings = ceilings or analysis.published_ceilings(str(built.target.attrs.get("arch", "")))
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
+                  if t.latency_us is not None and t.spec != built.spec)
+    r = analysis.roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
+    bandwidth, roof = r.roof
+    cols = st.columns(3)
+    cols[0].metric("Arithmetic intensity", f"{r.intensity:.2f} FLOP/B",
+                   help=f"{r.flops:,} FLOPs over {r.compulsory_bytes:,} compulsory bytes (inputs read once, "
+                   "output written once).")
+    cols[1].metric("Attainable", f"{r.attainable_gflops:,.0f} GFLOP/s",
+                   help=f"min(FP32 peak {ceilings.fp32_gflops:,.0f} GFLOP/s, intensity × {roof} {bandwidth:,.0f} GB/s)")
+    cols[2].metric("This setting" if measured else "Static estimate", f"{r.current.percent_of_attainable:.0f}%",
+                   help="Achieved ÷ attainable GFLOP/s." if measured else
+                   "Not measured: placed on the roof, the best any schedule can do.")
+    st.plotly_chart(figures.roofline_figure(r), key="roofline")
+    st.caption(" ".join(r.notes))
+
+
+def _latest_measurement(built: Build):
+    """The latency panel's correct measurement of this setting, or None."""
+    result = st.session_state.get("measurements", {}).get((built.spec, built.target_key, session.remote()))
+    return result if getattr(result, "correct", False) and result.ceilings is not None else None
+
+
+def _measured_ceilings():
+    """The ceilings of this session's device, from any measurement so far (they are
+    measured once per device), or None before the first one."""
+    for result in reversed(list(st.session_state.get("measurements", {}).values())):
+        if getattr(result, "ceilings", None) is not None:
+            return result.ceilings
+    return None
+
+
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
 # only when its modules import, so a measurement panel is one function and one line here.
 PANELS = {
     "Tiling": (tiling, ("explorer.analysis.tiling", "explorer.figures")),
     "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
     "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),
+    "Roofline": (roofline, ("explorer.analysis.roofline", "explorer.figures")),
 }
 
 

@@ -66,3 +66,60 @@ def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
     assert (h100.fp32_gflops, h100.hbm_gbps, h100.l2_gbps) == (66_900, 3_350, None) and not h100.measured
     with pytest.raises(ExplorerError, match="No published figures for sm_70"):
         published_ceilings("sm_70")
+
+
+def test_figure_draws_the_roofs_the_point_and_the_tries():
+    from explorer.figures import roofline_figure
+
+    w = get_preset("dw-blog-final-96").spec.workload
+    r = roofline(w, CEILINGS, latency_us=100.0, tries=(("try 1", w, 200.0),))
+    figure = roofline_figure(r)
+    names = [t.name for t in figure.data]
+    assert names == ["HBM 100 GB/s", "L2-resident 400 GB/s", "FP32 peak 1,000 GFLOP/s", "this session's tries",
+                     "this setting (measured)"]
+    hbm = figure.data[0]
+    assert hbm.x[1] == pytest.approx(10.0) and hbm.y[1] == 1000.0  # meets the peak at the ridge, 1000 / 100
+    assert figure.data[-1].y[0] == pytest.approx(w.flops / 100.0 / 1e3)
+    assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
+    # Published figures: no L2 roof.
+    assert [t.name for t in roofline_figure(roofline(w, published_ceilings("sm_80"))).data][:2] == [
+        "HBM 2,039 GB/s", "FP32 peak 19,500 GFLOP/s"]
+
+
+def test_cli_view_roofline_json_for_a_target_without_a_gpu(capsys):
+    from explorer.cli import main
+
+    assert main(["show", "dw-blog-final-96", "--view", "roofline", "--target", "sm_90a", "--json"]) == 0
+    data = __import__("json").loads(capsys.readouterr().out)["roofline"]
+    assert data["current"]["kind"] == STATIC and data["ceilings"]["fp32_gflops"] == 66_900
+    assert data["intensity_flop_per_byte"] == pytest.approx(42_467_328 / 18_883_584)
+
+
+# -- the app's Roofline tab ------------------------------------------------------------------
+
+
+def test_roofline_tab_without_a_gpu_shows_the_static_estimate():
+    from test_app import app, assert_clean
+
+    at = app({"preset": "dw-blog-final-96"}, view="Roofline").run()
+    assert_clean(at)
+    estimate = next(m for m in at.metric if m.label == "Static estimate")
+    assert estimate.value == "100%"
+    intensity = next(m for m in at.metric if m.label == "Arithmetic intensity")
+    assert intensity.value == "2.25 FLOP/B"
+    assert any("published figures for H100 SXM" in c.value for c in at.caption)
+
+
+def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
+    from test_app import THREAD_X, app, assert_clean, fake_measurements
+
+    fake_measurements(monkeypatch, lambda spec: 800 / spec.knobs.num_thread_x)  # 50 µs, then 100 µs
+    at = app({"preset": "dw-blog-final-96"}, view="Roofline").run()
+    assert_clean(at)
+    assert next(m for m in at.metric if m.label == "This setting").value == "4%"  # 2 µs bound over 50 µs
+    at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    assert_clean(at)
+    assert next(m for m in at.metric if m.label == "This setting").value == "2%"  # 2 µs over 100 µs
+    figure = at.get("plotly_chart")[-1]
+    assert "this session's tries" in figure.proto.spec  # the first setting, as a try
+    assert any("measured on Fake GPU" in c.value for c in at.caption)

@@ -163,18 +163,35 @@ def roofline(workload, ceilings: Ceilings, latency_us: float | None = None,
     slower). ``tries``: (label, workload, latency µs) of this session's measured settings,
     each placed at its own workload's intensity."""
     flops, nbytes = workload.flops, workload.compulsory_bytes
-    _, roof = ceilings.bandwidth_for(nbytes)
+    fits = nbytes <= ceilings.l2_bytes
     notes = [f"Ceilings: {ceilings.source}.",
-             f"Roof for this workload: {roof} ({nbytes / MB:.1f} MiB of compulsory traffic "
-             f"{'fits' if roof == 'L2-resident' else 'does not fit'} in the {ceilings.l2_bytes / MB:.0f} MiB L2)."]
+             f"{nbytes / MB:.1f} MiB of compulsory traffic {'fit' if fits else 'do not fit'} in the "
+             f"{ceilings.l2_bytes / MB:.0f} MiB L2: the roof is {ceilings.bandwidth_for(nbytes)[1]}."]
     if ceilings.l2_gbps is None:
-        notes.append("No L2 roof: vendors do not publish the L2's bandwidth; it is measured on a GPU.")
+        notes.append("No L2 roof: vendors do not publish the L2's bandwidth; it is measured on a GPU."
+                     + (" This workload fits in L2, so kernels launched back to back can beat the HBM roof."
+                        if fits else ""))
     if latency_us is None:
-        current = point("this setting (static estimate)", flops, nbytes, bound_us(ceilings, flops, nbytes), ceilings,
-                        STATIC)
+        current = point("this setting", flops, nbytes, bound_us(ceilings, flops, nbytes), ceilings, STATIC)
         notes.append("Static estimate: without a measurement the setting is placed on the roof, the best any "
                      "schedule of this workload can do; a measured kernel sits below it.")
     else:
         current = point("this setting", flops, nbytes, latency_us, ceilings)
     placed = tuple(point(label, w.flops, w.compulsory_bytes, us, ceilings) for label, w, us in tries)
     return Roofline(workload.label(), flops, nbytes, ceilings, current, placed, tuple(notes))
+
+
+def format_roofline(r: Roofline) -> str:
+    """The roofline as text (``python -m explorer show … --view roofline``)."""
+    c = r.ceilings
+    bandwidth, roof = r.roof
+    lines = [f"{r.workload}: {r.flops:,} FLOPs over {r.compulsory_bytes:,} compulsory bytes = "
+             f"{r.intensity:.2f} FLOP/byte",
+             f"ceilings ({c.source}): FP32 {c.fp32_gflops:,.0f} GFLOP/s, HBM {c.hbm_gbps:,.0f} GB/s, "
+             f"L2-resident {'—' if c.l2_gbps is None else f'{c.l2_gbps:,.0f} GB/s'}",
+             f"roof: {roof} at {bandwidth:,.0f} GB/s, ridge at {r.ridge(bandwidth):.1f} FLOP/byte; attainable "
+             f"{r.attainable_gflops:,.0f} GFLOP/s ({'memory' if r.intensity < r.ridge(bandwidth) else 'compute'}-bound)"]
+    for p in (r.current, *r.tries):
+        lines.append(f"{p.label} ({p.kind}): {p.latency_us:.2f} µs, {p.gflops:,.0f} GFLOP/s, "
+                     f"{p.percent_of_attainable:.0f}% of attainable")
+    return "\n".join(lines + list(r.notes))
