@@ -185,12 +185,13 @@ def format_roofline(r: Roofline) -> str:
     """The roofline as text (``python -m explorer show … --view roofline``)."""
     c = r.ceilings
     bandwidth, roof = r.roof
+    bound_by = "memory" if r.intensity < r.ridge(bandwidth) else "compute"
     lines = [f"{r.workload}: {r.flops:,} FLOPs over {r.compulsory_bytes:,} compulsory bytes = "
              f"{r.intensity:.2f} FLOP/byte",
              f"ceilings ({c.source}): FP32 {c.fp32_gflops:,.0f} GFLOP/s, HBM {c.hbm_gbps:,.0f} GB/s, "
              f"L2-resident {'—' if c.l2_gbps is None else f'{c.l2_gbps:,.0f} GB/s'}",
              f"roof: {roof} at {bandwidth:,.0f} GB/s, ridge at {r.ridge(bandwidth):.1f} FLOP/byte; attainable "
-             f"{r.attainable_gflops:,.0f} GFLOP/s ({'memory' if r.intensity < r.ridge(bandwidth) else 'compute'}-bound)"]
+             f"{r.attainable_gflops:,.0f} GFLOP/s ({bound_by}-bound)"]
     for p in (r.current, *r.tries):
         lines.append(f"{p.label} ({p.kind}): {p.latency_us:.2f} µs, {p.gflops:,.0f} GFLOP/s, "
                      f"{p.percent_of_attainable:.0f}% of attainable")
