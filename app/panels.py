@@ -215,6 +215,63 @@ def _measured_ceilings():
     return None
 
 
+def counters(built: Build) -> None:
+    """Nsight Compute's counters of one launch of this setting, each beside the static
+    model's prediction, with agreement flagged; without ncu or a GPU, how to get them."""
+    ncu = optional("explorer.analysis.ncu")
+    if not built.kernels:
+        st.caption("A CPU build has no kernel to profile.")
+        return
+    if ncu.ncu_path() is None or targets.local_gpu_target() is None:
+        missing = "Nsight Compute (ncu)" if ncu.ncu_path() is None else "a local NVIDIA GPU"
+        st.info(f"The counters need {missing} on the machine that runs this app. {ncu.HOW_TO_GET_NCU} "
+                "The bank, resource and roofline tabs show the static models meanwhile.")
+        return
+    profiles = st.session_state.setdefault("ncu_profiles", {})
+    key = (built.spec, built.target_key)
+    if key not in profiles:
+        if not st.button("Profile one launch with Nsight Compute (10–30 s)", key="ui.ncu",
+                         help="ncu replays the kernel once per group of counters; the kernel is compiled with nvcc, "
+                              "as the PTX the bank model reads."):
+            return
+        with st.spinner("Running ncu on one launch of this setting…"):
+            try:
+                profiles[key] = ncu.profile(built.spec, metrics=ncu.PANEL_METRICS)
+            except ExplorerError as e:
+                profiles[key] = str(e)
+    result = profiles[key]
+    if isinstance(result, str):
+        st.error(result)
+        return
+    for kernel, model in ncu.static_model(built, _measured_ceilings()).items():
+        launch = ncu.launch_of(result, kernel)
+        if launch is None:
+            st.warning(f"Nsight Compute profiled no launch of {kernel}.")
+            continue
+        rows = ncu.counter_rows(launch, model)
+        st.dataframe([{"counter": r.name, "Nsight Compute": _counter_value(r.measured, r.unit),
+                       "model": _counter_value(r.model, r.unit), "agreement": _agreement(r), "note": r.note,
+                       "metric": r.metric} for r in rows], hide_index=True, key=f"counters-{kernel}")
+        if any(r.metric == ncu.METRICS["load", "conflicts"] and r.agrees is False for r in rows):
+            st.caption(ncu.PTXAS_NOTE)
+
+
+def _counter_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ns":
+        return f"{value / 1e3:,.2f} µs"
+    if unit == "%":
+        return f"{value:.1f}%"
+    return f"{value:,.0f}" + (" B" if unit == "B" else "")
+
+
+def _agreement(row) -> str:
+    if row.agrees is None:
+        return ""
+    return {"equal": ("agree", "DISAGREE"), "bound": ("consistent", "INCONSISTENT")}[row.kind][0 if row.agrees else 1]
+
+
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
 # only when its modules import, so a measurement panel is one function and one line here.
 PANELS = {
@@ -222,6 +279,7 @@ PANELS = {
     "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
     "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),
     "Roofline": (roofline, ("explorer.analysis.roofline", "explorer.figures")),
+    "Counters": (counters, ("explorer.analysis.ncu", "explorer.analysis.banks", "explorer.analysis.resources")),
 }
 
 
