@@ -249,27 +249,11 @@ def counters(built: Build) -> None:
             st.warning(f"Nsight Compute profiled no launch of {kernel}.")
             continue
         rows = ncu.counter_rows(launch, model)
-        st.dataframe([{"counter": r.name, "Nsight Compute": _counter_value(r.measured, r.unit),
-                       "model": _counter_value(r.model, r.unit), "agreement": _agreement(r), "note": r.note,
-                       "metric": r.metric} for r in rows], hide_index=True, key=f"counters-{kernel}")
+        st.dataframe([{"counter": r.name, "Nsight Compute": r.text(r.measured), "model": r.text(r.model),
+                       "agreement": r.verdict, "note": r.note, "metric": r.metric} for r in rows],
+                     hide_index=True, key=f"counters-{kernel}")
         if any(r.metric == ncu.METRICS["load", "conflicts"] and r.agrees is False for r in rows):
             st.caption(ncu.PTXAS_NOTE)
-
-
-def _counter_value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "ns":
-        return f"{value / 1e3:,.2f} µs"
-    if unit == "%":
-        return f"{value:.1f}%"
-    return f"{value:,.0f}" + (" B" if unit == "B" else "")
-
-
-def _agreement(row) -> str:
-    if row.agrees is None:
-        return ""
-    return {"equal": ("agree", "DISAGREE"), "bound": ("consistent", "INCONSISTENT")}[row.kind][0 if row.agrees else 1]
 
 
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered

@@ -259,6 +259,24 @@ class CounterRow:
     agrees: bool | None  # None: nothing to compare
     note: str = ""
 
+    def text(self, value: float | None) -> str:
+        """``value`` (the measured or the model's) in this row's unit, for a table."""
+        if value is None:
+            return "n/a"
+        if self.unit == "ns":
+            return f"{value / 1e3:,.2f} µs"
+        if self.unit == "%":
+            return f"{value:.1f}%"
+        return f"{value:,.0f}" + (" B" if self.unit == "B" else "")
+
+    @property
+    def verdict(self) -> str:
+        """"agree"/"DISAGREE" for equal counts, "consistent"/"INCONSISTENT" for a bound, "" otherwise."""
+        if self.agrees is None:
+            return ""
+        words = {EQUAL: ("agree", "DISAGREE"), BOUND: ("consistent", "INCONSISTENT")}[self.kind]
+        return words[0 if self.agrees else 1]
+
 
 @dataclass(frozen=True)
 class StaticModel:
