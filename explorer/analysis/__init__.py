@@ -6,4 +6,6 @@
   input footprint (with halo) of a block and a thread.
 - :mod:`.resources` — threads, shared memory, registers per block and occupancy.
 - :mod:`.ncu` — Nsight Compute's counters for the same kernel, beside the bank model.
+- :mod:`.roofline` — arithmetic intensity, the device's ceilings (measured or published),
+  attainable performance and where a setting sits.
 """
