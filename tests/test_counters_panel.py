@@ -136,3 +136,21 @@ def test_counters_of_a_real_launch_beside_the_model():
     rows = ncu.counter_rows(launch, models["main_kernel"])
     assert all(r.measured is not None for r in rows), [r.metric for r in rows if r.measured is None]
     assert launch.get("load", "requests") > 0 and launch.metrics[ncu.DURATION] > 0
+
+
+@pytest.mark.gpu
+def test_counters_panel_on_a_gpu_with_ncu(monkeypatch):
+    from app import panels
+    from test_app import app, assert_clean
+
+    if ncu.ncu_path() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    monkeypatch.setattr(panels, "can_measure", lambda: False)  # the counters only, not the latency panel
+    at = app({"preset": PRESET}, view="Counters").run()
+    assert_clean(at)
+    at.button(key="ui.ncu").click().run(timeout=600)
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert "n/a" not in list(table["Nsight Compute"])
+    assert set(table["metric"]) == set(ncu.PANEL_METRICS) - {ncu.METRICS["load", "requests"],
+                                                               ncu.METRICS["store", "requests"]}
