@@ -253,7 +253,7 @@ def counters(built: Build) -> None:
                        "agreement": r.verdict, "note": r.note, "metric": r.metric} for r in rows],
                      hide_index=True, key=f"counters-{kernel}")
         if any(r.metric == ncu.METRICS["load", "conflicts"] and r.agrees is False for r in rows):
-            st.caption(ncu.PTXAS_NOTE)
+            st.caption(f"{ncu.instruction_mix(built, kernel)} {ncu.PTXAS_NOTE}")
 
 
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered

@@ -34,7 +34,8 @@ from explorer.analysis.accesses import kernel_accesses  # noqa: E402
 from explorer.analysis.banks import ASSUMPTIONS, analyze_banks  # noqa: E402
 from explorer.analysis.compiled import compiled_report  # noqa: E402
 from explorer.analysis.ncu import (PANEL_METRICS, PTXAS_NOTE, compare, counter_rows, launch_of,  # noqa: E402
-                                   ncu_path, profile, shared_instructions, static_model)
+                                   ncu_path, profile, sass_shared_instructions, shared_instructions,
+                                   static_model)
 from explorer.build import Spec, build  # noqa: E402
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs  # noqa: E402
 from explorer.workloads import DepthwiseConv2d  # noqa: E402
@@ -68,6 +69,7 @@ def measure(setting, with_ncu: bool) -> dict:
     built = build(spec)
     scalar = analyze_banks(built)
     ptx = shared_instructions(built.cuda, built.target.arch)
+    sass = sass_shared_instructions(built.cuda, built.target.arch)
     compiled, plans = compiled_report(kernel_accesses(built.device_mod), ptx)
     counters = profile(spec, metrics=PANEL_METRICS) if with_ncu else []
     panel = []
@@ -75,7 +77,7 @@ def measure(setting, with_ncu: bool) -> dict:
         launch = launch_of(counters, kernel)
         panel += counter_rows(launch, model) if launch is not None else []
     return {"setting": setting, "arch": str(built.target.arch), "scalar": scalar, "compiled": compiled,
-            "plans": plans, "ptx": ptx, "counters": counters, "panel": panel,
+            "plans": plans, "ptx": ptx, "sass": sass, "counters": counters, "panel": panel,
             "vs_scalar": compare(scalar, counters), "vs_compiled": compare(compiled, counters)}
 
 
@@ -93,6 +95,10 @@ def setting_section(result: dict) -> list[str]:
         match = "n/a" if distance is None else ("exact" if distance == 0 else f"off by {distance} instructions")
         lines.append(f"PTX shared instructions of `{kernel}` ({result['arch']}): {kinds}; unrolling plan: {described} "
                      f"(static counts {match}).")
+        sass = result["sass"].get(kernel)
+        if sass:
+            lines += ["", f"SASS shared instructions (what ptxas emitted, what ncu counts): "
+                          f"{', '.join(f'{k} × {n}' for k, n in sorted(sass.items()))}."]
     lines += ["", "| kernel | op | counter | TIR model | as compiled | ncu | TIR vs ncu | compiled vs ncu |",
               "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
     for s, c in zip(result["vs_scalar"], result["vs_compiled"]):

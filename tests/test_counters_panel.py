@@ -71,6 +71,45 @@ def test_scalar_loads_at_a_34_word_stride_conflict_2_way_and_64_bit_ones_do_not(
     assert "11,520" in ncu.PTXAS_NOTE and "(32, 1)" in ncu.PTXAS_NOTE
 
 
+# Lines of `nvdisasm -c` and `cuobjdump -sass` output (the (32, 1) kernel's first loads).
+NVDISASM = """
+//--------------------- .text.main_kernel         --------------------------
+        .section        .text.main_kernel,"ax",@progbits
+.text.main_kernel:
+        /*0980*/              @!P0 STS [R11], R0 ;
+        /*09a0*/                   LDS.64 R2, [R10] ;
+        /*09b0*/                   LDS.128 R4, [R19+0x1240] ;
+        /*0bb0*/                   LDS R9, [R2+-0x88] ;
+        /*0bd0*/                   LDS.64 R10, [R2+-0x84] ;
+"""
+CUOBJDUMP = """
+        code for sm_90a
+                Function : main_kernel
+        /*09a0*/                   LDS.64 R2, [R10] ;          /* 0x0000000a0a027984 */
+                Function : main_kernel_1
+        /*0bb0*/                   LDS R9, [R2+-0x88] ;        /* 0xffff780002097984 */
+"""
+
+
+def test_sass_shared_instructions_are_counted_per_kernel():
+    assert ncu.sass_counts(NVDISASM) == {"main_kernel": {"LDS": 1, "LDS.128": 1, "LDS.64": 2, "STS": 1}}
+    assert ncu.sass_counts(CUOBJDUMP) == {"main_kernel": {"LDS.64": 1}, "main_kernel_1": {"LDS": 1}}
+
+
+def test_instruction_mix_of_the_32_by_1_kernel():
+    from explorer.build import nvcc_path
+
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    line = ncu.instruction_mix(build(get_preset(PRESET).spec), "main_kernel")
+    assert "PTX ld.f32 × 4, ld.v2.f32 × 6, ld.v4.f32 × 2, st.f32 × 5" in line
+    if ncu.disassembler() is None:
+        assert "SASS not disassembled" in line
+    else:  # ptxas re-pairs the loads: scalar LDS where the PTX has ld.shared.v2
+        sass = ncu.sass_shared_instructions(build(get_preset(PRESET).spec).cuda, "sm_90a")["main_kernel"]
+        assert sass["LDS"] > 4 and sass["LDS.64"] > 6
+
+
 def test_the_preset_is_the_blogs_32_by_1_setting():
     knobs = get_preset(PRESET).spec.knobs
     assert (knobs.num_thread_y, knobs.num_thread_x, knobs.num_vthread_y, knobs.num_vthread_x) == (32, 1, 1, 1)

@@ -386,23 +386,93 @@ def shared_instructions(cuda_source: str, arch: str) -> dict:
 _PTX_ENTRY = re.compile(r"\.entry\s+(\w+)")
 
 
+def _nvcc_output(nvcc: str, source: str, arch: str, kind: str, tmp: str) -> str:
+    """Compile ``source`` with nvcc to ``kind`` ("ptx" or "cubin") in ``tmp``; the path."""
+    src, out = os.path.join(tmp, "kernel.cu"), os.path.join(tmp, f"kernel.{kind}")
+    Path(src).write_text(source)
+    proc = subprocess.run([nvcc, f"--{kind}", f"-arch={arch}", "-O3", "-o", out, src],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise ExplorerError(f"nvcc could not compile the generated CUDA to {kind.upper()}: {last[0]}")
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def _ptx_counts(nvcc: str, source: str, arch: str) -> tuple:
     with tempfile.TemporaryDirectory(prefix="explorer-ptx-") as tmp:
-        src, ptx = os.path.join(tmp, "kernel.cu"), os.path.join(tmp, "kernel.ptx")
-        Path(src).write_text(source)
-        proc = subprocess.run([nvcc, "--ptx", f"-arch={arch}", "-O3", "-o", ptx, src],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
-            raise ExplorerError(f"nvcc could not compile the generated CUDA to PTX: {last[0]}")
-        text = Path(ptx).read_text()
+        text = Path(_nvcc_output(nvcc, source, arch, "ptx", tmp)).read_text()
     out = []
     pieces = _PTX_ENTRY.split(text)  # [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(pieces[1::2], pieces[2::2]):
         counts = Counter(f"{op}.{vec}.{ty}" if vec else f"{op}.{ty}" for op, vec, ty in _PTX_SHARED.findall(body))
         out.append((name, tuple(sorted(counts.items()))))
     return tuple(out)
+
+
+
+# -- what ptxas emitted (SASS) -----------------------------------------------------------
+
+_SASS_SHARED = re.compile(r"\b(LDS|STS)((?:\.[A-Z0-9]+)*)\b")
+# A function starts at ".text.NAME:" (nvdisasm -c) or "Function : NAME" (cuobjdump -sass).
+_SASS_FUNCTION = re.compile(r"^(?:\.text\.(\w+):|\s*Function : (\w+))", re.M)
+
+
+def disassembler() -> str | None:
+    """nvdisasm (or cuobjdump) of the CUDA toolkit, or None."""
+    for name in ("nvdisasm", "cuobjdump"):
+        found = shutil.which(name) or next((p for p in (f"/usr/local/cuda/bin/{name}",) if os.path.exists(p)), None)
+        if found:
+            return found
+    return None
+
+
+def sass_counts(sass: str) -> dict:
+    """Static shared loads/stores per kernel in a disassembly (``nvdisasm -c`` or
+    ``cuobjdump -sass``): {kernel: {"LDS": 16, "LDS.64": 24, "LDS.128": 2, "STS": 5}}."""
+    starts = list(_SASS_FUNCTION.finditer(sass))
+    out = {}
+    for start, end in zip(starts, [*starts[1:], None], strict=True):
+        body = sass[start.end():end.start() if end else len(sass)]
+        counts = Counter(op + suffix for op, suffix in _SASS_SHARED.findall(body))
+        out[start.group(1) or start.group(2)] = dict(sorted(counts.items()))
+    return out
+
+
+def sass_shared_instructions(cuda_source: str, arch: str) -> dict:
+    """The shared loads/stores of the SASS that ptxas makes from ``cuda_source`` (what the
+    GPU runs and Nsight Compute counts); {} without nvcc or a disassembler. Beside the
+    PTX's (:func:`shared_instructions`) it shows what ptxas re-unrolled or re-paired."""
+    from ..build import nvcc_path
+
+    nvcc, tool = nvcc_path(), disassembler()
+    if not cuda_source or nvcc is None or tool is None:
+        return {}
+    return {k: dict(v) for k, v in _sass(nvcc, tool, cuda_source, arch)}
+
+
+@functools.lru_cache(maxsize=64)
+def _sass(nvcc: str, tool: str, source: str, arch: str) -> tuple:
+    with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
+        cubin = _nvcc_output(nvcc, source, arch, "cubin", tmp)
+        flags = ["-c"] if tool.endswith("nvdisasm") else ["-sass"]
+        proc = subprocess.run([tool, *flags, cubin], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise ExplorerError(f"{os.path.basename(tool)} could not disassemble the kernel: "
+                            f"{(proc.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return tuple((k, tuple(v.items())) for k, v in sass_counts(proc.stdout).items())
+
+
+
+def instruction_mix(built, kernel: str) -> str:
+    """One line: the shared instructions of ``kernel`` in the PTX and in the SASS."""
+    def listed(counts: dict) -> str:
+        return ", ".join(f"{k} × {n}" for k, n in sorted(counts.items())) or "none"
+
+    ptx = shared_instructions(built.cuda, built.target.arch).get(kernel)
+    sass = sass_shared_instructions(built.cuda, built.target.arch).get(kernel)
+    return (f"Shared instructions of {kernel}: PTX {listed(ptx) if ptx is not None else 'not compiled (no nvcc)'}; "
+            f"SASS {listed(sass) if sass is not None else 'not disassembled (no nvdisasm or cuobjdump)'}.")
 
 
 if __name__ == "__main__":
