@@ -58,8 +58,9 @@ LOG_PATH = Path(tempfile.gettempdir()) / "explorer-measure-worker.log"
 
 @dataclass(frozen=True)
 class Job:
-    """What the worker measures: a template spec or a hand-made IRModule (tests), for a workload (inputs and reference), on a target given by name ("auto" is
-    resolved in the worker: its GPU)."""
+    """What the worker measures: a template spec or a hand-made IRModule (tests), for a
+    workload (inputs and reference), on a target given by name ("auto" is resolved in the
+    worker: its GPU)."""
 
     kernel: Spec | tvm.IRModule
     workload: Workload
