@@ -63,7 +63,8 @@ def test_without_a_measurement_the_point_is_a_static_estimate_on_the_roof():
 def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
     assert set(PUBLISHED_GPUS) == {"sm_90", "sm_80", "sm_75", "sm_89"}
     h100 = published_ceilings("sm_90a")
-    assert (h100.fp32_gflops, h100.hbm_gbps, h100.l2_gbps) == (66_900, 3_350, None) and not h100.measured
+    assert (h100.fp32_gflops, h100.hbm_gbps, h100.l2_gbps) == (67_000, 3_350, None) and not h100.measured
+    assert "GDDR6" in published_ceilings("sm_75").source  # the T4's "HBM" roof is its GDDR6
     with pytest.raises(ExplorerError, match="No published figures for sm_70"):
         published_ceilings("sm_70")
 
@@ -91,7 +92,7 @@ def test_cli_view_roofline_json_for_a_target_without_a_gpu(capsys):
 
     assert main(["show", "dw-blog-final-96", "--view", "roofline", "--target", "sm_90a", "--json"]) == 0
     data = __import__("json").loads(capsys.readouterr().out)["roofline"]
-    assert data["current"]["kind"] == STATIC and data["ceilings"]["fp32_gflops"] == 66_900
+    assert data["current"]["kind"] == STATIC and data["ceilings"]["fp32_gflops"] == 67_000
     assert data["intensity_flop_per_byte"] == pytest.approx(42_467_328 / 18_883_584)
 
 

@@ -54,6 +54,7 @@ class Ceilings:
 class PublishedGPU:
     name: str
     fp32_gflops: float
+    memory: str  # the device memory behind the "HBM" roof
     hbm_gbps: float
     l2_bytes: int
     reference: str  # the document the figures are from
@@ -63,10 +64,11 @@ MB = 1024 * 1024
 # Vendors' datasheet figures (boost clocks; dense FP32 on the CUDA cores, no tensor cores).
 # None of them publishes the L2 cache's bandwidth, so published ceilings have no L2 roof.
 PUBLISHED_GPUS = {
-    "sm_90": PublishedGPU("H100 SXM", 66_900, 3_350, 50 * MB, "NVIDIA H100 Tensor Core GPU datasheet"),
-    "sm_80": PublishedGPU("A100 SXM 80GB", 19_500, 2_039, 40 * MB, "NVIDIA A100 Tensor Core GPU datasheet"),
-    "sm_75": PublishedGPU("Tesla T4", 8_100, 320, 4 * MB, "NVIDIA T4 Tensor Core GPU datasheet"),
-    "sm_89": PublishedGPU("GeForce RTX 4090", 82_580, 1_008, 72 * MB, "NVIDIA Ada GPU architecture whitepaper"),
+    "sm_90": PublishedGPU("H100 SXM", 67_000, "HBM3", 3_350, 50 * MB, "NVIDIA H100 Tensor Core GPU datasheet"),
+    "sm_80": PublishedGPU("A100 SXM 80GB", 19_500, "HBM2e", 2_039, 40 * MB, "NVIDIA A100 Tensor Core GPU datasheet"),
+    "sm_75": PublishedGPU("Tesla T4", 8_100, "GDDR6", 320, 4 * MB, "NVIDIA T4 Tensor Core GPU datasheet"),
+    "sm_89": PublishedGPU("GeForce RTX 4090", 82_580, "GDDR6X", 1_008, 72 * MB,
+                          "NVIDIA Ada GPU architecture whitepaper"),
 }
 
 
@@ -78,7 +80,7 @@ def published_ceilings(arch: str) -> Ceilings:
         raise ExplorerError(f"No published figures for {arch or 'this target'}; the table covers "
                             f"{', '.join(f'{a} ({g.name})' for a, g in PUBLISHED_GPUS.items())}. Measure on a GPU.")
     return Ceilings(gpu.fp32_gflops, gpu.hbm_gbps, None, gpu.l2_bytes,
-                    f"{PUBLISHED} figures for {gpu.name} ({gpu.reference})")
+                    f"{PUBLISHED} figures for {gpu.name}, {gpu.memory} ({gpu.reference})")
 
 
 def intensity(flops: int, compulsory_bytes: int) -> float:
