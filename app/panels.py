@@ -218,6 +218,88 @@ def _vthread_latency(side) -> None:
         st.metric("Latency (median)", f"{job.result.median_us:.2f} µs", help=job.result.device)
 
 
+def roofline(built: Build) -> None:
+    """The workload's intensity under the device's roofs, the current setting's point
+    (measured by the latency panel, else a static estimate) and this session's tries."""
+    analysis, figures = optional("explorer.analysis.roofline"), optional("explorer.figures")
+    measured = _latest_measurement(built)
+    ceilings = _measured_ceilings()
+    try:
+        ceilings = ceilings or analysis.published_ceilings(str(built.target.attrs.get("arch", "")))
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
+                  if t.latency_us is not None and t.spec != built.spec)
+    r = analysis.roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
+    bandwidth, roof = r.roof
+    cols = st.columns(3)
+    cols[0].metric("Arithmetic intensity", f"{r.intensity:.2f} FLOP/B",
+                   help=f"{r.flops:,} FLOPs over {r.compulsory_bytes:,} compulsory bytes (inputs read once, "
+                   "output written once).")
+    cols[1].metric("Attainable", f"{r.attainable_gflops:,.0f} GFLOP/s",
+                   help=f"min(FP32 peak {ceilings.fp32_gflops:,.0f} GFLOP/s, intensity × {roof} {bandwidth:,.0f} GB/s)")
+    cols[2].metric("This setting" if measured else "Static estimate", f"{r.current.percent_of_attainable:.0f}%",
+                   help="Achieved ÷ attainable GFLOP/s." if measured else
+                   "Not measured: placed on the roof, the best any schedule can do.")
+    st.plotly_chart(figures.roofline_figure(r), key="roofline")
+    st.caption(" ".join(r.notes))
+
+
+def _latest_measurement(built: Build):
+    """The server's correct measurement of this setting (the latency panel's), or None."""
+    result = server.live().scheduler.result(built.spec, session.target(), session.remote())
+    return result if getattr(result, "correct", False) and result.ceilings is not None else None
+
+
+def _measured_ceilings():
+    """The ceilings of the local device from any measurement so far (they are measured
+    once per device), or None before the first one."""
+    result = server.live().scheduler.latest(lambda r: getattr(r, "ceilings", None) is not None)
+    return result.ceilings if result is not None else None
+
+
+def counters(built: Build) -> None:
+    """Nsight Compute's counters of one launch of this setting, each beside the static
+    model's prediction, with agreement flagged; without ncu or a GPU, how to get them."""
+    ncu = optional("explorer.analysis.ncu")
+    if not built.kernels:
+        st.caption("A CPU build has no kernel to profile.")
+        return
+    if ncu.ncu_path() is None or targets.local_gpu_target() is None:
+        missing = "Nsight Compute (ncu)" if ncu.ncu_path() is None else "a local NVIDIA GPU"
+        st.info(f"The counters need {missing} on the machine that runs this app. {ncu.HOW_TO_GET_NCU} "
+                "The bank, resource and roofline tabs show the static models meanwhile.")
+        return
+    profiles = st.session_state.setdefault("ncu_profiles", {})
+    key = (built.spec, built.target_key)
+    if key not in profiles:
+        if not st.button("Profile one launch with Nsight Compute (10–30 s)", key="ui.ncu",
+                         help="ncu replays the kernel once per group of counters; the kernel is compiled with nvcc, "
+                              "as the PTX the bank model reads."):
+            return
+        with st.spinner("Running ncu on one launch of this setting…"):
+            try:
+                profiles[key] = ncu.profile(built.spec, metrics=ncu.PANEL_METRICS)
+            except ExplorerError as e:
+                profiles[key] = str(e)
+    result = profiles[key]
+    if isinstance(result, str):
+        st.error(result)
+        return
+    for kernel, model in ncu.static_model(built, _measured_ceilings()).items():
+        launch = ncu.launch_of(result, kernel)
+        if launch is None:
+            st.warning(f"Nsight Compute profiled no launch of {kernel}.")
+            continue
+        rows = ncu.counter_rows(launch, model)
+        st.dataframe([{"counter": r.name, "Nsight Compute": r.text(r.measured), "model": r.text(r.model),
+                       "agreement": r.verdict, "note": r.note, "metric": r.metric} for r in rows],
+                     hide_index=True, key=f"counters-{kernel}")
+        if any(r.metric == ncu.METRICS["load", "conflicts"] and r.agrees is False for r in rows):
+            st.caption(f"{ncu.instruction_mix(built, kernel)} {ncu.PTXAS_NOTE}")
+
+
 # Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
 # only when its modules import, so a measurement panel is one function and one line here.
 PANELS = {
@@ -226,6 +308,8 @@ PANELS = {
     "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
     "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),
     "vthread": (vthreads, ("explorer.analysis.vthread", "explorer.figures")),
+    "Roofline": (roofline, ("explorer.analysis.roofline", "explorer.figures")),
+    "Counters": (counters, ("explorer.analysis.ncu", "explorer.analysis.banks", "explorer.analysis.resources")),
 }
 
 
@@ -302,11 +386,12 @@ def _latency_metrics(result, spec) -> None:
     cols[1].metric("Compute", f"{result.gflops:,.0f} GFLOP/s")
     cols[2].metric("Compulsory traffic", f"{result.gbps:,.0f} GB/s", help="Inputs read once, output written once.")
     if result.percent_of_floor is not None:
-        cols[3].metric("Of the bandwidth floor", f"{result.percent_of_floor:.0f}%",
-                       help=f"A device copy of the compulsory bytes takes {result.floor_us:.2f} µs: 100% is that fast.")
+        cols[3].metric("Of the roofline", f"{result.percent_of_floor:.0f}%",
+                       help=f"The roofline allows {result.floor_us:.2f} µs at best ({result.ceilings.source}): "
+                       "100% is on the roof. The Roofline tab has the picture.")
     if result.graph is not None:
-        floor = (f"; {result.graph_percent_of_floor:.0f}% of the floor's copy timed the same way"
-                 if result.graph_floor is not None else "")
+        floor = (f"; {result.graph_percent_of_floor:.0f}% of the roofline"
+                 if result.graph_percent_of_floor is not None else "")
         st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{floor}. "
                    "Back to back, each launch also pays the host's launch cost, which a kernel of a few µs cannot hide.")
 

@@ -16,6 +16,9 @@ shared loads and stores of the whole launch:
 
 Model and counter agree within 2 % of the requests; disagreements are listed at the end.
 The profiled kernel is compiled by nvcc (TVM_CUDA_COMPILE_MODE=nvcc), like the PTX.
+
+The same ncu run gives the app's Counters panel for each setting (occupancy, DRAM and L2
+traffic, duration beside the static models), in a table of its own.
 """
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from explorer.analysis.accesses import kernel_accesses  # noqa: E402
 from explorer.analysis.banks import ASSUMPTIONS, analyze_banks  # noqa: E402
 from explorer.analysis.compiled import compiled_report  # noqa: E402
-from explorer.analysis.ncu import compare, ncu_path, profile, shared_instructions  # noqa: E402
+from explorer.analysis.ncu import (PANEL_METRICS, PTXAS_NOTE, compare, counter_rows, launch_of,  # noqa: E402
+                                   ncu_path, profile, sass_shared_instructions, shared_instructions,
+                                   static_model)
 from explorer.build import Spec, build  # noqa: E402
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs  # noqa: E402
 from explorer.workloads import DepthwiseConv2d  # noqa: E402
@@ -64,10 +69,15 @@ def measure(setting, with_ncu: bool) -> dict:
     built = build(spec)
     scalar = analyze_banks(built)
     ptx = shared_instructions(built.cuda, built.target.arch)
+    sass = sass_shared_instructions(built.cuda, built.target.arch)
     compiled, plans = compiled_report(kernel_accesses(built.device_mod), ptx)
-    counters = profile(spec) if with_ncu else []
+    counters = profile(spec, metrics=PANEL_METRICS) if with_ncu else []
+    panel = []
+    for kernel, model in static_model(built).items():
+        launch = launch_of(counters, kernel)
+        panel += counter_rows(launch, model) if launch is not None else []
     return {"setting": setting, "arch": str(built.target.arch), "scalar": scalar, "compiled": compiled,
-            "plans": plans, "ptx": ptx, "counters": counters,
+            "plans": plans, "ptx": ptx, "sass": sass, "counters": counters, "panel": panel,
             "vs_scalar": compare(scalar, counters), "vs_compiled": compare(compiled, counters)}
 
 
@@ -85,6 +95,10 @@ def setting_section(result: dict) -> list[str]:
         match = "n/a" if distance is None else ("exact" if distance == 0 else f"off by {distance} instructions")
         lines.append(f"PTX shared instructions of `{kernel}` ({result['arch']}): {kinds}; unrolling plan: {described} "
                      f"(static counts {match}).")
+        sass = result["sass"].get(kernel)
+        if sass:
+            lines += ["", f"SASS shared instructions (what ptxas emitted, what ncu counts): "
+                          f"{', '.join(f'{k} × {n}' for k, n in sorted(sass.items()))}."]
     lines += ["", "| kernel | op | counter | TIR model | as compiled | ncu | TIR vs ncu | compiled vs ncu |",
               "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
     for s, c in zip(result["vs_scalar"], result["vs_compiled"]):
@@ -132,6 +146,7 @@ def document(results: list[dict], device: str, ncu_version: str) -> str:
     lines += ["", "## Per setting", ""]
     for r in results:
         lines += setting_section(r)
+    lines += counters_section(results)
     disagreements = [f"- {label(r['setting'])}: {x.op} {x.what} — as compiled {x.model:,}, ncu {x.measured:,.0f}"
                      for r in results for x in r["vs_compiled"] if x.agrees is False]
     measured = any(x.measured is not None for r in results for x in r["vs_compiled"])
@@ -141,6 +156,24 @@ def document(results: list[dict], device: str, ncu_version: str) -> str:
     else:
         lines += disagreements or ["None: the as-compiled model agrees with every counter."]
     return "\n".join(lines) + "\n"
+
+
+def counters_section(results: list[dict]) -> list[str]:
+    """The app's Counters panel for each setting: every counter beside the static model."""
+    lines = ["## Counters panel (one launch, beside the static models)", "",
+             "What the Explorer's Counters tab shows for each setting: Nsight Compute's counters of one launch "
+             "(`ncu --page raw`), the static model's prediction (as-compiled bank model, theoretical occupancy, "
+             "compulsory bytes, the roofline's least time on the published figures) and the agreement.", ""]
+    if not any(r["panel"] for r in results):
+        return lines + ["Not measured: run without --model-only on a GPU with ncu.", ""]
+    lines += ["| setting | counter | ncu | model | agreement |", "| --- | --- | ---: | ---: | --- |"]
+    for r in results:
+        for row in r["panel"]:
+            verdict = f"**{row.verdict.lower()}**" if row.agrees is False else row.verdict
+            lines.append(f"| {label(r['setting'])} | {row.name} | {row.text(row.measured)} | {row.text(row.model)} | "
+                         f"{verdict} |")
+    return lines + ["", "### Why the as-compiled model misses the load conflicts of (y, x) = (32, 1)", "",
+                    PTXAS_NOTE, ""]
 
 
 def device_name() -> str:

@@ -162,6 +162,28 @@ def _view_sass(spec, args):
     return format_sass(report, b.cuda), {"sass": report.to_dict()}
 
 
+@view("roofline")
+def _view_roofline(spec, args):
+    from .analysis.roofline import format_roofline, published_ceilings, roofline
+    from .targets import resolve_target
+
+    measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
+    if measured is not None and measured.correct and measured.ceilings is not None:
+        r = roofline(spec.workload, measured.ceilings, measured.median_us)
+    else:
+        r = roofline(spec.workload, published_ceilings(str(resolve_target(args.target).arch)))
+    return format_roofline(r), {"roofline": r.to_dict()}
+
+
+def _measured_on_local_gpu(spec):
+    """The setting measured on this machine's GPU (its ceilings included), or None without one."""
+    try:
+        from . import measure
+    except ImportError:
+        return None
+    return measure.measure(spec) if measure.local_gpu() else None
+
+
 def cmd_show(args) -> int:
     _, spec = _spec_from_args(args)
     text, data = VIEWS[args.view](spec, args)

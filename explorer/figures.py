@@ -10,9 +10,10 @@ import plotly.graph_objects as go
 
 from .analysis.banks import BANKS, BANK_BYTES, BankReport, LaneMap
 from .analysis.resources import KernelResources
+from .analysis.roofline import Point, Roofline
 from .analysis.tiling import Tiling
 from .style import (CATEGORICAL, CONFLICT_COLOUR, FIGURE_HEIGHT, FOOTPRINT_COLOURS, INACTIVE_COLOUR,
-                    LIMITER_COLOURS, OP_COLOURS, SCOPE_COLOURS)
+                    LIMITER_COLOURS, OP_COLOURS, POINT_COLOURS, ROOF_COLOURS, SCOPE_COLOURS)
 
 
 def _layout(figure: go.Figure, title: str, **extra) -> go.Figure:
@@ -188,3 +189,43 @@ def occupancy_figure(kernel: KernelResources) -> go.Figure:
     figure.update_yaxes(title="blocks per SM allowed", rangemode="tozero")
     return _layout(figure, f"{kernel.kernel}: {occ.blocks_per_sm} blocks/SM, {occ.occupancy:.0%} occupancy, "
                            f"limited by {occ.limiter}")
+
+
+# -- roofline ----------------------------------------------------------------------------
+
+
+def roofline_figure(r: Roofline) -> go.Figure:
+    """Log-log roofline: GFLOP/s against FLOP per compulsory byte. The compute roof, each
+    bandwidth roof up to where it meets it, the workload's intensity (dotted), the current
+    setting (a star; grey when it is a static estimate) and this session's tries."""
+    c = r.ceilings
+    roofs = {"HBM": c.hbm_gbps, **({"L2-resident": c.l2_gbps} if c.l2_gbps is not None else {})}
+    intensities = [r.intensity, *(p.intensity for p in r.tries)]
+    low = min(min(intensities) / 4, 0.1)
+    high = max(max(intensities) * 4, max(r.ridge(b) for b in roofs.values()) * 4)
+    figure = go.Figure()
+    for name, bandwidth in roofs.items():
+        ridge = r.ridge(bandwidth)
+        figure.add_trace(go.Scatter(
+            x=[low, ridge, high], y=[low * bandwidth, c.fp32_gflops, c.fp32_gflops], mode="lines",
+            name=f"{name} {bandwidth:,.0f} GB/s", line={"color": ROOF_COLOURS[name], "width": 3},
+            hovertemplate=f"{name} roof: %{{y:,.0f}} GFLOP/s at %{{x:.2f}} FLOP/B<extra></extra>"))
+    figure.add_trace(go.Scatter(
+        x=[low, high], y=[c.fp32_gflops] * 2, mode="lines", name=f"FP32 peak {c.fp32_gflops:,.0f} GFLOP/s",
+        line={"color": ROOF_COLOURS["compute"], "dash": "dash"}, hoverinfo="skip"))
+    figure.add_vline(x=r.intensity, line={"color": INACTIVE_COLOUR, "dash": "dot"})
+    if r.tries:
+        figure.add_trace(_points(r.tries, "this session's tries", POINT_COLOURS["tries"], "circle", 9))
+    current = r.current
+    figure.add_trace(_points((current,), f"{current.label} ({current.kind})", POINT_COLOURS[current.kind],
+                             "star", 16))
+    return _layout(figure, f"{r.workload} — {c.source}", xaxis={"type": "log", "title": "FLOP per compulsory byte"},
+                   yaxis={"type": "log", "title": "GFLOP/s"}, legend={"orientation": "h", "y": -0.2})
+
+
+def _points(points: tuple[Point, ...], name: str, colour: str, symbol: str, size: int) -> go.Scatter:
+    return go.Scatter(
+        x=[p.intensity for p in points], y=[p.gflops for p in points], mode="markers", name=name,
+        marker={"color": colour, "symbol": symbol, "size": size, "line": {"width": 1, "color": "black"}},
+        hovertext=[f"{p.label}: {p.latency_us:.2f} µs, {p.percent_of_attainable:.0f}% of attainable" for p in points],
+        hovertemplate="%{hovertext}<br>%{y:,.0f} GFLOP/s<extra></extra>")

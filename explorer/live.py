@@ -320,8 +320,8 @@ def _warm_up_local_gpu(first: Spec | None, target: str, warm: WarmUp) -> str:
     if local_gpu_target() is None:  # no measuring worker to start on a machine without a GPU
         raise measure.NoDevice("No GPU on this machine: code and diagrams only.")
     report = measure.warm_up(first, target)
-    for name, _ in report.steps:
-        warm.step(name)
+    for name, seconds in report.steps:
+        warm.step(f"{name} {seconds:.1f} s")
     return report.device
 
 

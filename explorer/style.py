@@ -36,6 +36,10 @@ SWEEP_COLORSCALE = "Viridis"
 
 FIGURE_HEIGHT = 420
 
+# Roofline: the roofs (compute, and the bandwidth each memory delivers) and the points.
+ROOF_COLOURS = {"compute": "#72B7B2", "HBM": SCOPE_COLOURS["global"], "L2-resident": "#B279A2"}
+POINT_COLOURS = {"measured": "#E45756", "static estimate": INACTIVE_COLOUR, "tries": "#9D755D"}
+
 # Lessons: a verdict's badge (Streamlit colour name, icon) and the highlight of the knobs
 # a step changed (a Streamlit markdown background colour).
 VERDICT_BADGES = {

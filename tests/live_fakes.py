@@ -20,7 +20,7 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None):
         us = latency_of(spec)
         check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
         timing = Timing((us, us, us), 100) if us is not None else None
-        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, Timing((2.0,), 100),
+        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
                            spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
 
     live = Live(measure_fn=fake_measure, warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
@@ -40,3 +40,10 @@ def settle(at, timeout: float = 30):
     while any(live.scheduler.queue_lengths().values()) and time.time() < deadline:
         time.sleep(0.01)
     return at.run()
+
+
+def fake_ceilings(workload):
+    """Ceilings on which the workload's compulsory bytes take exactly 2 µs (compute is free)."""
+    from explorer.analysis.roofline import Ceilings
+
+    return Ceilings(1e12, workload.compulsory_bytes / 2e3, None, 0, "measured on Fake GPU")

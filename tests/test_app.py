@@ -242,8 +242,8 @@ def test_latency_panel_measures_each_setting_once(monkeypatch):
     settle(at)
     latency = next(m for m in at.metric if m.label == "Latency (median)")
     assert latency.value == "40.00 µs"
-    floor = next(m for m in at.metric if m.label == "Of the bandwidth floor")
-    assert floor.value == "5%"  # a 2 µs copy against 40 µs
+    placement = next(m for m in at.metric if m.label == "Of the roofline")
+    assert placement.value == "5%"  # a 2 µs roofline bound against 40 µs
     at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
     settle(at)
     latency = next(m for m in at.metric if m.label == "Latency (median)")

@@ -1,6 +1,6 @@
 """explorer.measure, the parts without a process or a device: the correctness gate, timing
 statistics, launches per repeat, the device queue, settings, remote addresses, the CUDA
-environment for a toolkit-less machine, the floor's size, the record's derived figures."""
+environment for a toolkit-less machine, the record's derived figures (roofline placement)."""
 import json
 import os
 import subprocess
@@ -14,10 +14,10 @@ import pytest
 from explorer.measure import (InvalidMeasureSettings, Measurement, Remote, RemoteError, Settings, Timing,
                               WrongResult, latency_us)
 from explorer.measure import measurement as measurement_module
+from explorer.analysis.roofline import Ceilings
 from explorer.build import build
 from explorer.measure.cuda_env import PCH_OPTIONS, kernel_environment, pip_cuda_root
 from explorer.presets import get_preset
-from explorer.measure.floor import copy_elements
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
 from explorer.measure.queue import DeviceQueue
 from explorer.measure.timing import KernelRun, launches_for
@@ -85,34 +85,45 @@ def test_launches_per_repeat_fill_the_minimum_repeat_time():
 # -- record ----------------------------------------------------------------------------
 
 
-def _measurement(median_us=None, floor_us=None, correct=True, graph_us=None, graph_floor_us=None):
+# matmul 100³: 2e6 FLOPs and (3 × 10⁴ floats) × 4 B = 120 kB compulsory. On these ceilings the
+# bytes take 120 000 / 60 GB/s = 2 µs (no L2 roof), the FLOPs 2e6 / 4000 GFLOP/s = 0.5 µs.
+MEMORY_BOUND = Ceilings(4000.0, 60.0, None, 0, "measured on a test device")
+
+
+def _measurement(median_us=None, ceilings=MEMORY_BOUND, correct=True, graph_us=None):
     from explorer.measure.gate import Check
 
     check = Check(correct, 0.0 if correct else 1.0, 1e-5, 0 if correct else 1, None if correct else (0, 1), 0.0, 1.0)
-    timing, floor, graph, graph_floor = (Timing((us,), 1) if us else None
-                                         for us in (median_us, floor_us, graph_us, graph_floor_us))
+    timing, graph = (Timing((us,), 1) if us else None for us in (median_us, graph_us))
     workload = Matmul(m=100, n=100, k=100)
-    return Measurement.of(workload, KernelRun("llvm", "CPU", check, timing, floor, 1.0, graph, graph_floor))
+    return Measurement.of(workload, KernelRun("llvm", "CPU", check, timing, ceilings, 1.0, graph))
 
 
-def test_measurement_rates_and_percent_of_floor():
-    m = _measurement(median_us=8.0, floor_us=2.0)
-    # matmul 100³: 2e6 FLOPs and (3 × 10⁴ floats) × 4 B = 120 kB compulsory.
+def test_measurement_rates_and_roofline_placement():
+    m = _measurement(median_us=8.0)
     assert m.gflops == pytest.approx(2e6 / 8e-6 / 1e9)
     assert m.gbps == pytest.approx(120_000 / 8e-6 / 1e9)
+    # The roofline bound is 2 µs: 8 µs reaches 25% of the attainable 1000 GFLOP/s.
+    assert m.floor_us == pytest.approx(2.0)
     assert m.percent_of_floor == pytest.approx(25.0)
-    assert m.to_dict()["median_us"] == 8.0
+    assert "25% of the roofline (bound 2.00 µs at 60 GB/s HBM" in m.summary()
+    assert m.to_dict()["median_us"] == 8.0 and m.to_dict()["ceilings"]["hbm_gbps"] == 60.0
+    # Compute-bound on a slow FP32 unit: 2e6 FLOPs at 500 GFLOP/s take 4 µs.
+    slow = _measurement(median_us=8.0, ceilings=Ceilings(500.0, 60.0, None, 0, "published figures for a test"))
+    assert slow.floor_us == pytest.approx(4.0) and slow.percent_of_floor == pytest.approx(50.0)
+    none = _measurement(median_us=8.0, ceilings=None)
+    assert none.percent_of_floor is None and "roofline" not in none.summary()
 
 
 def test_pytorch_is_compared_with_the_graph_timing_when_there_is_one():
     # Back to back 3.6 µs, from a graph 1.6 µs: PyTorch (timed from graphs) is set beside 1.6.
-    both = _measurement(median_us=3.6, floor_us=3.0, graph_us=1.6, graph_floor_us=1.2)
-    assert both.versus_pytorch == (1.6, "both from CUDA graphs")
-    assert both.graph_percent_of_floor == pytest.approx(75.0)
-    assert "From a CUDA graph (as PyTorch is timed): median 1.60 µs, 75% of the floor (1.20 µs)" in both.summary()
-    assert both.to_dict()["cuda_graph"]["median_us"] == 1.6
+    both = _measurement(median_us=3.6, graph_us=2.5)
+    assert both.versus_pytorch == (2.5, "both from CUDA graphs")
+    assert both.graph_percent_of_floor == pytest.approx(80.0)  # the 2 µs bound over 2.5 µs
+    assert "From a CUDA graph (as PyTorch is timed): median 2.50 µs, 80% of the roofline." in both.summary()
+    assert both.to_dict()["cuda_graph"]["median_us"] == 2.5
     # No PyTorch where it ran (e.g. a remote server): the back-to-back figure, and it says so.
-    alone = _measurement(median_us=3.6, floor_us=3.0)
+    alone = _measurement(median_us=3.6)
     assert alone.versus_pytorch == (3.6, "TVM launched back to back, PyTorch from CUDA graphs")
     assert alone.graph_percent_of_floor is None and "CUDA graph" not in alone.summary()
     assert alone.to_dict()["cuda_graph"] is None
@@ -126,12 +137,6 @@ def test_a_wrong_kernel_has_no_latency(monkeypatch):
     monkeypatch.setattr(measurement_module, "measure", lambda spec, **options: wrong)
     with pytest.raises(WrongResult, match=r"index \(0, 1\)"):
         latency_us(None)
-
-
-def test_floor_copy_moves_the_compulsory_bytes():
-    # Reads half, writes half: 120 000 bytes = 15 000 floats copied.
-    assert copy_elements(120_000) == 15_000
-    assert copy_elements(6) == 1
 
 
 # -- settings and remote addresses ---------------------------------------------------------

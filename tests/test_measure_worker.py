@@ -58,7 +58,9 @@ def test_correct_kernel_is_checked_then_timed():
     assert len(t.samples_us) == 3 and t.min_us <= t.median_us <= t.max_us
     # Launches per repeat are sized for min_repeat_ms = 1 ms (half of it, on a busy CI machine).
     assert t.launches_per_repeat * t.min_us >= 1000 * 0.5
-    assert m.floor is not None and m.percent_of_floor == pytest.approx(100 * m.floor_us / m.median_us)
+    # The CPU's ceilings, measured once in the worker (sized for a few cores): a roofline placement.
+    assert m.ceilings is not None and m.ceilings.source == "measured on CPU"
+    assert m.percent_of_floor == pytest.approx(100 * m.floor_us / m.median_us)
     assert m.gflops == pytest.approx(2 * 8**3 / m.median_us / 1e3)
 
 
@@ -67,7 +69,7 @@ def test_wrong_kernel_gets_no_latency_only_the_first_wrong_index():
     assert not m.correct
     assert m.check.first_wrong_index == (2, 3) and m.check.wrong_count == 1
     assert m.check.got - m.check.expected == pytest.approx(1.0, abs=1e-5)
-    assert m.timing is None and m.median_us is None and m.floor is None
+    assert m.timing is None and m.median_us is None and m.ceilings is None
 
 
 def test_worker_survives_a_segfault_and_a_hang():

@@ -8,4 +8,6 @@
 - :mod:`.sass` — the SASS under each CUDA line, the instruction mix, registers and spills,
   from the cubin NVRTC compiles (no toolkit needed).
 - :mod:`.ncu` — Nsight Compute's counters for the same kernel, beside the bank model.
+- :mod:`.roofline` — arithmetic intensity, the device's ceilings (measured or published),
+  attainable performance and where a setting sits.
 """

@@ -34,6 +34,18 @@ METRICS = {
     ("load", "conflicts"): "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     ("store", "conflicts"): "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
 }
+# The Counters panel's metrics (one launch of the current setting), beside the static models.
+OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
+DRAM_THROUGHPUT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+DRAM_BYTES = "dram__bytes.sum"
+L2_THROUGHPUT = "lts__throughput.avg.pct_of_peak_sustained_elapsed"
+L2_BYTES = "lts__t_bytes.sum"
+DURATION = "gpu__time_duration.sum"
+PANEL_METRICS = (*(METRICS[op, what] for op in ("load", "store") for what in ("requests", "wavefronts", "conflicts")),
+                 OCCUPANCY, DRAM_THROUGHPUT, DRAM_BYTES, L2_THROUGHPUT, L2_BYTES, DURATION)
+# ncu's units (``--print-units base`` asks for these; others are scaled to them): ns, bytes.
+UNIT_SCALE = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6,
+              "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 # Model and counter agree when they differ by at most this fraction of the requests
 # (or of the larger value when there are none).
 TOLERANCE = 0.02
@@ -55,15 +67,20 @@ class KernelCounters:
 
 
 def parse_ncu_csv(text: str) -> list[KernelCounters]:
-    """Parse ``ncu --csv --metrics …`` output: a header row starting with "ID", then one
-    row per (launch, metric); the program's own output and ``==PROF==`` lines may come
-    before or between. Numbers may carry thousands separators."""
+    """Parse ``ncu --csv`` output of either page: ``--page details`` (the default: a
+    header row starting with "ID", then one row per (launch, metric)) or ``--page raw``
+    (one row per launch, a column per metric, a row of units under the header). The
+    program's own output and ``==PROF==`` lines may come before or between. Numbers may
+    carry thousands separators; times are given in ns and sizes in bytes."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
     if start is None:
         raise ExplorerError("Nsight Compute printed no CSV table (no line starting with \"ID\").")
     rows = csv.DictReader(io.StringIO("\n".join(l for l in lines[start:] if l.startswith('"'))))
-    missing = {"ID", "Kernel Name", "Metric Name", "Metric Value"} - set(rows.fieldnames or ())
+    fields = set(rows.fieldnames or ())
+    if "Metric Name" not in fields and "Metric Value" not in fields:
+        return _parse_raw(rows)
+    missing = {"ID", "Kernel Name", "Metric Name", "Metric Value"} - fields
     if missing:
         raise ExplorerError(f"Nsight Compute's CSV lacks the column(s) {', '.join(sorted(missing))}.")
     launches: dict[int, KernelCounters] = {}
@@ -72,21 +89,52 @@ def parse_ncu_csv(text: str) -> list[KernelCounters]:
         if launch not in launches:
             launches[launch] = KernelCounters(launch, row["Kernel Name"], row.get("Block Size", ""),
                                               row.get("Grid Size", ""), {})
-        launches[launch].metrics[row["Metric Name"]] = _number(row["Metric Value"])
+        launches[launch].metrics[row["Metric Name"]] = _number(row["Metric Value"], row.get("Metric Unit", ""))
     return [launches[k] for k in sorted(launches)]
 
 
-def _number(text: str) -> float | None:
+# The columns of ``--page raw`` that describe the launch rather than hold a metric.
+_RAW_INFO = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context", "Stream",
+             "Block Size", "Grid Size", "Device", "CC"}
+
+
+def _parse_raw(rows: csv.DictReader) -> list[KernelCounters]:
+    if "Kernel Name" not in (rows.fieldnames or ()):
+        raise ExplorerError("Nsight Compute's CSV lacks the column Kernel Name.")
+    metrics = [f for f in rows.fieldnames if f not in _RAW_INFO and "__" in f]
+    if not metrics:
+        raise ExplorerError("Nsight Compute's CSV has no metric: neither Metric Name/Metric Value columns "
+                            "(--page details) nor a column per metric (--page raw).")
+    units: dict = {}
+    launches = []
+    for row in rows:
+        if not row["ID"].strip():  # the units row under the header
+            units = row
+            continue
+        launches.append(KernelCounters(int(row["ID"]), row["Kernel Name"], row.get("Block Size", ""),
+                                       row.get("Grid Size", ""),
+                                       {m: _number(row[m] or "", units.get(m) or "") for m in metrics}))
+    return launches
+
+
+def _number(text: str, unit: str = "") -> float | None:
     text = text.strip().replace(",", "")
     if text in ("", "n/a"):
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise ExplorerError(f"Nsight Compute reported '{text}' where a number was expected.") from None
+    return value * UNIT_SCALE.get(unit.split("/")[0].strip(), 1)
 
 
 # -- running ncu -----------------------------------------------------------------------
+
+
+HOW_TO_GET_NCU = (
+    "Nsight Compute comes with the CUDA toolkit (/usr/local/cuda/bin/ncu; on Debian/Ubuntu with NVIDIA's CUDA "
+    "repository: apt-get install nsight-compute), needs a local NVIDIA GPU, and reads the GPU's performance counters "
+    "only as root or when the driver allows it (NVreg_RestrictProfilingToAdminUsers=0).")
 
 
 def ncu_path() -> str | None:
@@ -111,13 +159,13 @@ def spec_from_json(text: str):
                 template.knobs.from_mapping(data["knobs"]))
 
 
-def profile(spec, timeout_s: int = 600) -> list[KernelCounters]:
+def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())) -> list[KernelCounters]:
     """Profile one launch of every kernel of ``spec`` on the local GPU with ncu."""
     ncu = ncu_path()
     if ncu is None:
-        raise ExplorerError("Nsight Compute (ncu) is not installed on this machine.")
-    command = [ncu, "--csv", "--metrics", ",".join(METRICS.values()), "--target-processes", "all",
-               sys.executable, "-m", "explorer.analysis.ncu", spec_to_json(spec)]
+        raise ExplorerError(f"Nsight Compute (ncu) is not installed on this machine. {HOW_TO_GET_NCU}")
+    command = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
+               "--target-processes", "all", sys.executable, "-m", "explorer.analysis.ncu", spec_to_json(spec)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
            # Compile with nvcc, like shared_instructions' PTX, so the profiled code is the code modelled.
            "TVM_CUDA_COMPILE_MODE": "nvcc"}
@@ -160,7 +208,7 @@ def compare(report, counters: list[KernelCounters]) -> list[ComparisonRow]:
     """Model totals of each kernel beside the counters of its (first) profiled launch."""
     rows = []
     for kernel in report.kernels:
-        launch = next((c for c in counters if _base_name(c.kernel) == kernel.kernel), None)
+        launch = launch_of(counters, kernel.kernel)
         for op, totals in (("load", kernel.loads), ("store", kernel.stores)):
             scale = max(totals.requests, 1)
             for what in ("requests", "wavefronts", "conflicts"):
@@ -169,6 +217,11 @@ def compare(report, counters: list[KernelCounters]) -> list[ComparisonRow]:
                 agrees = None if measured is None else abs(model - measured) <= TOLERANCE * max(scale, measured)
                 rows.append(ComparisonRow(kernel.kernel, op, what, model, measured, agrees))
     return rows
+
+
+def launch_of(counters: list[KernelCounters], kernel: str) -> KernelCounters | None:
+    """The first profiled launch of ``kernel``."""
+    return next((c for c in counters if _base_name(c.kernel) == kernel), None)
 
 
 def _base_name(name: str) -> str:
@@ -185,6 +238,132 @@ def format_comparison(rows: list[ComparisonRow]) -> str:
         flag = "" if r.agrees is None else ("agree" if r.agrees else "**disagree**")
         lines.append(f"| {r.kernel} | {r.op} | {r.what} | {r.model:,} | {measured} | {flag} |")
     return "\n".join(lines)
+
+
+# -- the Counters panel: every metric beside its static prediction ----------------------
+
+EQUAL, BOUND, INFO = "equal", "bound", "info"  # how a row's agreement is judged
+
+
+@dataclass(frozen=True)
+class CounterRow:
+    """One counter of one launch beside the static model: ``kind`` says how they are
+    compared (equal within TOLERANCE of the requests, or the model a bound)."""
+
+    name: str
+    metric: str
+    measured: float | None
+    model: float | None
+    unit: str
+    kind: str
+    agrees: bool | None  # None: nothing to compare
+    note: str = ""
+
+    def text(self, value: float | None) -> str:
+        """``value`` (the measured or the model's) in this row's unit, for a table."""
+        if value is None:
+            return "n/a"
+        if self.unit == "ns":
+            return f"{value / 1e3:,.2f} µs"
+        if self.unit == "%":
+            return f"{value:.1f}%"
+        return f"{value:,.0f}" + (" B" if self.unit == "B" else "")
+
+    @property
+    def verdict(self) -> str:
+        """"agree"/"DISAGREE" for equal counts, "consistent"/"INCONSISTENT" for a bound, "" otherwise."""
+        if self.agrees is None:
+            return ""
+        words = {EQUAL: ("agree", "DISAGREE"), BOUND: ("consistent", "INCONSISTENT")}[self.kind]
+        return words[0 if self.agrees else 1]
+
+
+@dataclass(frozen=True)
+class StaticModel:
+    """What the static analyses predict for one kernel launch."""
+
+    banks: object  # analysis.banks.KernelBanks (as compiled when nvcc's PTX was there)
+    bank_model: str  # which bank model: "as compiled" or "TIR"
+    occupancy_pct: float | None  # theoretical occupancy from threads, shared memory, registers
+    compulsory_bytes: int
+    bound_us: float | None  # the roofline's least time for the workload
+    bound_source: str = ""
+
+
+# Why the bank model, which counts the PTX's shared instructions, can miss conflicts: found
+# for the blog's threads (y, x) = (32, 1) in the SASS of the kernel (nvdisasm).
+PTXAS_NOTE = (
+    "The bank model counts the shared instructions of nvcc's PTX; ptxas, which turns the PTX into the GPU's SASS, "
+    "can unroll further and pair loads anew. For the blog's threads (y, x) = (32, 1) the PTX has only 64-bit loads "
+    "(ld.shared.v2, 8-byte aligned, conflict-free in half-warp phases), so the model predicts no load conflict. "
+    "The SASS peels the first two outputs, unrolls the other 30 by ten and reads the words that start at odd "
+    "addresses with 32-bit LDS: 15 per unrolled iteration, 45 per warp. Lane y reads word 34·y + c, so lanes y and "
+    "y + 16 (544 words apart, a multiple of 32) hit the same bank: each of those loads is a 2-way conflict, "
+    "45 × 256 blocks = 11,520 conflicts, as Nsight Compute counts.")
+
+
+def static_model(built, ceilings=None) -> dict:
+    """The static predictions for each kernel of ``built`` ({kernel: StaticModel}): the
+    as-compiled bank model where nvcc gives the PTX (the TIR model otherwise), the
+    theoretical occupancy (registers from nvcc when it is there), and the roofline bound
+    on ``ceilings`` (the target's published figures when None)."""
+    from ..build import compile_binary
+    from .accesses import kernel_accesses
+    from .banks import analyze_banks
+    from .compiled import compiled_report
+    from .resources import analyze_resources
+    from .roofline import bound_us, published_ceilings
+
+    ptx = shared_instructions(built.cuda, built.target.arch)
+    if ptx:
+        banks, bank_model = compiled_report(kernel_accesses(built.device_mod), ptx)[0], "as-compiled"
+    else:
+        banks, bank_model = analyze_banks(built), "TIR"
+    occupancy = {k.kernel: 100 * k.occupancy.occupancy for k in analyze_resources(built, compile_binary(built)).kernels}
+    workload = built.spec.workload
+    try:
+        ceilings = ceilings or published_ceilings(str(built.target.arch))
+        bound, source = bound_us(ceilings, workload.flops, workload.compulsory_bytes), ceilings.source
+    except ExplorerError:
+        bound, source = None, "no figures for this target"
+    return {k.kernel: StaticModel(k, bank_model, occupancy.get(k.kernel), workload.compulsory_bytes, bound, source)
+            for k in banks.kernels}
+
+
+def counter_rows(launch: KernelCounters, model: StaticModel) -> list[CounterRow]:
+    """The Counters panel's rows for one profiled launch."""
+    rows = []
+    for op, totals in (("load", model.banks.loads), ("store", model.banks.stores)):
+        scale = max(totals.requests, 1)
+        for what in ("conflicts", "wavefronts"):
+            measured, predicted = launch.get(op, what), getattr(totals, what)
+            agrees = None if measured is None else abs(predicted - measured) <= TOLERANCE * max(scale, measured)
+            rows.append(CounterRow(f"shared {op} bank {what}", METRICS[op, what], measured, predicted, "", EQUAL,
+                                   agrees, f"{model.bank_model} bank model"))
+    occupancy = launch.metrics.get(OCCUPANCY)
+    rows.append(CounterRow(
+        "achieved occupancy", OCCUPANCY, occupancy, model.occupancy_pct, "%", BOUND,
+        None if occupancy is None or model.occupancy_pct is None else occupancy <= model.occupancy_pct + 2,
+        "model: theoretical occupancy, an upper bound (a small grid or uneven blocks leave warps idle)"))
+    dram = launch.metrics.get(DRAM_BYTES)
+    rows.append(CounterRow("DRAM bytes", DRAM_BYTES, dram, model.compulsory_bytes, "B", BOUND,
+                           None if dram is None else dram >= 0.5 * model.compulsory_bytes,
+                           "model: compulsory bytes; ncu flushes the caches first, and the output can stay in "
+                           "L2 (write-back), so about the input bytes up to the compulsory bytes"))
+    rows.append(CounterRow("DRAM throughput", DRAM_THROUGHPUT, launch.metrics.get(DRAM_THROUGHPUT), None, "%", INFO,
+                           None, "of the peak, over the launch"))
+    l2 = launch.metrics.get(L2_BYTES)
+    rows.append(CounterRow("L2 bytes", L2_BYTES, l2, model.compulsory_bytes, "B", BOUND,
+                           None if l2 is None else l2 >= 0.9 * model.compulsory_bytes,
+                           "model: compulsory bytes, a lower bound (halos and re-reads add to it)"))
+    rows.append(CounterRow("L2 throughput", L2_THROUGHPUT, launch.metrics.get(L2_THROUGHPUT), None, "%", INFO,
+                           None, "of the peak, over the launch"))
+    duration = launch.metrics.get(DURATION)
+    bound_ns = None if model.bound_us is None else model.bound_us * 1e3
+    rows.append(CounterRow("kernel duration", DURATION, duration, bound_ns, "ns", BOUND,
+                           None if duration is None or bound_ns is None else duration >= bound_ns,
+                           f"model: the roofline's least time ({model.bound_source})"))
+    return rows
 
 
 # -- what the compiler emitted ---------------------------------------------------------
@@ -207,23 +386,93 @@ def shared_instructions(cuda_source: str, arch: str) -> dict:
 _PTX_ENTRY = re.compile(r"\.entry\s+(\w+)")
 
 
+def _nvcc_output(nvcc: str, source: str, arch: str, kind: str, tmp: str) -> str:
+    """Compile ``source`` with nvcc to ``kind`` ("ptx" or "cubin") in ``tmp``; the path."""
+    src, out = os.path.join(tmp, "kernel.cu"), os.path.join(tmp, f"kernel.{kind}")
+    Path(src).write_text(source)
+    proc = subprocess.run([nvcc, f"--{kind}", f"-arch={arch}", "-O3", "-o", out, src],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise ExplorerError(f"nvcc could not compile the generated CUDA to {kind.upper()}: {last[0]}")
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def _ptx_counts(nvcc: str, source: str, arch: str) -> tuple:
     with tempfile.TemporaryDirectory(prefix="explorer-ptx-") as tmp:
-        src, ptx = os.path.join(tmp, "kernel.cu"), os.path.join(tmp, "kernel.ptx")
-        Path(src).write_text(source)
-        proc = subprocess.run([nvcc, "--ptx", f"-arch={arch}", "-O3", "-o", ptx, src],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
-            raise ExplorerError(f"nvcc could not compile the generated CUDA to PTX: {last[0]}")
-        text = Path(ptx).read_text()
+        text = Path(_nvcc_output(nvcc, source, arch, "ptx", tmp)).read_text()
     out = []
     pieces = _PTX_ENTRY.split(text)  # [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(pieces[1::2], pieces[2::2]):
         counts = Counter(f"{op}.{vec}.{ty}" if vec else f"{op}.{ty}" for op, vec, ty in _PTX_SHARED.findall(body))
         out.append((name, tuple(sorted(counts.items()))))
     return tuple(out)
+
+
+
+# -- what ptxas emitted (SASS) -----------------------------------------------------------
+
+_SASS_SHARED = re.compile(r"\b(LDS|STS)((?:\.[A-Z0-9]+)*)\b")
+# A function starts at ".text.NAME:" (nvdisasm -c) or "Function : NAME" (cuobjdump -sass).
+_SASS_FUNCTION = re.compile(r"^(?:\.text\.(\w+):|\s*Function : (\w+))", re.M)
+
+
+def disassembler() -> str | None:
+    """nvdisasm (or cuobjdump) of the CUDA toolkit, or None."""
+    for name in ("nvdisasm", "cuobjdump"):
+        found = shutil.which(name) or next((p for p in (f"/usr/local/cuda/bin/{name}",) if os.path.exists(p)), None)
+        if found:
+            return found
+    return None
+
+
+def sass_counts(sass: str) -> dict:
+    """Static shared loads/stores per kernel in a disassembly (``nvdisasm -c`` or
+    ``cuobjdump -sass``): {kernel: {"LDS": 16, "LDS.64": 24, "LDS.128": 2, "STS": 5}}."""
+    starts = list(_SASS_FUNCTION.finditer(sass))
+    out = {}
+    for start, end in zip(starts, [*starts[1:], None], strict=True):
+        body = sass[start.end():end.start() if end else len(sass)]
+        counts = Counter(op + suffix for op, suffix in _SASS_SHARED.findall(body))
+        out[start.group(1) or start.group(2)] = dict(sorted(counts.items()))
+    return out
+
+
+def sass_shared_instructions(cuda_source: str, arch: str) -> dict:
+    """The shared loads/stores of the SASS that ptxas makes from ``cuda_source`` (what the
+    GPU runs and Nsight Compute counts); {} without nvcc or a disassembler. Beside the
+    PTX's (:func:`shared_instructions`) it shows what ptxas re-unrolled or re-paired."""
+    from ..build import nvcc_path
+
+    nvcc, tool = nvcc_path(), disassembler()
+    if not cuda_source or nvcc is None or tool is None:
+        return {}
+    return {k: dict(v) for k, v in _sass(nvcc, tool, cuda_source, arch)}
+
+
+@functools.lru_cache(maxsize=64)
+def _sass(nvcc: str, tool: str, source: str, arch: str) -> tuple:
+    with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
+        cubin = _nvcc_output(nvcc, source, arch, "cubin", tmp)
+        flags = ["-c"] if tool.endswith("nvdisasm") else ["-sass"]
+        proc = subprocess.run([tool, *flags, cubin], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise ExplorerError(f"{os.path.basename(tool)} could not disassemble the kernel: "
+                            f"{(proc.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return tuple((k, tuple(v.items())) for k, v in sass_counts(proc.stdout).items())
+
+
+
+def instruction_mix(built, kernel: str) -> str:
+    """One line: the shared instructions of ``kernel`` in the PTX and in the SASS."""
+    def listed(counts: dict) -> str:
+        return ", ".join(f"{k} × {n}" for k, n in sorted(counts.items())) or "none"
+
+    ptx = shared_instructions(built.cuda, built.target.arch).get(kernel)
+    sass = sass_shared_instructions(built.cuda, built.target.arch).get(kernel)
+    return (f"Shared instructions of {kernel}: PTX {listed(ptx) if ptx is not None else 'not compiled (no nvcc)'}; "
+            f"SASS {listed(sass) if sass is not None else 'not disassembled (no nvdisasm or cuobjdump)'}.")
 
 
 if __name__ == "__main__":

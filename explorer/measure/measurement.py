@@ -8,6 +8,8 @@ from typing import Callable
 
 import tvm
 
+from ..analysis import roofline
+from ..analysis.roofline import Ceilings
 from ..build import Spec
 from ..workloads import Workload
 from . import worker
@@ -34,19 +36,18 @@ class Measurement:
     device: str
     check: Check
     timing: Timing | None
-    floor: Timing | None  # the bandwidth floor: a copy of the compulsory bytes
+    ceilings: Ceilings | None  # the device's roofline ceilings (FP32 peak, HBM and L2 bandwidth)
     flops: int
     compulsory_bytes: int
     compile_ms: float
     # Replayed from CUDA graphs, as the PyTorch baseline is (graphs.py); None without
     # PyTorch with CUDA where the kernel ran.
     graph: Timing | None = None
-    graph_floor: Timing | None = None
 
     @classmethod
     def of(cls, workload: Workload, run: KernelRun) -> "Measurement":
-        return cls(workload.label(), run.target, run.device, run.check, run.timing, run.floor, workload.flops,
-                   workload.compulsory_bytes, run.compile_ms, run.graph, run.graph_floor)
+        return cls(workload.label(), run.target, run.device, run.check, run.timing, run.ceilings, workload.flops,
+                   workload.compulsory_bytes, run.compile_ms, run.graph)
 
     @property
     def correct(self) -> bool:
@@ -67,12 +68,15 @@ class Measurement:
 
     @property
     def floor_us(self) -> float | None:
-        return self.floor.median_us if self.floor else None
+        """The least time the roofline allows this workload on this device: its FLOPs at the
+        FP32 peak or its compulsory bytes at the bandwidth ceiling, whichever is longer."""
+        return roofline.bound_us(self.ceilings, self.flops, self.compulsory_bytes) if self.ceilings else None
 
     @property
     def percent_of_floor(self) -> float | None:
-        """100 % = as fast as copying the compulsory bytes."""
-        return 100 * self.floor_us / self.median_us if self.timing and self.floor else None
+        """Percent of the attainable performance at the workload's intensity (the roofline
+        placement): 100 % = on the roof."""
+        return 100 * self.floor_us / self.median_us if self.timing and self.ceilings else None
 
     @property
     def graph_us(self) -> float | None:
@@ -89,19 +93,24 @@ class Measurement:
 
     @property
     def graph_percent_of_floor(self) -> float | None:
-        """The floor's copy over the kernel, both replayed from CUDA graphs."""
-        return 100 * self.graph_floor.median_us / self.graph_us if self.graph and self.graph_floor else None
+        """The roofline placement of the kernel replayed from a CUDA graph."""
+        return 100 * self.floor_us / self.graph_us if self.graph and self.ceilings else None
+
+    def _roofline_text(self, percent: float) -> str:
+        bandwidth, roof = self.ceilings.bandwidth_for(self.compulsory_bytes)
+        return (f"{percent:.0f}% of the roofline (bound {self.floor_us:.2f} µs at {bandwidth:,.0f} GB/s {roof} and "
+                f"{self.ceilings.fp32_gflops:,.0f} GFLOP/s, {self.ceilings.source})")
 
     def summary(self) -> str:
         if not self.correct:
             return f"{self.workload}: WRONG, {self.check.describe()}; not timed."
         t = self.timing
-        floor = f", {self.percent_of_floor:.0f}% of the bandwidth floor ({self.floor_us:.2f} µs)" if self.floor else ""
+        floor = f", {self._roofline_text(self.percent_of_floor)}" if self.ceilings else ""
         graph = ""
         if self.graph:
             graph = f" From a CUDA graph (as PyTorch is timed): median {self.graph_us:.2f} µs"
-            if self.graph_floor:
-                graph += f", {self.graph_percent_of_floor:.0f}% of the floor ({self.graph_floor.median_us:.2f} µs)"
+            if self.ceilings:
+                graph += f", {self.graph_percent_of_floor:.0f}% of the roofline"
             graph += "."
         return (f"{self.workload} on {self.device}: median {t.median_us:.2f} µs launched back to back (min "
                 f"{t.min_us:.2f}, max {t.max_us:.2f}, std {t.std_us:.2f}; {t.launches} launches), {self.gbps:.0f} GB/s, "
@@ -118,8 +127,8 @@ class Measurement:
             "gbps": self.gbps, "gflops": self.gflops, "floor_us": self.floor_us,
             "percent_of_floor": self.percent_of_floor, "compile_ms": self.compile_ms,
             "cuda_graph": self.graph.to_dict() if self.graph else None,
-            "cuda_graph_floor_us": self.graph_floor.median_us if self.graph_floor else None,
             "cuda_graph_percent_of_floor": self.graph_percent_of_floor,
+            "ceilings": self.ceilings.to_dict() if self.ceilings else None,
         }
 
 

@@ -26,21 +26,21 @@ import tvm
 from tvm import rpc
 from tvm.backend.cuda import _detect_target_from_device as detect_cuda_target
 
+from ..analysis.roofline import Ceilings
 from ..build import Spec, build
 from ..targets import resolve_target
 from ..errors import ExplorerError
 from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
-from .floor import copy_elements, copy_module
-from .settings import Settings
-from .timing import KernelRun, Timing, device_args, run_checked, time_function
+from .ceilings import CEILING_SETTINGS, measure_ceilings
+from .timing import KernelRun, device_args, run_checked
 from .worker import Job, workload_data
 
-# Upload, NVRTC at load and the floor's copy kernel, on top of the kernel's own time limit: a
+# Upload, NVRTC at load and the ceilings' kernels, on top of the kernel's own time limit: a
 # hung remote kernel is given up after time_limit_s + this.
 SESSION_ALLOWANCE_S = 30
 CONNECT_TIMEOUT_S = 5
-# Floor timings by (remote, target, elements, settings): the copy is measured once per size.
-_floors: dict[tuple, Timing] = {}
+# The roofline's ceilings by (remote, target): measured once per remote device.
+_ceilings: dict[tuple, Ceilings] = {}
 
 
 @dataclass(frozen=True)
@@ -94,20 +94,20 @@ def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureErr
         compile_ms = (time.perf_counter() - start) * 1e3
         args = device_args(inputs, reference, device)
         check, timing = run_checked(module, device, args, reference, job.workload.reduction_length(), job.settings)
-        floor = None
-        if timing is not None and job.settings.floor:
-            key = (remote, str(target), copy_elements(job.workload.compulsory_bytes), job.settings)
-            if key not in _floors:
-                _floors[key] = _floor(session, device, target, key[2], job.settings)
-            floor = _floors[key]
+        ceilings = None
         name = device.device_name if target.kind.name == "cuda" else "CPU"
+        if timing is not None and job.settings.floor:
+            key = (remote, str(target))
+            if key not in _ceilings:
+                _ceilings[key] = _measure_ceilings(session, device, target, f"{name} ({remote})")
+            ceilings = _ceilings[key]
     except Exception as error:  # the session broke off (its process died or timed out) or a CUDA error
         if time.perf_counter() - start >= job.settings.time_limit_s:
             return KernelTimeout(
                 f"The kernel did not finish within the remote session's time limit on {remote}; the session was ended."
             )
         return KernelCrashed(f"The kernel failed on the remote server {remote} ({error_summary(error)}).")
-    return KernelRun(str(target), f"{name} ({remote})", check, timing, floor, compile_ms)
+    return KernelRun(str(target), f"{name} ({remote})", check, timing, ceilings, compile_ms)
 
 
 def _session(remote: Remote, timeout_s: float):
@@ -164,7 +164,8 @@ def _upload(session, host_module: tvm.runtime.Module, name: str):
     return session.load_module(name)
 
 
-def _floor(session, device, target: tvm.target.Target, elements: int, settings: Settings) -> Timing:
-    module = _upload(session, _host_module(copy_module(target), target), "floor.so")
-    buffers = [tvm.runtime.empty((elements,), "float32", device) for _ in range(2)]
-    return time_function(module, device, buffers, settings)
+def _measure_ceilings(session, device, target: tvm.target.Target, device_name: str) -> Ceilings:
+    def load(module: tvm.IRModule, name: str):
+        return _upload(session, _host_module(module, target), f"{name}.so")
+
+    return measure_ceilings(load, device, target, device_name, CEILING_SETTINGS)

@@ -107,6 +107,19 @@ class Scheduler:
                 self._waiting_of[session] = job
             return job
 
+    def result(self, spec: Spec, target: str, remote: Remote | None = None):
+        """The measurement of ``spec`` already taken (whatever its age), or None; asks for nothing."""
+        device = remote.name if remote is not None else LOCAL
+        with self._changed:
+            job = self._results.get((spec, target, device))
+        return job.result if job is not None and job.error is None else None
+
+    def latest(self, accept: Callable[[object], bool]):
+        """The most recent measurement that ``accept`` takes, or None."""
+        with self._changed:
+            jobs = list(self._results.values())
+        return next((job.result for job in reversed(jobs) if job.error is None and accept(job.result)), None)
+
     def position(self, job: Job) -> int | None:
         """Measurements ahead of ``job`` on its device (0: it is being measured; None: done)."""
         with self._changed:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
+from ..analysis.roofline import Ceilings
 from .gate import Check, compare
 from .settings import Settings
 
@@ -68,12 +69,11 @@ class KernelRun:
     device: str
     check: Check
     timing: Timing | None  # None for a wrong kernel
-    floor: Timing | None  # the bandwidth floor's copy, when asked for
+    ceilings: Ceilings | None  # the device's roofline ceilings, when asked for
     compile_ms: float
-    # The kernel and the floor's copy replayed from CUDA graphs, as the PyTorch baseline is
-    # (graphs.py); None where PyTorch with CUDA is not available (e.g. a remote server).
+    # The kernel replayed from a CUDA graph, as the PyTorch baseline is (graphs.py); None
+    # where PyTorch with CUDA is not available (e.g. a remote server).
     graph: Timing | None = None
-    graph_floor: Timing | None = None
 
 
 def launches_for(per_launch_s: float, min_repeat_ms: int) -> int:

@@ -35,16 +35,17 @@ import numpy as np
 import tvm
 from tvm.support.popen_pool import PopenWorker
 
+from ..analysis.roofline import Ceilings
 from ..build import Spec, build
 from ..errors import ExplorerError
 from ..targets import resolve_target
 from ..workloads import Workload
 from .cuda_env import kernel_environment
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice, error_summary
-from .floor import copy_elements, copy_module
+from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .settings import Settings
 from .graphs import time_tvm_graph
-from .timing import KernelRun, Timing, device_args, run_checked, time_function
+from .timing import KernelRun, Timing, device_args, run_checked
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer
 # Schedule + lowering + NVRTC of a heavily unrolled kernel can take tens of seconds.
@@ -60,9 +61,9 @@ RUN_LOG_PATH = Path(os.environ.get("EXPLORER_RUN_LOG", Path(tempfile.gettempdir(
 
 @dataclass(frozen=True)
 class Job:
-    """What the worker measures: a template spec or a hand-made IRModule (tests, the
-    floor), for a workload (inputs and reference), on a target given by name ("auto" is
-    resolved in the worker: its GPU)."""
+    """What the worker measures: a template spec or a hand-made IRModule (tests), for a
+    workload (inputs and reference), on a target given by name ("auto" is resolved in the
+    worker: its GPU)."""
 
     kernel: Spec | tvm.IRModule
     workload: Workload
@@ -149,8 +150,8 @@ _prepared: _Prepared | None = None
 
 
 def prepare(job: Job) -> str:
-    """Compile the kernel (and the floor copy), make inputs and the reference; returns the
-    resolved target."""
+    """Compile the kernel (and, once per device, measure the roofline's ceilings), make
+    inputs and the reference; returns the resolved target."""
     global _prepared
     _prepared = None
     target = resolve_target(job.target)
@@ -159,37 +160,36 @@ def prepare(job: Job) -> str:
     module = compile_kernel(job.kernel, target)
     compile_ms = (time.perf_counter() - start) * 1e3
     if job.settings.floor:
-        _floor_module(str(target))
+        _ceilings(str(target))
     inputs, reference = workload_data(job.workload, job.settings.seed)
     _prepared = _Prepared(job, target, device, module, inputs, reference, compile_ms)
     return str(target)
 
 
 def run() -> KernelRun:
-    """Run the prepared kernel: check it, time it (back to back, and from a CUDA graph),
-    time the floor the same ways."""
+    """Run the prepared kernel: check it, time it (back to back, and from a CUDA graph), and
+    add the device's ceilings (measured in ``prepare``)."""
     p = _prepared
     if p is None:
         raise MeasureError("Nothing to run: the measuring process was restarted between prepare and run.")
     settings = p.job.settings
     target = str(p.target)
-    elements = copy_elements(p.job.workload.compulsory_bytes)
-    floor = graph = graph_floor = None
+    ceilings = graph = None
     started = time.time_ns()
     try:
         args = device_args(p.inputs, p.reference, p.device)
         check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings)
         if timing is not None and settings.floor:
-            floor = _floor_timing(target, elements, settings)
+            ceilings = _ceilings(target)
         if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda":
-            graph, graph_floor = _graph_timings(p, args, elements)
+            graph = _graph_timing(p, args)
     except ExplorerError:
         raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
         raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); the measuring process was restarted.") from None
     finally:
         _log_run(started, p.job)
-    return KernelRun(target, device_name(p.device, p.target), check, timing, floor, p.compile_ms, graph, graph_floor)
+    return KernelRun(target, device_name(p.device, p.target), check, timing, ceilings, p.compile_ms, graph)
 
 
 def _log_run(started_ns: int, job: Job) -> None:
@@ -201,12 +201,12 @@ def _log_run(started_ns: int, job: Job) -> None:
 @dataclass(frozen=True)
 class WarmUpReport:
     device: str
-    steps: tuple[tuple[str, float], ...]  # (what, seconds)
+    steps: tuple[tuple[str, float], ...]  # (what, seconds it took)
 
 
 def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
-    """Everything a first measurement would otherwise pay: CUDA's context, the floor's
-    kernel, PyTorch and its CUDA context, NVRTC's precompiled header (by compiling
+    """Everything a first measurement would otherwise pay: CUDA's context, the roofline's
+    ceilings, PyTorch and its CUDA context, NVRTC's precompiled header (by compiling
     ``first``). Raises NoDevice without a GPU."""
     steps = []
 
@@ -218,8 +218,8 @@ def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
     device = local_device(target)
     step("CUDA", start)
     start = time.perf_counter()
-    _floor_module(str(target))
-    step("bandwidth floor kernel", start)
+    _ceilings(str(target))
+    step("roofline ceilings", start)
     start = time.perf_counter()
     try:
         import torch
@@ -235,15 +235,13 @@ def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
     return WarmUpReport(device_name(device, target), tuple(steps))
 
 
-def _graph_timings(p: _Prepared, args, elements: int):
-    """The kernel and (when asked) the floor's copy timed from CUDA graphs; (None, None)
-    where PyTorch with CUDA is missing: the back-to-back timing still stands."""
-    settings = p.job.settings
+def _graph_timing(p: _Prepared, args) -> Timing | None:
+    """The kernel timed from CUDA graphs; None where PyTorch with CUDA is missing: the
+    back-to-back timing still stands."""
     try:
-        graph = time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), settings)
+        return time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), p.job.settings)
     except BaselineUnavailable:
-        return None, None
-    return graph, _floor_graph_timing(str(p.target), elements, settings) if settings.floor else None
+        return None
 
 
 def local_device(target: tvm.target.Target) -> tvm.runtime.Device:
@@ -283,20 +281,9 @@ def workload_data(workload: Workload, seed: int) -> tuple[list, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=4)
-def _floor_module(target_json: str) -> tvm.runtime.Module:
-    return compile_kernel(copy_module(tvm.target.Target(target_json)), tvm.target.Target(target_json))
-
-
-@functools.lru_cache(maxsize=64)
-def _floor_timing(target_json: str, elements: int, settings: Settings) -> Timing:
-    return time_function(_floor_module(target_json), *_floor_buffers(target_json, elements), settings)
-
-
-@functools.lru_cache(maxsize=64)
-def _floor_graph_timing(target_json: str, elements: int, settings: Settings) -> Timing:
-    return time_tvm_graph(_floor_module(target_json), _floor_buffers(target_json, elements)[1], settings=settings)
-
-
-def _floor_buffers(target_json: str, elements: int):
-    device = local_device(tvm.target.Target(target_json))
-    return device, [tvm.runtime.empty((elements,), "float32", device) for _ in range(2)]
+def _ceilings(target_json: str) -> Ceilings:
+    """The roofline's ceilings of this process's device, measured once per target."""
+    target = tvm.target.Target(target_json)
+    device = local_device(target)
+    return measure_ceilings(lambda module, _name: compile_kernel(module, target), device, target,
+                            device_name(device, target), CEILING_SETTINGS)

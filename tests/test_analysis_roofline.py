@@ -1,0 +1,126 @@
+"""The roofline's data: intensity, attainable performance, which roof applies, the bound,
+points for measured settings and the static estimate, published figures per target."""
+import pytest
+
+from explorer.analysis.roofline import (PUBLISHED_GPUS, STATIC, Ceilings, bound_us, intensity, published_ceilings,
+                                        roofline)
+from explorer.errors import ExplorerError
+from explorer.presets import get_preset
+from explorer.workloads import Matmul
+
+# Round numbers: 1000 GFLOP/s, HBM 100 GB/s, L2 400 GB/s over 1 MiB.
+CEILINGS = Ceilings(1000.0, 100.0, 400.0, 1 << 20, "measured on a test GPU")
+
+
+def test_intensity_is_flops_over_compulsory_bytes():
+    # matmul 100³: 2e6 FLOPs over 3 × 10⁴ floats × 4 B.
+    w = Matmul(m=100, n=100, k=100)
+    assert intensity(w.flops, w.compulsory_bytes) == pytest.approx(2e6 / 120_000)
+
+
+def test_the_l2_roof_applies_to_a_workload_that_fits_in_l2():
+    assert CEILINGS.bandwidth_for(1 << 20) == (400.0, "L2-resident")
+    assert CEILINGS.bandwidth_for((1 << 20) + 1) == (100.0, "HBM")
+    # Published figures have no L2 roof: HBM whatever the size.
+    assert published_ceilings("sm_90a").bandwidth_for(1000) == (3350, "HBM")
+
+
+def test_bound_is_the_slower_of_compute_and_traffic():
+    # 8e5 bytes from L2 at 400 GB/s: 2 µs; 1e6 FLOPs at 1000 GFLOP/s: 1 µs.
+    assert bound_us(CEILINGS, 1_000_000, 800_000) == pytest.approx(2.0)
+    # 4e6 FLOPs: 4 µs of compute.
+    assert bound_us(CEILINGS, 4_000_000, 800_000) == pytest.approx(4.0)
+    # 2e6 bytes do not fit in L2: 20 µs at 100 GB/s.
+    assert bound_us(CEILINGS, 1_000_000, 2_000_000) == pytest.approx(20.0)
+
+
+def test_preset_roofline_places_the_measured_point_and_tries():
+    w = get_preset("dw-blog-final-96").spec.workload  # 42 467 328 FLOPs over 18 883 584 B
+    ceilings = Ceilings(60_000.0, 3000.0, 6000.0, 50 << 20, "measured on a test GPU")
+    r = roofline(w, ceilings, latency_us=10.0, tries=(("try 1", w, 20.0),))
+    assert r.intensity == pytest.approx(42_467_328 / 18_883_584)
+    assert r.roof == (6000.0, "L2-resident")  # 18 MiB fit in 50 MiB
+    assert r.attainable_gflops == pytest.approx(6000.0 * 42_467_328 / 18_883_584)
+    # Bound: 18 883 584 B at 6000 GB/s = 3.147 µs (compute: 0.71 µs); 10 µs is 31% of it.
+    assert r.current.percent_of_attainable == pytest.approx(100 * 18_883_584 / 6000 / 1e3 / 10.0)
+    assert r.current.gflops == pytest.approx(42_467_328 / 10.0 / 1e3)
+    assert r.tries[0].label == "try 1" and r.tries[0].percent_of_attainable == pytest.approx(
+        r.current.percent_of_attainable / 2)
+    data = r.to_dict()
+    assert data["roof"] == "L2-resident" and data["current"]["kind"] == "measured"
+    assert data["ceilings"]["source"] == "measured on a test GPU"
+
+
+def test_without_a_measurement_the_point_is_a_static_estimate_on_the_roof():
+    w = get_preset("dw-blog-final-96").spec.workload
+    r = roofline(w, published_ceilings("sm_90a"))
+    assert r.current.kind == STATIC and r.current.percent_of_attainable == pytest.approx(100.0)
+    assert "published figures for H100 SXM" in r.ceilings.source
+    assert any("Static estimate" in note for note in r.notes)
+    assert any("No L2 roof" in note for note in r.notes)
+
+
+def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
+    assert set(PUBLISHED_GPUS) == {"sm_90", "sm_80", "sm_75", "sm_89"}
+    h100 = published_ceilings("sm_90a")
+    assert (h100.fp32_gflops, h100.hbm_gbps, h100.l2_gbps) == (67_000, 3_350, None) and not h100.measured
+    assert "GDDR6" in published_ceilings("sm_75").source  # the T4's "HBM" roof is its GDDR6
+    with pytest.raises(ExplorerError, match="No published figures for sm_70"):
+        published_ceilings("sm_70")
+
+
+def test_figure_draws_the_roofs_the_point_and_the_tries():
+    from explorer.figures import roofline_figure
+
+    w = get_preset("dw-blog-final-96").spec.workload
+    r = roofline(w, CEILINGS, latency_us=100.0, tries=(("try 1", w, 200.0),))
+    figure = roofline_figure(r)
+    names = [t.name for t in figure.data]
+    assert names == ["HBM 100 GB/s", "L2-resident 400 GB/s", "FP32 peak 1,000 GFLOP/s", "this session's tries",
+                     "this setting (measured)"]
+    hbm = figure.data[0]
+    assert hbm.x[1] == pytest.approx(10.0) and hbm.y[1] == 1000.0  # meets the peak at the ridge, 1000 / 100
+    assert figure.data[-1].y[0] == pytest.approx(w.flops / 100.0 / 1e3)
+    assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
+    # Published figures: no L2 roof.
+    assert [t.name for t in roofline_figure(roofline(w, published_ceilings("sm_80"))).data][:2] == [
+        "HBM 2,039 GB/s", "FP32 peak 19,500 GFLOP/s"]
+
+
+def test_cli_view_roofline_json_for_a_target_without_a_gpu(capsys):
+    from explorer.cli import main
+
+    assert main(["show", "dw-blog-final-96", "--view", "roofline", "--target", "sm_90a", "--json"]) == 0
+    data = __import__("json").loads(capsys.readouterr().out)["roofline"]
+    assert data["current"]["kind"] == STATIC and data["ceilings"]["fp32_gflops"] == 67_000
+    assert data["intensity_flop_per_byte"] == pytest.approx(42_467_328 / 18_883_584)
+
+
+# -- the app's Roofline tab ------------------------------------------------------------------
+
+
+def test_roofline_tab_without_a_gpu_shows_the_static_estimate():
+    from test_app import app, assert_clean
+
+    at = app({"preset": "dw-blog-final-96"}, view="Roofline").run()
+    assert_clean(at)
+    estimate = next(m for m in at.metric if m.label == "Static estimate")
+    assert estimate.value == "100%"
+    intensity = next(m for m in at.metric if m.label == "Arithmetic intensity")
+    assert intensity.value == "2.25 FLOP/B"
+    assert any("published figures for H100 SXM" in c.value for c in at.caption)
+
+
+def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
+    from test_app import THREAD_X, app, assert_clean, fake_measurements
+
+    fake_measurements(monkeypatch, lambda spec: 800 / spec.knobs.num_thread_x)  # 50 µs, then 100 µs
+    at = app({"preset": "dw-blog-final-96"}, view="Roofline").run()
+    assert_clean(at)
+    assert next(m for m in at.metric if m.label == "This setting").value == "4%"  # 2 µs bound over 50 µs
+    at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    assert_clean(at)
+    assert next(m for m in at.metric if m.label == "This setting").value == "2%"  # 2 µs over 100 µs
+    figure = at.get("plotly_chart")[-1]
+    assert "this session's tries" in figure.proto.spec  # the first setting, as a try
+    assert any("measured on Fake GPU" in c.value for c in at.caption)
