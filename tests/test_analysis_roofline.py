@@ -112,13 +112,15 @@ def test_roofline_tab_without_a_gpu_shows_the_static_estimate():
 
 
 def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
-    from test_app import THREAD_X, app, assert_clean, fake_measurements
+    from live_fakes import fake_measurements, settle
+    from test_app import THREAD_X, app, assert_clean
 
     fake_measurements(monkeypatch, lambda spec: 800 / spec.knobs.num_thread_x)  # 50 µs, then 100 µs
-    at = app({"preset": "dw-blog-final-96"}, view="Roofline").run()
+    at = settle(app({"preset": "dw-blog-final-96"}, view="Roofline").run())
     assert_clean(at)
     assert next(m for m in at.metric if m.label == "This setting").value == "4%"  # 2 µs bound over 50 µs
     at.sidebar.select_slider(key=THREAD_X).set_value(8).run()
+    settle(at)
     assert_clean(at)
     assert next(m for m in at.metric if m.label == "This setting").value == "2%"  # 2 µs over 100 µs
     figure = at.get("plotly_chart")[-1]
