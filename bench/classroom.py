@@ -292,7 +292,22 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     return report
 
 
-def describe(report: dict) -> str:
+def goal_rows(report: dict, goals: dict[str, float]) -> list[str]:
+    """Rows "| goal | measured | verdict |" for goals such as {"knob_to_code.p95": 1.0}."""
+    rows = ["| goal | measured | |", "| --- | ---: | --- |"]
+    for name, limit in goals.items():
+        section, stat = name.rsplit(".", 1)
+        value = report[section][stat]
+        if value is None:
+            verdict, shown = "not measured", "—"
+        else:
+            verdict = "met" if value <= limit else f"**missed by {value - limit:.3f} s**"
+            shown = f"{value:.3f} s"
+        rows.append(f"| {section.replace('_', ' ')} {stat} ≤ {limit:g} s | {shown} | {verdict} |")
+    return rows
+
+
+def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     def row(name, p):
         if not p["n"]:
             return f"| {name} | 0 | — | — | — |"
@@ -315,6 +330,8 @@ def describe(report: dict) -> str:
         row("… a setting seen before (revisit)", report["knob_to_latency_revisit"]),
         "",
     ]
+    if goals:
+        lines += [*goal_rows(report, goals), ""]
     if report.get("moves_without_latency"):
         lines.append(f"Moves whose latency had not come before the student's next move: "
                      f"{report['moves_without_latency']}.")
@@ -342,12 +359,15 @@ def main() -> None:
     parser.add_argument("--server-pid", type=int, help="sample this process's memory (the streamlit server)")
     parser.add_argument("--run-log", help="the measuring worker's kernel-run log, to check runs never overlapped")
     parser.add_argument("--json", help="write the whole report (with samples) here")
+    parser.add_argument("--goal", action="append", default=[], metavar="NAME=SECONDS",
+                        help="a target to check, e.g. knob_to_code.p95=1.0 or knob_to_latency_new.p50=0.5")
     parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under LABEL")
     parser.add_argument("--machine", default=platform.node(), help="the machine, as the table should name it")
     args = parser.parse_args()
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
                  args.run_log)
-    text = describe(report)
+    goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
+    text = describe(report, goals)
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

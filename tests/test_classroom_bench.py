@@ -64,3 +64,10 @@ def test_percentiles_by_hand():
     p = classroom.percentiles([0.1, 0.2, 0.3, 0.4, 1.0])
     assert (p["n"], p["p50"], p["max"]) == (5, 0.3, 1.0)
     assert p["p95"] == 1.0
+
+
+def test_goals_say_by_how_much_they_were_missed():
+    report = {"knob_to_code": {"p95": 1.25}, "knob_to_latency": {"p95": None}, "open_to_code": {"p50": 0.5}}
+    rows = classroom.goal_rows(report, {"knob_to_code.p95": 1.0, "knob_to_latency.p95": 3.0, "open_to_code.p50": 1})
+    assert rows[2] == "| knob to code p95 ≤ 1 s | 1.250 s | **missed by 0.250 s** |"
+    assert rows[3].endswith("| — | not measured |") and rows[4].endswith("| 0.500 s | met |")
