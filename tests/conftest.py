@@ -4,10 +4,6 @@ import pytest
 import tvm
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: runs kernels on a local CUDA GPU; skipped without one")
-
-
 def pytest_collection_modifyitems(config, items):
     if tvm.cuda(0).exist:
         return
