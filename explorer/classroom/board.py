@@ -1,0 +1,111 @@
+"""The leaderboard: a student's display name and the current setting in, the kernel checked
+against NumPy and timed on the server's GPU, the result recorded; each student's best per
+workload and device out, beside PyTorch's time on that device."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..build import Spec
+from ..errors import ExplorerError
+from ..urlstate import to_query
+from ..workloads import Workload
+from .store import Entry, Store
+
+NAME_MAX = 32
+NAME_SYMBOLS = " -_."
+
+
+class InvalidName(ExplorerError):
+    """A display name that the board does not take."""
+
+
+class SubmissionRefused(ExplorerError):
+    """A submission whose kernel computed a wrong result: it gets no place on the board."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """One line of a board: a student's best entry on one device."""
+
+    rank: int  # 1 = fastest on this device
+    entry: Entry
+    pytorch_us: float | None  # PyTorch on the same device and workload, when measured
+
+    @property
+    def versus_pytorch(self) -> float | None:
+        """PyTorch's time over this entry's: above 1, the student's kernel is faster."""
+        return self.pytorch_us / self.entry.score_us if self.pytorch_us else None
+
+
+def validate_name(name: str) -> str:
+    """The display name without surrounding spaces, or InvalidName saying what is wrong."""
+    name = (name or "").strip()
+    if not name:
+        raise InvalidName(f"Give a display name of 1 to {NAME_MAX} characters.")
+    if len(name) > NAME_MAX:
+        raise InvalidName(f"A display name has at most {NAME_MAX} characters; this one has {len(name)}.")
+    bad = next((c for c in name if not (c.isalnum() or c in NAME_SYMBOLS)), None)
+    if bad is not None:
+        raise InvalidName(f"A display name may use letters, digits, spaces, '-', '_' and '.' only, not {bad!r}.")
+    return name
+
+
+def measure_for_board(spec: Spec, *, target: str = "auto", remote=None):
+    """The one call through which the board measures: the app's normal measurement queue,
+    so a submission waits its turn with everyone else's measurements."""
+    from ..measure import measure
+
+    return measure(spec, target=target, remote=remote)
+
+
+def pytorch_for_board(workload: Workload) -> float | None:
+    """PyTorch's median µs for ``workload`` on this machine's GPU (CUDA graphs), or None
+    where PyTorch cannot run it."""
+    from ..measure import MeasureError, baseline
+
+    try:
+        result = baseline(workload)
+    except MeasureError:
+        return None
+    return result.median_us if result.check.correct else None
+
+
+Measure = Callable[..., object]  # (spec, target=, remote=) -> explorer.measure.Measurement
+
+
+def submit(store: Store, name: str, spec: Spec, *, target: str = "auto", remote=None,
+           measure: Measure = measure_for_board,
+           pytorch: Callable[[Workload], float | None] | None = pytorch_for_board) -> Entry:
+    """Check and time ``spec`` and record it under ``name``. Raises InvalidName before
+    measuring anything, and SubmissionRefused (with the first wrong element) for a kernel
+    whose output is wrong. PyTorch is measured once per workload and device (local GPU
+    only; ``pytorch=None`` skips it)."""
+    name = validate_name(name)
+    result = measure(spec, target=target, remote=remote)
+    if not result.correct:
+        raise SubmissionRefused(f"Not on the board: the kernel's output is {result.check.describe()}.")
+    server = None
+    if remote is not None:
+        from ..measure.remote import last_server
+
+        server = last_server()
+    workload = spec.workload.label()
+    entry = store.add_entry(name=name, workload=workload, template=spec.template, knobs=spec.knobs.to_strings(),
+                            query=to_query(spec), target=result.target, device=result.device, server=server,
+                            graph_us=result.graph_us, median_us=result.median_us)
+    if pytorch is not None and remote is None and store.pytorch_us(workload, result.device) is None:
+        pytorch_us = pytorch(spec.workload)
+        if pytorch_us is not None:
+            store.set_pytorch_us(workload, result.device, pytorch_us)
+    return entry
+
+
+def board(store: Store, workload: str) -> list[Place]:
+    """Each student's best on ``workload``, ranked per device (like is compared with like)."""
+    places, rank, device = [], 0, None
+    for entry in store.best(workload):
+        rank = rank + 1 if entry.device == device else 1
+        device = entry.device
+        places.append(Place(rank, entry, store.pytorch_us(workload, entry.device)))
+    return places
