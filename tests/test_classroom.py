@@ -94,7 +94,7 @@ def test_class_step_set_and_cleared(tmp_path):
 def test_a_correct_kernel_is_recorded_with_its_times_device_and_link(tmp_path):
     store = Store(tmp_path / "c.sqlite3")
     real = measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST)  # checked and timed on the CPU
-    entry = submit(store, "Ann", SPEC, measure=measured_as(real), pytorch=None)
+    entry = submit(store, "Ann", SPEC, measure=measured_as(real), with_pytorch=False)
     assert (entry.name, entry.workload, entry.template) == ("Ann", SPEC.workload.label(), SPEC.template)
     assert entry.device == "CPU" and entry.median_us == real.median_us and entry.graph_us is None
     assert entry.knobs == SPEC.knobs.to_strings() and entry.query["knob.num_thread_x"] == entry.knobs["num_thread_x"]
@@ -105,7 +105,7 @@ def test_a_wrong_kernel_is_refused_with_the_mismatch(tmp_path):
     store = Store(tmp_path / "c.sqlite3")
     wrong = measure_module(wrong_at_2_3_module(), WORKLOAD, target="llvm", settings=FAST)
     with pytest.raises(SubmissionRefused, match=r"wrong at index \(2, 3\)"):
-        submit(store, "Ann", SPEC, measure=measured_as(wrong), pytorch=None)
+        submit(store, "Ann", SPEC, measure=measured_as(wrong), with_pytorch=False)
     assert store.entries() == []
 
 
@@ -146,7 +146,7 @@ for i in range(100000):
 
 def test_the_board_survives_a_restart(tmp_path):
     path = tmp_path / "c.sqlite3"
-    submit(Store(path), "Ann", SPEC, measure=measured_as(timed(7.0)), pytorch=None)
+    submit(Store(path), "Ann", SPEC, measure=measured_as(timed(7.0)), with_pytorch=False)
     read = "import sys, json; from explorer.classroom import Store, board; " \
            "print(json.dumps([(p.entry.name, p.entry.median_us) for p in board(Store(sys.argv[1]), sys.argv[2])]))"
     out = subprocess.run([sys.executable, "-c", read, str(path), SPEC.workload.label()], cwd=ROOT, check=True,
@@ -179,7 +179,7 @@ def test_thirty_sessions_submit_at_once(tmp_path):
     def student(i: int) -> None:
         try:
             start.wait()
-            entries.append(submit(store, f"student {i}", SPEC, measure=measured_as(timed(1.0 + i)), pytorch=None))
+            entries.append(submit(store, f"student {i}", SPEC, measure=measured_as(timed(1.0 + i)), with_pytorch=False))
             store.close()
         except Exception as error:  # noqa: BLE001 (collected and reported below)
             errors.append(error)

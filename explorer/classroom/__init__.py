@@ -3,12 +3,12 @@ submit their schedules to a leaderboard that lasts (one SQLite file).
 
 - ``store.py``: the SQLite file (WAL, one transaction per write, schema migrations): the
   class's step, the board's entries, PyTorch's time per workload and device.
-- ``board.py``: display names, :func:`submit` (checked against NumPy, then timed through
+- ``leaderboard.py``: display names, :func:`submit` (checked against NumPy, then timed through
   the normal measurement queue), :func:`board` (each student's best per device).
 - ``teacher.py``: the teacher's token (``EXPLORER_TEACHER_TOKEN``), compared in constant time.
 - ``presence.py``: who is connected and on which step (this process only).
 """
-from .board import InvalidName, Place, SubmissionRefused, board, measure_for_board, submit, validate_name
+from .leaderboard import InvalidName, Place, SubmissionRefused, board, measure_for_board, submit, validate_name
 from .store import DB_ENV, ClassStep, Entry, Store, default_path, open_store
 from . import presence
 from .teacher import TOKEN_ENV, is_teacher, token_configured

@@ -75,14 +75,15 @@ Measure = Callable[..., object]  # (spec, target=, remote=) -> explorer.measure.
 
 
 def submit(store: Store, name: str, spec: Spec, *, target: str = "auto", remote=None,
-           measure: Measure = measure_for_board,
-           pytorch: Callable[[Workload], float | None] | None = pytorch_for_board) -> Entry:
+           measure: Measure | None = None, pytorch: Callable[[Workload], float | None] | None = None,
+           with_pytorch: bool = True) -> Entry:
     """Check and time ``spec`` and record it under ``name``. Raises InvalidName before
     measuring anything, and SubmissionRefused (with the first wrong element) for a kernel
     whose output is wrong. PyTorch is measured once per workload and device (local GPU
-    only; ``pytorch=None`` skips it)."""
+    only, unless ``with_pytorch`` is False). ``measure`` and ``pytorch`` default to
+    :func:`measure_for_board` and :func:`pytorch_for_board`, looked up at each call."""
     name = validate_name(name)
-    result = measure(spec, target=target, remote=remote)
+    result = (measure or measure_for_board)(spec, target=target, remote=remote)
     if not result.correct:
         raise SubmissionRefused(f"Not on the board: the kernel's output is {result.check.describe()}.")
     server = None
@@ -94,8 +95,8 @@ def submit(store: Store, name: str, spec: Spec, *, target: str = "auto", remote=
     entry = store.add_entry(name=name, workload=workload, template=spec.template, knobs=spec.knobs.to_strings(),
                             query=to_query(spec), target=result.target, device=result.device, server=server,
                             graph_us=result.graph_us, median_us=result.median_us)
-    if pytorch is not None and remote is None and store.pytorch_us(workload, result.device) is None:
-        pytorch_us = pytorch(spec.workload)
+    if with_pytorch and remote is None and store.pytorch_us(workload, result.device) is None:
+        pytorch_us = (pytorch or pytorch_for_board)(spec.workload)
         if pytorch_us is not None:
             store.set_pytorch_us(workload, result.device, pytorch_us)
     return entry
