@@ -205,9 +205,9 @@ def test_teacher_token(monkeypatch):
 
 def test_presence_counts_recent_students_by_step():
     now = time.monotonic()
-    presence.beat("a-test", "lesson · step 5", now=now)
-    presence.beat("b-test", "lesson · step 5", now=now)
-    presence.beat("c-test", "Explorer", now=now - 60)  # left a minute ago
-    presence.beat("t-test", "Class", teacher=True, now=now)
+    presence.beat("a-test", "test lesson · step 5", now=now)
+    presence.beat("b-test", "test lesson · step 5", now=now)
+    presence.beat("c-test", "test Explorer", now=now - 60)  # left a minute ago
+    presence.beat("t-test", "test Class", teacher=True, now=now)  # the teacher is not a student
     counts = presence.students(now=now)
-    assert counts["lesson · step 5"] == 2 and counts["Explorer"] == 0 and counts["Class"] == 0
+    assert counts["test lesson · step 5"] == 2 and counts["test Explorer"] == 0 and counts["test Class"] == 0
