@@ -211,3 +211,14 @@ def test_presence_counts_recent_students_by_step():
     presence.beat("t-test", "test Class", teacher=True, now=now)  # the teacher is not a student
     counts = presence.students(now=now)
     assert counts["test lesson · step 5"] == 2 and counts["test Explorer"] == 0 and counts["test Class"] == 0
+
+
+@pytest.mark.gpu
+def test_a_preset_is_submitted_and_measured_on_this_gpu(tmp_path):
+    store = Store(tmp_path / "c.sqlite3")
+    spec = get_preset("best-dw-96").spec
+    entry = submit(store, "GPU test", spec)  # the real path: measure_for_board and pytorch_for_board
+    assert entry.median_us > 0 and "CPU" not in entry.device and entry.target.startswith("{")
+    places = board(store, spec.workload.label())
+    assert [p.entry.id for p in places] == [entry.id]
+    assert store.pytorch_us(entry.workload, entry.device) is None or places[0].versus_pytorch > 0
