@@ -11,14 +11,25 @@ import time
 from pathlib import Path
 
 import pytest
+from test_measure_worker import WORKLOAD, correct_module, wrong_at_2_3_module
 
-from explorer.classroom import (InvalidName, Store, SubmissionRefused, board, is_teacher, open_store, presence, submit,
-                                validate_name)
+from explorer.classroom import (
+    InvalidName,
+    Store,
+    SubmissionRefused,
+    board,
+    class_remote,
+    is_teacher,
+    open_store,
+    presence,
+    set_class_remote,
+    submit,
+    validate_name,
+)
 from explorer.classroom.store import MIGRATIONS
-from explorer.measure import Measurement, Settings, Timing, measure_module, shutdown
+from explorer.measure import Measurement, Remote, RemoteError, Settings, Timing, measure_module, shutdown
 from explorer.measure.gate import Check
 from explorer.presets import get_preset
-from test_measure_worker import WORKLOAD, correct_module, wrong_at_2_3_module
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = get_preset("dw-blog-final-96").spec
@@ -34,8 +45,8 @@ def stop_worker():
 def timed(median_us: float, graph_us: float | None = None, device: str = "GPU A") -> Measurement:
     """A correct measurement with the given times (for tests of what is recorded)."""
     graph = Timing.from_seconds([graph_us * 1e-6] * 3, 1) if graph_us else None
-    return Measurement("w", "cuda", device, Check(True, 0.0, 1.0, 0, None), Timing.from_seconds([median_us * 1e-6] * 3, 1),
-                       None, 1, 1, 0.0, graph)
+    timing = Timing.from_seconds([median_us * 1e-6] * 3, 1)
+    return Measurement("w", "cuda", device, Check(True, 0.0, 1.0, 0, None), timing, None, 1, 1, 0.0, graph)
 
 
 def measured_as(result: Measurement):
@@ -124,7 +135,8 @@ def test_board_keeps_each_students_best_per_device_with_pytorch_ratio(tmp_path):
         submit(store, name, SPEC, measure=measured_as(timed(median, graph, device)), pytorch=lambda w: 6.0)
     places = board(store, SPEC.workload.label())
     assert [(p.rank, p.entry.name, p.entry.device, p.entry.score_us) for p in places] == [
-        (1, "Ann", "GPU A", pytest.approx(4)), (2, "Bo", "GPU A", pytest.approx(5)), (1, "Bo", "GPU B", pytest.approx(3))]
+        (1, "Ann", "GPU A", pytest.approx(4)), (2, "Bo", "GPU A", pytest.approx(5)),
+        (1, "Bo", "GPU B", pytest.approx(3))]
     assert places[0].versus_pytorch == pytest.approx(6 / 4)  # PyTorch's time over the student's
     store.hide_entry(places[0].entry.id)  # Ann's 4 µs hidden: her 8 µs is her best now
     assert board(store, SPEC.workload.label())[1].entry.score_us == pytest.approx(8)
@@ -222,3 +234,21 @@ def test_a_preset_is_submitted_and_measured_on_this_gpu(tmp_path):
     places = board(store, spec.workload.label())
     assert [p.entry.id for p in places] == [entry.id]
     assert store.pytorch_us(entry.workload, entry.device) is None or places[0].versus_pytorch > 0
+
+
+def test_an_older_schema_is_migrated_with_its_entries(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    old = Store(path)
+    submit(old, "Ann", SPEC, measure=measured_as(timed(7.0)), with_pytorch=False)
+    with old.connection() as conn:  # back to schema 1, as a file written before the class's GPUs setting
+        conn.execute("DROP TABLE class_settings")
+        conn.execute("UPDATE schema_version SET version = 1")
+    store = Store(path)
+    assert store.schema_version() == len(MIGRATIONS) == 2
+    assert [e.name for e in store.entries()] == ["Ann"]
+    set_class_remote(store, "10.0.0.5:9190", "h100")
+    assert class_remote(Store(path)) == Remote("10.0.0.5", 9190, "h100")
+    with pytest.raises(RemoteError, match="HOST:PORT"):
+        set_class_remote(store, "nowhere", "h100")
+    set_class_remote(store, "", "")
+    assert class_remote(store) is None

@@ -128,3 +128,31 @@ def test_a_submission_reaches_the_board_and_an_html_name_is_refused(monkeypatch)
     assert table["open"][0].startswith("./?template=")
     other = page("views/classroom.py")  # another session, same board
     assert list(other.dataframe[0].value["name"]) == ["Ann Lee"]
+
+
+def test_the_teacher_hides_an_entry_resets_a_board_and_sets_the_class_gpus(monkeypatch):
+    monkeypatch.setattr(class_mode, "can_submit", lambda: True)
+    monkeypatch.setattr(board_module, "measure_for_board", measured)
+    student = page("views/classroom.py")
+    for name in ("Ann", "Bo"):
+        student.text_input(key="class.name").input(name)
+        next(b for b in student.button if b.label.startswith("Submit my current setting")).click().run()
+    teacher = unlocked_teacher()
+    assert sorted(teacher.dataframe[-1].value["name"]) == ["Ann", "Bo"]
+    teacher.selectbox(key="class.hide_entry").select_index(0).run()
+    next(b for b in teacher.button if b.label == "Hide this entry").click().run()
+    assert len(teacher.dataframe[-1].value) == 1
+    teacher.checkbox(key="class.confirm_reset").check().run()
+    next(b for b in teacher.button if b.label == "Reset this board").click().run()
+    assert "No entries on this board yet." in [c.value for c in teacher.caption]
+
+    monkeypatch.setattr(class_mode, "can_submit", lambda: False)  # no GPU here: the class's GPUs measure
+    assert any("read-only" in info.value for info in page("views/classroom.py").info)
+    teacher.text_input(key="class.tracker").input("nowhere")
+    next(b for b in teacher.button if b.label == "Use these GPUs").click().run()
+    assert any("HOST:PORT" in e.value for e in teacher.error)
+    teacher.text_input(key="class.tracker").input("127.0.0.1:1")
+    teacher.text_input(key="class.key").input("h100")
+    next(b for b in teacher.button if b.label == "Use these GPUs").click().run()
+    assert any(e.label.startswith("Class GPUs: 127.0.0.1:1 key h100") for e in teacher.expander)
+    assert "Display name" in [t.label for t in page("views/classroom.py").text_input]

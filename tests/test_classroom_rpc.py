@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import tvm
+from test_measure_worker import WORKLOAD
 from tvm.rpc.tracker import Tracker
 
 from explorer.measure import Remote, Settings
@@ -20,7 +21,6 @@ from explorer.measure import remote as remote_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
 from explorer.measure.worker import Job
 from explorer.workloads import Matmul
-from test_measure_worker import WORKLOAD
 
 KEY = "explorer-class-test"
 ROOT = Path(__file__).resolve().parent.parent

@@ -67,13 +67,36 @@ def teacher_controls(store: classroom.Store) -> None:
     state = store.class_step()
     st.markdown(f"Now: **{state.banner()}**" if state else "Now: no step set; students explore freely.")
     students()
+    class_gpus(store)
+
+
+def class_gpus(store: classroom.Store) -> None:
+    remote = classroom.class_remote(store)
+    with st.expander(f"Class GPUs: {remote}" if remote else "Class GPUs: this server's own"):
+        st.caption("Leaderboard submissions of every session are measured here. GPU machines that registered under "
+                   "one key of a TVM RPC tracker share the work; leave the address empty for this server's GPU.")
+        with st.form("class.gpus"):
+            left, right = st.columns(2)
+            address = left.text_input("Tracker (HOST:PORT)", value=f"{remote.host}:{remote.port}" if remote else "",
+                                      key="class.tracker")
+            key = right.text_input("Key", value=remote.key if remote else "", key="class.key")
+            if st.form_submit_button("Use these GPUs"):
+                try:
+                    classroom.set_class_remote(store, address, key)
+                    st.rerun()
+                except ExplorerError as error:
+                    st.error(str(error))
+        if remote is not None:
+            from explorer.measure.remote import server_count
+
+            st.caption(f"{server_count(remote)} GPU server(s) registered under key '{remote.key}' now.")
 
 
 @st.fragment(run_every=STUDENTS_REFRESH_S)
 def students() -> None:
     counts = classroom.presence.students()
     st.metric("Students connected", sum(counts.values()),
-              help=f"Browser sessions seen in the last {classroom.presence.RECENT_S:.0f} s (the teacher's not counted).")
+              help=f"Browser sessions seen in the last {classroom.presence.RECENT_S:.0f} s (not the teacher's).")
     if counts:
         st.dataframe(pd.DataFrame(counts.most_common(), columns=["where", "students"]), hide_index=True)
 
@@ -83,7 +106,8 @@ def board_table(places: list[classroom.Place]) -> pd.DataFrame:
         "rank": p.rank, "name": p.entry.name, "CUDA graph µs": p.entry.graph_us, "back to back µs": p.entry.median_us,
         "× PyTorch": p.versus_pytorch, "template": p.entry.template,
         "knobs": ", ".join(f"{k}={v}" for k, v in p.entry.knobs.items()),
-        "open": "./?" + urlencode(p.entry.query), "when": pd.Timestamp(p.entry.created, unit="s").strftime("%H:%M"),
+        "open": "./?" + urlencode(p.entry.query), "measured on": p.entry.server or "",
+        "when": pd.Timestamp(p.entry.created, unit="s").strftime("%H:%M"),
     } for p in places])
 
 
@@ -107,7 +131,8 @@ def show_board(store: classroom.Store, workload: str) -> list[classroom.Place]:
 
 def submit_form(store: classroom.Store) -> None:
     spec = session.spec()
-    if not class_mode.can_submit():
+    remote = session.remote() or classroom.class_remote(store)
+    if remote is None and not class_mode.can_submit():
         st.info("This board is read-only here: a submission is checked and timed on the server's GPU, and this "
                 "server has no GPU and no RPC tracker (Device page).", icon=":material/visibility:")
         return
@@ -120,11 +145,16 @@ def submit_form(store: classroom.Store) -> None:
         with st.spinner("Checking the kernel against NumPy, then timing it…"):
             try:
                 entry = classroom.submit(store, st.session_state.get("class.name", ""), spec,
-                                         target=session.target(), remote=session.remote())
+                                         target=session.target(), remote=remote)
             except ExplorerError as error:
                 st.error(str(error))
                 return
         st.success(f"On the board: {entry.score_us:.2f} µs on {entry.device}.")
+
+
+def reset_board(store: classroom.Store, workload: str) -> None:
+    store.reset_board(workload)
+    st.session_state["class.confirm_reset"] = False
 
 
 def teacher_board_tools(store: classroom.Store, workload: str, places: list[classroom.Place]) -> None:
@@ -132,14 +162,10 @@ def teacher_board_tools(store: classroom.Store, workload: str, places: list[clas
         if places:
             entry = st.selectbox("Entry", [p.entry for p in places], key="class.hide_entry",
                                  format_func=lambda e: f"{e.name} · {e.score_us:.2f} µs · {e.device}")
-            if st.button("Hide this entry", icon=":material/visibility_off:"):
-                store.hide_entry(entry.id)
-                st.rerun()
+            st.button("Hide this entry", icon=":material/visibility_off:", on_click=store.hide_entry, args=(entry.id,))
         if st.checkbox("I want to remove every entry of this board", key="class.confirm_reset"):
-            if st.button("Reset this board", type="primary", icon=":material/delete:"):
-                store.reset_board(workload)
-                st.session_state["class.confirm_reset"] = False
-                st.rerun()
+            st.button("Reset this board", type="primary", icon=":material/delete:", on_click=reset_board,
+                      args=(store, workload))
 
 
 session.sync_url()

@@ -8,12 +8,24 @@ submit their schedules to a leaderboard that lasts (one SQLite file).
 - ``teacher.py``: the teacher's token (``EXPLORER_TEACHER_TOKEN``), compared in constant time.
 - ``presence.py``: who is connected and on which step (this process only).
 """
-from .leaderboard import InvalidName, Place, SubmissionRefused, board, measure_for_board, submit, validate_name
-from .store import DB_ENV, ClassStep, Entry, Store, default_path, open_store
 from . import presence
+from .leaderboard import (
+                          InvalidName,
+                          Place,
+                          SubmissionRefused,
+                          board,
+                          class_remote,
+                          measure_for_board,
+                          set_class_remote,
+                          submit,
+                          validate_name,
+)
+from .store import DB_ENV, ClassStep, Entry, Store, default_path, open_store
 from .teacher import TOKEN_ENV, is_teacher, token_configured
 
 __all__ = [
     "ClassStep", "DB_ENV", "Entry", "InvalidName", "Place", "Store", "SubmissionRefused", "TOKEN_ENV", "board",
-    "default_path", "is_teacher", "measure_for_board", "open_store", "presence", "submit", "token_configured", "validate_name",
+    "class_remote", "set_class_remote",
+    "default_path", "is_teacher", "measure_for_board", "open_store", "presence", "submit", "token_configured",
+    "validate_name",
 ]

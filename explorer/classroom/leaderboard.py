@@ -3,8 +3,8 @@ against NumPy and timed on the server's GPU, the result recorded; each student's
 workload and device out, beside PyTorch's time on that device."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..build import Spec
 from ..errors import ExplorerError
@@ -52,11 +52,17 @@ def validate_name(name: str) -> str:
 
 
 def measure_for_board(spec: Spec, *, target: str = "auto", remote=None):
-    """The one call through which the board measures: the app's normal measurement queue,
-    so a submission waits its turn with everyone else's measurements."""
-    from ..measure import measure
+    """The one call through which the board measures. On this machine's GPU: the normal
+    measurement queue, so a submission waits its turn with everyone else's measurements.
+    Through a tracker: as many at a time as the key has GPU servers (the tracker gives each
+    session a server of its own), retried on another server if one dies."""
+    from ..measure import Measurement, Settings, measure
+    from ..measure.remote import measure_remote
+    from ..measure.worker import Job
 
-    return measure(spec, target=target, remote=remote)
+    if remote is None:
+        return measure(spec, target=target)
+    return Measurement.of(spec.workload, measure_remote(Job(spec, spec.workload, target, Settings()), remote))
 
 
 def pytorch_for_board(workload: Workload) -> float | None:
@@ -100,6 +106,31 @@ def submit(store: Store, name: str, spec: Spec, *, target: str = "auto", remote=
         if pytorch_us is not None:
             store.set_pytorch_us(workload, result.device, pytorch_us)
     return entry
+
+
+CLASS_TRACKER = "tracker"  # class setting: "HOST:PORT KEY" of the class's GPU servers
+
+
+def class_remote(store: Store):
+    """The class's GPUs (an ``explorer.measure.Remote``) as the teacher set them, or None."""
+    value = store.setting(CLASS_TRACKER)
+    if not value:
+        return None
+    from ..measure import Remote
+
+    address, key = value.split(" ", 1)
+    return Remote.parse(address, key)
+
+
+def set_class_remote(store: Store, address: str, key: str) -> None:
+    """Check and keep the class's tracker; an empty address clears it."""
+    if not address.strip():
+        store.set_setting(CLASS_TRACKER, None)
+        return
+    from ..measure import Remote
+
+    remote = Remote.parse(address, key)  # RemoteError (one sentence) for a bad address or key
+    store.set_setting(CLASS_TRACKER, f"{remote.host}:{remote.port} {remote.key}")
 
 
 def board(store: Store, workload: str) -> list[Place]:

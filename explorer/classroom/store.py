@@ -42,6 +42,8 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (workload, device)
     );
     """,
+    # 2: the class's GPUs (an RPC tracker and key), set by the teacher for every session.
+    "CREATE TABLE class_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 
 
@@ -86,7 +88,8 @@ class Entry:
         return self.graph_us if self.graph_us is not None else self.median_us
 
 
-_ENTRY_COLUMNS = "id, name, workload, template, knobs, query, target, device, server, graph_us, median_us, created, hidden"
+_ENTRY_COLUMNS = ("id, name, workload, template, knobs, query, target, device, server, graph_us, median_us, created, "
+                  "hidden")
 
 
 def default_path() -> Path:
@@ -162,6 +165,17 @@ class Store:
         with self.connection() as conn:
             conn.execute("DELETE FROM class_state")
 
+    def setting(self, name: str) -> str | None:
+        row = self.connection().execute("SELECT value FROM class_settings WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def set_setting(self, name: str, value: str | None) -> None:
+        with self.connection() as conn:
+            if value is None:
+                conn.execute("DELETE FROM class_settings WHERE name = ?", (name,))
+            else:
+                conn.execute("INSERT OR REPLACE INTO class_settings VALUES (?, ?)", (name, value))
+
     # -- leaderboard --------------------------------------------------------------------
 
     def add_entry(self, *, name: str, workload: str, template: str, knobs: dict[str, str], query: dict[str, str],
@@ -176,7 +190,8 @@ class Store:
                      graph_us, median_us, created)
 
     def entries(self, workload: str | None = None, *, include_hidden: bool = False) -> list[Entry]:
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE (? IS NULL OR workload = ?) AND (? OR hidden = 0) ORDER BY id"
+        sql = (f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE (? IS NULL OR workload = ?) AND (? OR hidden = 0) "
+               "ORDER BY id")
         return [_entry(row) for row in self.connection().execute(sql, (workload, workload, include_hidden))]
 
     def best(self, workload: str) -> list[Entry]:
@@ -212,7 +227,8 @@ class Store:
 
     def set_pytorch_us(self, workload: str, device: str, pytorch_us: float) -> None:
         with self.connection() as conn:
-            conn.execute("INSERT OR REPLACE INTO baselines VALUES (?, ?, ?, ?)", (workload, device, pytorch_us, time.time()))
+            conn.execute("INSERT OR REPLACE INTO baselines VALUES (?, ?, ?, ?)",
+                         (workload, device, pytorch_us, time.time()))
 
 
 def _entry(row: sqlite3.Row) -> Entry:

@@ -29,15 +29,15 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import tvm
 from tvm import rpc
-from tvm.rpc import base as rpc_base
 from tvm.backend.cuda import _detect_target_from_device as detect_cuda_target
+from tvm.rpc import base as rpc_base
 
 from ..build import Spec, build
 from ..errors import ExplorerError
@@ -122,6 +122,8 @@ def server_count(remote: Remote) -> int:
     """How many servers are registered under ``remote.key`` (busy or free); 0 if the tracker
     cannot be reached."""
     try:
+        # TVM's own connect retries for a minute; an unreachable tracker should answer at once.
+        socket.create_connection((remote.host, remote.port), timeout=CONNECT_TIMEOUT_S).close()
         tracker = rpc.connect_tracker(remote.host, remote.port)
         return sum(item["key"] == f"server:{remote.key}" for item in tracker.summary()["server_info"])
     except (OSError, RuntimeError):
