@@ -9,6 +9,7 @@ p50. ``--students N`` then submits N at once from threads, as a class would afte
 teacher says "go": each one's click-to-board time includes its wait in the queue.
 
     python bench/classroom_submit.py [--preset best-dw-96] [--runs 20] [--students 30] [--write]
+    python bench/classroom_submit.py --rpc HOST:PORT --key KEY   # through a tracker's GPU servers
 """
 from __future__ import annotations
 
@@ -26,28 +27,28 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from explorer import classroom  # noqa: E402
-from explorer.measure import local_gpu, shutdown  # noqa: E402
+from explorer.measure import Remote, local_gpu, shutdown  # noqa: E402
 from explorer.presets import get_preset  # noqa: E402
 
 SECTION = "classroom-submit"
 
 
-def click_to_board(store: classroom.Store, name: str, spec) -> tuple[float, classroom.Entry]:
+def click_to_board(store: classroom.Store, name: str, spec, remote=None) -> tuple[float, classroom.Entry]:
     start = time.perf_counter()
-    entry = classroom.submit(store, name, spec)
+    entry = classroom.submit(store, name, spec, remote=remote)
     places = classroom.board(store, entry.workload)
     elapsed = time.perf_counter() - start
     assert any(p.entry.name == name for p in places), "the submission is not on the board"
     return elapsed, entry
 
 
-def at_once(store: classroom.Store, spec, students: int) -> list[float]:
+def at_once(store: classroom.Store, spec, students: int, remote=None) -> list[float]:
     times, errors, start = [], [], threading.Barrier(students)
 
     def student(i: int) -> None:
         try:
             start.wait()
-            times.append(click_to_board(store, f"student {i}", spec)[0])
+            times.append(click_to_board(store, f"student {i}", spec, remote)[0])
         except Exception as error:  # noqa: BLE001 (reported below)
             errors.append(error)
 
@@ -70,26 +71,29 @@ def main() -> None:
     parser.add_argument("--preset", default="best-dw-96")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--students", type=int, default=30, help="submitters at once (0: skip)")
+    parser.add_argument("--rpc", metavar="HOST:PORT", help="measure through this tracker's GPU servers")
+    parser.add_argument("--key", help="the servers' key at the tracker")
     parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
     args = parser.parse_args()
-    gpu = local_gpu()
+    remote = Remote.parse(args.rpc, args.key) if args.rpc else None
+    gpu = f"the GPU servers of {remote}" if remote else local_gpu()
     if gpu is None:
-        sys.exit("No GPU here: a submission is measured on the server's GPU.")
+        sys.exit("No GPU here: a submission is measured on the server's GPU (or give --rpc HOST:PORT --key KEY).")
     spec = get_preset(args.preset).spec
     with tempfile.TemporaryDirectory() as tmp:
         store = classroom.Store(Path(tmp) / "class.sqlite3")
-        first, entry = click_to_board(store, "first", spec)
-        runs = [click_to_board(store, f"run {i}", spec)[0] for i in range(args.runs)]
-        crowd = at_once(store, spec, args.students) if args.students else []
+        first, entry = click_to_board(store, "first", spec, remote)
+        runs = [click_to_board(store, f"run {i}", spec, remote)[0] for i in range(args.runs)]
+        crowd = at_once(store, spec, args.students, remote) if args.students else []
         pytorch = store.pytorch_us(entry.workload, entry.device)
     shutdown()
     ms = [t * 1e3 for t in runs]
     lines = [
-        "## Leaderboard submission: click to board",
+        "## Leaderboard submission: click to board" + (" (through a tracker)" if remote else ""),
         "",
-        f"`python bench/classroom_submit.py --preset {args.preset} --runs {args.runs} --students {args.students} "
-        f"--write` on {gpu}, {datetime.date.today()}: `explorer.classroom.submit` (checked against NumPy, timed "
-        "through the measurement queue, written to SQLite) then `explorer.classroom.board` (read back), as the "
+        f"`python bench/classroom_submit.py --preset {args.preset} --runs {args.runs} --students {args.students}"
+        f"{f' --rpc {args.rpc} --key {args.key}' if remote else ''} --write` on {gpu}, {datetime.date.today()}: "
+        "`explorer.classroom.submit` (checked against NumPy, timed through the measurement queue, written to SQLite) then `explorer.classroom.board` (read back), as the "
         "Class page does; the page's own rerun is not included.",
         "",
         "| | p50 ms | p90 ms | min ms | max ms |",
@@ -113,7 +117,7 @@ def main() -> None:
     if args.write:
         from docs_section import write_section
 
-        write_section(SECTION, text)
+        write_section(SECTION + ("-rpc" if remote else ""), text)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ def test_a_second_session_sees_the_teachers_step_and_the_teacher_sees_it():
     student = page("views/lessons.py")  # on step 1: exploring elsewhere, not moved
     assert banner(student) == [f"The class is on step 3: {title}"]
     assert f"./lessons?lesson={lesson.id}&step=3" in link_urls(student)
+    assert not any(TOKEN in url for url in [*link_urls(student), *link_urls(teacher), url_text(teacher)])
     assert student.session_state["step"] == 1
     on_step = page("views/lessons.py", {"lesson": lesson.id, "step": "3"})
     assert banner(on_step) == [f"The class is on step 3: {title} (this page)"]

@@ -16,10 +16,12 @@ import tvm
 from test_measure_worker import WORKLOAD
 from tvm.rpc.tracker import Tracker
 
+from explorer.classroom import Store, submit
 from explorer.measure import Remote, Settings
 from explorer.measure import remote as remote_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
 from explorer.measure.worker import Job
+from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
 KEY = "explorer-class-test"
@@ -115,3 +117,12 @@ def test_killing_a_server_mid_run_loses_no_request(two_servers, monkeypatch):
     assert all(check.correct for check, _, _ in results)
     assert any(len(tried) == 2 for _, tried, _ in results)  # the killed server's session ran again...
     assert len({server for _, _, server in results}) == 1  # ...on the server that is left
+
+
+@pytest.mark.gpu
+def test_a_submission_through_the_tracker_is_measured_on_a_gpu_server(two_servers, tmp_path):
+    remote, _ = two_servers
+    store = Store(tmp_path / "class.sqlite3")
+    entry = submit(store, "Remote", get_preset("best-dw-96").spec, remote=remote)  # the leaderboard's real path
+    assert entry.median_us > 0 and "CPU" not in entry.device and entry.device.endswith(f"({remote})")
+    assert entry.server is not None and entry.server.startswith("127.0.0.1:")
