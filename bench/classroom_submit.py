@@ -93,8 +93,9 @@ def main() -> None:
         "",
         f"`python bench/classroom_submit.py --preset {args.preset} --runs {args.runs} --students {args.students}"
         f"{f' --rpc {args.rpc} --key {args.key}' if remote else ''} --write` on {gpu}, {datetime.date.today()}: "
-        "`explorer.classroom.submit` (checked against NumPy, timed through the measurement queue, written to SQLite) then `explorer.classroom.board` (read back), as the "
-        "Class page does; the page's own rerun is not included.",
+        "`explorer.classroom.submit` (checked against NumPy, timed through the measurement queue, written to "
+        "SQLite) then `explorer.classroom.board` (read back), as the Class page does; the page's own rerun is not "
+        "included.",
         "",
         "| | p50 ms | p90 ms | min ms | max ms |",
         "| --- | --- | --- | --- | --- |",
