@@ -2,6 +2,8 @@
 wrong, never in the URL), a second session following the teacher's step, the leaderboard
 read-only without a GPU, and a submission through the page (with a stand-in measurement,
 since this machine has no GPU)."""
+import dataclasses
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -121,6 +123,15 @@ def test_a_submission_reaches_the_board_and_an_html_name_is_refused(monkeypatch)
     at.text_input(key="class.name").input("<b>Eve</b>")
     next(b for b in at.button if b.label.startswith("Submit my current setting")).click().run()
     assert any("not '<'" in e.value for e in at.error)
+    right = measured(None)
+    wrong = dataclasses.replace(right, check=Check(False, 0.5, 1e-3, 1, (0, 2, 1, 0), 0.25, 0.75), timing=None)
+    monkeypatch.setattr(board_module, "measure_for_board", lambda spec, **options: wrong)
+    at.text_input(key="class.name").input("Eve")
+    next(b for b in at.button if b.label.startswith("Submit my current setting")).click().run()
+    assert [e.value for e in at.error] == [f"Not on the board: the kernel's output is {wrong.check.describe()}."]
+    assert "wrong at index (0, 2, 1, 0): expected 0.25, got 0.75" in at.error[0].value
+    assert len(at.dataframe) == 0  # the board is still empty
+    monkeypatch.setattr(board_module, "measure_for_board", measured)
     at.text_input(key="class.name").input("Ann Lee")
     next(b for b in at.button if b.label.startswith("Submit my current setting")).click().run()
     assert not at.error and "On the board: 4.00 µs on Test GPU." in [s.value for s in at.success]

@@ -235,7 +235,9 @@ def _session(remote: Remote, timeout_s: float):
     error = None
     for _ in range(5):  # a server that died after the tracker matched it refuses the connection
         try:
-            # The tracker queues requests per key: this waits while the servers are busy.
+            # TrackerSession.request would not say which server it connected to, so its two
+            # messages are sent here. The tracker queues requests per key: this waits while
+            # every server of the key is busy.
             rpc_base.sendjson(tracker._sock, [rpc_base.TrackerCode.REQUEST, remote.key, "", 1])
             code, (host, port, match_key) = rpc_base.recvjson(tracker._sock)
             if code != rpc_base.TrackerCode.SUCCESS:
