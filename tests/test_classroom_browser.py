@@ -6,9 +6,9 @@ import os
 import time
 
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT, WAIT_MS, _require_browser, streamlit_server
 
 from explorer import lessons as L
-from test_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT, WAIT_MS, _require_browser, streamlit_server
 
 TOKEN = "browser-class-token"
 BANNER_WAIT_MS = 5_000  # the banner refreshes every second: far more than that means it does not refresh by itself
