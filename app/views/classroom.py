@@ -141,14 +141,20 @@ def submit_form(store: classroom.Store) -> None:
                       help="1 to 32 characters: letters, digits, spaces, '-', '_' and '.'.")
         submitted = st.form_submit_button(f"Submit my current setting ({setting_title(spec, session.preset_id())})",
                                           type="primary", icon=":material/leaderboard:")
-    if submitted:
-        with st.spinner("Checking the kernel against NumPy, then timing it…"):
-            try:
-                entry = classroom.submit(store, st.session_state.get("class.name", ""), spec,
-                                         target=session.target(), remote=remote)
-            except ExplorerError as error:
-                st.error(str(error))
-                return
+    if not submitted:
+        return
+    entry, refused = None, None
+    with st.status("Checking the kernel against NumPy, then timing it…") as status:
+        try:
+            entry = classroom.submit(
+                store, st.session_state.get("class.name", ""), spec, target=session.target(), remote=remote,
+                on_wait=lambda ahead: status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead…"))
+        except ExplorerError as error:
+            refused = str(error)
+        status.update(label="Not on the board" if refused else "Measured", state="error" if refused else "complete")
+    if refused:
+        st.error(refused)  # outside the status box, which is folded
+    else:
         st.success(f"On the board: {entry.score_us:.2f} µs on {entry.device}.")
 
 

@@ -51,18 +51,19 @@ def validate_name(name: str) -> str:
     return name
 
 
-def measure_for_board(spec: Spec, *, target: str = "auto", remote=None):
+def measure_for_board(spec: Spec, *, target: str = "auto", remote=None, on_wait=None):
     """The one call through which the board measures. On this machine's GPU: the normal
     measurement queue, so a submission waits its turn with everyone else's measurements.
     Through a tracker: as many at a time as the key has GPU servers (the tracker gives each
-    session a server of its own), retried on another server if one dies."""
+    session a server of its own), retried on another server if one dies. ``on_wait(ahead)``
+    is told how many measurements are ahead while this one waits."""
     from ..measure import Measurement, Settings, measure
     from ..measure.remote import measure_remote
     from ..measure.worker import Job
 
     if remote is None:
-        return measure(spec, target=target)
-    return Measurement.of(spec.workload, measure_remote(Job(spec, spec.workload, target, Settings()), remote))
+        return measure(spec, target=target, on_wait=on_wait)
+    return Measurement.of(spec.workload, measure_remote(Job(spec, spec.workload, target, Settings()), remote, on_wait))
 
 
 def pytorch_for_board(workload: Workload) -> float | None:
@@ -82,14 +83,15 @@ Measure = Callable[..., object]  # (spec, target=, remote=) -> explorer.measure.
 
 def submit(store: Store, name: str, spec: Spec, *, target: str = "auto", remote=None,
            measure: Measure | None = None, pytorch: Callable[[Workload], float | None] | None = None,
-           with_pytorch: bool = True) -> Entry:
+           with_pytorch: bool = True, on_wait: Callable[[int], None] | None = None) -> Entry:
     """Check and time ``spec`` and record it under ``name``. Raises InvalidName before
     measuring anything, and SubmissionRefused (with the first wrong element) for a kernel
     whose output is wrong. PyTorch is measured once per workload and device (local GPU
     only, unless ``with_pytorch`` is False). ``measure`` and ``pytorch`` default to
-    :func:`measure_for_board` and :func:`pytorch_for_board`, looked up at each call."""
+    :func:`measure_for_board` and :func:`pytorch_for_board`, looked up at each call;
+    ``on_wait(ahead)`` hears of the measurement queue while the submission waits in it."""
     name = validate_name(name)
-    result = (measure or measure_for_board)(spec, target=target, remote=remote)
+    result = (measure or measure_for_board)(spec, target=target, remote=remote, on_wait=on_wait)
     if not result.correct:
         raise SubmissionRefused(f"Not on the board: the kernel's output is {result.check.describe()}.")
     server = None
