@@ -25,5 +25,6 @@ pages = [
     st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("views/sweep.py", title="Sweep", icon=":material/grid_view:"),
     st.Page("views/device.py", title="Device", icon=":material/developer_board:"),
+    st.Page("views/classroom.py", title="Class", icon=":material/groups:"),
 ]
 st.navigation(pages).run()

@@ -1,7 +1,13 @@
 """Shared test configuration. Tests marked ``gpu`` run a kernel on a local CUDA GPU and
 are skipped on machines without one (CI has none)."""
+import os
+import tempfile
+
 import pytest
 import tvm
+
+# The class's SQLite file: one per test run, never the checkout's data/ folder.
+os.environ.setdefault("EXPLORER_CLASS_DB", os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3"))
 
 
 def pytest_collection_modifyitems(config, items):

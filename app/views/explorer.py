@@ -3,13 +3,14 @@ import functools
 
 import streamlit as st
 
-from app import code_view, panels, session
+from app import class_mode, code_view, panels, session
 from explorer.export import file_name, snippet
 from explorer.presets import get_preset
 
 code_view.show_css()
 spec = session.sidebar() or session.spec()
 session.sync_url()
+class_mode.show(f"Explorer · {session.preset_id() or 'own setting'}")
 template = spec.template_def
 preset = get_preset(session.preset_id()) if session.preset_id() else None
 

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from app import server, session
+from app import class_mode, server, session
 from explorer import lessons as L
 from explorer import style, urlstate
 from explorer.errors import ExplorerError
@@ -147,6 +147,7 @@ st.markdown(f"**{lesson.title}**")
 st.caption(lesson.summary + (f" — source: {lesson.source}" if lesson.source else ""))
 number = st.pagination(len(lesson.steps), key="step", bind="query-params", max_visible_pages=12)
 step = lesson.step(number)
+class_mode.show(class_mode.lesson_place(lesson_id, number))
 preset = step.preset
 target = session.target()
 

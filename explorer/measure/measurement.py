@@ -17,7 +17,7 @@ from .baseline import BaselineRun, torch_baseline
 from .errors import WrongResult
 from .gate import Check
 from .queue import queue_for
-from .remote import Remote, run_remote
+from .remote import Remote, measure_remote
 from .settings import Settings
 from .timing import KernelRun, Timing
 from .worker import COMPILE_LIMIT_S, Job, LocalWorker
@@ -220,9 +220,8 @@ def shutdown() -> None:
 
 
 def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
-    if remote is not None:
-        with queue_for(remote.name).turn(on_wait):
-            return Measurement.of(job.workload, run_remote(job, remote))
+    if remote is not None:  # as many at a time as the tracker has servers for the key
+        return Measurement.of(job.workload, measure_remote(job, remote, on_wait))
     with queue_for(LOCAL).turn(on_wait):
         _local.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
         run = _local.call(worker.run, timeout=job.settings.time_limit_s)

@@ -6,6 +6,13 @@ local worker (``timing.run_checked``). TVM's server runs each session in a child
 with a time limit (``session_timeout``), so a remote kernel that crashes or hangs ends
 only that session.
 
+Several GPU servers may register under one key: :func:`measure_remote` runs as many
+measurements at a time as the tracker has servers for the key, the tracker hands each one a
+free server, and a session that breaks off (its server died, or the kernel crashed it) is
+tried once more on whichever server the tracker hands out next, so no request is lost when
+a machine goes away. :func:`last_server` says which server measured the calling thread's
+last kernel.
+
 A module built on a machine without a GPU carries CUDA *source* only; the server compiles
 it when it loads the module, through TVM's ``tvm_callback_cuda_compile`` (NVRTC via
 ``cuda-bindings``, or nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``). Start servers with
@@ -15,21 +22,27 @@ only for a server of the same CPU architecture (the tests use one on loopback).
 """
 from __future__ import annotations
 
+import itertools
 import re
 import socket
 import tempfile
+import threading
 import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
 from tvm import rpc
 from tvm.backend.cuda import _detect_target_from_device as detect_cuda_target
+from tvm.rpc import base as rpc_base
 
 from ..analysis.roofline import Ceilings
 from ..build import Spec, build
-from ..targets import resolve_target
 from ..errors import ExplorerError
+from ..targets import resolve_target
 from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
 from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .timing import KernelRun, device_args, run_checked
@@ -41,6 +54,11 @@ SESSION_ALLOWANCE_S = 30
 CONNECT_TIMEOUT_S = 5
 # The roofline's ceilings by (remote, target): measured once per remote device.
 _ceilings: dict[tuple, Ceilings] = {}
+# A session that broke off is run once more, on whichever server the tracker hands out.
+ATTEMPTS = 2
+# How often a waiting measurement asks the tracker again how many servers the key has.
+SERVERS_POLL_S = 1.0
+_served = threading.local()  # the servers the calling thread's last remote measurement went to
 
 
 @dataclass(frozen=True)
@@ -69,17 +87,107 @@ class Remote:
 
 
 def run_remote(job: Job, remote: Remote) -> KernelRun:
-    session = _session(remote, job.settings.time_limit_s + SESSION_ALLOWANCE_S)
-    try:
-        outcome = _run_in_session(session, job, remote)
-    except ExplorerError as error:  # the kernel does not build (InvalidKnobs), no GPU there
-        outcome = error.with_traceback(None)
-    # The server takes its next session only once this one is closed, which happens when the
-    # last reference to it goes: no traceback may keep it alive.
-    session = None
+    """Run ``job`` on a server the tracker hands out; a session that broke off is run again
+    (ATTEMPTS in all), so a server that dies mid-run loses no request."""
+    _served.attempts = []
+    for attempt in range(1, ATTEMPTS + 1):
+        session, address = _session(remote, job.settings.time_limit_s + SESSION_ALLOWANCE_S)
+        _served.attempts.append(address)
+        try:
+            outcome = _run_in_session(session, job, remote)
+        except ExplorerError as error:  # the kernel does not build (InvalidKnobs), no GPU there
+            outcome = error.with_traceback(None)
+        # The server takes its next session only once this one is closed, which happens when
+        # the last reference to it goes: no traceback may keep it alive.
+        session = None
+        if not (isinstance(outcome, KernelCrashed) and attempt < ATTEMPTS):
+            break
     if isinstance(outcome, ExplorerError):
         raise outcome
     return outcome
+
+
+def last_server() -> str | None:
+    """``host:port`` of the server that measured the calling thread's last remote kernel."""
+    attempts = getattr(_served, "attempts", None)
+    return attempts[-1] if attempts else None
+
+
+def last_attempts() -> tuple[str, ...]:
+    """Every server the calling thread's last remote measurement was sent to, in order."""
+    return tuple(getattr(_served, "attempts", ()))
+
+
+def server_count(remote: Remote) -> int:
+    """How many servers are registered under ``remote.key`` (busy or free); 0 if the tracker
+    cannot be reached."""
+    try:
+        # TVM's own connect retries for a minute; an unreachable tracker should answer at once.
+        socket.create_connection((remote.host, remote.port), timeout=CONNECT_TIMEOUT_S).close()
+        tracker = rpc.connect_tracker(remote.host, remote.port)
+        return sum(item["key"] == f"server:{remote.key}" for item in tracker.summary()["server_info"])
+    except (OSError, RuntimeError):
+        return 0
+
+
+def measure_remote(job: Job, remote: Remote, on_wait: Callable[[int], None] | None = None) -> KernelRun:
+    """Run ``job`` under ``remote``'s key when a server is free: as many at a time as the key
+    has servers, first come first served; ``on_wait(ahead)`` as in the device queue."""
+    with _slots_for(remote).turn(lambda: server_count(remote), on_wait):
+        return run_remote(job, remote)
+
+
+class ServerSlots:
+    """A first-come-first-served queue with as many places at the head as there are servers."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._waiting: deque[int] = deque()
+        self._running = 0
+        self._numbers = itertools.count()
+
+    @contextmanager
+    def turn(self, servers: Callable[[], int], on_wait: Callable[[int], None] | None = None) -> Iterator[None]:
+        with self._changed:
+            ticket = next(self._numbers)
+            self._waiting.append(ticket)
+        try:
+            reported = None
+            while True:
+                capacity = max(1, servers())  # asked outside the lock: it is a network call
+                with self._changed:
+                    if self._waiting[0] == ticket and self._running < capacity:
+                        self._waiting.popleft()
+                        self._running += 1
+                        break
+                    ahead = self._waiting.index(ticket) + (self._running >= capacity)
+                    if ahead == reported:
+                        self._changed.wait(SERVERS_POLL_S)  # a server may have joined meanwhile
+                        continue
+                if on_wait is not None:
+                    on_wait(ahead)
+                reported = ahead
+        except BaseException:
+            with self._changed:
+                if ticket in self._waiting:
+                    self._waiting.remove(ticket)
+                self._changed.notify_all()
+            raise
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+
+_slots: dict[str, ServerSlots] = {}
+_slots_lock = threading.Lock()
+
+
+def _slots_for(remote: Remote) -> ServerSlots:
+    with _slots_lock:
+        return _slots.setdefault(remote.name, ServerSlots())
 
 
 def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureError:
@@ -111,6 +219,7 @@ def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureErr
 
 
 def _session(remote: Remote, timeout_s: float):
+    """A session on a server the tracker hands out for the key, and that server's address."""
     try:
         # TVM's own connect retries for a minute; an unreachable tracker should fail at once.
         socket.create_connection((remote.host, remote.port), timeout=CONNECT_TIMEOUT_S).close()
@@ -123,11 +232,24 @@ def _session(remote: Remote, timeout_s: float):
             f"No server with key '{remote.key}' is registered at the tracker {remote.host}:{remote.port}; start one "
             f"on the GPU machine: python -m explorer.measure.server --tracker {remote.host}:{remote.port} --key {remote.key}"
         )
-    try:
-        # The tracker queues requests per key: this waits while the servers are busy.
-        return tracker.request(remote.key, priority=1, session_timeout=timeout_s)
-    except (OSError, RuntimeError) as error:
-        raise RemoteError(f"The tracker at {remote.host}:{remote.port} gave no session ({error_summary(error)}).") from None
+    error = None
+    for _ in range(5):  # a server that died after the tracker matched it refuses the connection
+        try:
+            # TrackerSession.request would not say which server it connected to, so its two
+            # messages are sent here. The tracker queues requests per key: this waits while
+            # every server of the key is busy.
+            rpc_base.sendjson(tracker._sock, [rpc_base.TrackerCode.REQUEST, remote.key, "", 1])
+            code, (host, port, match_key) = rpc_base.recvjson(tracker._sock)
+            if code != rpc_base.TrackerCode.SUCCESS:
+                raise RuntimeError(f"the tracker answered {code}")
+        except (OSError, RuntimeError, ValueError, TypeError) as failure:
+            raise RemoteError(
+                f"The tracker at {remote.host}:{remote.port} gave no session ({error_summary(failure)}).") from None
+        try:
+            return rpc.connect(host, port, match_key, timeout_s), f"{host}:{port}"
+        except Exception as failure:  # noqa: BLE001 (TVM raises its own errors for a refused connection)
+            error = failure
+    raise RemoteError(f"No server under key '{remote.key}' took the session ({error_summary(error)}).")
 
 
 def _target(session, name: str | None) -> tvm.target.Target:

@@ -58,11 +58,13 @@ class Job:
 
 
 class _Line:
-    """The jobs of one device: the one running and those waiting, in order."""
+    """The jobs of one device (a local GPU, or a tracker key with one or more GPU servers):
+    those running, at most ``capacity()`` at once, and those waiting, in order."""
 
-    def __init__(self):
+    def __init__(self, capacity: Callable[[], int]):
         self.waiting: deque[Job] = deque()
-        self.running: Job | None = None
+        self.running: set[Job] = set()
+        self.capacity = capacity
         self.thread: threading.Thread | None = None
 
 
@@ -99,7 +101,7 @@ class Scheduler:
             if job is None:
                 job = Job(key, spec, target, remote, next(self._numbers))
                 self._jobs[key] = job
-                self._line(device).waiting.append(job)
+                self._line(device, remote).waiting.append(job)
                 self._changed.notify_all()
             job.sessions.add(session)
             self._release(session, keep=job)
@@ -128,7 +130,7 @@ class Scheduler:
             line = self._lines.get(job.key[2])
             if job.state != "waiting" or line is None or job not in line.waiting:
                 return None
-            return line.waiting.index(job) + (line.running is not None)
+            return line.waiting.index(job) + len(line.running)
 
     def cancel(self, session: Hashable) -> None:
         """The session is gone: its waiting job goes unless others wait for it too."""
@@ -139,13 +141,13 @@ class Scheduler:
         with self._changed:
             return {"results": len(self._results), "capacity": self.capacity,
                     "waiting": sum(len(line.waiting) for line in self._lines.values()),
-                    "running": sum(line.running is not None for line in self._lines.values()),
+                    "running": sum(len(line.running) for line in self._lines.values()),
                     "measured": self.measured, "max_age_s": self.max_age_s}
 
     def queue_lengths(self) -> dict[str, int]:
         """Per device: jobs running or waiting."""
         with self._changed:
-            return {name: len(line.waiting) + (line.running is not None) for name, line in self._lines.items()}
+            return {name: len(line.waiting) + len(line.running) for name, line in self._lines.items()}
 
     def _release(self, session: Hashable, keep: Job | None) -> None:
         """Drop ``session``'s claim on its waiting job (unless it is ``keep``); a job nobody
@@ -161,10 +163,10 @@ class Scheduler:
 
     # -- running -------------------------------------------------------------------------
 
-    def _line(self, device: str) -> _Line:
+    def _line(self, device: str, remote: Remote | None) -> _Line:
         line = self._lines.get(device)
         if line is None:
-            line = self._lines[device] = _Line()
+            line = self._lines[device] = _Line(_capacity(remote))
             line.thread = threading.Thread(target=self._dispatch, args=(line,), name=f"measure-{device}", daemon=True)
             line.thread.start()
         return line
@@ -174,24 +176,32 @@ class Scheduler:
             self._ready.wait()
         while True:
             with self._changed:
-                while not line.waiting:
-                    self._changed.wait()
+                while not line.waiting or len(line.running) >= max(1, line.capacity()):
+                    self._changed.wait(timeout=None if not line.waiting else 1.0)  # servers may join
                 job = line.waiting.popleft()
-                job.state, line.running = "running", job
+                job.state = "running"
+                line.running.add(job)
                 for session in job.sessions:
                     if self._waiting_of.get(session) is job:
                         del self._waiting_of[session]
-            try:
-                job.result = self._measure(job)
-            except ExplorerError as error:
-                job.error = str(error)
-            except Exception as error:  # a bug must not stop the class's queue
-                job.error = f"The measurement failed unexpectedly: {type(error).__name__}: {error}"
-            self._finish(line, job)
+            if line.capacity() > 1:
+                threading.Thread(target=self._run, args=(line, job), name="measure-job", daemon=True).start()
+            else:
+                self._run(line, job)
+
+    def _run(self, line: _Line, job: Job) -> None:
+        try:
+            job.result = self._measure(job)
+        except ExplorerError as error:
+            job.error = str(error)
+        except Exception as error:  # a bug must not stop the class's queue
+            job.error = f"The measurement failed unexpectedly: {type(error).__name__}: {error}"
+        self._finish(line, job)
 
     def _finish(self, line: _Line, job: Job) -> None:
         with self._changed:
-            job.state, job.finished_at, line.running = "done", time.time(), None
+            job.state, job.finished_at = "done", time.time()
+            line.running.discard(job)
             del self._jobs[job.key]
             self.measured += 1
             # Errors are kept too: a kernel that crashed the worker would crash it again on
@@ -201,3 +211,13 @@ class Scheduler:
                 self._results.popitem(last=False)
             self._changed.notify_all()
         job.done_event.set()
+
+
+def _capacity(remote: Remote | None) -> Callable[[], int]:
+    """How many jobs a device runs at once: one local GPU; through a tracker, one per GPU
+    server registered under the key (asked again as servers join or leave)."""
+    if remote is None:
+        return lambda: 1
+    from .remote import server_count
+
+    return lambda: server_count(remote)

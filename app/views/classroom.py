@@ -1,0 +1,195 @@
+"""Class: the teacher puts the class on a lesson step or a setting and sees who is where;
+every student submits schedules to a leaderboard per workload that lasts across restarts.
+
+The teacher's token is typed here, compared in constant time, and remembered in this
+session's state only: it is never written into the URL."""
+from urllib.parse import urlencode
+
+import pandas as pd
+import streamlit as st
+
+from app import class_mode, session
+from explorer import classroom, urlstate
+from explorer import lessons as L
+from explorer.errors import ExplorerError
+from explorer.presets import get_preset
+
+STUDENTS_REFRESH_S = 2.0
+
+
+def unlock() -> None:
+    given = st.session_state.pop("class.token", "")  # not kept: the session remembers only the outcome
+    if classroom.is_teacher(given):
+        st.session_state[class_mode.TEACHER] = True
+    else:
+        st.session_state["class.token_error"] = "That is not the teacher token; the teacher controls stay locked."
+
+
+def teacher_login() -> None:
+    if not classroom.token_configured():
+        st.caption(f"Teacher controls are off on this server: start it with {classroom.TOKEN_ENV}=<a token> in its "
+                   "environment to turn them on.")
+        return
+    with st.form("class.unlock", clear_on_submit=True):
+        st.text_input("Teacher token", type="password", key="class.token",
+                      help="The token the server was started with. It stays in this session; it is never in a link.")
+        st.form_submit_button("Unlock the teacher controls", on_click=unlock, icon=":material/lock_open:")
+    if st.session_state.get("class.token_error"):
+        st.error(st.session_state.pop("class.token_error"))
+
+
+def setting_title(spec, preset_id) -> str:
+    preset = get_preset(preset_id) if preset_id else None
+    if preset is not None and preset.spec == spec:
+        return preset.title
+    return f"{spec.template_def.title} · {spec.workload.label()}"
+
+
+def teacher_controls(store: classroom.Store) -> None:
+    lessons = {lesson.id: lesson for lesson in L.lessons()}
+    left, middle, right = st.columns([3, 1, 2], vertical_alignment="bottom")
+    lesson = lessons[left.selectbox("Lesson", list(lessons), key="class.lesson",
+                                    format_func=lambda i: lessons[i].title)]
+    number = int(middle.number_input("Step", 1, len(lesson.steps), key="class.step_number"))
+    step = lesson.step(number)
+    right.caption(step.preset.title)
+    one, two, three = st.columns(3)
+    if one.button("Put the class on this step", type="primary", icon=":material/campaign:", width="stretch"):
+        link = "./lessons?" + urlencode({"lesson": lesson.id, "step": number})
+        store.set_class_step("step", step.preset.title, link, lesson=lesson.id, step=number)
+    if two.button("Put the class on my current setting", icon=":material/tune:", width="stretch",
+                  help="The Explorer's current workload, template and knobs."):
+        spec = session.spec()
+        link = "./?" + urlencode(urlstate.to_query(spec, session.preset_id()))
+        store.set_class_step("setting", setting_title(spec, session.preset_id()), link)
+    if three.button("Clear", icon=":material/close:", width="stretch"):
+        store.clear_class_step()
+    state = store.class_step()
+    st.markdown(f"Now: **{state.banner()}**" if state else "Now: no step set; students explore freely.")
+    students()
+    class_gpus(store)
+
+
+def class_gpus(store: classroom.Store) -> None:
+    remote = classroom.class_remote(store)
+    with st.expander(f"Class GPUs: {remote}" if remote else "Class GPUs: this server's own"):
+        st.caption("Leaderboard submissions of every session are measured here. GPU machines that registered under "
+                   "one key of a TVM RPC tracker share the work; leave the address empty for this server's GPU.")
+        with st.form("class.gpus"):
+            left, right = st.columns(2)
+            address = left.text_input("Tracker (HOST:PORT)", value=f"{remote.host}:{remote.port}" if remote else "",
+                                      key="class.tracker")
+            key = right.text_input("Key", value=remote.key if remote else "", key="class.key")
+            if st.form_submit_button("Use these GPUs"):
+                try:
+                    classroom.set_class_remote(store, address, key)
+                    st.rerun()
+                except ExplorerError as error:
+                    st.error(str(error))
+        if remote is not None:
+            from explorer.measure.remote import server_count
+
+            st.caption(f"{server_count(remote)} GPU server(s) registered under key '{remote.key}' now.")
+
+
+@st.fragment(run_every=STUDENTS_REFRESH_S)
+def students() -> None:
+    counts = classroom.presence.students()
+    st.metric("Students connected", sum(counts.values()),
+              help=f"Browser sessions seen in the last {classroom.presence.RECENT_S:.0f} s (not the teacher's).")
+    if counts:
+        st.dataframe(pd.DataFrame(counts.most_common(), columns=["where", "students"]), hide_index=True)
+
+
+def board_table(places: list[classroom.Place]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "rank": p.rank, "name": p.entry.name, "CUDA graph µs": p.entry.graph_us, "back to back µs": p.entry.median_us,
+        "× PyTorch": p.versus_pytorch, "template": p.entry.template,
+        "knobs": ", ".join(f"{k}={v}" for k, v in p.entry.knobs.items()),
+        "open": "./?" + urlencode(p.entry.query), "measured on": p.entry.server or "",
+        "when": pd.Timestamp(p.entry.created, unit="s").strftime("%H:%M"),
+    } for p in places])
+
+
+def show_board(store: classroom.Store, workload: str) -> list[classroom.Place]:
+    places = classroom.board(store, workload)
+    if not places:
+        st.caption("No entries on this board yet.")
+    for device in dict.fromkeys(p.entry.device for p in places):
+        st.markdown(f"**{device}**")
+        st.dataframe(board_table([p for p in places if p.entry.device == device]), hide_index=True, column_config={
+            "CUDA graph µs": st.column_config.NumberColumn(format="%.2f"),
+            "back to back µs": st.column_config.NumberColumn(format="%.2f"),
+            "× PyTorch": st.column_config.NumberColumn(
+                format="%.2f", help="PyTorch's time on this GPU over this entry's: above 1, faster than PyTorch."),
+            "open": st.column_config.LinkColumn(display_text="open"),
+        })
+    st.caption("Ranked by the time replayed from a CUDA graph (as PyTorch is timed), back to back where there is none; "
+               "entries are compared only with entries measured on the same device.")
+    return places
+
+
+def submit_form(store: classroom.Store) -> None:
+    spec = session.spec()
+    remote = session.remote() or classroom.class_remote(store)
+    if remote is None and not class_mode.can_submit():
+        st.info("This board is read-only here: a submission is checked and timed on the server's GPU, and this "
+                "server has no GPU and no RPC tracker (Device page).", icon=":material/visibility:")
+        return
+    with st.form("class.submit"):
+        st.text_input("Display name", max_chars=classroom.leaderboard.NAME_MAX, key="class.name",
+                      help="1 to 32 characters: letters, digits, spaces, '-', '_' and '.'.")
+        submitted = st.form_submit_button(f"Submit my current setting ({setting_title(spec, session.preset_id())})",
+                                          type="primary", icon=":material/leaderboard:")
+    if not submitted:
+        return
+    entry, refused = None, None
+    with st.status("Checking the kernel against NumPy, then timing it…") as status:
+        try:
+            entry = classroom.submit(
+                store, st.session_state.get("class.name", ""), spec, target=session.target(), remote=remote,
+                on_wait=lambda ahead: status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead…"))
+        except ExplorerError as error:
+            refused = str(error)
+        status.update(label="Not on the board" if refused else "Measured", state="error" if refused else "complete")
+    if refused:
+        st.error(refused)  # outside the status box, which is folded
+    else:
+        st.success(f"On the board: {entry.score_us:.2f} µs on {entry.device}.")
+
+
+def reset_board(store: classroom.Store, workload: str) -> None:
+    store.reset_board(workload)
+    st.session_state["class.confirm_reset"] = False
+
+
+def teacher_board_tools(store: classroom.Store, workload: str, places: list[classroom.Place]) -> None:
+    with st.expander("Teacher: hide an entry, reset this board"):
+        if places:
+            entry = st.selectbox("Entry", [p.entry for p in places], key="class.hide_entry",
+                                 format_func=lambda e: f"{e.name} · {e.score_us:.2f} µs · {e.device}")
+            st.button("Hide this entry", icon=":material/visibility_off:", on_click=store.hide_entry, args=(entry.id,))
+        if st.checkbox("I want to remove every entry of this board", key="class.confirm_reset"):
+            st.button("Reset this board", type="primary", icon=":material/delete:", on_click=reset_board,
+                      args=(store, workload))
+
+
+session.sync_url()
+class_mode.show("Class")
+st.title("Class")
+store = class_mode.store()
+
+st.subheader("Teacher")
+if class_mode.is_teacher():
+    teacher_controls(store)
+else:
+    teacher_login()
+
+st.subheader("Leaderboard")
+current = session.spec().workload.label()
+workloads = list(dict.fromkeys([current, *store.workloads()]))
+workload = st.selectbox("Workload", workloads, key="class.workload", help="One board per workload (shape included).")
+submit_form(store)  # before the board, so that a submission is on it at once
+places = show_board(store, workload)
+if class_mode.is_teacher():
+    teacher_board_tools(store, workload, places)

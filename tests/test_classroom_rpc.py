@@ -1,0 +1,128 @@
+"""More GPUs through one tracker key, on loopback with target llvm: two servers started with
+``python -m explorer.measure.server`` under one key both get work and give the same
+results, and killing one in the middle of a measurement loses no request (the session is
+run again on the other)."""
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import tvm
+from test_measure_worker import WORKLOAD
+from tvm.rpc.tracker import Tracker
+
+from explorer.classroom import Store, submit
+from explorer.measure import Remote, Settings
+from explorer.measure import remote as remote_module
+from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
+from explorer.measure.worker import Job
+from explorer.presets import get_preset
+from explorer.workloads import Matmul
+
+KEY = "explorer-class-test"
+ROOT = Path(__file__).resolve().parent.parent
+FAST = Settings(repeats=3, time_limit_s=10, floor=False)
+SLOW = Settings(repeats=10, min_repeat_ms=300, time_limit_s=60, floor=False)  # 3 s and more on the server
+BIG = Matmul(m=128, n=128, k=128)  # long enough per launch for the repeat time to be met
+
+
+def start_server(tracker_port: int, first_port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "explorer.measure.server", "--tracker", f"127.0.0.1:{tracker_port}", "--key", KEY,
+         "--host", "127.0.0.1", "--port", str(first_port), "--port-end", str(first_port + 49), "--silent"],
+        cwd=ROOT, start_new_session=True)  # its own process group: the server and its session processes
+
+
+def kill(server: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+@pytest.fixture
+def two_servers():
+    tracker = Tracker(host="127.0.0.1", port=9500, port_end=9590, silent=True)
+    remote = Remote("127.0.0.1", tracker.port, KEY)
+    servers = [start_server(tracker.port, 9600), start_server(tracker.port, 9650)]
+    try:
+        deadline = time.monotonic() + 60
+        while server_count(remote) < 2:
+            assert all(s.poll() is None for s in servers), "an RPC server exited"
+            assert time.monotonic() < deadline, "the RPC servers did not register with the tracker"
+            time.sleep(0.2)
+        yield remote, servers
+    finally:
+        for server in servers:
+            kill(server)
+        tracker.terminate()
+
+
+def measure_in_threads(remote: Remote, count: int, settings: Settings, workload=WORKLOAD):
+    """``count`` measurements at once; each gives (check, servers tried, last server)."""
+    results, errors = [], []
+
+    def one() -> None:
+        try:
+            run = measure_remote(Job(tvm.IRModule({"main": workload.prim_func()}), workload, "llvm", settings), remote)
+            results.append((run.check, last_attempts(), last_server()))
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return results, errors, threads
+
+
+def join(threads) -> None:
+    for thread in threads:
+        thread.join(120)
+
+
+def test_both_servers_get_work_and_give_the_same_results(two_servers):
+    remote, _ = two_servers
+    results, errors, threads = measure_in_threads(remote, 6, FAST)
+    join(threads)
+    assert errors == [] and len(results) == 6
+    assert len({server for _, _, server in results}) == 2  # the work was spread over both
+    checks = {check for check, _, _ in results}
+    assert len(checks) == 1 and next(iter(checks)).correct  # same inputs, same kernel: the same result
+
+
+def test_killing_a_server_mid_run_loses_no_request(two_servers, monkeypatch):
+    remote, servers = two_servers
+    servers_used = []  # the server of each session opened, in order (not the session: it must close)
+    open_session = remote_module._session
+
+    def session(*args):
+        opened = open_session(*args)
+        servers_used.append(opened[1])
+        return opened
+
+    monkeypatch.setattr(remote_module, "_session", session)
+    results, errors, threads = measure_in_threads(remote, 2, SLOW, BIG)
+    deadline = time.monotonic() + 30
+    while len(set(servers_used)) < 2:  # both servers busy
+        assert time.monotonic() < deadline, "the two measurements did not both start"
+        time.sleep(0.05)
+    time.sleep(1.0)  # inside the run (upload, check, then 3 s and more of timing)
+    kill(servers[0])
+    join(threads)
+    assert errors == [] and len(results) == 2
+    assert all(check.correct for check, _, _ in results)
+    assert any(len(tried) == 2 for _, tried, _ in results)  # the killed server's session ran again...
+    assert len({server for _, _, server in results}) == 1  # ...on the server that is left
+
+
+@pytest.mark.gpu
+def test_a_submission_through_the_tracker_is_measured_on_a_gpu_server(two_servers, tmp_path):
+    remote, _ = two_servers
+    store = Store(tmp_path / "class.sqlite3")
+    entry = submit(store, "Remote", get_preset("best-dw-96").spec, remote=remote)  # the leaderboard's real path
+    assert entry.median_us > 0 and "CPU" not in entry.device and entry.device.endswith(f"({remote})")
+    assert entry.server is not None and entry.server.startswith("127.0.0.1:")
