@@ -233,3 +233,16 @@ def test_live_without_a_gpu_says_so_and_measures_nothing():
         assert live.scheduler.stats()["waiting"] == 0
     finally:
         live.close()
+
+
+def test_a_tracker_key_with_two_servers_measures_two_at_once(monkeypatch):
+    from explorer.measure import Remote, remote as remote_module
+
+    monkeypatch.setattr(remote_module, "server_count", lambda remote: 2)
+    both_running = threading.Barrier(2, timeout=10)
+    scheduler = Scheduler(lambda job: both_running.wait() is not None and "ok")
+    tracker = Remote.parse("127.0.0.1:9190", "h100")
+    jobs = [scheduler.request(name, spec_x(x), "auto", tracker) for name, x in (("alice", 2), ("bob", 4))]
+    for job in jobs:
+        assert job.wait(10)
+    assert [job.result for job in jobs] == ["ok", "ok"]  # neither waited for the other to finish
