@@ -35,7 +35,7 @@ DOC = ROOT / "docs" / "lessons-h100.md"
 RESULTS = ROOT / "bench" / "results"
 NO_GPU_EXIT = 3
 # Evidence thresholds for "why it may differ" (see reasons()).
-NEAR_FLOOR = 60.0  # % of the copy floor above which a kernel is bound by memory bandwidth
+NEAR_ROOF = 60.0  # % of the roofline above which the machine, not the schedule, sets a kernel's time
 FEW_MICROSECONDS = 10.0  # below this, fixed launch costs weigh as much as the schedule
 
 
@@ -129,8 +129,8 @@ def reasons(check: L.ComparisonCheck, this_step: int, this: Measured, other: Mea
         elif m.ratio < 1:
             notes.append(f"the order is reversed here (×{m.ratio:.2f})")
     floors = [x.percent_of_floor for x in (this, other)]
-    if all(f is not None and f >= NEAR_FLOOR for f in floors):
-        notes.append(f"both run at {min(floors):.0f}% or more of the copy floor, so memory bandwidth, not the "
+    if all(f is not None and f >= NEAR_ROOF for f in floors):
+        notes.append(f"both run at {min(floors):.0f}% or more of the roofline, so the GPU's bandwidth or peak, not the "
                      f"schedule, sets their time")
     elif m.this_us < FEW_MICROSECONDS and m.other_us < FEW_MICROSECONDS:
         notes.append("both take a few microseconds, where launch cost and the last wave of blocks weigh as much "
@@ -180,8 +180,9 @@ def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int
         f"Measured {header['date']} with `{header['command']}` ({header['elapsed_s']:.0f} s): "
         f"TVM {header['tvm']}, target {header['target']}; every kernel checked against NumPy, then timed with "
         f"TVM's `time_evaluator` (median of {header['repeats']} repeats of ≥ {header['min_repeat_ms']} ms). "
-        f"PyTorch ({header['torch']}) is timed with CUDA graphs, TF32 off. The copy floor is a device copy of the "
-        f"workload's compulsory bytes. A timing claim is reproduced when this GPU's ratio goes the tutorial's way by "
+        f"PyTorch ({header['torch']}) is timed with CUDA graphs, TF32 off. % of roofline is the least time the "
+        f"measured roofline allows (the workload's FLOPs at the FP32 peak, or its compulsory bytes at the L2 or HBM "
+        f"bandwidth) over the kernel's time. A timing claim is reproduced when this GPU's ratio goes the tutorial's way by "
         f"more than ±{L.LessonConfig().tolerance:.0%} (or by the claim's own bound); \"same speed\" means within it.",
         "",
     ]
@@ -190,7 +191,7 @@ def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int
     body = []
     for lesson in lessons:
         body += [f"## {lesson.title}", "", f"Source: `{lesson.source or '(the project)'}`. {lesson.summary}", "",
-                 "| step | preset | tutorial | this GPU µs | GFLOP/s | % of copy floor | PyTorch µs | "
+                 "| step | preset | tutorial | this GPU µs | GFLOP/s | % of roofline | PyTorch µs | "
                  "the tutorial's other figures |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         times = {pid: m.median_us for pid, m in measured.items() if m.median_us is not None}
