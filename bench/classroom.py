@@ -2,7 +2,8 @@
 protocol (what a browser sends and receives; AppTest would bypass the server).
 
 Each student opens a lesson step from a link, then every ``--think-time`` seconds (±50%)
-moves one knob slider of the sidebar to another value, and records the time from the
+moves one knob slider of the sidebar to another value that the library can build (a valid
+move; the app would refuse the others with its reason), and records the time from the
 move until the new code is on the page and until the new latency is (the page polls for
 it, as a browser does, by answering the server's fragment auto-reruns). An observer
 session reads the Device page every few seconds (the GPU queue); the server's memory is
@@ -15,6 +16,7 @@ log of kernel runs, that no two kernels were ever timed at the same time.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import random
@@ -33,8 +35,14 @@ from websockets.sync.client import connect
 
 warnings.filterwarnings("ignore", "connect\(\) must be used as a context manager", DeprecationWarning)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 from docs_section import write_section  # noqa: E402
+
+from app.widgets import format_value  # noqa: E402
+from explorer.build import build  # noqa: E402
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.presets import get_preset  # noqa: E402
 
 # The steps students open: the depthwise tutorial's, as a teacher would hand them out.
 LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2", "dw-blog-final-96")
@@ -68,7 +76,6 @@ class Page:
 f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
                           subprotocols=["streamlit"], open_timeout=timeout, max_size=None)
         self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
-        self.values: dict[str, str] = {}  # key → the value the page shows
         self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
         self.pages: dict[str, str] = {}  # page url name → script hash
         self.query = ""
@@ -126,8 +133,6 @@ f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
                 slider = element.slider
                 key = slider.id.rsplit("-", 1)[-1] if "-" in slider.id else slider.id
                 self.sliders[key] = (slider.id, list(slider.options))
-                if slider.value and slider.options:
-                    self.values[key] = slider.options[int(slider.value[0])]
 
     def close(self) -> None:
         self.ws.close()
@@ -161,6 +166,33 @@ def watch(page: Page, started: float, until: float, want_latency: bool):
     return code, latency, refused, errors + ([] if refused else alerts)
 
 
+def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
+    """A random knob slider moved to another value that the library builds (the app would
+    refuse the others, with its reason): (new spec, widget id, label), or None."""
+    prefix = f"{KNOB_PREFIX}{spec.template}."
+    knobs = {key[len(prefix):]: key for key in sliders if key.startswith(prefix)}
+    for _ in range(tries):
+        name = rng.choice(sorted(knobs))
+        widget_id, labels = sliders[knobs[name]]
+        by_label = {format_value(v): v for v in spec.knobs.spec(name).values(spec.workload)}
+        label = rng.choice(labels)
+        if label not in by_label or by_label[label] == getattr(spec.knobs, name):
+            continue
+        try:
+            candidate = spec.with_knobs(**{name: by_label[label]})
+            _buildable(candidate)
+        except ExplorerError:
+            continue
+        return candidate, widget_id, label
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _buildable(spec) -> bool:
+    build(spec, "auto")  # raises ExplorerError for a setting the app would refuse
+    return True
+
+
 def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random,
             seen: set) -> None:
     try:
@@ -170,6 +202,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
         return
     try:
         page.query = urlencode({"preset": me.link})
+        spec = get_preset(me.link).spec
         started = time.time()
         page.rerun()
         code, latency, _, errors = watch(page, started, started + 120, want_latency)
@@ -179,12 +212,12 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
             pause = think * rng.uniform(0.5, 1.5)
             for _ in page.read(min(end, time.time() + pause)):
                 pass
-            knobs = [k for k in page.sliders if k.startswith(KNOB_PREFIX) and len(page.sliders[k][1]) > 1]
-            if not knobs or time.time() >= end:
+            move = valid_move(spec, page.sliders, rng)
+            if move is None or time.time() >= end:
                 continue
-            widget_id, options = page.sliders[rng.choice(knobs)]
+            spec, widget_id, label = move
             started = time.time()
-            page.rerun((widget_id, rng.choice(options)))
+            page.rerun((widget_id, label))
             me.moves += 1
             code, latency, refused, errors = watch(page, started, started + max(30.0, think * 3), want_latency)
             me.errors += errors
@@ -195,7 +228,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 me.errors.append("no code shown within the time limit")
                 continue
             me.code_s.append(code)
-            setting = (me.link, tuple(sorted(page.values.items())))
+            setting = spec
             if latency is not None:
                 (me.revisit_s if setting in seen else me.latency_s).append(latency)
             elif want_latency:
@@ -340,7 +373,9 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Server RSS: {rss[0]:.0f} MiB at the start, {statistics.mean(rss[third:2 * third] or rss):.0f} "
                      f"MiB mid-run, {rss[-1]:.0f} MiB at the end (max {max(rss):.0f}).")
     if queue:
-        lines.append(f"GPU queue (Device page, every 2 s): {', '.join(queue[:: max(1, len(queue) // 12)])}.")
+        waiting = [int(q.split(", ")[1].split()[0]) for q in queue]
+        lines.append(f"GPU queue (Device page, every 2 s, {len(queue)} samples): at most {max(waiting)} waiting, "
+                     f"mean {statistics.mean(waiting):.1f}; each student has at most one measurement waiting.")
     if "kernel_runs" in report:
         lines.append(f"Kernel runs in the measuring worker's log: {report['kernel_runs']}, overlapping in time: "
                      f"{report['overlapping_runs']}.")
