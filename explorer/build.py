@@ -182,7 +182,13 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
     """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
     device module}) just before code generation. Also used by tests on hand-made TIR."""
     # Without common-subexpression temporaries the lowered TIR reads like the source.
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+    config = {"tirx.disable_cse_tir": True}
+    # A schedule asks for cp.async by marking a pipeline stage asynchronous; the pass that
+    # emits cp.async runs only when the pass context enables it.
+    if _asks_for_async_copy(mod):
+        config["tirx.use_async_copy"] = True
+        config["tirx.disable_storage_rewrite"] = True
+    with tvm.transform.PassContext(config=config):
         mod = tirx.transform.BindTarget(host_target)(mod)
         pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
         mod = pipeline(mod)
@@ -190,6 +196,14 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
         host_mod = finalize_host()(host_mod)
         device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
     return host_mod, device_mods
+
+
+def _asks_for_async_copy(mod: tvm.IRModule) -> bool:
+    return any(
+        isinstance(stmt, tirx.For) and "software_pipeline_async_stages" in stmt.annotations
+        for func in mod.functions.values() if isinstance(func, tirx.PrimFunc)
+        for stmt, _ in walk(func.body)
+    )
 
 
 def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
