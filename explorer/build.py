@@ -182,7 +182,7 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
     """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
     device module}) just before code generation. Also used by tests on hand-made TIR."""
     # Without common-subexpression temporaries the lowered TIR reads like the source.
-    config = {"tirx.disable_cse_tir": True, **_async_copy_config(mod)}
+    config = {"tirx.disable_cse_tir": True, **pass_config(mod)}
     with tvm.transform.PassContext(config=config):
         mod = tirx.transform.BindTarget(host_target)(mod)
         pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
@@ -193,8 +193,9 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
     return host_mod, device_mods
 
 
-def _async_copy_config(mod: tvm.IRModule) -> dict:
-    """Pass options for a schedule that marks a pipeline stage asynchronous: the pass that emits
+def pass_config(mod: tvm.IRModule) -> dict:
+    """Pass options a scheduled module needs beyond the defaults. A schedule that marks a pipeline
+    stage asynchronous asks for cp.async: the pass that emits
     cp.async runs only when the pass context enables it. StorageRewrite would retype a shared
     buffer that is only ever accessed as float4 into a float4 buffer, whose scalar-indexed stores
     InjectPTXAsyncCopy rejects, so it is turned off too — except with warp memory (tensor-core
