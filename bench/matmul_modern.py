@@ -112,8 +112,9 @@ def table(rows: list[dict], torch: dict, flops: dict) -> str:
         fmt = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
         ratio = us / t if us and t else None
         check = "correct" if r["correct"] else re.sub(r"\s+", " ", r["check"])[:120].replace("|", "/")
-        lines.append(f"| `{r['case']}` | {r['workload']} | {fmt(us, '.2f')} | {fmt(tflops(flops[r['workload']], us), '.1f')} | "
-                     f"{fmt(t, '.2f')} | {fmt(tflops(flops[r['workload']], t), '.1f')} | {fmt(ratio, '.2f')} | "
+        rate = flops[r["workload"]]
+        lines.append(f"| `{r['case']}` | {r['workload']} | {fmt(us, '.2f')} | {fmt(tflops(rate, us), '.1f')} | "
+                     f"{fmt(t, '.2f')} | {fmt(tflops(rate, t), '.1f')} | {fmt(ratio, '.2f')} | "
                      f"{fmt(100 / ratio if ratio else None, '.0f')} | {check} |")
     return "\n".join(lines)
 

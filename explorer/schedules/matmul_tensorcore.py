@@ -54,7 +54,7 @@ def check_knobs(workload: Matmul, k: MatmulTensorCoreKnobs) -> None:
                            f"{workload.dtype}: choose the workload's dtype accordingly (float32 matrices go "
                            f"to the matmul_async template).", ())
     tile = MMA_SHAPE[0]
-    for dim, block, warp in (("m", "block_m", "warp_m"), ("n", "block_n", "warp_n")):
+    for block, warp in (("block_m", "warp_m"), ("block_n", "warp_n")):
         b, w = getattr(k, block), getattr(k, warp)
         if b % w:
             raise InvalidKnobs(f"The warp tile does not divide the block tile: {block} = {b} is not a multiple "
