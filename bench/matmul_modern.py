@@ -107,7 +107,7 @@ def table(rows: list[dict], torch: dict, flops: dict) -> str:
              "| % of PyTorch's TFLOP/s | check |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
-        us = r.get("graph_us") or r.get("back_to_back_us") if r["correct"] else None
+        us = (r.get("graph_us") or r.get("back_to_back_us")) if r["correct"] else None
         t = torch.get(r["workload"], {}).get("us")
         fmt = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
         ratio = us / t if us and t else None
