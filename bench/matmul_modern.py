@@ -49,9 +49,9 @@ def tensorcore(workload, **knobs) -> Spec:
 
 
 # Candidates beside the presets: other block shapes (1024³ has only 64 blocks of 128 × 128
-# for 132 SMs), deeper pipelines, wider K steps.
+# for 132 SMs, 128 of 128 × 64), deeper pipelines, wider K steps.
 CANDIDATES = {
-    "async-1024-128x64": simt(FP32_1024, block_n=64, warp_m=32, warp_n=64),
+    "async-1024-128x128": simt(FP32_1024),
     "async-1024-64x64": simt(FP32_1024, block_m=64, block_n=64, warp_m=32, warp_n=32, thread_m=4, thread_n=8),
     "async-1024-64x128-k8-s4": simt(FP32_1024, block_m=64, block_k=8, stages=4, warp_m=32, warp_n=64),
     "async-1024-128x64-sync": simt(FP32_1024, block_n=64, async_copy=False, stages=2),
