@@ -64,6 +64,8 @@ CANDIDATES = {
     "tc-fp16-4096-s4": tensorcore(FP16_4096, stages=4),
     "tc-fp16-4096-k64-s3": tensorcore(FP16_4096, block_k=64),
     "tc-fp16-4096-warp32x64": tensorcore(FP16_4096, warp_m=32),
+    "tc-fp16-4096-swizzle": tensorcore(FP16_4096, swizzle=True, shared_pad=0),
+    "tc-fp16-4096-128x256-swizzle-s4": tensorcore(FP16_4096, block_n=256, swizzle=True, shared_pad=0, stages=4),
     "tc-fp16-4096-no-pipeline": tensorcore(FP16_4096, stages=1, async_copy=False),
     "tc-bf16-4096-128x256": tensorcore(BF16_4096, block_n=256),
 }

@@ -86,8 +86,8 @@ MATMUL_ASYNC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "thr
                        "transpose_a", "shared_pad", "unroll_max_step")
 # Tensor cores (matmul_tensorcore): block and warp tiles, K step, pipeline depth.
 MATMUL_TC_GRID = ("block_m=64,128,256", "block_n=64,128,256", "block_k=32,64", "warp_m=32,64", "warp_n=32,64",
-                  "stages=2,3,4", "async_copy=true", "shared_pad=8", "dynamic_shared=true")
-MATMUL_TC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "shared_pad")
+                  "stages=2,3,4", "async_copy=true", "shared_pad=0,8", "swizzle=true,false", "dynamic_shared=true")
+MATMUL_TC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "shared_pad", "swizzle")
 # Conv1d: the blog's knobs (one output per thread; filter staged in shared or read from L1).
 CONV1D_GRID = ("formulation=filter_reduction", "threads_y=1,2,4,8,16", "threads_x=8,16,32,64,128,256",
                "local_accumulator=all", "filter_shared=all", "reduction_split=1,2,4,8,16,32", "unroll=all")

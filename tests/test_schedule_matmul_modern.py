@@ -103,6 +103,17 @@ def test_tensor_core_warps_and_shared_bytes_follow_the_tiles():
     assert kernel.shared_bytes == 2 * (128 * 40 + 32 * 72) * 2
 
 
+def test_swizzle_permutes_the_shared_chunks_instead_of_padding():
+    padded, swizzled = tensorcore(), tensorcore(swizzle=True, shared_pad=0)
+    assert swizzled.kernels[0].shared_bytes == 3 * (128 * 32 + 32 * 128) * 2  # no padding
+    assert padded.kernels[0].shared_bytes == 3 * (128 * 40 + 32 * 136) * 2
+    # Both the cp.async stores and ldmatrix's addresses XOR the 16-byte chunk with the row.
+    copies = [line for line in swizzled.cuda.splitlines() if "ptx_cp_async_legacy_cg_16_2_2(buf" in line]
+    reads = [line for line in swizzled.cuda.splitlines() if "__cvta_generic_to_shared((&(((half*)buf" in line]
+    assert copies and reads and all("^" in line for line in copies + reads)
+    assert "^" not in "".join(line for line in padded.cuda.splitlines() if "ptx_cp_async_legacy_cg" in line)
+
+
 def test_tensor_core_without_pipeline_has_no_cp_async():
     cuda = tensorcore(stages=1, async_copy=False).cuda
     assert "cp.async" not in cuda and "mma.sync" in cuda
@@ -120,6 +131,8 @@ def test_tensor_core_without_pipeline_has_no_cp_async():
     (simt, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
     (tensorcore, dict(block_n=64, warp_n=128), "warp tile does not divide", ("block_n", "warp_n")),
     (tensorcore, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
+    (tensorcore, dict(swizzle=True), "shared_pad = 0", ("swizzle", "shared_pad", "block_k")),
+    (tensorcore, dict(swizzle=True, shared_pad=0, block_k=16), "block_k ≥ 32", ("swizzle", "shared_pad", "block_k")),
     (tensorcore, dict(block_m=32, block_n=32, warp_m=16, warp_n=16, block_k=16), "not a multiple of the",
      ("block_m", "block_n", "block_k", "warp_m", "warp_n")),
 ])

@@ -40,6 +40,9 @@ class MatmulTensorCoreKnobs(KnobSet):
     async_copy: bool = knob(True, "Copy global → shared with cp.async; needs stages ≥ 2.")
     shared_pad: int = knob(8, "Elements added to each shared row, so that ldmatrix's eight 16-byte row reads "
                            "hit different banks; 0 = none (conflicts).", choices=(0, 8, 16))
+    swizzle: bool = knob(False, "Permute each shared row's 16-byte chunks by the row number (XOR swizzle, TVM's "
+                         "permuted layout) instead of padding: conflict-free ldmatrix without extra memory; "
+                         "needs shared_pad = 0 and block_k ≥ 32.")
     dynamic_shared: bool = knob(True, "Allocate the shared tiles dynamically ('shared.dyn'), so that a block "
                                 "may opt in to more than 48 KB (227 KB on the H100).")
 
@@ -74,6 +77,9 @@ def check_knobs(workload: Matmul, k: MatmulTensorCoreKnobs) -> None:
                 f"{name}'s shared tile ({rows} × {cols}) is {vectors} copies of 16 bytes, not a multiple of the "
                 f"{warps * WARP_SIZE} threads of a block: make the tiles larger or use fewer warps.",
                 ("block_m", "block_n", "block_k", "warp_m", "warp_n"))
+    if k.swizzle and (k.shared_pad or k.block_k < 32):
+        raise InvalidKnobs("swizzle permutes 16-byte chunks within rows of at least 32 elements, unpadded: it needs "
+                           "shared_pad = 0 and block_k ≥ 32.", ("swizzle", "shared_pad", "block_k"))
     if k.async_copy and k.stages < 2:
         raise InvalidKnobs("async_copy overlaps the copies with the multiply of an earlier step, so it needs a "
                            "pipeline: stages ≥ 2.", ("async_copy", "stages"))
@@ -120,6 +126,8 @@ def _schedule(workload: Matmul, k: MatmulTensorCoreKnobs):
         if k.shared_pad:
             row = k.block_k if operand == 0 else k.block_n
             sch.storage_align(stage, 0, axis=-2, factor=row + k.shared_pad, offset=0)
+        if k.swizzle:  # InjectPermutedLayout rewrites the copy's stores and ldmatrix's reads alike
+            sch.annotate(stage, "permuted_layout", f"g2s_{'AB'[operand]}")
 
     a_warp = sch.cache_read(outer, 0, "warp")
     b_warp = sch.cache_read(outer, 1, "warp")
@@ -144,8 +152,11 @@ def _schedule(workload: Matmul, k: MatmulTensorCoreKnobs):
     sch.transform_layout(a_warp, ("write", 0), intrin.index_map)
     sch.transform_layout(b_warp, ("write", 0), intrin.index_map)
     sch.transform_layout(c_warp, ("read", 0), intrin.index_map)
-    sch.tensorize(fragments[0], intrin.load_a)
-    sch.tensorize(fragments[1], intrin.load_b)
+    for operand, (loop, load) in enumerate(zip(fragments, (intrin.load_a, intrin.load_b))):
+        fragment = sch.blockize(loop)
+        if k.swizzle:
+            sch.annotate(fragment, "permuted_layout", f"s2l_{'AB'[operand]}")
+        sch.tensorize(fragment, load)
     sch.tensorize(sch.get_loops(c)[-3], intrin.compute)
     sch.tensorize(sch.get_loops(init)[-2], intrin.fill)
     sch.tensorize(sch.get_loops(c_warp)[-2], intrin.store)
