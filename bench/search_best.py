@@ -74,6 +74,20 @@ MATMUL_GRID = (
 )
 MATMUL_REFINE = ("block_m", "block_n", "thread_m", "thread_n", "vthread_y", "vthread_x", "block_k", "fetch_vector",
                  "shared_pad", "transpose_a", "read_vector", "double_buffer", "unroll_max_step", "hoist_init")
+# Modern fp32 matmul (matmul_async): block, warp and thread tiles, K step, pipeline depth with
+# cp.async, A transposed or not, padding. Tiles whose warp is not 32 threads are rejected in
+# milliseconds, so the grid is sampled.
+MATMUL_ASYNC_GRID = (
+    "block_m=64,128", "block_n=64,128", "block_k=8,16,32", "warp_m=32,64", "warp_n=32,64", "thread_m=4,8",
+    "thread_n=4,8", "stages=2,3,4", "async_copy=true", "transpose_a=true,false", "read_vector=4",
+    "shared_pad=0,4", "dynamic_shared=true", "unroll_max_step=512",
+)
+MATMUL_ASYNC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "thread_m", "thread_n", "stages",
+                       "transpose_a", "shared_pad", "unroll_max_step")
+# Tensor cores (matmul_tensorcore): block and warp tiles, K step, pipeline depth.
+MATMUL_TC_GRID = ("block_m=64,128,256", "block_n=64,128,256", "block_k=32,64", "warp_m=32,64", "warp_n=32,64",
+                  "stages=2,3,4", "async_copy=true", "shared_pad=0,8", "swizzle=true,false", "dynamic_shared=true")
+MATMUL_TC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "shared_pad", "swizzle")
 # Conv1d: the blog's knobs (one output per thread; filter staged in shared or read from L1).
 CONV1D_GRID = ("formulation=filter_reduction", "threads_y=1,2,4,8,16", "threads_x=8,16,32,64,128,256",
                "local_accumulator=all", "filter_shared=all", "reduction_split=1,2,4,8,16,32", "unroll=all")
@@ -134,6 +148,16 @@ PLANS = {
              CONV2D_GRID, 1500, CONV2D_REFINE, 107.2, "≤ cuDNN's 107 µs"),
         Plan("matmul-1024", "matmul", {"kind": "matmul", "m": 1024, "n": 1024, "k": 1024},
              MATMUL_GRID, 800, MATMUL_REFINE, 55.7, "within 1.2× of cuBLAS (≤ 66.8 µs)"),
+        Plan("matmul-async-1024", "matmul_async", {"kind": "matmul", "m": 1024, "n": 1024, "k": 1024},
+             MATMUL_ASYNC_GRID, 120, MATMUL_ASYNC_REFINE, 55.7, "at most cuBLAS's time (≤ 55.7 µs)"),
+        Plan("matmul-async-4096", "matmul_async", {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096},
+             MATMUL_ASYNC_GRID, 60, MATMUL_ASYNC_REFINE, None, "at most cuBLAS's time"),
+        Plan("matmul-tc-fp16-4096", "matmul_tensorcore",
+             {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "float16"},
+             MATMUL_TC_GRID, 60, MATMUL_TC_REFINE, None, "≥ 70% of cuBLAS's TFLOP/s"),
+        Plan("matmul-tc-bf16-4096", "matmul_tensorcore",
+             {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16"},
+             MATMUL_TC_GRID, 60, MATMUL_TC_REFINE, None, "≥ 70% of cuBLAS's TFLOP/s"),
     )
 }
 

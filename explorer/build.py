@@ -182,7 +182,8 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
     """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
     device module}) just before code generation. Also used by tests on hand-made TIR."""
     # Without common-subexpression temporaries the lowered TIR reads like the source.
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+    config = {"tirx.disable_cse_tir": True, **pass_config(mod)}
+    with tvm.transform.PassContext(config=config):
         mod = tirx.transform.BindTarget(host_target)(mod)
         pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
         mod = pipeline(mod)
@@ -190,6 +191,20 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
         host_mod = finalize_host()(host_mod)
         device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
     return host_mod, device_mods
+
+
+def pass_config(mod: tvm.IRModule) -> dict:
+    """Pass options a scheduled module needs beyond the defaults. A schedule that marks a pipeline
+    stage asynchronous asks for cp.async: the pass that emits
+    cp.async runs only when the pass context enables it. StorageRewrite would retype a shared
+    buffer that is only ever accessed as float4 into a float4 buffer, whose scalar-indexed stores
+    InjectPTXAsyncCopy rejects, so it is turned off too — except with warp memory (tensor-core
+    fragments), whose lowering needs it."""
+    stmts = [stmt for func in mod.functions.values() if isinstance(func, tirx.PrimFunc) for stmt, _ in walk(func.body)]
+    if not any(isinstance(s, tirx.For) and "software_pipeline_async_stages" in s.annotations for s in stmts):
+        return {}
+    warp_memory = any(buffer.scope() == "warp" for s in stmts for buffer in getattr(s, "alloc_buffers", ()))
+    return {"tirx.use_async_copy": True, **({} if warp_memory else {"tirx.disable_storage_rewrite": True})}
 
 
 def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:

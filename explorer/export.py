@@ -13,15 +13,18 @@ parsed once before it is returned.
 from __future__ import annotations
 
 import ast
+import inspect
+import re
 import textwrap
 
 import tvm
 from tvm.s_tir import Schedule
 
-from .build import Spec
+from .build import Spec, pass_config
 from .errors import ExplorerError
+from .schedules import tensor_intrinsics
 from .targets import resolve_target
-from .workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul, Workload
+from .workloads import DTYPE, Conv1d, Conv2d, DepthwiseConv2d, Matmul, Workload
 
 _HEADER = '''\
 #!/usr/bin/env python3
@@ -46,13 +49,14 @@ def main():
     print(sch.mod.script())
     device = tvm.cuda(0)
     target = tvm.target.Target.from_device(device) if device.exist else tvm.target.Target(TARGET)
-    executable = tvm.compile(sch.mod, target=tvm.target.Target(target, host="llvm"))
+    with tvm.transform.PassContext(config=PASS_CONFIG):
+        executable = tvm.compile(sch.mod, target=tvm.target.Target(target, host="llvm"))
     print(executable.mod.imports[0].inspect_source("cuda"))
     if not device.exist:
         print("No CUDA GPU here: run this file on a machine with an NVIDIA GPU to check and time the kernel.")
         return
     rng = np.random.default_rng(0)
-    inputs = [rng.uniform(-1.0, 1.0, size=shape).astype("float32") for shape in INPUT_SHAPES]
+    inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(numpy_dtype(INPUT_DTYPE)) for shape in INPUT_SHAPES]
     output = tvm.runtime.empty(OUTPUT_SHAPE, "float32", device)
     kernel = executable.jit()
     args = [tvm.runtime.tensor(x, device) for x in inputs] + [output]
@@ -62,6 +66,14 @@ def main():
     seconds = kernel.time_evaluator("main", device, number=100, repeat=5, min_repeat_ms=0)(*args).median
     print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
           f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
+
+
+def numpy_dtype(name):
+    if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
 
 
 if __name__ == "__main__":
@@ -90,13 +102,15 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         "# schedule() below has their values written in.",
         f"TARGET = {str(target)!r}  # used for the CUDA source when there is no GPU",
         f"INPUT_SHAPES = {list(workload.input_shapes())!r}",
+        f"INPUT_DTYPE = {getattr(workload, 'dtype', DTYPE)!r}",
+        f"PASS_CONFIG = {_literal_config(sch)!r}  # TVM pass options the schedule needs (e.g. cp.async)",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
         f"FLOPS = {workload.flops!r}",
         f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
     ])
     steps = textwrap.indent("\n".join(sch.trace.as_python()), "    ")
     code = (
-        _HEADER + constants + "\n\n\n"
+        _HEADER + constants + "\n\n\n" + _intrinsics_code(sch)
         + workload_code(workload, variant)
         + "\n\n"
         + "def schedule(func):\n"
@@ -107,6 +121,28 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
     )
     ast.parse(code)  # a generated script that does not parse is a bug here, not the user's
     return code
+
+
+def _intrinsics_code(sch: Schedule) -> str:
+    """Registration of the tensor intrinsics the trace names: TVM's own register on import;
+    the bfloat16 ones are derived here (tensor_intrinsics.py), so their code goes in too."""
+    steps = "\n".join(sch.trace.as_python())
+    if "tensorize" not in steps:
+        return ""
+    code = "import tvm.s_tir.tensor_intrin.cuda  # registers TVM's tensor-core intrinsics\n"
+    derived = sorted(set(re.findall(r'"explorer_(\w+)_bf16"', steps)))
+    if derived:
+        code += (
+            "import functools\nimport re\n\nfrom tvm.s_tir import TensorIntrin\n\n"
+            + "\n\n".join(inspect.getsource(f) for f in (tensor_intrinsics._bfloat16, tensor_intrinsics._renamed))
+            + f"\n\n_LDMATRIX_CALL = re.compile({tensor_intrinsics._LDMATRIX_CALL.pattern!r}, re.M)\n"
+            + "".join(f"_bfloat16({name!r})\n" for name in derived)
+        )
+    return code + "\n\n"
+
+
+def _literal_config(sch: Schedule) -> dict:
+    return {key: bool(value) for key, value in pass_config(sch.mod).items()}
 
 
 def workload_code(workload: Workload, variant: str = "default") -> str:
@@ -266,11 +302,12 @@ return out[None].astype("float32")
 
 
 def _matmul(w: Matmul, variant: str) -> tuple[str, str]:
+    product = "A[i, r] * B[r, j]" if w.dtype == DTYPE else f'A[i, r].astype("{DTYPE}") * B[r, j].astype("{DTYPE}")'
     define = f'''\
-A = te.placeholder(({w.m}, {w.k}), name="A")
-B = te.placeholder(({w.k}, {w.n}), name="B")
+A = te.placeholder(({w.m}, {w.k}), "{w.dtype}", name="A")
+B = te.placeholder(({w.k}, {w.n}), "{w.dtype}", name="B")
 r = te.reduce_axis((0, {w.k}), name="r")
-C = te.compute(({w.m}, {w.n}), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+C = te.compute(({w.m}, {w.n}), lambda i, j: te.sum({product}, axis=r), name="C")
 return te.create_prim_func([A, B, C])
 '''
     reference = 'return (A.astype(np.float64) @ B.astype(np.float64)).astype("float32")\n'

@@ -92,23 +92,54 @@ def _check_launch(template: Template, extents: dict[str, int], target) -> None:
         )
 
 
+# Dynamic shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize), by
+# architecture (CUDA C Programming Guide, compute capabilities table); TVM's CUDA runtime opts in
+# by itself when a kernel asks for 48 KB or more.
+DYNAMIC_SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
+                         "sm_90": 227 * 1024, "sm_90a": 227 * 1024, "sm_100": 227 * 1024, "sm_100a": 227 * 1024,
+                         "sm_120": 99 * 1024}
+
+
 def shared_bytes(func: tirx.PrimFunc) -> int:
-    """Static shared memory allocated by one lowered device function, in bytes."""
+    """Shared memory (static and dynamic) allocated by one lowered device function, in bytes."""
     return sum(a.bytes for a in allocations(func) if a.scope in ("shared", "shared.dyn"))
+
+
+def dynamic_shared_bytes(func: tirx.PrimFunc) -> int:
+    return sum(a.bytes for a in allocations(func) if a.scope == "shared.dyn")
+
+
+def shared_limits(target: tvm.target.Target) -> tuple[int, int]:
+    """(static limit, dynamic opt-in limit) of shared memory per block on ``target``."""
+    static = int(target.attrs.get("max_shared_memory_per_block", 49152))
+    return static, max(static, DYNAMIC_SHARED_LIMITS.get(str(target.attrs.get("arch", "")), static))
 
 
 def verify_device(template: Template, device_mod: tvm.IRModule, target: tvm.target.Target) -> None:
     """Checks on the lowered device TIR, before code generation."""
-    limit = int(target.attrs.get("max_shared_memory_per_block", 49152))
+    static_limit, dynamic_limit = shared_limits(target)
+    limit = static_limit
     for gv, func in device_mod.functions.items():
-        used = shared_bytes(func)
-        if used > limit:
+        used, dynamic = shared_bytes(func), dynamic_shared_bytes(func)
+        if dynamic and used > dynamic_limit:
             raise InvalidKnobs(
                 f"Kernel '{gv.name_hint}' needs {used:,} bytes of shared memory per block, more than the "
-                f"{limit:,} bytes a block may use statically on {target.arch}: make the tile smaller or "
-                f"stage less in shared memory.",
+                f"{dynamic_limit:,} bytes a block may opt in to dynamically on {target.arch}: use fewer stages "
+                f"or smaller tiles.",
                 template.shared_knobs,
             )
+        if not dynamic and used > static_limit:
+            hint = (" or allocate it dynamically (knob dynamic_shared: up to "
+                    f"{dynamic_limit:,} bytes by opt-in)" if "dynamic_shared" in template.shared_knobs
+                    and dynamic_limit > static_limit else "")
+            raise InvalidKnobs(
+                f"Kernel '{gv.name_hint}' needs {used:,} bytes of shared memory per block, more than the "
+                f"{static_limit:,} bytes a block may use statically on {target.arch}: make the tile smaller or "
+                f"stage less in shared memory{hint}.",
+                template.shared_knobs,
+            )
+        if dynamic:
+            limit = dynamic_limit
     limits = {
         "max_shared_memory_per_block": limit,
         "max_threads_per_block": int(target.attrs.get("max_threads_per_block", 1024)),

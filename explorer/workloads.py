@@ -18,6 +18,9 @@ from .knobs import Params, knob
 
 DTYPE = "float32"
 BYTES_PER_ELEMENT = 4
+# Input types of a matmul; float32 everywhere else.
+MATMUL_DTYPES = ("float32", "float16", "bfloat16")
+MANTISSA_BITS = {"float32": 23, "float16": 10, "bfloat16": 7}  # ε = 2^-bits
 # Keep NumPy references and device buffers classroom-sized (a few hundred MB at most).
 MAX_ELEMENTS = 1 << 26
 
@@ -82,6 +85,15 @@ class Workload(Params):
     def reduction_length(self) -> int:
         """Terms summed per output: sets the tolerance of a float32 comparison."""
         return max(1, self.flops // (2 * math.prod(self.output_shape())))
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """NumPy's type for a TVM dtype name; NumPy has no bfloat16, ml_dtypes (a TVM dependency) has."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 @functools.lru_cache(maxsize=256)
@@ -370,6 +382,8 @@ class Matmul(Workload):
     m: int = knob(1024, "Rows of A and C (M).", low=1, high=8192)
     n: int = knob(1024, "Columns of B and C (N).", low=1, high=8192)
     k: int = knob(1024, "Columns of A, rows of B (K): the reduction.", low=1, high=8192)
+    dtype: str = knob(DTYPE, "Element type of A and B; C is always float32 (products summed in float32).",
+                      choices=MATMUL_DTYPES)
 
     def input_shapes(self):
         return ((self.m, self.k), (self.k, self.n))
@@ -380,21 +394,44 @@ class Matmul(Workload):
     def _tensors(self, variant):
         from tvm import te
 
-        a = te.placeholder((self.m, self.k), name="A")
-        b = te.placeholder((self.k, self.n), name="B")
+        a = te.placeholder((self.m, self.k), self.dtype, name="A")
+        b = te.placeholder((self.k, self.n), self.dtype, name="B")
         r = te.reduce_axis((0, self.k), name="r")
-        c = te.compute((self.m, self.n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+        if self.dtype == DTYPE:
+            body = lambda i, j: te.sum(a[i, r] * b[r, j], axis=r)  # noqa: E731
+        else:  # half-precision inputs, float32 accumulation
+            body = lambda i, j: te.sum(a[i, r].astype(DTYPE) * b[r, j].astype(DTYPE), axis=r)  # noqa: E731
+        c = te.compute((self.m, self.n), body, name="C")
         return [a, b], c
 
     def reference(self, a, b):
+        # The inputs are already rounded to their type: the reference is exact up to float64.
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(DTYPE)
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        return [x.astype(numpy_dtype(self.dtype)) for x in super().random_inputs(seed)]
+
+    @property
+    def compulsory_bytes(self) -> int:
+        inputs = (self.m * self.k + self.k * self.n) * numpy_dtype(self.dtype).itemsize
+        return inputs + self.m * self.n * BYTES_PER_ELEMENT
+
+    def reduction_length(self):
+        """For fp16/bf16 inputs a library may write C in the input type (PyTorch does), and tensor
+        cores may sum in another order: one rounding to the input type is allowed on top of the
+        float32 sum, counted as the float32 terms it is worth (ε_dtype / ε32)."""
+        k = super().reduction_length()
+        if self.dtype == DTYPE:
+            return k
+        return k + 2 ** (MANTISSA_BITS[DTYPE] - MANTISSA_BITS[self.dtype])
 
     @property
     def flops(self):
         return 2 * self.m * self.n * self.k
 
     def label(self):
-        return f"matmul {self.m}x{self.n}x{self.k}"
+        typed = "" if self.dtype == DTYPE else f" {self.dtype}"
+        return f"matmul {self.m}x{self.n}x{self.k}{typed}"
 
 
 WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (DepthwiseConv2d, Conv1d, Conv2d, Matmul)}

@@ -38,17 +38,29 @@ def torch_baseline(workload: Workload, settings: Settings) -> BaselineRun:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     inputs, reference = workload_data(workload, settings.seed)
-    op = torch_op(workload, [torch.from_numpy(x).cuda() for x in inputs])
+    op = torch_op(workload, [torch_tensor(x).cuda() for x in inputs])
     output = op()
     torch.cuda.synchronize()
-    check = compare(output.cpu().numpy(), reference, workload.reduction_length())
+    # fp16/bf16 matmuls return C in the input type; the check reads it as float32.
+    check = compare(output.float().cpu().numpy(), reference, workload.reduction_length())
     timing = time_cuda_graph(op, settings) if check.correct else None
     library = f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
     return BaselineRun(library, torch.cuda.get_device_name(0), check, timing)
 
 
+def torch_tensor(array):
+    """A CPU tensor of a NumPy array; bfloat16 (ml_dtypes, which torch does not read) goes
+    through its 16-bit pattern."""
+    import torch
+
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view("uint16")).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def torch_op(workload: Workload, tensors: list) -> Callable:
-    """A call that computes ``workload`` from its input tensors (CUDA, float32)."""
+    """A call that computes ``workload`` from its input tensors (CUDA; float32, or a matmul's
+    fp16/bf16 in that type: PyTorch runs cuBLAS's half-precision GEMM, on tensor cores)."""
     import torch
     import torch.nn.functional as F
 

@@ -10,8 +10,10 @@ from . import matmul
 from . import depthwise_d2l
 from . import conv1d
 from . import depthwise_flat
+from . import matmul_async
+from . import matmul_tensorcore
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE, depthwise_d2l.TEMPLATE, conv1d.TEMPLATE, depthwise_flat.TEMPLATE,)}
+TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE, depthwise_d2l.TEMPLATE, conv1d.TEMPLATE, depthwise_flat.TEMPLATE, matmul_async.TEMPLATE, matmul_tensorcore.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:

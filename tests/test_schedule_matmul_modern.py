@@ -1,0 +1,235 @@
+"""The modern matmul templates: cp.async pipelines (matmul_async, fp32) and tensor cores
+(matmul_tensorcore, fp16/bf16), read from the lowered TIR and the CUDA source; the
+verifier's errors for them; the CUDA compiles with nvcc; kernels match NumPy on a GPU.
+
+Shapes are small (128³ or 256³) so builds stay fast; sizes below are worked out by hand.
+"""
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tvm
+
+from explorer.build import Spec, build, compile_binary, nvcc_path, pass_config
+from explorer.errors import InvalidKnobs
+from explorer.export import snippet, workload_code
+from explorer.presets import get_preset
+from explorer.schedules.matmul_async import MatmulAsyncKnobs
+from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
+from explorer.workloads import Matmul
+
+FP32 = Matmul(m=256, n=256, k=256)
+FP16 = Matmul(m=256, n=256, k=256, dtype="float16")
+BF16 = Matmul(m=256, n=256, k=256, dtype="bfloat16")
+
+
+def simt(workload=FP32, **knobs):
+    return build(Spec("matmul_async", workload, MatmulAsyncKnobs(**knobs)), "h100")
+
+
+def tensorcore(workload=FP16, **knobs):
+    return build(Spec("matmul_tensorcore", workload, MatmulTensorCoreKnobs(**knobs)), "h100")
+
+
+def wait_groups(cuda: str) -> set[int]:
+    return {int(n) for n in re.findall(r"cp\.async\.wait_group (\d+);", cuda)}
+
+
+# -- matmul_async ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_cp_async_and_the_stage_count_appear_when_the_knobs_ask(stages):
+    b = simt(stages=stages)
+    assert "cp.async.cg.shared.global" in b.cuda  # B's 16-byte copies
+    assert "cp.async.ca.shared.global" in b.cuda  # A's 4-byte transposing copies
+    # The copies run stages - 1 steps ahead: having issued step ko + stages - 1, the steady
+    # loop waits until at most stages - 1 groups are in flight, i.e. step ko has landed
+    # (the epilogue drains the rest, down to 0).
+    assert max(wait_groups(b.cuda)) == stages - 1 and 0 in wait_groups(b.cuda)
+    # Each buffer holds 16 × (128 + 4) floats of A and as many of B.
+    assert b.kernels[0].shared_bytes == stages * 2 * 16 * 132 * 4
+
+
+def test_without_async_copy_the_pipeline_uses_plain_loads():
+    b = simt(stages=2, async_copy=False)
+    assert "cp.async" not in b.cuda
+    assert b.kernels[0].shared_bytes == 2 * 2 * 16 * 132 * 4  # still two buffers
+    one = simt(stages=1, async_copy=False)
+    assert "cp.async" not in one.cuda and one.kernels[0].shared_bytes == 2 * 16 * 132 * 4
+
+
+def test_warps_and_lanes_follow_the_tiles():
+    # 128 × 128 block of 32 × 64 warp tiles: 4 × 2 = 8 warps; 8 × 8 per thread: 4 × 8 lanes.
+    (kernel,) = simt().kernels
+    assert kernel.block == (32, 8, 1) and kernel.grid == (2, 2, 1)
+    (kernel,) = simt(block_m=64, block_n=128, warp_m=64, warp_n=32, thread_m=8, thread_n=8).kernels
+    assert kernel.block == (32, 4, 1) and kernel.grid == (2, 4, 1)
+
+
+def test_dynamic_shared_memory_is_extern_and_the_static_is_not():
+    assert "extern __shared__" in simt(stages=2).cuda
+    static = simt(stages=2, dynamic_shared=False)
+    assert "extern __shared__" not in static.cuda and "__shared__" in static.cuda
+
+
+def test_transpose_a_off_copies_a_in_16_byte_vectors_too():
+    cuda = simt(stages=2, transpose_a=False, read_vector=4, dynamic_shared=True).cuda
+    assert "cp.async.ca" not in cuda and "cp.async.cg" in cuda
+
+
+def test_simt_kernels_have_no_tensor_core_instructions():
+    cuda = simt().cuda
+    assert "mma" not in cuda and "ldmatrix" not in cuda
+
+
+# -- matmul_tensorcore ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workload, operand", [(FP16, "f16"), (BF16, "bf16")])
+def test_tensor_core_kernels_use_ldmatrix_and_mma_sync(workload, operand):
+    cuda = tensorcore(workload).cuda
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{operand}.{operand}.f32" in cuda
+    assert "ldmatrix.sync.aligned.m8n8.x4" in cuda
+    assert "cp.async.cg.shared.global" in cuda and max(wait_groups(cuda)) == 2  # 3 stages
+
+
+def test_tensor_core_warps_and_shared_bytes_follow_the_tiles():
+    (kernel,) = tensorcore(block_m=128, block_n=64, warp_m=64, warp_n=32, stages=2).kernels
+    assert kernel.block == (32, 4, 1) and kernel.grid == (4, 2, 1)
+    # A: 128 × (32 + 8) halves, B: 32 × (64 + 8) halves, two stages.
+    assert kernel.shared_bytes == 2 * (128 * 40 + 32 * 72) * 2
+
+
+def test_swizzle_permutes_the_shared_chunks_instead_of_padding():
+    padded, swizzled = tensorcore(), tensorcore(swizzle=True, shared_pad=0)
+    assert swizzled.kernels[0].shared_bytes == 3 * (128 * 32 + 32 * 128) * 2  # no padding
+    assert padded.kernels[0].shared_bytes == 3 * (128 * 40 + 32 * 136) * 2
+    # Both the cp.async stores and ldmatrix's addresses XOR the 16-byte chunk with the row.
+    copies = [line for line in swizzled.cuda.splitlines() if "ptx_cp_async_legacy_cg_16_2_2(buf" in line]
+    reads = [line for line in swizzled.cuda.splitlines() if "__cvta_generic_to_shared((&(((half*)buf" in line]
+    assert copies and reads and all("^" in line for line in copies + reads)
+    assert "^" not in "".join(line for line in padded.cuda.splitlines() if "ptx_cp_async_legacy_cg" in line)
+
+
+def test_tensor_core_without_pipeline_has_no_cp_async():
+    cuda = tensorcore(stages=1, async_copy=False).cuda
+    assert "cp.async" not in cuda and "mma.sync" in cuda
+
+
+# -- the verifier ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build_, knobs, match, named", [
+    (simt, dict(block_m=64, warp_m=128, thread_m=16), "warp tile does not divide", ("block_m", "warp_m")),
+    (simt, dict(thread_m=4), "A warp has 32 threads", ("warp_m", "warp_n", "thread_m", "thread_n")),
+    (simt, dict(shared_pad=2), "not a multiple of 4", ("fetch_vector", "shared_pad")),
+    (simt, dict(transpose_a=False, block_k=4, fetch_vector=4, read_vector=1, shared_pad=1),
+     "fetch_vector = 4", ("fetch_vector", "shared_pad")),
+    (simt, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
+    (tensorcore, dict(block_n=64, warp_n=128), "warp tile does not divide", ("block_n", "warp_n")),
+    (tensorcore, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
+    (tensorcore, dict(swizzle=True), "shared_pad = 0", ("swizzle", "shared_pad", "block_k")),
+    (tensorcore, dict(swizzle=True, shared_pad=0, block_k=16), "block_k ≥ 32", ("swizzle", "shared_pad", "block_k")),
+    (tensorcore, dict(block_m=32, block_n=32, warp_m=16, warp_n=16, block_k=16), "not a multiple of the",
+     ("block_m", "block_n", "block_k", "warp_m", "warp_n")),
+])
+def test_knobs_that_cannot_work_are_refused_before_compiling(build_, knobs, match, named):
+    with pytest.raises(InvalidKnobs, match=match) as error:
+        build_(**knobs)
+    assert error.value.knobs == named
+
+
+def test_tensor_cores_refuse_float32_and_shapes_the_intrinsic_cannot_tile():
+    with pytest.raises(InvalidKnobs, match="float16 or bfloat16"):
+        tensorcore(FP32)
+    with pytest.raises(InvalidKnobs, match=r"16 × 16 × 16 tiles .* m = 200"):
+        tensorcore(Matmul(m=200, n=256, k=256, dtype="float16"))
+    with pytest.raises(InvalidKnobs, match="for float16 inputs use the tensor-core template"):
+        simt(FP16)
+
+
+def test_static_shared_memory_over_48_kb_points_to_dynamic_allocation():
+    # 3 stages × 2 tiles × 16 × 132 floats = 50,688 bytes > 49,152.
+    with pytest.raises(InvalidKnobs, match=r"50,688 bytes .* statically .* dynamic_shared: up to 232,448") as error:
+        simt(stages=3, dynamic_shared=False)
+    assert "dynamic_shared" in error.value.knobs and "stages" in error.value.knobs
+
+
+def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
+    # 5 stages × 64 × (256 + 4 + 256 + 4) floats = 665,600 bytes > 227 KB.
+    big = Matmul(m=512, n=512, k=512)
+    with pytest.raises(InvalidKnobs, match=r"665,600 bytes .* 232,448 bytes a block may opt in to dynamically"):
+        simt(big, block_m=256, block_n=256, block_k=64, warp_m=64, warp_n=64, thread_m=8, thread_n=16, stages=5)
+
+
+# -- compiled code, export ------------------------------------------------------------
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.parametrize("make", [lambda: simt(), lambda: tensorcore(), lambda: tensorcore(BF16)],
+                         ids=["async-fp32", "tensorcore-fp16", "tensorcore-bf16"])
+def test_the_generated_cuda_compiles_for_sm_90a_without_spills(make):
+    binary = compile_binary(make())
+    (registers,) = binary.registers.values()
+    assert 0 < registers <= 255 and set(binary.spill_bytes.values()) <= {0}
+
+
+def test_bf16_snippet_registers_its_intrinsics_and_prints_the_kernel(tmp_path):
+    spec = Spec("matmul_tensorcore", Matmul(m=64, n=64, k=64, dtype="bfloat16"),
+                MatmulTensorCoreKnobs(block_m=64, block_n=64, warp_m=32, warp_n=32, block_k=32, stages=2))
+    path = tmp_path / "bf16.py"
+    path.write_text(snippet(spec))
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+                         env={"CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in run.stdout
+    assert "cp.async.cg.shared.global" in run.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_exported_workload_keeps_the_dtype(dtype):
+    workload = Matmul(m=6, n=5, k=7, dtype=dtype)
+    namespace = {}
+    exec(compile("import numpy as np\nfrom tvm import te, tirx\n" + workload_code(workload), "<emitted>", "exec"),
+         namespace)
+    tvm.ir.assert_structural_equal(namespace["workload"](), workload.prim_func())
+    inputs = workload.random_inputs(seed=3)
+    np.testing.assert_array_equal(namespace["reference"](*inputs), workload.reference(*inputs))
+
+
+def test_pass_options_follow_the_schedule():
+    assert pass_config(simt(stages=2, async_copy=False).schedule_mod) == {}
+    assert pass_config(simt().schedule_mod) == {"tirx.use_async_copy": True, "tirx.disable_storage_rewrite": True}
+    # Warp memory (tensor-core fragments) needs StorageRewrite.
+    assert pass_config(tensorcore().schedule_mod) == {"tirx.use_async_copy": True}
+
+
+def test_tolerance_allows_one_rounding_to_the_input_type():
+    # ε16 / ε32 = 2^13 and εbf16 / ε32 = 2^16 float32 terms on top of the K terms summed.
+    assert Matmul(k=64).reduction_length() == 64
+    assert Matmul(k=64, dtype="float16").reduction_length() == 64 + 2**13
+    assert Matmul(k=64, dtype="bfloat16").reduction_length() == 64 + 2**16
+    a, b = Matmul(m=4, n=4, k=8, dtype="bfloat16").random_inputs()
+    assert a.dtype.name == "bfloat16" and b.shape == (8, 4)
+
+
+# -- on a GPU -------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [
+    Spec("matmul_async", FP32, MatmulAsyncKnobs()),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(stages=4, block_k=8, transpose_a=False, read_vector=1)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(stages=2, async_copy=False, dynamic_shared=False)),
+    Spec("matmul_tensorcore", FP16, MatmulTensorCoreKnobs()),
+    Spec("matmul_tensorcore", BF16, MatmulTensorCoreKnobs(stages=4, block_k=16, block_n=64, warp_n=32)),
+    get_preset("modern-async-1024").spec,
+], ids=["async-default", "async-4-stages-no-transpose", "sync-2-stages", "tc-fp16", "tc-bf16-4-stages",
+        "preset-async-1024"])
+def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
+    got, expected = run_on_gpu(build(spec))
+    tolerance = 4 * np.finfo(np.float32).eps * spec.workload.reduction_length() * max(1.0, np.abs(expected).max())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance)
