@@ -195,11 +195,10 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
 
 def pass_config(mod: tvm.IRModule) -> dict:
     """Pass options a scheduled module needs beyond the defaults. A schedule that marks a pipeline
-    stage asynchronous asks for cp.async: the pass that emits
-    cp.async runs only when the pass context enables it. StorageRewrite would retype a shared
-    buffer that is only ever accessed as float4 into a float4 buffer, whose scalar-indexed stores
-    InjectPTXAsyncCopy rejects, so it is turned off too — except with warp memory (tensor-core
-    fragments), whose lowering needs it."""
+    stage asynchronous asks for cp.async, and the pass that emits it runs only when the pass
+    context enables it. StorageRewrite would retype a shared buffer that is only ever accessed as
+    float4 into a float4 buffer, whose scalar-indexed stores InjectPTXAsyncCopy rejects, so it is
+    turned off too — except with warp memory (tensor-core fragments), whose lowering needs it."""
     stmts = [stmt for func in mod.functions.values() if isinstance(func, tirx.PrimFunc) for stmt, _ in walk(func.body)]
     if not any(isinstance(s, tirx.For) and "software_pipeline_async_stages" in s.annotations for s in stmts):
         return {}

@@ -129,13 +129,13 @@ def verify_device(template: Template, device_mod: tvm.IRModule, target: tvm.targ
                 template.shared_knobs,
             )
         if not dynamic and used > static_limit:
-            hint = (" or allocate it dynamically (knob dynamic_shared: up to "
-                    f"{dynamic_limit:,} bytes by opt-in)" if "dynamic_shared" in template.shared_knobs
-                    and dynamic_limit > static_limit else "")
+            remedy = "make the tile smaller or stage less in shared memory"
+            if "dynamic_shared" in template.shared_knobs and dynamic_limit > static_limit:
+                remedy = (f"make the tile smaller, stage less in shared memory, or allocate it dynamically "
+                          f"(knob dynamic_shared: up to {dynamic_limit:,} bytes by opt-in)")
             raise InvalidKnobs(
                 f"Kernel '{gv.name_hint}' needs {used:,} bytes of shared memory per block, more than the "
-                f"{static_limit:,} bytes a block may use statically on {target.arch}: make the tile smaller or "
-                f"stage less in shared memory{hint}.",
+                f"{static_limit:,} bytes a block may use statically on {target.arch}: {remedy}.",
                 template.shared_knobs,
             )
         if dynamic:

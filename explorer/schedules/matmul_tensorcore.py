@@ -152,7 +152,7 @@ def _schedule(workload: Matmul, k: MatmulTensorCoreKnobs):
     sch.transform_layout(a_warp, ("write", 0), intrin.index_map)
     sch.transform_layout(b_warp, ("write", 0), intrin.index_map)
     sch.transform_layout(c_warp, ("read", 0), intrin.index_map)
-    for operand, (loop, load) in enumerate(zip(fragments, (intrin.load_a, intrin.load_b))):
+    for operand, (loop, load) in enumerate(zip(fragments, (intrin.load_a, intrin.load_b), strict=True)):
         fragment = sch.blockize(loop)
         if k.swizzle:
             sch.annotate(fragment, "permuted_layout", f"s2l_{'AB'[operand]}")
