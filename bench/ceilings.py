@@ -35,6 +35,11 @@ def best_presets() -> list:
 
 
 def measure_all() -> tuple[dict, list[dict]]:
+    from explorer.measure import ceilings as measure_ceilings
+    from explorer.measure import ceilings_error
+
+    if measure_ceilings() is None:
+        raise SystemExit(f"The ceilings could not be measured: {ceilings_error()}")
     rows, ceilings, arch = [], None, ""
     for preset in best_presets():
         m = measure(preset.spec)
@@ -42,6 +47,7 @@ def measure_all() -> tuple[dict, list[dict]]:
             rows.append({"preset": preset.id, "workload": m.workload, "correct": False})
             continue
         ceilings, arch = m.ceilings, json.loads(m.target).get("arch", "")
+        print(f"{preset.id}: {m.median_us:.2f} µs, {m.percent_of_floor:.0f}% of the roofline", flush=True)
         bandwidth, roof = ceilings.bandwidth_for(m.compulsory_bytes)
         rows.append({
             "preset": preset.id, "workload": m.workload, "correct": True, "device": m.device,

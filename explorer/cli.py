@@ -181,7 +181,10 @@ def _measured_on_local_gpu(spec):
         from . import measure
     except ImportError:
         return None
-    return measure.measure(spec) if measure.local_gpu() else None
+    if not measure.local_gpu():
+        return None
+    measure.ceilings()  # once per process; the measurement below carries them
+    return measure.measure(spec)
 
 
 def cmd_show(args) -> int:

@@ -51,6 +51,9 @@ def hang(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Bu
 
 
 def test_correct_kernel_is_checked_then_timed():
+    from explorer.measure import ceilings
+
+    assert ceilings("llvm").source == "measured on CPU"  # measured once, when asked for
     m = measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST)
     assert m.correct and m.check.max_error < m.check.tolerance
     assert m.device == "CPU" and '"llvm"' in m.target
@@ -58,7 +61,7 @@ def test_correct_kernel_is_checked_then_timed():
     assert len(t.samples_us) == 3 and t.min_us <= t.median_us <= t.max_us
     # Launches per repeat are sized for min_repeat_ms = 1 ms (half of it, on a busy CI machine).
     assert t.launches_per_repeat * t.min_us >= 1000 * 0.5
-    # The CPU's ceilings, measured once in the worker (sized for a few cores): a roofline placement.
+    # The CPU's ceilings, measured above in the worker (sized for a few cores): a roofline placement.
     assert m.ceilings is not None and m.ceilings.source == "measured on CPU"
     assert m.percent_of_floor == pytest.approx(100 * m.floor_us / m.median_us)
     assert m.gflops == pytest.approx(2 * 8**3 / m.median_us / 1e3)

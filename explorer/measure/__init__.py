@@ -21,7 +21,7 @@ from .errors import (BaselineUnavailable, InvalidMeasureSettings, KernelCrashed,
                      NoDevice, RemoteError, WrongResult)
 from .gate import Check
 from .measurement import (Baseline, Measurement, baseline, latency_us, local_gpu, measure, measure_module,
-                          queue_length, shutdown, warm_up)
+                          queue_length, shutdown, warm_up, ceilings, ceilings_error)
 from .remote import Remote
 from .settings import Settings
 from .timing import Timing
@@ -30,5 +30,5 @@ from .worker import NO_GPU
 __all__ = [
     "Baseline", "BaselineUnavailable", "Check", "InvalidMeasureSettings", "KernelCrashed", "KernelTimeout",
     "MeasureError", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Settings", "Timing", "WrongResult",
-    "baseline", "latency_us", "local_gpu", "measure", "measure_module", "queue_length", "shutdown", "warm_up",
+    "baseline", "latency_us", "local_gpu", "measure", "measure_module", "queue_length", "shutdown", "warm_up", "ceilings", "ceilings_error",
 ]

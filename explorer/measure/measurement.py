@@ -3,6 +3,8 @@ the worker process) or on a remote one (through TVM's RPC tracker), one kernel p
 at a time."""
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -11,6 +13,7 @@ import tvm
 from ..analysis import roofline
 from ..analysis.roofline import Ceilings
 from ..build import Spec
+from ..errors import ExplorerError
 from ..workloads import Workload
 from . import worker
 from .baseline import BaselineRun, torch_baseline
@@ -225,4 +228,43 @@ def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measure
     with queue_for(LOCAL).turn(on_wait):
         _local.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
         run = _local.call(worker.run, timeout=job.settings.time_limit_s)
+    if job.settings.floor and run.ceilings is None and run.timing is not None:  # measured by ceilings()
+        run = dataclasses.replace(run, ceilings=_ceilings_of.get(job.target or "auto"))
     return Measurement.of(job.workload, run)
+
+
+# The local device's ceilings by target name, or the sentence saying why they are missing.
+_ceilings_of: dict[str, object] = {}
+CEILINGS_LIMIT_S = 90
+
+
+def _ensure_ceilings(target: str | None) -> None:
+    """Measure the roofline's ceilings once per process and target (the caller holds the
+    device's turn). If that fails or runs past its limit, it is not tried again and the
+    roofline uses the published figures."""
+    name = target or "auto"
+    if name in _ceilings_of:
+        return
+    try:
+        _ceilings_of[name] = _local.call(worker.ceilings_for, target, timeout=CEILINGS_LIMIT_S,
+                                         doing="Measuring the roofline's ceilings")
+    except ExplorerError as error:
+        _ceilings_of[name] = None
+        _ceilings_errors[name] = str(error)
+
+
+_ceilings_errors: dict[str, str] = {}
+
+
+def ceilings_error(target: str | None = None) -> str | None:
+    return _ceilings_errors.get(target or "auto")
+
+
+def ceilings(target: str | None = None):
+    """The local device's measured ceilings, or None when they could not be measured
+    (``ceilings_error`` says why). Measured once, when asked for (bench/ceilings.py, the
+    CLI's roofline): never on a student's knob change. Later measurements in this process
+    carry them."""
+    with queue_for(LOCAL).turn():
+        _ensure_ceilings(target)
+    return _ceilings_of.get(target or "auto")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import tvm
 from tvm.s_tir import TensorIntrin
-from tvm.s_tir.tensor_intrin import cuda as cuda_intrin
 
 MMA_SHAPE = (16, 16, 16)  # one tile = two mma.sync.m16n8k16
 SUPPORTED_DTYPES = ("float16", "bfloat16")
@@ -32,13 +31,13 @@ class MmaIntrinsics:
     @staticmethod
     def index_map(i, j):
         """A 16 × 16 tile's element (i, j) → (thread of the warp, register of the thread)."""
-        return (i // 16, j // 16, *cuda_intrin.shared_16x16_to_ldmatrix_32x8_layout(i % 16, j % 16))
+        return (i // 16, j // 16, *_tvm_intrinsics().shared_16x16_to_ldmatrix_32x8_layout(i % 16, j % 16))
 
 
 def mma_intrinsics(dtype: str, shared_scope: str) -> MmaIntrinsics:
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"no tensor-core intrinsics for {dtype}")
-    group = cuda_intrin.get_mma_intrin_group(shared_scope, "global", "float16", "float32", False, False,
+    group = _tvm_intrinsics().get_mma_intrin_group(shared_scope, "global", "float16", "float32", False, False,
                                              not_use_mma_store_intrinic=False)
     names = MmaIntrinsics(group["load_a"], group["load_b"], group["compute"], group["init"], group["store"])
     if dtype == "float16":
@@ -67,3 +66,11 @@ def _renamed(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
 
 
 _LDMATRIX_CALL = re.compile(r"(T\.ptx_legacy\.ldmatrix\(.*)\)$", re.M)
+
+
+def _tvm_intrinsics():
+    """``tvm.s_tir.tensor_intrin.cuda``, imported on first use: it parses every CUDA tensor
+    intrinsic as TVMScript (seconds), which no other template needs."""
+    from tvm.s_tir.tensor_intrin import cuda
+
+    return cuda
