@@ -256,6 +256,17 @@ class Live:
         if first is not None and self.warm.gpu:
             self.scheduler.request("server warm-up", first, target)
             self.baseline(first.workload)
+            self._measure_ceilings(target)
+
+    def _measure_ceilings(self, target: str) -> None:
+        """The roofline's ceilings of the local GPU, once, after the warm-up (a few seconds
+        of the device's time); measurements from then on carry them."""
+        from . import measure
+
+        start = time.time()
+        found = measure.ceilings(target)
+        self.warm.step(f"roofline ceilings {time.time() - start:.1f} s" if found is not None else
+                       f"roofline ceilings not measured ({measure.ceilings_error(target)}); published figures shown")
 
     def baseline(self, workload) -> object | None:
         """PyTorch's time for ``workload`` on the local GPU when known; otherwise start

@@ -80,3 +80,10 @@ def test_profile_matches_the_model_on_a_conflict_free_kernel():
     rows = compare(analyze_banks(build(spec)), profile(spec))
     stores = [r for r in rows if r.op == "store" and r.what == "conflicts"]
     assert stores and all(r.measured is not None for r in stores)
+
+
+def test_counters_ncu_did_not_collect_read_as_missing():
+    from explorer.analysis.ncu import _number
+
+    assert _number("No-CC") is None and _number("n/a") is None and _number("") is None
+    assert _number("1,234") == 1234.0

@@ -6,7 +6,8 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from explorer.measure import KernelCrashed, Settings, baseline, local_gpu, measure, measure_module, shutdown
+from explorer.measure import (KernelCrashed, Settings, baseline, ceilings, ceilings_error, local_gpu, measure, measure_module,
+                              shutdown)
 from explorer.presets import get_preset
 from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
 
@@ -34,6 +35,7 @@ def test_the_worker_sees_the_gpu():
 
 @pytest.mark.parametrize("preset", ["dw-blog-final-96", "matmul-tiled-1024", "conv2d-autotvm-resnet-last"])
 def test_presets_are_correct_and_timed(preset):
+    assert ceilings() is not None, ceilings_error()  # measured once, when asked for
     m = measure(get_preset(preset).spec, settings=QUICK)
     assert m.correct, m.check.describe()
     assert 0 < m.timing.min_us <= m.median_us <= m.timing.max_us
@@ -46,6 +48,7 @@ def test_a_tiny_kernel_is_also_timed_from_a_cuda_graph():
     # 21×21 depthwise: Nsight Compute times the kernel at ~2.8 µs on the H100; back to back
     # each launch adds the host's launch cost, which a graph replay does not pay.
     pytest.importorskip("torch")
+    assert ceilings() is not None, ceilings_error()
     m = measure(get_preset("best-dw-21-flat").spec, settings=QUICK)
     assert m.correct and m.graph is not None and m.graph_percent_of_floor is not None
     assert m.graph.launches >= 100  # ≥ 1 ms per repeat of a few-µs kernel

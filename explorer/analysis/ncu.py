@@ -119,7 +119,8 @@ def _parse_raw(rows: csv.DictReader) -> list[KernelCounters]:
 
 def _number(text: str, unit: str = "") -> float | None:
     text = text.strip().replace(",", "")
-    if text in ("", "n/a"):
+    # ncu leaves a counter it did not collect empty, or marks it n/a or No-CC.
+    if text.lower() in ("", "n/a", "no-cc"):
         return None
     try:
         value = float(text)
