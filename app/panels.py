@@ -15,13 +15,12 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from explorer.build import Build, compile_binary
 from explorer import targets
+from explorer.build import Build, compile_binary
 from explorer.errors import ExplorerError
 
 from . import code_view, server, session
 from .session import Try
-
 
 # A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
 MAX_FIGURE_CELLS = 1 << 16
@@ -126,7 +125,7 @@ def tiling(built: Build) -> None:
         st.caption(f"The output plane {t.ownership.plane} has {cells:,} elements, too many to draw "
                    f"(up to {MAX_FIGURE_CELLS:,}); choose a smaller shape to see it.")
     columns = st.columns(max(len(t.footprints), 1))
-    for i, (column, footprint) in enumerate(zip(columns, t.footprints)):
+    for i, (column, footprint) in enumerate(zip(columns, t.footprints, strict=False)):
         if len(footprint.block_cells) and math.prod(np.ptp(footprint.block_cells, axis=0) + 1) > MAX_FIGURE_CELLS:
             column.caption(f"{footprint.buffer}: block {t.chosen_block} reads {footprint.block_elements:,} elements, "
                            f"thread {t.chosen_thread} reads {footprint.thread_elements:,}; too large to draw.")

@@ -36,7 +36,7 @@ def nearest(value: Any, options: tuple) -> Any:
     if value in options:
         return value
     if isinstance(value, tuple):
-        return min(options, key=lambda o: sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(o, value)))
+        return min(options, key=lambda o: sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(o, value, strict=False)))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return min(options, key=lambda o: abs(o - value))
     return options[0]

@@ -33,9 +33,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from explorer.analysis.accesses import kernel_accesses  # noqa: E402
 from explorer.analysis.banks import ASSUMPTIONS, analyze_banks  # noqa: E402
 from explorer.analysis.compiled import compiled_report  # noqa: E402
-from explorer.analysis.ncu import (PANEL_METRICS, PTXAS_NOTE, compare, counter_rows, launch_of,  # noqa: E402
-                                   ncu_path, profile, sass_shared_instructions, shared_instructions,
-                                   static_model)
+from explorer.analysis.ncu import (  # noqa: E402
+    PANEL_METRICS,
+    PTXAS_NOTE,
+    compare,
+    counter_rows,
+    launch_of,
+    ncu_path,
+    profile,
+    sass_shared_instructions,
+    shared_instructions,
+    static_model,
+)
 from explorer.build import Spec, build  # noqa: E402
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs  # noqa: E402
 from explorer.workloads import DepthwiseConv2d  # noqa: E402
@@ -101,7 +110,7 @@ def setting_section(result: dict) -> list[str]:
                           f"{', '.join(f'{k} × {n}' for k, n in sorted(sass.items()))}."]
     lines += ["", "| kernel | op | counter | TIR model | as compiled | ncu | TIR vs ncu | compiled vs ncu |",
               "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
-    for s, c in zip(result["vs_scalar"], result["vs_compiled"]):
+    for s, c in zip(result["vs_scalar"], result["vs_compiled"], strict=False):
         measured = "—" if s.measured is None else f"{s.measured:,.0f}"
         lines.append(f"| {s.kernel} | {s.op} | {s.what} | {s.model:,} | {c.model:,} | {measured} | "
                      f"{_flag(s.agrees)} | {_flag(c.agrees)} |")

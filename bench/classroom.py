@@ -279,7 +279,7 @@ def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
         if int(start) >= since_ns:
             runs.append((int(start), int(end)))
     runs.sort()
-    overlaps = sum(1 for a, b in zip(runs, runs[1:]) if b[0] < a[1])
+    overlaps = sum(1 for a, b in zip(runs, runs[1:], strict=False) if b[0] < a[1])
     return len(runs), overlaps
 
 

@@ -116,9 +116,10 @@ def measure_baselines(presets: list[Preset], settings, progress) -> dict[str, tu
 
 
 def reasons(check: L.ComparisonCheck, this_step: int, this: Measured, other: Measured | None,
-            sm_count: int | None, config: L.LessonConfig = L.LessonConfig()) -> str:
+            sm_count: int | None, config: L.LessonConfig | None = None) -> str:
     """For a claim this GPU does not reproduce: what the measurements and the static
     analyses of the two kernels show, in a sentence or two."""
+    config = config or L.LessonConfig()
     if check.measured is None or other is None:
         return this.error or (other.error if other is not None else "the compared step was not measured")
     m = check.measured

@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import os
 import platform
 import shutil
-import itertools
 import statistics
 import subprocess
 import sys

@@ -28,7 +28,7 @@ from .knobs import KnobSet
 from .schedules import get_template
 from .schedules.common import Template
 from .targets import is_cuda, resolve_target
-from .tir_walk import thread_tag, walk
+from .tir_walk import walk
 from .verify import shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
 
@@ -96,7 +96,7 @@ class Spec:
     def template_def(self) -> Template:
         return get_template(self.template)
 
-    def with_knobs(self, **changes) -> "Spec":
+    def with_knobs(self, **changes) -> Spec:
         return dataclasses.replace(self, knobs=self.knobs.replace(**changes))
 
 
@@ -213,7 +213,7 @@ def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
         for stmt, _ in walk(func.body):
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
                 extents[str(stmt.node.thread_tag)] = int(stmt.value)
-        dims = lambda prefix: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
+        dims = lambda prefix, extents=extents: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
         out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func)))
     return tuple(sorted(out, key=lambda k: k.name))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import ExplorerError
 
@@ -207,7 +207,7 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
     cells = [[("" if r.get(c) is None else f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     for line in [columns, *cells]:
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=False)).rstrip())
 
 
 def cmd_sweep(args) -> int:

@@ -8,12 +8,22 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .analysis.banks import BANKS, BANK_BYTES, BankReport, LaneMap
+from .analysis.banks import BANK_BYTES, BANKS, BankReport, LaneMap
 from .analysis.resources import KernelResources
 from .analysis.roofline import Point, Roofline
 from .analysis.tiling import Tiling
-from .style import (CATEGORICAL, CONFLICT_COLOUR, FIGURE_HEIGHT, FOOTPRINT_COLOURS, INACTIVE_COLOUR,
-                    LIMITER_COLOURS, OP_COLOURS, POINT_COLOURS, ROOF_COLOURS, SCOPE_COLOURS)
+from .style import (
+    CATEGORICAL,
+    CONFLICT_COLOUR,
+    FIGURE_HEIGHT,
+    FOOTPRINT_COLOURS,
+    INACTIVE_COLOUR,
+    LIMITER_COLOURS,
+    OP_COLOURS,
+    POINT_COLOURS,
+    ROOF_COLOURS,
+    SCOPE_COLOURS,
+)
 
 
 def _layout(figure: go.Figure, title: str, **extra) -> go.Figure:

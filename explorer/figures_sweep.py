@@ -1,7 +1,7 @@
 """Plotly figures for sweeps and tuning: plain data in, a figure out (no streamlit)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

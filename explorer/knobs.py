@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from .errors import ExplorerError, InvalidKnobs
 
@@ -185,7 +186,7 @@ class Params:
         raise InvalidKnobs(message, (name,)) if cls.error is InvalidKnobs else cls.error(message)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], base: "Params | None" = None) -> "Params":
+    def from_mapping(cls, values: Mapping[str, Any], base: Params | None = None) -> Params:
         """Build from typed values (a preset file); unknown names fail loudly."""
         for name in values:
             cls.spec(name)
@@ -193,12 +194,12 @@ class Params:
         return cls(**{**start, **values})
 
     @classmethod
-    def from_strings(cls, values: Mapping[str, str], base: "Params | None" = None) -> "Params":
+    def from_strings(cls, values: Mapping[str, str], base: Params | None = None) -> Params:
         """Build from text values (CLI ``--set``, URL query parameters)."""
         parsed = {name: cls.spec(name).parse(text) for name, text in values.items()}
         return cls.from_mapping(parsed, base)
 
-    def replace(self, **changes) -> "Params":
+    def replace(self, **changes) -> Params:
         return self.from_mapping(changes, self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,7 +208,7 @@ class Params:
     def to_strings(self) -> dict[str, str]:
         return {s.name: s.format(getattr(self, s.name)) for s in self.specs()}
 
-    def changed_from(self, other: "Params") -> tuple[str, ...]:
+    def changed_from(self, other: Params) -> tuple[str, ...]:
         return tuple(s.name for s in self.specs() if getattr(self, s.name) != getattr(other, s.name))
 
 

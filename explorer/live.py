@@ -19,10 +19,11 @@ import site
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import Generic, TypeVar
 
 from .build import Build, Spec, build
 from .errors import ExplorerError

@@ -26,9 +26,9 @@ import site
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import tvm
 from tvm.support.popen_pool import PopenPoolExecutor
@@ -72,7 +72,7 @@ class Grid:
         object.__setattr__(self, "axes", tuple(axes))
 
     @classmethod
-    def parse(cls, base: Spec, items: Iterable[str]) -> "Grid":
+    def parse(cls, base: Spec, items: Iterable[str]) -> Grid:
         """From command-line/URL text: ``"knob=v1,v2,..."`` or ``"knob=all"``; a split
         knob's values are written ``8x2x4x1``."""
         axes = []
@@ -172,7 +172,7 @@ class Point:
         }
 
     @classmethod
-    def from_json(cls, knobs_type: type[KnobSet], data: Mapping) -> "Point":
+    def from_json(cls, knobs_type: type[KnobSet], data: Mapping) -> Point:
         """The inverse of :meth:`to_json` (a resumed search reads its earlier points);
         knob values go through the knob dataclass like any other input."""
         if data.get("status") not in (VALID, INVALID, FAILED):
@@ -274,7 +274,7 @@ class Progress:
     done: int
     valid: int
     skipped: int  # invalid or failed
-    best: "Point | None"
+    best: Point | None
     last: Point
 
     @property
@@ -302,7 +302,7 @@ def run(
     on_progress: Callable[[Progress], None] | None = None,
     on_point: Callable[[Point], None] | None = None,
     previous: Mapping[KnobSet, Point] | None = None,
-) -> "SweepResult":
+) -> SweepResult:
     """Build every point of ``grid`` (or ``sample`` of them) in ``workers`` processes and
     measure the valid ones with ``measurer(spec) -> µs`` one at a time; with no measurer,
     score them with ``scorer(build)`` in the workers and rank by that. ``measurer`` raises ExplorerError for a kernel that fails
@@ -361,7 +361,7 @@ def refine(
     rounds: int = 2,
     previous: Mapping[KnobSet, Point] | None = None,
     **run_options,
-) -> "SweepResult":
+) -> SweepResult:
     """Coordinate descent: starting from the best point so far (``previous``, else
     ``base``), sweep one knob at a time over every value it allows with the others fixed,
     move to the best point found, and repeat for ``rounds`` or until a round changes

@@ -18,7 +18,7 @@ ALIASES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def local_gpu_target() -> tvm.target.Target | None:
     device = tvm.cuda(0)
     if not device.exist:

@@ -6,8 +6,8 @@ enclosing ``For`` loops, which is what both need.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import tvm
 from tvm import tirx

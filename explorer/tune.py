@@ -34,9 +34,9 @@ import site
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import tvm
 from tvm.ir.utils import derived_object
@@ -126,7 +126,7 @@ class _ReportProgress(ms.measure_callback.PyMeasureCallback):
         self.history: list[float | None] = []
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-        for built, ran in zip(builder_results, runner_results):
+        for built, ran in zip(builder_results, runner_results, strict=False):
             self.trials += 1
             if built.error_msg is not None or ran.error_msg is not None or not ran.run_secs:
                 self.failed += 1

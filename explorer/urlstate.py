@@ -13,7 +13,7 @@ keeps meaning the same kernel when a default changes later.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .build import Spec
 from .errors import ExplorerError

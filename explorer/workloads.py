@@ -118,8 +118,6 @@ class DepthwiseConv2d(Workload):
     owner: ClassVar[str] = "depthwise_conv2d"
     kind: ClassVar[str] = "depthwise_conv2d"
     title: ClassVar[str] = "Depthwise conv2d (NCHW)"
-    output_name: ClassVar[str] = "DepthwiseConv2d"
-
     batch: int = knob(1, "Images in the batch (N).", low=1, high=16)
     channels: int = knob(256, "Input channels (C).", low=1, high=2048)
     height: int = knob(96, "Input height (H).", low=1, high=1024)

@@ -9,8 +9,14 @@ import tvm
 from tvm import te
 
 from explorer.analysis.accesses import kernel_accesses
-from explorer.analysis.banks import (analyze_banks, analyze_kernel, bank_degrees, format_report,
-                                     lane_map, request_wavefronts)
+from explorer.analysis.banks import (
+    analyze_banks,
+    analyze_kernel,
+    bank_degrees,
+    format_report,
+    lane_map,
+    request_wavefronts,
+)
 from explorer.build import Spec, build, lower
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset

@@ -3,8 +3,14 @@ vectors, counted by hand; the unrolling plan found from PTX counts."""
 import pytest
 
 from explorer.analysis.accesses import kernel_accesses
-from explorer.analysis.compiled import (Unroll, analyze_compiled, choose_plan, compiled_instructions, ptx_kinds,
-                                        static_counts)
+from explorer.analysis.compiled import (
+    Unroll,
+    analyze_compiled,
+    choose_plan,
+    compiled_instructions,
+    ptx_kinds,
+    static_counts,
+)
 from explorer.analysis.ncu import shared_instructions
 from explorer.build import Spec, build, nvcc_path
 from explorer.presets import get_preset

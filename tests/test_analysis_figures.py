@@ -23,7 +23,7 @@ def test_bank_figure_puts_conflicting_words_on_a_second_wavefront():
     trace = figures.bank_figure(lanes(2)).data[0]
     assert len(trace.x) == 32  # 32 distinct words
     assert sorted(set(trace.y)) == [1, 2] and list(trace.y).count(2) == 16
-    second = [c for c, y in zip(trace.marker.color, trace.y) if y == 2]
+    second = [c for c, y in zip(trace.marker.color, trace.y, strict=False) if y == 2]
     assert set(second) == {style.CONFLICT_COLOUR}
     hover = trace.hovertext[0]
     assert "lane 0" in hover and "threadIdx (0, 0, 0)" in hover and "bank 0" in hover and "byte address 0" in hover
@@ -65,6 +65,6 @@ def test_conflicts_figure_has_a_bar_per_access():
 def test_occupancy_figure_highlights_the_limiter():
     kernel = KernelResources("k", (1, 1, 1), (256, 1, 1), 256, 4096, 48, 0, occupancy(SM_LIMITS["sm_90"], 256, 4096, 48))
     bars = figures.occupancy_figure(kernel).data[0]
-    colour = dict(zip(bars.x, bars.marker.color))
+    colour = dict(zip(bars.x, bars.marker.color, strict=False))
     assert colour["registers"] == style.LIMITER_COLOURS["registers"]
     assert colour["threads"] == style.INACTIVE_COLOUR

@@ -2,9 +2,17 @@
 (on a GPU with ncu) a real profile."""
 import pytest
 
-from explorer.analysis.banks import BankTotals, KernelBanks, BankReport, analyze_banks
-from explorer.analysis.ncu import (METRICS, compare, format_comparison, ncu_path, parse_ncu_csv, profile,
-                                   spec_from_json, spec_to_json)
+from explorer.analysis.banks import BankReport, BankTotals, KernelBanks, analyze_banks
+from explorer.analysis.ncu import (
+    METRICS,
+    compare,
+    format_comparison,
+    ncu_path,
+    parse_ncu_csv,
+    profile,
+    spec_from_json,
+    spec_to_json,
+)
 from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset

@@ -1,7 +1,14 @@
 """Occupancy and resources: limits counted by hand from the per-architecture table."""
 import pytest
 
-from explorer.analysis.resources import NOT_COMPILED, SM_LIMITS, analyze_resources, format_resources, occupancy, sm_limits
+from explorer.analysis.resources import (
+    NOT_COMPILED,
+    SM_LIMITS,
+    analyze_resources,
+    format_resources,
+    occupancy,
+    sm_limits,
+)
 from explorer.build import Binary, build
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset

@@ -2,8 +2,15 @@
 points for measured settings and the static estimate, published figures per target."""
 import pytest
 
-from explorer.analysis.roofline import (PUBLISHED_GPUS, STATIC, Ceilings, bound_us, intensity, published_ceilings,
-                                        roofline)
+from explorer.analysis.roofline import (
+    PUBLISHED_GPUS,
+    STATIC,
+    Ceilings,
+    bound_us,
+    intensity,
+    published_ceilings,
+    roofline,
+)
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
 from explorer.workloads import Matmul

@@ -4,14 +4,13 @@ import html
 import math
 import re
 import threading
-import time
 
 import pytest
 import tvm
+from live_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 from app import code_view, panels, server, widgets
-from live_fakes import fake_measurements, settle
 from app.panels import tries_figure
 from app.session import Try
 from explorer import urlstate

@@ -4,8 +4,17 @@ import numpy as np
 import pytest
 import tvm
 
-from explorer.measure.ceilings import (CHAINS, CPU_SIZES, FMA_SCALE, GPU_SIZES, Sizes, fma_module, l2_buffer_bytes,
-                                       measure_ceilings, stream_read_module)
+from explorer.measure.ceilings import (
+    CHAINS,
+    CPU_SIZES,
+    FMA_SCALE,
+    GPU_SIZES,
+    Sizes,
+    fma_module,
+    l2_buffer_bytes,
+    measure_ceilings,
+    stream_read_module,
+)
 from explorer.measure.settings import Settings
 
 LLVM = tvm.target.Target("llvm")

@@ -129,10 +129,10 @@ def test_counters_panel_without_ncu_says_how_to_get_it(monkeypatch):
 
 def test_counters_panel_profiles_once_and_flags_the_missed_conflicts(monkeypatch):
     import tvm
+    from test_app import app, assert_clean
 
     from app import panels
     from explorer import targets
-    from test_app import app, assert_clean
 
     calls = []
 
@@ -179,8 +179,9 @@ def test_counters_of_a_real_launch_beside_the_model():
 
 @pytest.mark.gpu
 def test_counters_panel_on_a_gpu_with_ncu(monkeypatch):
-    from app import panels
     from test_app import app, assert_clean
+
+    from app import panels
 
     if ncu.ncu_path() is None:
         pytest.skip("Nsight Compute (ncu) is not installed")

@@ -10,11 +10,11 @@ from explorer.presets import Comparison, all_presets, get_preset, load_file, tut
 
 def test_one_lesson_per_tutorial_with_steps_in_file_order():
     assert [lesson.id for lesson in L.lessons()] == [t.id for t in tutorials() if t.presets]
-    for lesson, tutorial in zip(L.lessons(), tutorials()):
+    for lesson, tutorial in zip(L.lessons(), tutorials(), strict=False):
         assert [s.preset.id for s in lesson.steps] == [p.id for p in tutorial.presets]
         assert [s.number for s in lesson.steps] == list(range(1, len(lesson.steps) + 1))
         assert lesson.steps[0].previous is None
-        for before, step in zip(lesson.steps, lesson.steps[1:]):
+        for before, step in zip(lesson.steps, lesson.steps[1:], strict=False):
             assert step.previous is before.preset
 
 
@@ -314,8 +314,9 @@ def test_the_h100_document_states_each_claim_with_both_numbers_and_a_verdict():
 
 
 def test_the_h100_script_measures_each_schedule_once_and_keeps_wrong_kernels_out(monkeypatch):
-    import explorer.measure
     from types import SimpleNamespace
+
+    import explorer.measure
 
     bench = bench_module()
     calls = []

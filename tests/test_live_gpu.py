@@ -1,6 +1,5 @@
 """The live loop on a real GPU: the app's processes generate source only, the measuring
 worker compiles and times, warm-up first."""
-import os
 import time
 
 import pytest

@@ -11,16 +11,24 @@ import time
 import numpy as np
 import pytest
 
-from explorer.measure import (InvalidMeasureSettings, Measurement, Remote, RemoteError, Settings, Timing,
-                              WrongResult, latency_us)
-from explorer.measure import measurement as measurement_module
 from explorer.analysis.roofline import Ceilings
 from explorer.build import build
+from explorer.measure import (
+    InvalidMeasureSettings,
+    Measurement,
+    Remote,
+    RemoteError,
+    Settings,
+    Timing,
+    WrongResult,
+    latency_us,
+)
+from explorer.measure import measurement as measurement_module
 from explorer.measure.cuda_env import PCH_OPTIONS, kernel_environment, pip_cuda_root
-from explorer.presets import get_preset
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
 from explorer.measure.queue import DeviceQueue
 from explorer.measure.timing import KernelRun, launches_for
+from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
 # -- gate ------------------------------------------------------------------------------
@@ -245,7 +253,7 @@ def test_queue_runs_one_at_a_time_first_come_first_served_and_reports_positions(
     for count, name in enumerate("ABC", start=1):
         threads[name] = threading.Thread(target=user, args=(name,))
         threads[name].start()
-        _wait_until(lambda: len(queue) == count)
+        _wait_until(lambda count=count: len(queue) == count)
     _wait_until(lambda: seen["C"] == [2])
     assert order == ["A"] and seen == {"A": [], "B": [1], "C": [2]}
     release["A"].set()

@@ -6,8 +6,17 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from explorer.measure import (KernelCrashed, Settings, baseline, ceilings, ceilings_error, local_gpu, measure, measure_module,
-                              shutdown)
+from explorer.measure import (
+    KernelCrashed,
+    Settings,
+    baseline,
+    ceilings,
+    ceilings_error,
+    local_gpu,
+    measure,
+    measure_module,
+    shutdown,
+)
 from explorer.presets import get_preset
 from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
 
@@ -23,7 +32,7 @@ def stop_worker():
 
 @T.prim_func
 def illegal_address(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
-    for bx in T.thread_binding(1, thread="blockIdx.x"):
+    for bx in T.thread_binding(1, thread="blockIdx.x"):  # noqa: B007 (TVMScript names every loop)
         for tx in T.thread_binding(32, thread="threadIdx.x"):
             far = T.decl_buffer((T.int64(1) << T.int64(40),), "float32", data=C.data)  # 1 TB past the output
             far[(T.int64(1) << T.int64(38)) + T.Cast("int64", tx)] = T.float32(1)

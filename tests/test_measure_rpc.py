@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import tvm
+from test_measure_worker import WORKLOAD, correct_module, segfault, wrong_at_2_3_module
 from tvm import rpc
 from tvm.rpc.tracker import Tracker
 
 from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
 from explorer.presets import get_preset
-from test_measure_worker import WORKLOAD, correct_module, segfault, wrong_at_2_3_module
 
 KEY = "explorer-test"
 FAST = Settings(repeats=3, time_limit_s=5)

@@ -4,8 +4,8 @@ import os
 import sys
 
 import cloudpickle
-import tvm
 import pytest
+import tvm
 
 from explorer.build import Spec, build
 from explorer.errors import ExplorerError, InvalidKnobs

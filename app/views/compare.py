@@ -69,7 +69,7 @@ else:
 
 side_by_side = st.toggle("Side by side instead of a diff", key="ui.side_by_side")
 tabs = st.tabs(list(code_view.VIEWS), key="ui.compare_view", on_change="rerun")
-for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items()):
+for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
         continue
     with tab:

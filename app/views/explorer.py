@@ -65,7 +65,7 @@ right.download_button(
 
 analyses = panels.available()
 tabs = st.tabs([*code_view.VIEWS, *analyses], key="ui.view", on_change="rerun")
-for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items()):
+for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
         continue
     with tab:
@@ -78,7 +78,7 @@ for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items()):
                                 stale=stale, first_line=first)
         else:
             code_view.show_code(text, language, attribute, f"{label} · {spec.workload.label()}", stale=stale)
-for tab, render in zip(tabs[len(code_view.VIEWS):], analyses.values()):
+for tab, render in zip(tabs[len(code_view.VIEWS):], analyses.values(), strict=False):
     if tab.open:
         with tab:
             render(built)

@@ -37,7 +37,7 @@ def grid_inputs(spec):
         st.info("Choose at least one knob to sweep.")
         return None
     axes = []
-    for column, name in zip(st.columns(len(chosen)), chosen):
+    for column, name in zip(st.columns(len(chosen)), chosen, strict=False):
         knob = spec.knobs.spec(name)
         options = knob.values(spec.workload)
         default = list(options) if len(options) <= MAX_DEFAULT_VALUES else [getattr(spec.knobs, name)]

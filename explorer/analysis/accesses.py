@@ -250,7 +250,7 @@ def _flat_index(buffer, indices) -> tuple[object, int]:
         index = indices[0]
     else:  # row-major flattening, for a multi-dimensional buffer left unflattened
         index = indices[0]
-        for dim, i in zip(list(buffer.shape)[1:], list(indices)[1:]):
+        for dim, i in zip(list(buffer.shape)[1:], list(indices)[1:], strict=False):
             index = index * dim + i
     if isinstance(index, tirx.Ramp):
         if isinstance(index.stride, tirx.IntImm) and int(index.stride) == 1:

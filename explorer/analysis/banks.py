@@ -203,7 +203,7 @@ class _AccessModel:
         env = {}
         if self.varying:
             values = np.unravel_index(context_ids, [loop.extent for loop in self.varying])
-            for loop, value in zip(self.varying, values):
+            for loop, value in zip(self.varying, values, strict=False):
                 env[loop.var] = (value + loop.min)[:, None, None]
         ids = thread_ids(self.launch, warps)
         for axis, var in self.launch.thread_vars.items():
@@ -223,13 +223,13 @@ class _AccessModel:
         if not self.varying:
             return {}
         values = np.unravel_index(context_id, [loop.extent for loop in self.varying])
-        return {loop.name: int(v) + loop.min for loop, v in zip(self.varying, values)}
+        return {loop.name: int(v) + loop.min for loop, v in zip(self.varying, values, strict=False)}
 
     def context_id(self, iteration: dict) -> int:
         if not self.varying:
             return 0
         values = [int(iteration.get(loop.name, loop.min)) - loop.min for loop in self.varying]
-        for loop, v in zip(self.varying, values):
+        for loop, v in zip(self.varying, values, strict=False):
             if not 0 <= v < loop.extent:
                 raise ExplorerError(f"Loop '{loop.name}' runs from {loop.min} to {loop.min + loop.extent - 1}, not {v + loop.min}.")
         return int(np.ravel_multi_index(values, [loop.extent for loop in self.varying]))
@@ -299,7 +299,7 @@ def _lane_map(model: _AccessModel, warp: int, iteration: dict | None, context_id
         warp=warp,
         iteration=model.context_of(int(context_ids[row])),
         lane=tuple(range(WARP_SIZE)),
-        thread=tuple(zip(*(ids[a][0].tolist() for a in AXES))),
+        thread=tuple(zip(*(ids[a][0].tolist() for a in AXES), strict=False)),
         active=tuple(bool(v) for v in active[row, warp]),
         element=tuple(int(v) for v in lane_element),
         address=tuple(int(v) * model.access.element_bytes for v in lane_element),

@@ -101,7 +101,7 @@ def _copies(access: SharedAccess, unroll: Unroll, split_vars: dict):
     choices += [[(l.var, outer * unroll.factor + (l.min + k)) for k in range(unroll.factor)] for l, outer in partial]
     for fixed in itertools.product(*choices):
         guards = access.guards
-        for (l, outer), (_, value) in zip(partial, fixed[len(full):]):
+        for (l, _outer), (_, value) in zip(partial, fixed[len(full):], strict=False):
             if l.extent % unroll.factor:  # the last group runs past the loop's end
                 guards = guards + ((value < l.min + l.extent, True),)
         yield tuple(fixed), tuple(remaining), guards
@@ -251,7 +251,7 @@ def choose_plan(kernel: KernelAccesses, ptx: dict) -> tuple[dict, int | None]:
         distance = sum(abs(total[k] - target[k]) for k in set(total) | set(target))
         # Prefer the closest plan; among equals, the least unrolling (the first found).
         if best_distance is None or distance < best_distance:
-            best, best_distance = {n: u for n, (u, _) in zip(nests, combo)}, distance
+            best, best_distance = {n: u for n, (u, _) in zip(nests, combo, strict=False)}, distance
     return best, best_distance
 
 

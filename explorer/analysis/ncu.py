@@ -405,7 +405,7 @@ def _ptx_counts(nvcc: str, source: str, arch: str) -> tuple:
         text = Path(_nvcc_output(nvcc, source, arch, "ptx", tmp)).read_text()
     out = []
     pieces = _PTX_ENTRY.split(text)  # [preamble, name1, body1, name2, body2, ...]
-    for name, body in zip(pieces[1::2], pieces[2::2]):
+    for name, body in zip(pieces[1::2], pieces[2::2], strict=False):
         counts = Counter(f"{op}.{vec}.{ty}" if vec else f"{op}.{ty}" for op, vec, ty in _PTX_SHARED.findall(body))
         out.append((name, tuple(sorted(counts.items()))))
     return tuple(out)

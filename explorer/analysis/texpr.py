@@ -9,7 +9,7 @@ then reports the access as not modelled instead of guessing).
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tvm

@@ -146,7 +146,7 @@ class _Stage:
 
     @property
     def bindings(self) -> dict:
-        return {iv.var: value for iv, value in zip(self.block.iter_vars, self.realize.iter_values)}
+        return {iv.var: value for iv, value in zip(self.block.iter_vars, self.realize.iter_values, strict=False)}
 
 
 def compute_stage(func) -> _Stage:
@@ -227,7 +227,7 @@ def distinct_elements(exprs: list, loops: list[Loop], env: dict, bindings: dict,
                                 f"the analysis stops at {MAX_GROUP_ROWS:,}.")
         local = dict(env)
         grids = np.unravel_index(np.arange(size), [l.extent for l in group_loops]) if group_loops else ()
-        for l, g in zip(group_loops, grids):
+        for l, g in zip(group_loops, grids, strict=False):
             local[l.var] = g + l.min
         keep = np.ones(size, dtype=bool)
         if predicate is not None and len(items) - 1 in members:
@@ -332,7 +332,7 @@ class _Nest:
 
 def _iteration_vars(stage: _Stage, reduction: bool) -> set:
     """The loop variables the stage's spatial (or reduction) block iterators are bound to."""
-    values = [v for iv, v in zip(stage.block.iter_vars, stage.realize.iter_values)
+    values = [v for iv, v in zip(stage.block.iter_vars, stage.realize.iter_values, strict=False)
               if (int(iv.iter_type) == REDUCE) == reduction]
     return set().union(*(free_vars(v) for v in values))
 
@@ -340,8 +340,8 @@ def _iteration_vars(stage: _Stage, reduction: bool) -> set:
 def _nest(stage: _Stage) -> _Nest:
     roles = _roles(stage, _iteration_vars(stage, reduction=False), _iteration_vars(stage, reduction=True))
     loops = [Loop(l.loop_var, int(l.min), int(l.extent)) for l in stage.loops]
-    by_role = {r: [loop for loop, role in zip(loops, roles) if role.role == r] for r in ROLES}
-    tags = {role.tag: loop for loop, role in zip(loops, roles) if role.tag}
+    by_role = {r: [loop for loop, role in zip(loops, roles, strict=False) if role.role == r] for r in ROLES}
+    tags = {role.tag: loop for loop, role in zip(loops, roles, strict=False) if role.tag}
 
     def extents(prefix: str) -> dict:
         return {t: l.extent for t, l in tags.items() if t.startswith(prefix)}
@@ -354,12 +354,12 @@ def _chosen_env(nest: _Nest, block: int, thread: tuple[int, int, int]) -> tuple[
     grid_dims, block_dims = nest.grid_dims, nest.block_dims
     if not 0 <= block < math.prod(grid_dims):
         raise ExplorerError(f"The launch has blocks 0–{math.prod(grid_dims) - 1}, not {block}.")
-    if any(not 0 <= t < d for t, d in zip(thread, block_dims)):
+    if any(not 0 <= t < d for t, d in zip(thread, block_dims, strict=False)):
         raise ExplorerError(f"Threads per block are {tuple(block_dims)} (x, y, z); thread {thread} is outside.")
     block_coords = np.unravel_index(block, grid_dims[::-1])[::-1]  # x fastest
     tags = nest.tags
-    block_env = {tags[f"blockIdx.{a}"].var: int(c) for a, c in zip(AXES, block_coords) if f"blockIdx.{a}" in tags}
-    thread_env = {tags[f"threadIdx.{a}"].var: int(t) for a, t in zip(AXES, thread) if f"threadIdx.{a}" in tags}
+    block_env = {tags[f"blockIdx.{a}"].var: int(c) for a, c in zip(AXES, block_coords, strict=False) if f"blockIdx.{a}" in tags}
+    thread_env = {tags[f"threadIdx.{a}"].var: int(t) for a, t in zip(AXES, thread, strict=False) if f"threadIdx.{a}" in tags}
     return block_env, thread_env
 
 
@@ -468,7 +468,7 @@ def _valid_iterations(loops: list[Loop], env: dict, bindings: dict, predicate) -
     used = [l for l in loops if l.var in free_vars(predicate, bindings)]
     size = math.prod(l.extent for l in used)
     local = dict(env)
-    for l, g in zip(used, np.unravel_index(np.arange(size), [l.extent for l in used]) if used else ()):
+    for l, g in zip(used, np.unravel_index(np.arange(size), [l.extent for l in used]) if used else (), strict=False):
         local[l.var] = g + l.min
     holds = np.broadcast_to(np.asarray(compile_expr(predicate, bindings)(local)).astype(bool), (size,))
     return int(holds.sum()) * (total // size)
@@ -501,7 +501,7 @@ def _plane_and_leading(out_exprs: list) -> tuple[list, list]:
 def _plane_loops(nest: _Nest, plane_exprs: list) -> list[tuple[Loop, LoopRole]]:
     """The loops that move an output within the plane (reductions excluded)."""
     plane_vars = set().union(*(free_vars(e, nest.stage.bindings) for e in plane_exprs))
-    return [(l, r) for l, r in zip(nest.loops, nest.roles) if l.var in plane_vars and r.role != "reduction"]
+    return [(l, r) for l, r in zip(nest.loops, nest.roles, strict=False) if l.var in plane_vars and r.role != "reduction"]
 
 
 def _window(enumerated: list) -> tuple[list[int], bool]:
@@ -510,9 +510,9 @@ def _window(enumerated: list) -> tuple[list[int], bool]:
     per_block = math.prod(l.extent for l, r in enumerated if r.role != "block")
     block_loops = [l for l, r in enumerated if r.role == "block"]
     limits = _block_window([l.extent for l in block_loops], max(1, MAX_PLANE_ROWS // max(per_block, 1)))
-    cropped = any(lim < l.extent for lim, l in zip(limits, block_loops))
+    cropped = any(lim < l.extent for lim, l in zip(limits, block_loops, strict=False))
     spread = _spread(limits, [r.role for _, r in enumerated])
-    return [lim if r.role == "block" else l.extent for (l, r), lim in zip(enumerated, spread)], cropped
+    return [lim if r.role == "block" else l.extent for (l, r), lim in zip(enumerated, spread, strict=False)], cropped
 
 
 def _enumerate(enumerated: list, extents: list[int], zero: dict) -> tuple[dict, int]:
@@ -520,7 +520,7 @@ def _enumerate(enumerated: list, extents: list[int], zero: dict) -> tuple[dict, 
     size = math.prod(extents)
     env = dict(zero)
     grids = np.unravel_index(np.arange(size), extents) if extents else ()
-    for (l, _), g in zip(enumerated, grids):
+    for (l, _), g in zip(enumerated, grids, strict=False):
         env[l.var] = g + l.min
     return env, size
 
@@ -535,7 +535,7 @@ def _kept(stage: _Stage, env: dict, size: int, leading: list, plane_leading: lis
     keep = np.ones(size, dtype=bool)
     if not _always(stage.realize.predicate):
         keep &= _evaluated(stage.realize.predicate, stage.bindings, env, size, bool)
-    for e, want in zip(leading, plane_leading):
+    for e, want in zip(leading, plane_leading, strict=False):
         keep &= _evaluated(e, stage.bindings, env, size) == want
     return keep
 

@@ -9,8 +9,17 @@ submit their schedules to a leaderboard that lasts (one SQLite file).
 - ``presence.py``: who is connected and on which step (this process only).
 """
 from . import presence
-from .leaderboard import (InvalidName, Place, SubmissionRefused, board, class_remote, measure_for_board,
-                          set_class_remote, submit, validate_name)
+from .leaderboard import (
+                          InvalidName,
+                          Place,
+                          SubmissionRefused,
+                          board,
+                          class_remote,
+                          measure_for_board,
+                          set_class_remote,
+                          submit,
+                          validate_name,
+)
 from .store import DB_ENV, ClassStep, Entry, Store, default_path, open_store
 from .teacher import TOKEN_ENV, is_teacher, token_configured
 

@@ -17,11 +17,31 @@ latency, and it is measured the same way as what it is compared with.
 ``target="llvm"`` works everywhere for hand-made modules (:func:`measure_module`), so CI
 exercises the whole path without a GPU.
 """
-from .errors import (BaselineUnavailable, InvalidMeasureSettings, KernelCrashed, KernelTimeout, MeasureError,
-                     NoDevice, RemoteError, WrongResult)
+from .errors import (
+                     BaselineUnavailable,
+                     InvalidMeasureSettings,
+                     KernelCrashed,
+                     KernelTimeout,
+                     MeasureError,
+                     NoDevice,
+                     RemoteError,
+                     WrongResult,
+)
 from .gate import Check
-from .measurement import (Baseline, Measurement, baseline, latency_us, local_gpu, measure, measure_module,
-                          queue_length, shutdown, warm_up, ceilings, ceilings_error)
+from .measurement import (
+                     Baseline,
+                     Measurement,
+                     baseline,
+                     ceilings,
+                     ceilings_error,
+                     latency_us,
+                     local_gpu,
+                     measure,
+                     measure_module,
+                     queue_length,
+                     shutdown,
+                     warm_up,
+)
 from .remote import Remote
 from .settings import Settings
 from .timing import Timing

@@ -12,8 +12,8 @@ Runs in the measuring worker (it needs the GPU); imports torch only when called.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul, Workload
 from .errors import BaselineUnavailable

@@ -23,8 +23,8 @@ import importlib.util
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 PIP_CUDA = "cu13"  # the CUDA major version of the pinned nvidia-* wheels
 # TVM's generated source includes libcu++'s <cuda/std/type_traits>, whose parsing is ~75% of

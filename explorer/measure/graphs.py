@@ -14,7 +14,7 @@ Runs in the measuring worker; imports torch only when called.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import BaselineUnavailable, MeasureError
 from .gate import compare
@@ -39,12 +39,14 @@ def cuda_torch():
     return torch
 
 
-def time_tvm_graph(module, args, reference=None, reduction_length: int = 1, settings: Settings = Settings()) -> Timing:
+def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
+                   settings: Settings | None = None) -> Timing:
     """``module["main"](*args)`` (TVM tensors on the local GPU) timed by :func:`time_cuda_graph`.
 
     With a ``reference``, the output is first set to NaN and one captured launch replayed
     and checked, so a capture that recorded nothing (a launch on another stream) cannot
     pass as a fast kernel."""
+    settings = settings or Settings()
     import tvm_ffi
 
     torch = cuda_torch()

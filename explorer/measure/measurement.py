@@ -4,9 +4,8 @@ at a time."""
 from __future__ import annotations
 
 import dataclasses
-
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import tvm
 
@@ -48,7 +47,7 @@ class Measurement:
     graph: Timing | None = None
 
     @classmethod
-    def of(cls, workload: Workload, run: KernelRun) -> "Measurement":
+    def of(cls, workload: Workload, run: KernelRun) -> Measurement:
         return cls(workload.label(), run.target, run.device, run.check, run.timing, run.ceilings, workload.flops,
                    workload.compulsory_bytes, run.compile_ms, run.graph)
 
@@ -205,7 +204,7 @@ def local_gpu() -> str | None:
     return _gpu_name[0]
 
 
-def warm_up(first: Spec | None = None, target: str | None = None) -> "worker.WarmUpReport":
+def warm_up(first: Spec | None = None, target: str | None = None) -> worker.WarmUpReport:
     """Start the local measuring worker and warm it up (CUDA, floor, PyTorch, NVRTC),
     taking the device's turn; raises NoDevice without a GPU."""
     with queue_for(LOCAL).turn():

@@ -9,11 +9,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 _registry_lock = threading.Lock()
-_QUEUES: dict[str, "DeviceQueue"] = {}
+_QUEUES: dict[str, DeviceQueue] = {}
 
 
 class DeviceQueue:

@@ -43,8 +43,8 @@ from ..analysis.roofline import Ceilings
 from ..build import Spec, build
 from ..errors import ExplorerError
 from ..targets import resolve_target
-from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
 from .ceilings import CEILING_SETTINGS, measure_ceilings
+from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
 from .timing import KernelRun, device_args, run_checked
 from .worker import Job, workload_data
 
@@ -70,7 +70,7 @@ class Remote:
     key: str
 
     @classmethod
-    def parse(cls, address: str, key: str | None) -> "Remote":
+    def parse(cls, address: str, key: str | None) -> Remote:
         match = re.fullmatch(r"\[?([\w.:-]+?)\]?:(\d{1,5})", (address or "").strip())
         if not match or not 0 < int(match.group(2)) < 65536:
             raise RemoteError(f"--rpc expects the tracker as HOST:PORT (e.g. 127.0.0.1:9190), got '{address}'.")

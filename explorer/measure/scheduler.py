@@ -16,8 +16,8 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
 
 from ..build import Spec
 from ..errors import ExplorerError

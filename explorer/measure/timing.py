@@ -31,7 +31,7 @@ class Timing:
     launches_per_repeat: int
 
     @classmethod
-    def from_seconds(cls, seconds, launches_per_repeat: int) -> "Timing":
+    def from_seconds(cls, seconds, launches_per_repeat: int) -> Timing:
         return cls(tuple(float(s) * 1e6 for s in seconds), launches_per_repeat)
 
     @property

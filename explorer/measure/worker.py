@@ -40,11 +40,11 @@ from ..build import Spec, build
 from ..errors import ExplorerError
 from ..targets import resolve_target
 from ..workloads import Workload
+from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .cuda_env import kernel_environment
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice, error_summary
-from .ceilings import CEILING_SETTINGS, measure_ceilings
-from .settings import Settings
 from .graphs import time_tvm_graph
+from .settings import Settings
 from .timing import KernelRun, Timing, device_args, run_checked
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer

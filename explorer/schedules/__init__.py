@@ -3,15 +3,8 @@ schedule function, registered here as a :class:`Template`."""
 from __future__ import annotations
 
 from ..errors import ExplorerError
+from . import conv1d, conv2d, depthwise_blog, depthwise_d2l, depthwise_flat, matmul, matmul_async, matmul_tensorcore
 from .common import Template
-from . import depthwise_blog
-from . import conv2d
-from . import matmul
-from . import depthwise_d2l
-from . import conv1d
-from . import depthwise_flat
-from . import matmul_async
-from . import matmul_tensorcore
 
 TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE, depthwise_d2l.TEMPLATE, conv1d.TEMPLATE, depthwise_flat.TEMPLATE, matmul_async.TEMPLATE, matmul_tensorcore.TEMPLATE,)}
 

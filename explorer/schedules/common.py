@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import tvm
 from tvm.s_tir import Schedule
@@ -92,7 +92,7 @@ def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int
         thread_loops = sch.split(fused, factors=[*extents, None])[:-1]
     else:
         thread_loops = sch.split(fused, factors=[None, *extents])[1:]
-    for loop, tag in zip(thread_loops, tags):
+    for loop, tag in zip(thread_loops, tags, strict=False):
         bind(sch, loop, tag)
 
 

@@ -93,7 +93,7 @@ def _schedule(workload: Conv1d, k: Conv1dKnobs):
     threads = [("threadIdx.y", k.threads_y), ("threadIdx.x", k.threads_x)]
     bx, *thread_loops = sch.split(i, factors=[None, *(n for _, n in threads if n > 1)])
     bind(sch, bx, "blockIdx.x")
-    for loop, tag in zip(thread_loops, [t for t, n in threads if n > 1]):
+    for loop, tag in zip(thread_loops, [t for t, n in threads if n > 1], strict=False):
         bind(sch, loop, tag)
     innermost = thread_loops[-1] if thread_loops else bx
     if output is not compute:

@@ -13,7 +13,7 @@ from typing import ClassVar
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..workloads import DepthwiseConv2d
-from .common import Template, bind, cooperative_fetch, loops_below, new_schedule, schedule_errors
+from .common import Template, bind, cooperative_fetch, new_schedule, schedule_errors
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 
