@@ -392,7 +392,8 @@ def _latency_metrics(result, spec) -> None:
         floor = (f"; {result.graph_percent_of_floor:.0f}% of the roofline"
                  if result.graph_percent_of_floor is not None else "")
         st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{floor}. "
-                   "Back to back, each launch also pays the host's launch cost, which a kernel of a few µs cannot hide.")
+                   "Back to back, each launch also pays the host's launch cost, "
+                   "which a kernel of a few µs cannot hide.")
 
 
 def _versus_pytorch(result, workload, live) -> None:

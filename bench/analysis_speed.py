@@ -79,7 +79,8 @@ def main(argv=None) -> int:
         lines.append(f"| {preset.id} | {r['accesses']} | {r['banks']:.1f} | {r['tiling']:.1f} | {r['resources']:.2f} | "
                      f"{r['total']:.1f} | {r['build']:.0f} |")
     worst = max((r["total"] for _, r in rows), default=0.0)
-    lines += ["", f"Slowest: {worst:.1f} ms of {BUDGET_MS:.0f} ms — {'within' if worst <= BUDGET_MS else 'OVER'} budget "
+    lines += ["", f"Slowest: {worst:.1f} ms of {BUDGET_MS:.0f} ms — "
+                  f"{'within' if worst <= BUDGET_MS else 'OVER'} budget "
                   f"for all {len(rows)} presets."]
     lines += [f"Could not build {f}" for f in failed]
     text = "\n".join(lines)

@@ -98,7 +98,8 @@ def setting_section(result: dict) -> list[str]:
     lines = [f"### {label(result['setting'])}", ""]
     for kernel, counts in result["ptx"].items():
         plan, distance = result["plans"].get(kernel, ({}, None))
-        described = ", ".join(f"{n or '(top level)'}: height ≤ {u.height}" + (f", next ×{u.factor}" if u.factor > 1 else "")
+        described = ", ".join(f"{n or '(top level)'}: height ≤ {u.height}"
+                              + (f", next ×{u.factor}" if u.factor > 1 else "")
                               for n, u in sorted(plan.items())) or "none"
         kinds = ", ".join(f"{k} × {n}" for k, n in sorted(counts.items())) or "none"
         match = "n/a" if distance is None else ("exact" if distance == 0 else f"off by {distance} instructions")
@@ -151,7 +152,8 @@ def document(results: list[dict], device: str, ncu_version: str) -> str:
         conf, req = row["load", "conflicts"], row["load", "requests"]
         show = lambda m: "—" if m is None else f"{m:,.0f}"  # noqa: E731
         lines.append(f"| {label(r['setting'])} | {conf.model:,} | {comp['load', 'conflicts'].model:,} | "
-                     f"{show(conf.measured)} | {req.model:,} | {comp['load', 'requests'].model:,} | {show(req.measured)} |")
+                     f"{show(conf.measured)} | {req.model:,} | {comp['load', 'requests'].model:,} | "
+                     f"{show(req.measured)} |")
     lines += ["", "## Per setting", ""]
     for r in results:
         lines += setting_section(r)

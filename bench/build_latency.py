@@ -209,7 +209,8 @@ def main() -> None:
     ]
     if args.browser:
         br_u, br_c = browser_times(args.runs)
-        lines += ["", f"Real browser (chromium, depthwise dw-blog-final-96, num_thread_x slider moved with the keyboard, "
+        lines += ["", f"Real browser (chromium, depthwise dw-blog-final-96, "
+                      f"num_thread_x slider moved with the keyboard, "
                       f"key press → new CUDA text on the page): {ms(br_u)} ms for a setting never built before "
                       f"(median of {len(br_u)}), {ms(br_c)} ms for one built before (median of {len(br_c)}). "
                       "The page script itself takes what the app columns show; the rest is Streamlit delivering "

@@ -183,7 +183,8 @@ def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int
         f"TVM's `time_evaluator` (median of {header['repeats']} repeats of ≥ {header['min_repeat_ms']} ms). "
         f"PyTorch ({header['torch']}) is timed with CUDA graphs, TF32 off. % of roofline is the least time the "
         f"measured roofline allows (the workload's FLOPs at the FP32 peak, or its compulsory bytes at the L2 or HBM "
-        f"bandwidth) over the kernel's time. A timing claim is reproduced when this GPU's ratio goes the tutorial's way by "
+        f"bandwidth) over the kernel's time. A timing claim is reproduced when this GPU's ratio goes "
+        f"the tutorial's way by "
         f"more than ±{L.LessonConfig().tolerance:.0%} (or by the claim's own bound); \"same speed\" means within it.",
         "",
     ]
@@ -250,9 +251,11 @@ def summary_section(text: str, doc: Path) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", metavar="PRESET", help="these presets (and those their claims compare with)")
+    parser.add_argument("--only", nargs="+", metavar="PRESET",
+                        help="these presets (and those their claims compare with)")
     parser.add_argument("--no-baseline", action="store_true", help="skip PyTorch")
-    parser.add_argument("--out", type=Path, default=DOC, help=f"the document to write (default {DOC.relative_to(ROOT)})")
+    parser.add_argument("--out", type=Path, default=DOC,
+                        help=f"the document to write (default {DOC.relative_to(ROOT)})")
     parser.add_argument("--target", default=None, help="target name for the builds (default: this machine's GPU)")
     args = parser.parse_args(argv)
 

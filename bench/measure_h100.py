@@ -170,7 +170,8 @@ def ncu_kernel_us(preset_id: str) -> dict:
         return {"error": (proc.stderr or proc.stdout)[-500:], "kernels": len(durations_ns)}
     per_call = [sum(durations_ns[i:i + kernels_per_call]) / 1e3
                 for i in range(0, len(durations_ns), kernels_per_call)]
-    return {"ncu_median_us": statistics.median(per_call), "ncu_min_us": min(per_call), "kernels_per_call": kernels_per_call,
+    return {"ncu_median_us": statistics.median(per_call), "ncu_min_us": min(per_call),
+            "kernels_per_call": kernels_per_call,
             "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command[:-4]))}
 
 
@@ -212,34 +213,44 @@ def markdown(results: dict) -> str:
         "of back-to-back launches (TVM `time_evaluator`). Floor: a device copy of the workload's compulsory bytes, "
         "timed the same way; % of floor = floor / latency.",
         "",
-        "| preset | workload | correct | median µs | min | max | std | launches | GB/s | GFLOP/s | floor µs | % of floor |",
+        "| preset | workload | correct | median µs | min | max | std | launches | GB/s | GFLOP/s | "
+        "floor µs | % of floor |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["presets"]:
         correct = "yes" if r.get("correct") else f"NO: {r.get('error') or r.get('first_wrong_index')}"
-        lines.append(f"| {r['preset']} | {r['workload']} | {correct} | {_f(r.get('median_us'))} | {_f(r.get('min_us'))} "
-                     f"| {_f(r.get('max_us'))} | {_f(r.get('std_us'))} | {r.get('launches', '—')} | {_f(r.get('gbps'), 0)} "
+        lines.append(f"| {r['preset']} | {r['workload']} | {correct} | {_f(r.get('median_us'))} "
+                     f"| {_f(r.get('min_us'))} "
+                     f"| {_f(r.get('max_us'))} | {_f(r.get('std_us'))} | {r.get('launches', '—')} "
+                     f"| {_f(r.get('gbps'), 0)} "
                      f"| {_f(r.get('gflops'), 0)} | {_f(r.get('floor_us'))} | {_f(r.get('percent_of_floor'), 0)} |")
     floors = {r["workload"]: r.get("floor_us") for r in results["presets"] if r.get("floor_us")}
-    lines += ["", "PyTorch baseline per workload (CUDA graphs, TF32 off, cuDNN autotuner on; checked against NumPy):", "",
-              "| workload | PyTorch µs | min | max | GFLOP/s | floor µs |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["", "PyTorch baseline per workload (CUDA graphs, TF32 off, cuDNN autotuner on; "
+                  "checked against NumPy):", "",
+              "| workload | PyTorch µs | min | max | GFLOP/s | floor µs |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for b in results["baselines"]:
         if b.get("error"):
             lines.append(f"| {b['workload']} | {b['error']} | | | | |")
         else:
-            lines.append(f"| {b['workload']} | {_f(b.get('median_us'))} | {_f(b.get('min_us'))} | {_f(b.get('max_us'))} "
+            lines.append(f"| {b['workload']} | {_f(b.get('median_us'))} | {_f(b.get('min_us'))} "
+                         f"| {_f(b.get('max_us'))} "
                          f"| {_f(b.get('gflops'), 0)} | {_f(floors.get(b['workload']))} |")
     knobs = results["knob_changes"]
     counted = sum(1 for r in knobs["rows"] if r.get("counted", True))
-    lines += ["", f"Knob change → measured latency (wall time of `measure(spec)` for a spec never built before: schedule, "
+    lines += ["", f"Knob change → measured latency (wall time of `measure(spec)` for a spec "
+                  f"never built before: schedule, "
                   f"lowering, NVRTC, check, timing): median **{_f(knobs['median_s'])} s**, max {_f(knobs['max_s'])} s "
                   f"over {counted} changes (target ≤ 1.0 s median; rejected combinations are listed, not counted).", "",
               "| preset | knob = value | seconds | result |", "| --- | --- | ---: | --- |"]
-    lines += [f"| {r['preset']} | {r['knob']} = {r['value']} | {_f(r['seconds'])} | {r['outcome']} |" for r in knobs["rows"]]
+    lines += [f"| {r['preset']} | {r['knob']} = {r['value']} | {_f(r['seconds'])} | {r['outcome']} |"
+              for r in knobs["rows"]]
     if results.get("ncu"):
         command = next((r["command"] for r in results["ncu"] if r.get("command")), "ncu")
-        lines += ["", f"Nsight Compute: `{command} python bench/measure_h100.py --ncu-child PRESET`, the kernel time of one "
-                      f"call of `main` (median of {NCU_CALLS} calls after {NCU_WARMUP_CALLS} warm-up calls) against the "
+        lines += ["", f"Nsight Compute: `{command} python bench/measure_h100.py --ncu-child PRESET`, "
+                      f"the kernel time of one "
+                      f"call of `main` (median of {NCU_CALLS} calls after {NCU_WARMUP_CALLS} warm-up calls) "
+                      f"against the "
                       f"median above; agreement means within {NCU_AGREEMENT:.0%}.", "",
                   "| preset | median µs | ncu µs | difference | agrees |", "| --- | ---: | ---: | ---: | --- |"]
         for r in results["ncu"]:

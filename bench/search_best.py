@@ -95,7 +95,8 @@ CONV1D_REFINE = ("threads_y", "threads_x", "local_accumulator", "filter_shared",
 # Conv2d: the AutoTVM tutorial's whole space (10.4 million points), sampled.
 CONV2D_GRID = ("tile_f=all", "tile_y=all", "tile_x=all", "tile_rc=all", "tile_ry=all", "tile_rx=all",
                "auto_unroll_max_step=all", "unroll_explicit=all")
-CONV2D_REFINE = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step", "unroll_explicit")
+CONV2D_REFINE = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step",
+                 "unroll_explicit")
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,8 @@ def preset_block(plan: Plan, spec: Spec, latency_us: float, device: str, tried: 
         f'title = {json.dumps(f"Fastest found by search: {spec.workload.label()}")}',
         f'source = {json.dumps(f"search on {device}: {tried} configurations of the {spec.template} template")}',
         f'template = "{spec.template}"',
-        f'claim = {json.dumps(f"The fastest of {tried} configurations searched on {device}: {latency_us:.2f} µs{versus}.")}',
+        'claim = '
+        f'{json.dumps(f"The fastest of {tried} configurations searched on {device}: {latency_us:.2f} µs{versus}.")}',
         f"found_by = {json.dumps(command)}",
         f"workload = {_inline(workload)}",
         f"knobs = {_inline(spec.knobs.to_dict())}",

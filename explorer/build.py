@@ -153,7 +153,8 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     except ExplorerError:
         raise
     except Exception as error:  # lowering errors come as TVMError/RuntimeError
-        raise InvalidKnobs(f"TVM cannot lower this schedule: {_first_line(error)}", tuple(spec.knobs.to_dict())) from None
+        raise InvalidKnobs(f"TVM cannot lower this schedule: {_first_line(error)}",
+                           tuple(spec.knobs.to_dict())) from None
     timings["lower"] = _ms(start)
     device_mod = next(iter(device_mods.values()), None)
     if device_mod is not None:

@@ -39,7 +39,8 @@ def cmd_presets(args) -> int:
     from .presets import tutorials
 
     rows = [
-        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "tutorial": t.id, "title": p.title}
+        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "tutorial": t.id,
+         "title": p.title}
         for t in tutorials()
         for p in t.presets
     ]
@@ -191,7 +192,8 @@ def cmd_show(args) -> int:
     _, spec = _spec_from_args(args)
     text, data = VIEWS[args.view](spec, args)
     if args.json:
-        print(json.dumps({"template": spec.template, "workload": spec.workload.label(), "view": args.view, **data}, indent=2, default=str))
+        print(json.dumps({"template": spec.template, "workload": spec.workload.label(), "view": args.view, **data},
+                         indent=2, default=str))
     else:
         print(text)
     return 0
@@ -200,11 +202,13 @@ def cmd_show(args) -> int:
 def _progress_bar(fraction: float, text: str) -> None:
     """A progress bar on stderr, so that stdout stays clean for --json."""
     filled = round(30 * fraction)
-    print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end="\n" if fraction >= 1 else "", file=sys.stderr, flush=True)
+    print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end="\n" if fraction >= 1 else "", file=sys.stderr,
+          flush=True)
 
 
 def _print_table(rows: list[dict], columns: list[str]) -> None:
-    cells = [[("" if r.get(c) is None else f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) for c in columns] for r in rows]
+    cells = [[("" if r.get(c) is None else f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) for c in columns]
+             for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     for line in [columns, *cells]:
         print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=False)).rstrip())
@@ -233,7 +237,8 @@ def cmd_sweep(args) -> int:
     value = "latency_us" if result.measured else "static_cost"
     rows = [r for r in result.table() if r["rank"] is not None][: args.top]
     _print_table(rows, ["rank", *grid.knob_names, value])
-    print(f"{len(result.ranked())} valid of {len(result.points)} in {result.elapsed_s:.1f} s ({result.per_minute:.0f}/min).")
+    print(f"{len(result.ranked())} valid of {len(result.points)} in {result.elapsed_s:.1f} s "
+          f"({result.per_minute:.0f}/min).")
     for status, count, example in result.skipped_reasons():
         print(f"skipped {count} ({status}), e.g.: {example}")
     best = result.best
@@ -256,7 +261,8 @@ def cmd_tune(args) -> int:
         print(json.dumps({"preset": preset.id, **result.to_json(), "hand_trace": hand_trace}, indent=2, default=str))
         return 0
     print(f"MetaSchedule on {result.workload.label()} ({result.target}): best {result.best_us:.2f} µs, "
-          f"{result.trials} trials measured in {result.elapsed_s:.0f} s, {result.strategy} search, {result.cost_model} cost model.")
+          f"{result.trials} trials measured in {result.elapsed_s:.0f} s, {result.strategy} search, "
+          f"{result.cost_model} cost model.")
     print(result.trace)
     return 0
 
@@ -272,7 +278,8 @@ def cmd_export(args) -> int:
     path = args.output or file_name(spec, preset.id)
     with open(path, "w") as f:
         f.write(code)
-    print(f"wrote {path}: python {path} prints the TIR and CUDA, and checks and times the kernel on a GPU", file=sys.stderr)
+    print(f"wrote {path}: python {path} prints the TIR and CUDA, and checks and times the kernel on a GPU",
+          file=sys.stderr)
     return 0
 
 
@@ -330,7 +337,8 @@ def make_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("--view", required=True, choices=sorted(VIEWS))
     p.add_argument("--json", action="store_true")
-    p.add_argument("--ncu", action="store_true", help="with --view banks: measure the counters with Nsight Compute (GPU)")
+    p.add_argument("--ncu", action="store_true",
+                   help="with --view banks: measure the counters with Nsight Compute (GPU)")
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("sweep", help="build (and measure) every combination of some knobs; rank them")
     _add_spec_args(p)

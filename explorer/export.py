@@ -211,7 +211,8 @@ w = Filter.astype(np.float64).reshape({w.channels * m}, {k}, {k})
 out = np.zeros({w.output_shape()})
 for di in range({k}):
     for dj in range({k}):
-        out += x[:, :, di : di + {(oh - 1) * s + 1} : {s}, dj : dj + {(ow - 1) * s + 1} : {s}] * w[None, :, di, dj, None, None]
+        out += x[:, :, di : di + {(oh - 1) * s + 1} : {s}, dj : dj + {(ow - 1) * s + 1} : {s}] \
+* w[None, :, di, dj, None, None]
 '''
     if not w.epilogue:
         return define + "return te.create_prim_func([Input, Filter, DepthwiseConv2d])\n", reference + \

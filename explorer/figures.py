@@ -92,7 +92,8 @@ def conflicts_figure(report: BankReport) -> go.Figure:
     """Wavefronts per request of every shared access (1 = conflict-free for 4-byte
     accesses), loads and stores in their own colours."""
     bars = [a for k in report.kernels for a in k.accesses if not a.not_modelled]
-    labels = [f"{a.kernel} #{a.number} {a.op} {a.buffer}" if len(report.kernels) > 1 else f"#{a.number} {a.op} {a.buffer}"
+    labels = [f"{a.kernel} #{a.number} {a.op} {a.buffer}" if len(report.kernels) > 1
+              else f"#{a.number} {a.op} {a.buffer}"
               for a in bars]
     figure = go.Figure(go.Bar(
         y=labels, x=[a.wavefronts_per_request for a in bars], orientation="h",

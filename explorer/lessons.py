@@ -180,7 +180,8 @@ class ComparisonCheck:
         words = RELATION_WORDS[self.comparison.expect]
         bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
         other = self.other
-        where = f"step {other.step}" if other.tutorial == this.tutorial else f"the {other.tutorial} lesson's step {other.step}"
+        where = (f"step {other.step}" if other.tutorial == this.tutorial
+                 else f"the {other.tutorial} lesson's step {other.step}")
         return f"Step {this.step} is {words} {where}{bound}: {other.title}."
 
 

@@ -46,7 +46,8 @@ from .workloads import workload_from_mapping
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
-_PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs", "reported",
+_PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs",
+                "reported",
                 "compare", "static"}
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
@@ -134,7 +135,8 @@ def load_file(path: Path) -> Tutorial:
     presets = []
     for step, raw in enumerate(data.get("preset", []), start=1):
         presets.append(_load_preset(raw, tutorial["id"], step, where))
-    return Tutorial(tutorial["id"], tutorial["title"], tutorial.get("source", ""), tutorial.get("summary", ""), tuple(presets))
+    return Tutorial(tutorial["id"], tutorial["title"], tutorial.get("source", ""), tutorial.get("summary", ""),
+                    tuple(presets))
 
 
 def _load_preset(raw: dict, tutorial: str, step: int, where: str) -> Preset:

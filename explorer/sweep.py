@@ -61,7 +61,8 @@ class Grid:
         names = [name for name, _ in self.axes]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
-            raise InvalidKnobs(f"Knob '{repeated[0]}' appears twice in the grid; list all its values once.", tuple(repeated))
+            raise InvalidKnobs(f"Knob '{repeated[0]}' appears twice in the grid; list all its values once.",
+                               tuple(repeated))
         axes = []
         for name, values in self.axes:
             spec = type(self.base.knobs).spec(name)
@@ -284,7 +285,8 @@ class Progress:
     def describe(self, measured: bool) -> str:
         best = ""
         if self.best is not None:
-            best = f" · best {self.best.latency_us:.2f} µs" if measured else f" · best static cost {self.best.static.cost:.3g}"
+            best = (f" · best {self.best.latency_us:.2f} µs" if measured
+                    else f" · best static cost {self.best.static.cost:.3g}")
         return f"{self.done}/{self.total} · {self.valid} valid · {self.skipped} skipped{best}"
 
 
@@ -305,7 +307,8 @@ def run(
 ) -> SweepResult:
     """Build every point of ``grid`` (or ``sample`` of them) in ``workers`` processes and
     measure the valid ones with ``measurer(spec) -> µs`` one at a time; with no measurer,
-    score them with ``scorer(build)`` in the workers and rank by that. ``measurer`` raises ExplorerError for a kernel that fails
+    score them with ``scorer(build)`` in the workers and rank by that. ``measurer`` raises
+    ExplorerError for a kernel that fails
     (wrong result, crash, time limit). ``previous`` points (from an interrupted run or an
     earlier sweep) are reused instead of rebuilt; ``on_point`` sees each new one as it
     finishes. Several sweeps can share one ``pool`` (see :func:`compile_pool`)."""
@@ -339,7 +342,8 @@ def run(
             if on_point is not None:
                 on_point(point)
             if on_progress is not None:
-                on_progress(Progress(len(all_knobs), len(points), counts[VALID], counts[INVALID] + counts[FAILED], best, point))
+                on_progress(Progress(len(all_knobs), len(points), counts[VALID], counts[INVALID] + counts[FAILED],
+                                     best, point))
     finally:
         for future in futures:
             future.cancel()

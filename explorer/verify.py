@@ -36,7 +36,8 @@ def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.T
             stmt = realize.block
             tags = [thread_tag(loop) for loop in loops if thread_tag(loop)]
             for tag in set(tags):
-                if tags.count(tag) > 1 and not _is_cooperative_fetch(realize, [l for l in loops if thread_tag(l) == tag]):
+                if tags.count(tag) > 1 and not _is_cooperative_fetch(realize,
+                                                                     [l for l in loops if thread_tag(l) == tag]):
                     raise InvalidKnobs(
                         f"Stage '{stmt.name_hint}' is inside two loops bound to {tag}: both would use the same "
                         f"thread index, so most outputs would never be computed (wrong results).",

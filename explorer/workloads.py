@@ -41,10 +41,12 @@ class Workload(Params):
         super().__post_init__()
         for shape in (*self.input_shapes(), self.output_shape()):
             if min(shape) < 1:
-                raise InvalidWorkload(f"{self.label()}: the output would be empty ({shape}); make the input larger or the kernel smaller.")
+                raise InvalidWorkload(f"{self.label()}: the output would be empty ({shape}); "
+                                      f"make the input larger or the kernel smaller.")
             if math.prod(shape) > MAX_ELEMENTS:
                 raise InvalidWorkload(
-                    f"{self.label()}: a tensor of shape {shape} has more than {MAX_ELEMENTS:,} elements; choose a smaller shape."
+                    f"{self.label()}: a tensor of shape {shape} has more than {MAX_ELEMENTS:,} elements; "
+                    f"choose a smaller shape."
                 )
 
     # -- to override -------------------------------------------------------
@@ -101,7 +103,8 @@ def _prim_func(workload: Workload, variant: str):
     from tvm import te
 
     if variant not in workload.variants:
-        raise InvalidWorkload(f"{workload.kind} has no formulation '{variant}'; it has: {', '.join(workload.variants)}.")
+        raise InvalidWorkload(f"{workload.kind} has no formulation '{variant}'; "
+                              f"it has: {', '.join(workload.variants)}.")
     inputs, output = workload._tensors(variant)
     return te.create_prim_func([*inputs, output])
 

@@ -18,7 +18,8 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None):
         spec = job.spec
         calls.append(spec)
         us = latency_of(spec)
-        check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
+        check = (Check(True, 0.0, 1e-5, 0, None) if us is not None
+                 else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0))
         timing = Timing((us, us, us), 100) if us is not None else None
         return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
                            spec.workload.flops, spec.workload.compulsory_bytes, 0.0)

@@ -63,7 +63,8 @@ def test_conflicts_figure_has_a_bar_per_access():
 
 
 def test_occupancy_figure_highlights_the_limiter():
-    kernel = KernelResources("k", (1, 1, 1), (256, 1, 1), 256, 4096, 48, 0, occupancy(SM_LIMITS["sm_90"], 256, 4096, 48))
+    kernel = KernelResources("k", (1, 1, 1), (256, 1, 1), 256, 4096, 48, 0,
+                             occupancy(SM_LIMITS["sm_90"], 256, 4096, 48))
     bars = figures.occupancy_figure(kernel).data[0]
     colour = dict(zip(bars.x, bars.marker.color, strict=False))
     assert colour["registers"] == style.LIMITER_COLOURS["registers"]

@@ -60,7 +60,8 @@ def test_build_resources_without_and_with_a_binary():
     assert (kernel.threads_per_block, kernel.registers) == (128, NOT_COMPILED)
     assert kernel.shared_bytes == (34 * 34 + 9) * 4
     assert kernel.occupancy.limits["registers"] is None
-    binary = Binary("nvcc", "sm_90a", {"main_kernel": 128}, {"main_kernel": kernel.shared_bytes}, {"main_kernel": 0}, "", "")
+    binary = Binary("nvcc", "sm_90a", {"main_kernel": 128}, {"main_kernel": kernel.shared_bytes}, {"main_kernel": 0},
+                    "", "")
     compiled = analyze_resources(built, binary).kernels[0]
     # 128 registers × 4 warps: 4096 per warp → 4 warps per sub-partition → 16 warps → 4 blocks.
     assert (compiled.registers, compiled.occupancy.blocks_per_sm, compiled.occupancy.limiter) == (128, 4, "registers")

@@ -25,7 +25,8 @@ def test_knobs_shows_value_domain_and_help(capsys):
 
 
 def test_show_cuda_follows_the_knobs(capsys):
-    assert main(["show", "dw-blog-final-96", "--view", "cuda", "--set", "num_thread_x=8", "--set", "num_vthread_x=4"]) == 0
+    assert main(["show", "dw-blog-final-96", "--view", "cuda", "--set", "num_thread_x=8", "--set",
+                 "num_vthread_x=4"]) == 0
     assert "__launch_bounds__(64)" in capsys.readouterr().out
 
 

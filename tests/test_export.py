@@ -69,7 +69,8 @@ SMALL_WORKLOADS = [
 @pytest.mark.parametrize("workload,variant", SMALL_WORKLOADS, ids=lambda v: v.label() if hasattr(v, "label") else v)
 def test_emitted_workload_matches_library(workload, variant):
     namespace = {}
-    exec(compile("import numpy as np\nfrom tvm import te, tirx\n" + workload_code(workload, variant), "<emitted>", "exec"),
+    exec(compile("import numpy as np\nfrom tvm import te, tirx\n" + workload_code(workload, variant),
+                 "<emitted>", "exec"),
          namespace)
     tvm.ir.assert_structural_equal(namespace["workload"](), workload.prim_func(variant))
     inputs = workload.random_inputs(seed=3)
@@ -112,7 +113,8 @@ def test_script_runs_standalone(tmp_path):
     path = tmp_path / "dw.py"
     path.write_text(snippet(get_preset("dw-blog-channel-21").spec, title="channel 21"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    proc = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "# channel 21" in proc.stdout
     assert "@T.prim_func" in proc.stdout and "__global__" in proc.stdout

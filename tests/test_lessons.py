@@ -172,7 +172,8 @@ workload = { kind = "depthwise_conv2d", height = 32, width = 32 }
         ('compare = [ { with = "a", expect = "quicker" } ]', r"'expect' = one of faster, slower"),
         ('compare = [ { with = "a", expect = "faster", by = 2 } ]', r"compare: unknown key\(s\) by"),
         ('compare = [ { with = "a", expect = "faster", at_least = 0.5 } ]', r"'at_least' must be a ratio of 1 or more"),
-        ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = "yes" } ]', "must be true or false"),
+        ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = "yes" } ]',
+         "must be true or false"),
         ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = true },'
          ' { what = "y", value_us = 2.0, hardware = "T4", this_schedule = true } ]', "only one reported figure"),
     ],
@@ -207,7 +208,8 @@ def test_a_wrong_static_claim_is_not_reproduced(tmp_path):
 def test_an_unknown_static_fact_fails_loudly(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(BASE + "static = { registers = 32 }\n")
-    with pytest.raises(PresetError, match=r"bad.toml preset 'a' static: unknown key\(s\) registers; allowed: .*shared_bytes"):
+    with pytest.raises(PresetError,
+                       match=r"bad.toml preset 'a' static: unknown key\(s\) registers; allowed: .*shared_bytes"):
         load_file(path)
 
 

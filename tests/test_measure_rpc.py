@@ -78,7 +78,8 @@ def test_remote_crash_ends_only_the_session(remote):
 
 def test_unknown_key_and_unreachable_tracker(remote):
     with pytest.raises(NoDevice, match="No server with key 'no-such-gpu'"):
-        measure_module(correct_module(), WORKLOAD, target="llvm", remote=Remote("127.0.0.1", remote.port, "no-such-gpu"))
+        measure_module(correct_module(), WORKLOAD, target="llvm",
+                       remote=Remote("127.0.0.1", remote.port, "no-such-gpu"))
     with pytest.raises(RemoteError, match="Cannot reach the RPC tracker at 127.0.0.1:1 "):
         measure_module(correct_module(), WORKLOAD, target="llvm", remote=Remote("127.0.0.1", 1, KEY))
 

@@ -34,7 +34,8 @@ def test_one_block_per_channel_stages_the_whole_padded_channel(size):
     (kernel,) = b.kernels
     assert kernel.grid == (1, 256, 1) and kernel.block == (8, 8, 1)  # one block per channel, topi's 8×8 threads
     padded = (size + 2) * (size + 2)  # SAME padding of a 3×3 filter adds one row/column on each side
-    shared = {a.name: a.elements for a in allocations(next(iter(b.device_mod.functions.values()))) if a.scope == "shared"}
+    shared = {a.name: a.elements for a in allocations(next(iter(b.device_mod.functions.values())))
+              if a.scope == "shared"}
     assert shared == {"PaddedInput_shared": padded, "Filter_shared": 9}
     assert kernel.shared_bytes == (padded + 9) * FLOAT  # 21: 2,152 · 32: 4,660 · 64: 17,460 · 96: 38,452
 

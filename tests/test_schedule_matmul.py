@@ -174,7 +174,8 @@ def test_transpose_a_stores_the_a_tile_k_major():
     a = allocs(built(transpose_a=True, shared_pad=4))
     assert a["A_shared"].shape == (8 * (32 + 4),)  # 8 rows of block_k, each block_m = 32 (+ pad) long
     # A thread's 2 rows of A are neighbours in shared memory: row index ki, stride 36.
-    assert re.search(r"= A_shared\[\w+ \* 36 \+ threadIdx_y \* 2 \+ \w+\]", built(transpose_a=True, shared_pad=4).lowered)
+    assert re.search(r"= A_shared\[\w+ \* 36 \+ threadIdx_y \* 2 \+ \w+\]",
+                     built(transpose_a=True, shared_pad=4).lowered)
 
 
 @pytest.mark.parametrize("vector, transpose_a", [(2, False), (2, True), (4, True)])

@@ -16,7 +16,8 @@ from explorer.workloads import DepthwiseConv2d
 # The stand-in scorer runs in the worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-SMALL = Spec("depthwise_blog", DepthwiseConv2d(channels=8, height=16, width=16), DepthwiseBlogKnobs(blocking_h=16, blocking_w=16))
+SMALL = Spec("depthwise_blog", DepthwiseConv2d(channels=8, height=16, width=16),
+             DepthwiseBlogKnobs(blocking_h=16, blocking_w=16))
 GRID = ["num_thread_x=4,8,16", "num_thread_y=1,4,8", "num_vthread_x=1,2"]
 
 
@@ -99,7 +100,8 @@ def test_too_large_a_grid_must_be_sampled():
     from explorer.schedules.conv2d import Conv2dAutoTVMKnobs
     from explorer.workloads import Conv2d
 
-    grid = Grid.parse(Spec("conv2d_autotvm", Conv2d(), Conv2dAutoTVMKnobs()), ["tile_f=all", "tile_rc=all", "tile_y=all"])
+    grid = Grid.parse(Spec("conv2d_autotvm", Conv2d(), Conv2dAutoTVMKnobs()),
+                      ["tile_f=all", "tile_rc=all", "tile_y=all"])
     assert grid.size == 220 * 55 * 4  # ordered factorizations of 2^9 into 4 and 3 parts, of 7 into 4
     with pytest.raises(InvalidKnobs, match="sample"):
         grid.indices()
@@ -217,7 +219,8 @@ def test_refine_walks_one_knob_at_a_time_to_the_best_neighbour():
 
     pool = compile_pool(workers=2)
     try:
-        result = refine(SMALL, ["num_thread_x", "num_thread_y", "num_vthread_x"], target="h100", measurer=measurer, pool=pool)
+        result = refine(SMALL, ["num_thread_x", "num_thread_y", "num_vthread_x"], target="h100",
+                        measurer=measurer, pool=pool)
     finally:
         pool.shutdown()
     # From (tx 16, ty 8, vx 2), invalid on 16 columns: tx -> 8 (14.5 µs), ty -> 4 (10.5), vx -> 1 (10.0);

@@ -72,7 +72,8 @@ for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), st
         text = getattr(built, attribute)
         if show_diff and previous is not None:
             code_view.show_diff(getattr(previous.build, attribute), text, attribute, "previous", "now")
-        elif attribute == "cuda" and not st.toggle("Show TVM's preamble (includes and type aliases)", key="ui.preamble"):
+        elif attribute == "cuda" and not st.toggle("Show TVM's preamble (includes and type aliases)",
+                                                   key="ui.preamble"):
             kernels, first = code_view.kernels_only(text)
             code_view.show_code(kernels, language, attribute, f"{label} from line {first} · {spec.workload.label()}",
                                 stale=stale, first_line=first)

@@ -231,7 +231,8 @@ class _AccessModel:
         values = [int(iteration.get(loop.name, loop.min)) - loop.min for loop in self.varying]
         for loop, v in zip(self.varying, values, strict=False):
             if not 0 <= v < loop.extent:
-                raise ExplorerError(f"Loop '{loop.name}' runs from {loop.min} to {loop.min + loop.extent - 1}, not {v + loop.min}.")
+                raise ExplorerError(f"Loop '{loop.name}' runs from {loop.min} to {loop.min + loop.extent - 1}, "
+                                    f"not {v + loop.min}.")
         return int(np.ravel_multi_index(values, [loop.extent for loop in self.varying]))
 
 
@@ -278,7 +279,8 @@ def analyze_access(access: SharedAccess, kernel: KernelAccesses, row_budget: int
 def _lane_map(model: _AccessModel, warp: int, iteration: dict | None, context_ids, evaluated) -> LaneMap:
     launch = model.launch
     if not 0 <= warp < launch.warps_per_block:
-        raise ExplorerError(f"A block of {launch.threads_per_block} threads has warps 0–{launch.warps_per_block - 1}, not {warp}.")
+        raise ExplorerError(f"A block of {launch.threads_per_block} threads has warps "
+                            f"0–{launch.warps_per_block - 1}, not {warp}.")
     words, active, element, wavefronts, degree = evaluated
     if iteration is None:  # the first evaluated iteration in which this warp takes part
         hits = np.flatnonzero(active[:, warp].any(axis=-1))
@@ -422,7 +424,8 @@ def format_report(report: BankReport) -> str:
                 f"{a.conflicts:,} conflicts{sample}{reuse}"
             )
         for name, t in (("loads", k.loads), ("stores", k.stores)):
-            lines.append(f"  total {name}: {t.requests:,} requests, {t.wavefronts:,} wavefronts, {t.conflicts:,} conflicts")
+            lines.append(f"  total {name}: {t.requests:,} requests, {t.wavefronts:,} wavefronts, "
+                         f"{t.conflicts:,} conflicts")
         lines.extend(f"  {n}" for n in k.notes)
     lines.extend(report.notes)
     lines.append("Assumptions:")

@@ -358,8 +358,10 @@ def _chosen_env(nest: _Nest, block: int, thread: tuple[int, int, int]) -> tuple[
         raise ExplorerError(f"Threads per block are {tuple(block_dims)} (x, y, z); thread {thread} is outside.")
     block_coords = np.unravel_index(block, grid_dims[::-1])[::-1]  # x fastest
     tags = nest.tags
-    block_env = {tags[f"blockIdx.{a}"].var: int(c) for a, c in zip(AXES, block_coords, strict=False) if f"blockIdx.{a}" in tags}
-    thread_env = {tags[f"threadIdx.{a}"].var: int(t) for a, t in zip(AXES, thread, strict=False) if f"threadIdx.{a}" in tags}
+    block_env = {tags[f"blockIdx.{a}"].var: int(c) for a, c in zip(AXES, block_coords, strict=False)
+                 if f"blockIdx.{a}" in tags}
+    thread_env = {tags[f"threadIdx.{a}"].var: int(t) for a, t in zip(AXES, thread, strict=False)
+                  if f"threadIdx.{a}" in tags}
     return block_env, thread_env
 
 
@@ -501,7 +503,8 @@ def _plane_and_leading(out_exprs: list) -> tuple[list, list]:
 def _plane_loops(nest: _Nest, plane_exprs: list) -> list[tuple[Loop, LoopRole]]:
     """The loops that move an output within the plane (reductions excluded)."""
     plane_vars = set().union(*(free_vars(e, nest.stage.bindings) for e in plane_exprs))
-    return [(l, r) for l, r in zip(nest.loops, nest.roles, strict=False) if l.var in plane_vars and r.role != "reduction"]
+    return [(l, r) for l, r in zip(nest.loops, nest.roles, strict=False)
+            if l.var in plane_vars and r.role != "reduction"]
 
 
 def _window(enumerated: list) -> tuple[list[int], bool]:

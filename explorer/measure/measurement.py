@@ -115,7 +115,8 @@ class Measurement:
                 graph += f", {self.graph_percent_of_floor:.0f}% of the roofline"
             graph += "."
         return (f"{self.workload} on {self.device}: median {t.median_us:.2f} µs launched back to back (min "
-                f"{t.min_us:.2f}, max {t.max_us:.2f}, std {t.std_us:.2f}; {t.launches} launches), {self.gbps:.0f} GB/s, "
+                f"{t.min_us:.2f}, max {t.max_us:.2f}, std {t.std_us:.2f}; {t.launches} launches), "
+                f"{self.gbps:.0f} GB/s, "
                 f"{self.gflops:.0f} GFLOP/s{floor}.{graph}")
 
     def to_dict(self) -> dict:

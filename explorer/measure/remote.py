@@ -226,11 +226,13 @@ def _session(remote: Remote, timeout_s: float):
         tracker = rpc.connect_tracker(remote.host, remote.port)
         servers = {item["key"] for item in tracker.summary()["server_info"]}
     except (OSError, RuntimeError) as error:
-        raise RemoteError(f"Cannot reach the RPC tracker at {remote.host}:{remote.port} ({error_summary(error)}).") from None
+        raise RemoteError(f"Cannot reach the RPC tracker at {remote.host}:{remote.port} "
+                          f"({error_summary(error)}).") from None
     if f"server:{remote.key}" not in servers:
         raise NoDevice(
             f"No server with key '{remote.key}' is registered at the tracker {remote.host}:{remote.port}; start one "
-            f"on the GPU machine: python -m explorer.measure.server --tracker {remote.host}:{remote.port} --key {remote.key}"
+            f"on the GPU machine: python -m explorer.measure.server --tracker {remote.host}:{remote.port} "
+            f"--key {remote.key}"
         )
     error = None
     for _ in range(5):  # a server that died after the tracker matched it refuses the connection

@@ -58,7 +58,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = make_parser().parse_args()
     if not os.environ.get(_READY):
-        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)  # the server's workers import explorer
+        # the server's workers import explorer
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
         environment = {**os.environ, **kernel_environment(), "PYTHONPATH": path, _READY: "1"}
         os.execve(sys.executable, [sys.executable, "-m", "explorer.measure.server", *sys.argv[1:]], environment)
     from tvm import rpc

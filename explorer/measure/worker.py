@@ -184,7 +184,8 @@ def run() -> KernelRun:
     except ExplorerError:
         raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
-        raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); the measuring process was restarted.") from None
+        raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); "
+                            f"the measuring process was restarted.") from None
     finally:
         _log_run(started, p.job)
     return KernelRun(target, device_name(p.device, p.target), check, timing, ceilings, p.compile_ms, graph)

@@ -6,7 +6,9 @@ from ..errors import ExplorerError
 from . import conv1d, conv2d, depthwise_blog, depthwise_d2l, depthwise_flat, matmul, matmul_async, matmul_tensorcore
 from .common import Template
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE, depthwise_d2l.TEMPLATE, conv1d.TEMPLATE, depthwise_flat.TEMPLATE, matmul_async.TEMPLATE, matmul_tensorcore.TEMPLATE,)}
+TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE,
+                                                      depthwise_d2l.TEMPLATE, conv1d.TEMPLATE, depthwise_flat.TEMPLATE,
+                                                      matmul_async.TEMPLATE, matmul_tensorcore.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:

@@ -29,11 +29,13 @@ class DepthwiseBlogKnobs(KnobSet):
     num_thread_x: int = knob(16, "Threads per block along the output width (threadIdx.x).", choices=POWERS)
     num_vthread_y: int = knob(1, "Virtual threads along the height: each thread computes this many strided row tiles.",
                               choices=(1, 2, 4, 8))
-    num_vthread_x: int = knob(2, "Virtual threads along the width: strided column tiles per thread.", choices=(1, 2, 4, 8))
+    num_vthread_x: int = knob(2, "Virtual threads along the width: strided column tiles per thread.",
+                              choices=(1, 2, 4, 8))
     input_cache: str = knob("shared", "Where the padded input tile is staged: shared (loaded once per block by all "
                             "threads), local (each thread copies its own window to registers) or none.",
                             choices=("shared", "local", "none"))
-    filter_cache: str = knob("shared", "Where the filter is staged: shared, local or none.", choices=("shared", "local", "none"))
+    filter_cache: str = knob("shared", "Where the filter is staged: shared, local or none.",
+                             choices=("shared", "local", "none"))
     local_accumulator: bool = knob(True, "Accumulate in registers and write the output once (cache_write 'local').")
     fuse_epilogue: bool = knob(True, "With a scale_shift + ReLU epilogue: compute it in the same kernel (fusion) "
                                "instead of separate kernels that round-trip through global memory.")
@@ -88,8 +90,10 @@ def _schedule(workload: DepthwiseConv2d, k: DepthwiseBlogKnobs, block_h: int, bl
     by = sch.fuse(b, c)
     # Like TE's split(nparts=...): each thread takes ceil(block / threads) rows; when that
     # does not divide (a whole 21x21 channel on 8 threads), TVM adds a guard.
-    bh, vy, ty, yi = sch.split(h, factors=[None, k.num_vthread_y, k.num_thread_y, -(-block_h // (k.num_vthread_y * k.num_thread_y))])
-    bw, vx, tx, xi = sch.split(w, factors=[None, k.num_vthread_x, k.num_thread_x, -(-block_w // (k.num_vthread_x * k.num_thread_x))])
+    bh, vy, ty, yi = sch.split(h, factors=[None, k.num_vthread_y, k.num_thread_y,
+                                           -(-block_h // (k.num_vthread_y * k.num_thread_y))])
+    bw, vx, tx, xi = sch.split(w, factors=[None, k.num_vthread_x, k.num_thread_x,
+                                           -(-block_w // (k.num_vthread_x * k.num_thread_x))])
     sch.reorder(by, bh, bw, vy, vx, ty, tx, yi, xi)
     bx = sch.fuse(bh, bw)
     bind(sch, by, "blockIdx.y")
