@@ -20,6 +20,7 @@ import functools
 import json
 import platform
 import random
+import shlex
 import statistics
 import sys
 import threading
@@ -407,7 +408,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     if args.write:
-        command = "python bench/classroom.py " + " ".join(sys.argv[1:])
+        command = "python bench/classroom.py " + shlex.join(sys.argv[1:])
         write_section(f"classroom-{args.write}", f"### Classroom: {args.write}\n\nMachine: {args.machine}. "
                       f"Date: {time.strftime('%Y-%m-%d')}. Command (server on the same machine: "
                       f"`streamlit run app/main.py --server.headless true`):\n`{command}`\n\n{text}\n")
