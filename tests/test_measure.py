@@ -289,3 +289,27 @@ def test_remote_cuda_target_comes_from_the_device_attributes():
     assert target.kind.name == "cuda" and target.arch == "sm_90"
     assert int(target.attrs["max_shared_memory_per_block"]) == 49152
     assert int(target.attrs["thread_warp_size"]) == 32
+
+
+def test_a_queue_with_two_places_lets_two_run_and_the_third_wait():
+    from explorer.measure.queue import DeviceQueue
+
+    queue, inside, release, reported = DeviceQueue("two servers"), threading.Semaphore(0), threading.Event(), []
+
+    def user(name):
+        waits = [] if name != "C" else reported
+        with queue.turn(waits.append, capacity=lambda: 2, poll_s=0.05):
+            inside.release()
+            release.wait(10)
+
+    threads = [threading.Thread(target=user, args=(name,)) for name in "AB"]
+    for t in threads:
+        t.start()
+    assert inside.acquire(timeout=10) and inside.acquire(timeout=10)  # A and B hold a place each
+    third = threading.Thread(target=user, args=("C",))
+    third.start()
+    _wait_until(lambda: reported == [1])  # C waits for one of them
+    release.set()
+    for t in [*threads, third]:
+        t.join(10)
+    assert inside.acquire(timeout=1) and len(queue) == 0

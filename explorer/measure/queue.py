@@ -34,21 +34,26 @@ class DeviceQueue:
             return self._tickets.index(ticket) if ticket in self._tickets else None
 
     @contextmanager
-    def turn(self, on_wait: Callable[[int], None] | None = None) -> Iterator[int]:
-        """Wait until the device is free, hold it for the ``with`` body, then pass it on.
-        ``on_wait(ahead)`` is called (outside the lock) whenever the number ahead changes."""
+    def turn(self, on_wait: Callable[[int], None] | None = None, capacity: Callable[[], int] | None = None,
+             poll_s: float = 1.0) -> Iterator[int]:
+        """Wait for a place on the device, hold it for the ``with`` body, then pass it on.
+        ``on_wait(ahead)`` is called (outside the lock) whenever the number ahead changes.
+        ``capacity()`` places (default one; a tracker key with several GPU servers has one per
+        server) are asked again every ``poll_s`` while waiting, outside the lock: it may be a
+        network call."""
         with self._changed:
             ticket = next(self._numbers)
             self._tickets.append(ticket)
         try:
             reported = None
             while True:
+                places = max(1, capacity()) if capacity is not None else 1
                 with self._changed:
-                    ahead = self._tickets.index(ticket)
-                    if ahead == 0:
+                    ahead = self._tickets.index(ticket) - places + 1  # the tickets before it run or wait
+                    if ahead <= 0:
                         break
                     if ahead == reported:
-                        self._changed.wait()
+                        self._changed.wait(poll_s if capacity is not None else None)
                         continue
                 if on_wait is not None:
                     on_wait(ahead)

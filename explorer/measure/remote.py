@@ -22,15 +22,12 @@ only for a server of the same CPU architecture (the tests use one on loopback).
 """
 from __future__ import annotations
 
-import itertools
 import re
 import socket
 import tempfile
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +42,7 @@ from ..errors import ExplorerError
 from ..targets import resolve_target
 from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
+from .queue import queue_for
 from .timing import KernelRun, device_args, run_checked
 from .worker import Job, workload_data
 
@@ -133,61 +131,8 @@ def server_count(remote: Remote) -> int:
 def measure_remote(job: Job, remote: Remote, on_wait: Callable[[int], None] | None = None) -> KernelRun:
     """Run ``job`` under ``remote``'s key when a server is free: as many at a time as the key
     has servers, first come first served; ``on_wait(ahead)`` as in the device queue."""
-    with _slots_for(remote).turn(lambda: server_count(remote), on_wait):
+    with queue_for(remote.name).turn(on_wait, capacity=lambda: server_count(remote), poll_s=SERVERS_POLL_S):
         return run_remote(job, remote)
-
-
-class ServerSlots:
-    """A first-come-first-served queue with as many places at the head as there are servers."""
-
-    def __init__(self):
-        self._changed = threading.Condition()
-        self._waiting: deque[int] = deque()
-        self._running = 0
-        self._numbers = itertools.count()
-
-    @contextmanager
-    def turn(self, servers: Callable[[], int], on_wait: Callable[[int], None] | None = None) -> Iterator[None]:
-        with self._changed:
-            ticket = next(self._numbers)
-            self._waiting.append(ticket)
-        try:
-            reported = None
-            while True:
-                capacity = max(1, servers())  # asked outside the lock: it is a network call
-                with self._changed:
-                    if self._waiting[0] == ticket and self._running < capacity:
-                        self._waiting.popleft()
-                        self._running += 1
-                        break
-                    ahead = self._waiting.index(ticket) + (self._running >= capacity)
-                    if ahead == reported:
-                        self._changed.wait(SERVERS_POLL_S)  # a server may have joined meanwhile
-                        continue
-                if on_wait is not None:
-                    on_wait(ahead)
-                reported = ahead
-        except BaseException:
-            with self._changed:
-                if ticket in self._waiting:
-                    self._waiting.remove(ticket)
-                self._changed.notify_all()
-            raise
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._running -= 1
-                self._changed.notify_all()
-
-
-_slots: dict[str, ServerSlots] = {}
-_slots_lock = threading.Lock()
-
-
-def _slots_for(remote: Remote) -> ServerSlots:
-    with _slots_lock:
-        return _slots.setdefault(remote.name, ServerSlots())
 
 
 def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureError:
