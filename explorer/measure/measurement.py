@@ -206,7 +206,7 @@ def local_gpu() -> str | None:
 
 
 def warm_up(first: Spec | None = None, target: str | None = None) -> worker.WarmUpReport:
-    """Start the local measuring worker and warm it up (CUDA, floor, PyTorch, NVRTC),
+    """Start the local measuring worker and warm it up (CUDA, PyTorch, NVRTC),
     taking the device's turn; raises NoDevice without a GPU."""
     with queue_for(LOCAL).turn():
         return _local.call(worker.warm_up, first, target, timeout=COMPILE_LIMIT_S, doing="Warming up the GPU")
@@ -228,13 +228,14 @@ def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measure
     with queue_for(LOCAL).turn(on_wait):
         _local.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
         run = _local.call(worker.run, timeout=job.settings.time_limit_s)
-    if job.settings.floor and run.ceilings is None and run.timing is not None:  # measured by ceilings()
-        run = dataclasses.replace(run, ceilings=_ceilings_of.get(job.target or "auto"))
+    measured = _ceilings_of.get(job.target or "auto")  # by ceilings(), if it was asked for
+    if job.settings.floor and run.timing is not None and isinstance(measured, Ceilings):
+        run = dataclasses.replace(run, ceilings=measured)
     return Measurement.of(job.workload, run)
 
 
 # The local device's ceilings by target name, or the sentence saying why they are missing.
-_ceilings_of: dict[str, object] = {}
+_ceilings_of: dict[str, Ceilings | str] = {}
 CEILINGS_LIMIT_S = 90
 
 
@@ -249,15 +250,13 @@ def _ensure_ceilings(target: str | None) -> None:
         _ceilings_of[name] = _local.call(worker.ceilings_for, target, timeout=CEILINGS_LIMIT_S,
                                          doing="Measuring the roofline's ceilings")
     except ExplorerError as error:
-        _ceilings_of[name] = None
-        _ceilings_errors[name] = str(error)
-
-
-_ceilings_errors: dict[str, str] = {}
+        _ceilings_of[name] = str(error)
 
 
 def ceilings_error(target: str | None = None) -> str | None:
-    return _ceilings_errors.get(target or "auto")
+    """Why the ceilings could not be measured, or None."""
+    found = _ceilings_of.get(target or "auto")
+    return found if isinstance(found, str) else None
 
 
 def ceilings(target: str | None = None):
@@ -267,4 +266,5 @@ def ceilings(target: str | None = None):
     carry them."""
     with queue_for(LOCAL).turn():
         _ensure_ceilings(target)
-    return _ceilings_of.get(target or "auto")
+    found = _ceilings_of.get(target or "auto")
+    return found if isinstance(found, Ceilings) else None

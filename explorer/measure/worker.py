@@ -150,8 +150,7 @@ _prepared: _Prepared | None = None
 
 
 def prepare(job: Job) -> str:
-    """Compile the kernel (and, once per device, measure the roofline's ceilings), make
-    inputs and the reference; returns the resolved target."""
+    """Compile the kernel, make inputs and the reference; returns the resolved target."""
     global _prepared
     _prepared = None
     target = resolve_target(job.target)
@@ -165,20 +164,17 @@ def prepare(job: Job) -> str:
 
 
 def run() -> KernelRun:
-    """Run the prepared kernel: check it, time it (back to back, and from a CUDA graph), and
-    add the device's ceilings (measured in ``prepare``)."""
+    """Run the prepared kernel: check it, then time it (back to back, and from a CUDA graph)."""
     p = _prepared
     if p is None:
         raise MeasureError("Nothing to run: the measuring process was restarted between prepare and run.")
     settings = p.job.settings
     target = str(p.target)
-    ceilings = graph = None
+    graph = None
     started = time.time_ns()
     try:
         args = device_args(p.inputs, p.reference, p.device)
         check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings)
-        if timing is not None and settings.floor:
-            ceilings = _measured_ceilings.get(target)  # measured apart, by ceilings_for
         if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda":
             graph = _graph_timing(p, args)
     except ExplorerError:
@@ -188,7 +184,8 @@ def run() -> KernelRun:
                             f"the measuring process was restarted.") from None
     finally:
         _log_run(started, p.job)
-    return KernelRun(target, device_name(p.device, p.target), check, timing, ceilings, p.compile_ms, graph)
+    # The ceilings are measured apart (ceilings_for); the caller adds them.
+    return KernelRun(target, device_name(p.device, p.target), check, timing, None, p.compile_ms, graph)
 
 
 def _log_run(started_ns: int, job: Job) -> None:
@@ -204,9 +201,9 @@ class WarmUpReport:
 
 
 def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
-    """Everything a first measurement would otherwise pay: CUDA's context, the roofline's
-    ceilings, PyTorch and its CUDA context, NVRTC's precompiled header (by compiling
-    ``first``). Raises NoDevice without a GPU."""
+    """Everything a first measurement would otherwise pay: CUDA's context, PyTorch and its
+    CUDA context, NVRTC's precompiled header (by compiling ``first``). Raises NoDevice
+    without a GPU."""
     steps = []
 
     def step(name: str, start: float) -> None:
@@ -281,18 +278,7 @@ def ceilings_for(target_name: str | None) -> Ceilings:
     """Measure the roofline's ceilings of this process's device (once per target): a call of
     its own, with its own time limit, so that a ceiling kernel that misbehaves never holds
     up a student's measurement."""
-    target = str(resolve_target(target_name))
-    if target not in _measured_ceilings:
-        _measured_ceilings[target] = _ceilings(target)
-    return _measured_ceilings[target]
-
-
-_measured_ceilings: dict[str, Ceilings] = {}
-
-
-def _ceilings(target_json: str) -> Ceilings:
-    """The roofline's ceilings of this process's device, measured once per target."""
-    target = tvm.target.Target(target_json)
+    target = resolve_target(target_name)
     device = local_device(target)
     return measure_ceilings(lambda module, _name: compile_kernel(module, target), device, target,
                             device_name(device, target), CEILING_SETTINGS)
