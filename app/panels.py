@@ -203,15 +203,10 @@ def _vthread_latency(side) -> None:
     if not can_measure():
         st.caption("Latency: needs a GPU (or a TVM RPC tracker, Device page).")
         return
-    live = server.live()
-    if not live.warm.done:
-        _warming_up(live)
+    job = _finished_job(side.spec, f"{server.session_id()}:vthread:{side.label}")
+    if job is None:
         return
-    job = live.scheduler.request(f"{server.session_id()}:vthread:{side.label}", side.spec, session.target(),
-                                 session.remote())
-    if not job.done:
-        _measuring(job)
-    elif job.error is not None or not job.result.correct:
+    if job.error is not None or not job.result.correct:
         st.error(job.error or job.result.summary())
     else:
         st.metric("Latency (median)", f"{job.result.median_us:.2f} µs", help=job.result.device)
@@ -325,16 +320,11 @@ def can_measure() -> bool:
 
 def latency(built: Build) -> None:
     """The current setting's latency: measured once per setting and device for the whole
-    server (checked against NumPy first, then timed), shown beside PyTorch's and the
-    bandwidth floor, with this session's tries as a chart. The page never blocks on the
-    GPU: while the measurement waits or runs, a fragment polls for it."""
-    live = server.live()
-    if not live.warm.done:
-        _warming_up(live)
-        return
-    job = live.scheduler.request(server.session_id(), built.spec, session.target(), session.remote())
-    if not job.done:
-        _measuring(job)
+    server (checked against NumPy first, then timed), shown beside PyTorch's and on the
+    roofline, with this session's tries as a chart. The page never blocks on the GPU: while
+    the measurement waits or runs, a fragment polls for it."""
+    job = _finished_job(built.spec, server.session_id())
+    if job is None:
         return
     if job.error is not None:
         st.error(job.error)
@@ -344,9 +334,24 @@ def latency(built: Build) -> None:
         st.error(result.summary())
         return
     _latency_metrics(result, built.spec)
-    _versus_pytorch(result, built.spec.workload, live)
+    _versus_pytorch(result, built.spec.workload, server.live())
     st.caption(_measured_when(result, job))
     st.plotly_chart(tries_figure(session.tries()), key="tries")
+
+
+def _finished_job(spec, slot: str):
+    """The server's finished measurement job of ``spec`` for this session's ``slot`` (one
+    waiting job per slot), or None while the GPU warms up or the job waits or runs (then
+    the page says so and polls)."""
+    live = server.live()
+    if not live.warm.done:
+        _warming_up(live)
+        return None
+    job = live.scheduler.request(slot, spec, session.target(), session.remote())
+    if not job.done:
+        _measuring(job)
+        return None
+    return job
 
 
 # While waiting, a fragment reruns this often (seconds): short next to a warm measurement.

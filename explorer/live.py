@@ -14,6 +14,7 @@ Nothing here imports streamlit: the app holds one :class:`BuildService` per serv
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import site
 import threading
@@ -145,9 +146,6 @@ class BuildService:
         """The build of ``spec`` for the target named ``target`` (raises ExplorerError)."""
         return self._cache.get((spec, target), lambda: self._build_in_pool(spec, target))
 
-    def cached(self, spec: Spec, target: str) -> Build | None:
-        return self._cache.peek((spec, target))
-
     def stats(self) -> dict:
         return {**self._cache.stats(), "workers": self.settings.build_workers}
 
@@ -209,9 +207,7 @@ def build_source_only(spec: Spec, target: str) -> Build | ExplorerError:
         built = build(spec, target)
     except ExplorerError as error:
         return error
-    return Build(spec=built.spec, target=built.target, tensorir=built.tensorir, trace=built.trace,
-                 lowered=built.lowered, cuda=built.cuda, kernels=built.kernels, schedule_mod=built.schedule_mod,
-                 device_mod=built.device_mod, runtime_module=None, timings_ms=dict(built.timings_ms))
+    return dataclasses.replace(built, runtime_module=None, timings_ms=dict(built.timings_ms))
 
 
 # -- the server: builds, measurements, a warm GPU --------------------------------------------
@@ -221,10 +217,10 @@ class Live:
     """Everything one server shares between its sessions: the build service, the
     measurement scheduler, the PyTorch baselines, and the GPU's warm-up.
 
-    :meth:`start` returns at once; in the background it starts the build processes and
-    warms the GPU (the measuring worker, CUDA, the bandwidth floor's kernel, PyTorch, NVRTC's
-    precompiled header) and measures ``first`` (the page a student opens), so that the
-    first latency a student waits for is a cached one or one warm measurement."""
+    :meth:`start` returns at once; in the background it starts the build processes, warms
+    the GPU (the measuring worker, CUDA, PyTorch, NVRTC's precompiled header), measures
+    ``first`` (the page a student opens) and then the roofline's ceilings, so that the first
+    latency a student waits for is a cached one or one warm measurement."""
 
     def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None):
         from .measure.scheduler import Scheduler

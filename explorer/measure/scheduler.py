@@ -12,7 +12,6 @@ a kernel at the same time either.
 """
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -37,12 +36,10 @@ class Job:
     spec: Spec
     target: str
     remote: Remote | None
-    number: int
     sessions: set = field(default_factory=set)
     state: str = "waiting"  # waiting → running → done
     result: object = None  # the measurement, when done without error
     error: str | None = None  # the sentence to show, when done with an error
-    requested_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     done_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -80,7 +77,6 @@ class Scheduler:
         self._jobs: dict[tuple, Job] = {}  # waiting or running, by key
         self._results: OrderedDict[tuple, Job] = OrderedDict()  # done, by key
         self._waiting_of: dict[Hashable, Job] = {}  # each session's waiting job
-        self._numbers = itertools.count(1)
         self.measured = 0
 
     # -- asking --------------------------------------------------------------------------
@@ -99,7 +95,7 @@ class Scheduler:
                 return done
             job = self._jobs.get(key)
             if job is None:
-                job = Job(key, spec, target, remote, next(self._numbers))
+                job = Job(key, spec, target, remote)
                 self._jobs[key] = job
                 self._line(device, remote).waiting.append(job)
                 self._changed.notify_all()
@@ -131,11 +127,6 @@ class Scheduler:
             if job.state != "waiting" or line is None or job not in line.waiting:
                 return None
             return line.waiting.index(job) + len(line.running)
-
-    def cancel(self, session: Hashable) -> None:
-        """The session is gone: its waiting job goes unless others wait for it too."""
-        with self._changed:
-            self._release(session, keep=None)
 
     def stats(self) -> dict:
         with self._changed:
