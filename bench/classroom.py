@@ -16,6 +16,7 @@ log of kernel runs, that no two kernels were ever timed at the same time.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import json
 import platform
@@ -64,6 +65,7 @@ class Student:
     moves: int = 0
     refused: int = 0  # settings the app refused with its reason (not errors)
     no_latency: int = 0  # moves whose latency had not come before the next move
+    waiting_notices: list = field(default_factory=list)  # what the page said instead, each time
     errors: list = field(default_factory=list)
 
 
@@ -117,7 +119,8 @@ f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
     def _track(self, msg: ForwardMsg) -> None:
         kind = msg.WhichOneof("type")
         if kind == "new_session":
-            self.fragments.clear()
+            if not msg.metadata.run.fragment_ids:  # a full run registers its fragments again (a browser does the same)
+                self.fragments.clear()
             for page in msg.new_session.app_pages:
                 self.pages[page.url_pathname or page.page_name] = page.page_script_hash
         elif kind == "navigation":
@@ -147,8 +150,10 @@ def element_of(msg):
 
 
 def watch(page: Page, started: float, until: float, want_latency: bool):
-    """(seconds to new code, seconds to new latency, refused, errors) of one script run."""
+    """(seconds to new code, seconds to new latency, refused, errors, the last notice the
+    page showed) of one script run."""
     code = latency = None
+    notice = ""
     refused, errors, alerts = False, [], []
     for msg in page.read(until):
         kind, element = element_of(msg)
@@ -162,9 +167,11 @@ def watch(page: Page, started: float, until: float, want_latency: bool):
             refused = True
         elif kind == "alert" and element.alert.format == 1:  # ERROR
             alerts.append(element.alert.body[:200])
+        elif kind == "alert":
+            notice = element.alert.body
         if code is not None and (latency is not None or not want_latency or refused):
             break
-    return code, latency, refused, errors + ([] if refused else alerts)
+    return code, latency, refused, errors + ([] if refused else alerts), notice
 
 
 def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
@@ -206,9 +213,11 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
         spec = get_preset(me.link).spec
         started = time.time()
         page.rerun()
-        code, latency, _, errors = watch(page, started, started + 120, want_latency)
+        code, latency, _, errors, notice = watch(page, started, min(end, started + 120), want_latency)
         me.open_s, me.first_latency_s = code, latency
         me.errors += errors
+        if latency is None and want_latency:
+            me.waiting_notices.append(notice)
         while time.time() < end:
             pause = think * rng.uniform(0.5, 1.5)
             for _ in page.read(min(end, time.time() + pause)):
@@ -220,7 +229,8 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
             started = time.time()
             page.rerun((widget_id, label))
             me.moves += 1
-            code, latency, refused, errors = watch(page, started, started + max(30.0, think * 3), want_latency)
+            code, latency, refused, errors, notice = watch(page, started, started + max(30.0, think * 3),
+                                                           want_latency)
             me.errors += errors
             if refused:
                 me.refused += 1
@@ -234,6 +244,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 (me.revisit_s if setting in seen else me.latency_s).append(latency)
             elif want_latency:
                 me.no_latency += 1
+                me.waiting_notices.append(notice)
             seen.add(setting)
     except Exception as error:  # a broken connection is an error of the run, not of the bench
         me.errors.append(f"{type(error).__name__}: {error}")
@@ -319,6 +330,7 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         "knob_to_latency_new": percentiles([x for s in class_ for x in s.latency_s]),
         "knob_to_latency_revisit": percentiles([x for s in class_ for x in s.revisit_s]),
         "moves_without_latency": sum(s.no_latency for s in class_),
+        "waiting_notices": collections.Counter(n[:120] for s in class_ for n in s.waiting_notices).most_common(3),
         "samples": samples,
     }
     if run_log and Path(run_log).exists():
@@ -369,6 +381,8 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     if report.get("moves_without_latency"):
         lines.append(f"Moves whose latency had not come before the student's next move: "
                      f"{report['moves_without_latency']}.")
+    for notice, times in report.get("waiting_notices", ()):
+        lines.append(f"When a latency had not come, the page said ({times}×): {notice or '(nothing)'}")
     if rss:
         third = max(1, len(rss) // 3)
         lines.append(f"Server RSS: {rss[0]:.0f} MiB at the start, {statistics.mean(rss[third:2 * third] or rss):.0f} "

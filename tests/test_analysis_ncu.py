@@ -95,3 +95,14 @@ def test_counters_ncu_did_not_collect_read_as_missing():
 
     assert _number("No-CC") is None and _number("n/a") is None and _number("") is None
     assert _number("1,234") == 1234.0
+
+
+def test_raw_page_reads_only_the_metrics_asked_for():
+    # ncu 2025+ adds columns of its own to the raw page, some of them text (the device's name).
+    header = '"ID","Kernel Name","device__attribute_display_name","gpu__time_duration.sum"'
+    units = '"","","","nsecond"'
+    text = "\n".join([header, units, '"0","main_kernel","NVIDIA H100 80GB HBM3","7,552"'])
+    (launch,) = parse_ncu_csv(text, ("gpu__time_duration.sum",))
+    assert launch.metrics == {"gpu__time_duration.sum": 7552}
+    with pytest.raises(ExplorerError, match="NVIDIA H100"):
+        parse_ncu_csv(text)

@@ -24,7 +24,7 @@ from explorer.measure import (
     latency_us,
 )
 from explorer.measure import measurement as measurement_module
-from explorer.measure.cuda_env import PCH_OPTIONS, kernel_environment, pip_cuda_root
+from explorer.measure.cuda_env import PCH_OPTIONS, is_pip_cuda_root, kernel_environment, pip_cuda_root
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
 from explorer.measure.queue import DeviceQueue
 from explorer.measure.timing import KernelRun, launches_for
@@ -313,3 +313,17 @@ def test_a_queue_with_two_places_lets_two_run_and_the_third_wait():
     for t in [*threads, third]:
         t.join(10)
     assert inside.acquire(timeout=1) and len(queue) == 0
+
+
+def test_a_pip_cuda_root_without_libcudacxx_is_not_one(tmp_path):
+    # PyTorch's wheels bring nvidia/cu13 with NVRTC and the runtime but not libcu++, which
+    # TVM's generated source includes: such a root must not replace a toolkit.
+    root = tmp_path / "cu13"
+    (root / "include").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "include" / "cuda_runtime.h").write_text("")
+    (root / "lib" / "libnvrtc.so.13").write_text("")
+    assert not is_pip_cuda_root(root)
+    (root / "include" / "cccl" / "cuda" / "std").mkdir(parents=True)
+    (root / "include" / "cccl" / "cuda" / "std" / "cstdint").write_text("")
+    assert is_pip_cuda_root(root)

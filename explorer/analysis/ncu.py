@@ -66,12 +66,14 @@ class KernelCounters:
         return self.metrics.get(METRICS[(op, what)])
 
 
-def parse_ncu_csv(text: str) -> list[KernelCounters]:
+def parse_ncu_csv(text: str, metrics: tuple = ()) -> list[KernelCounters]:
     """Parse ``ncu --csv`` output of either page: ``--page details`` (the default: a
     header row starting with "ID", then one row per (launch, metric)) or ``--page raw``
     (one row per launch, a column per metric, a row of units under the header). The
     program's own output and ``==PROF==`` lines may come before or between. Numbers may
-    carry thousands separators; times are given in ns and sizes in bytes."""
+    carry thousands separators; times are given in ns and sizes in bytes. ``metrics``, when
+    given, are the raw page's columns to read (ncu adds others, some of them text such as
+    the device's name)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
     if start is None:
@@ -79,7 +81,7 @@ def parse_ncu_csv(text: str) -> list[KernelCounters]:
     rows = csv.DictReader(io.StringIO("\n".join(l for l in lines[start:] if l.startswith('"'))))
     fields = set(rows.fieldnames or ())
     if "Metric Name" not in fields and "Metric Value" not in fields:
-        return _parse_raw(rows)
+        return _parse_raw(rows, metrics)
     missing = {"ID", "Kernel Name", "Metric Name", "Metric Value"} - fields
     if missing:
         raise ExplorerError(f"Nsight Compute's CSV lacks the column(s) {', '.join(sorted(missing))}.")
@@ -98,10 +100,10 @@ _RAW_INFO = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Ke
              "Block Size", "Grid Size", "Device", "CC"}
 
 
-def _parse_raw(rows: csv.DictReader) -> list[KernelCounters]:
+def _parse_raw(rows: csv.DictReader, wanted: tuple = ()) -> list[KernelCounters]:
     if "Kernel Name" not in (rows.fieldnames or ()):
         raise ExplorerError("Nsight Compute's CSV lacks the column Kernel Name.")
-    metrics = [f for f in rows.fieldnames if f not in _RAW_INFO and "__" in f]
+    metrics = [f for f in rows.fieldnames if f not in _RAW_INFO and "__" in f and (not wanted or f in wanted)]
     if not metrics:
         raise ExplorerError("Nsight Compute's CSV has no metric: neither Metric Name/Metric Value columns "
                             "(--page details) nor a column per metric (--page raw).")
@@ -174,7 +176,7 @@ def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())
     if proc.returncode != 0 or '"ID",' not in proc.stdout:
         detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         raise ExplorerError(f"ncu failed (exit {proc.returncode}): {detail[-1] if detail else 'no output'}")
-    return parse_ncu_csv(proc.stdout)
+    return parse_ncu_csv(proc.stdout, metrics)
 
 
 def _launch_once(spec_json: str) -> None:

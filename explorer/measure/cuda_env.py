@@ -38,13 +38,18 @@ PCH_SINCE = (12, 8)
 
 
 def pip_cuda_root() -> Path | None:
-    """``site-packages/nvidia/cu13`` when the pip NVRTC, runtime and headers are there."""
+    """``site-packages/nvidia/cu13`` when the pip NVRTC, runtime and headers are there,
+    libcu++'s too (PyTorch's wheels bring NVRTC and the runtime without them)."""
     spec = importlib.util.find_spec("nvidia")
     for location in (spec.submodule_search_locations or []) if spec else []:
-        root = Path(location) / PIP_CUDA
-        if (root / "include" / "cuda_runtime.h").is_file() and any((root / "lib").glob("libnvrtc.so*")):
-            return root
+        if is_pip_cuda_root(Path(location) / PIP_CUDA):
+            return Path(location) / PIP_CUDA
     return None
+
+
+def is_pip_cuda_root(root: Path) -> bool:
+    return ((root / "include" / "cuda_runtime.h").is_file() and any((root / "lib").glob("libnvrtc.so*"))
+            and (root / "include" / "cccl" / "cuda" / "std" / "cstdint").is_file())
 
 
 def nvrtc_version() -> tuple[int, int] | None:
