@@ -28,7 +28,7 @@ from .errors import ExplorerError, InvalidKnobs, summary_line
 from .knobs import KnobSet
 from .schedules import get_template
 from .schedules.common import Template
-from .targets import is_cuda, resolve_target
+from .targets import WARP_SIZE, is_cuda, resolve_target
 from .tir_walk import walk
 from .verify import shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
@@ -99,9 +99,6 @@ class Spec:
 
     def with_knobs(self, **changes) -> Spec:
         return dataclasses.replace(self, knobs=self.knobs.replace(**changes))
-
-
-WARP_SIZE = 32  # threads per warp on every NVIDIA GPU
 
 
 def warps_for(threads: int) -> int:

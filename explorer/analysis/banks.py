@@ -26,8 +26,9 @@ import numpy as np
 from tvm import tirx
 from tvm_ffi import StructuralKey
 
-from ..build import WARP_SIZE, LaunchShape
+from ..build import LaunchShape
 from ..errors import ExplorerError
+from ..targets import WARP_SIZE
 from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, kernel_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 

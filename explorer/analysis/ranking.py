@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import tvm
 
-from ..build import WARP_SIZE, Build
+from ..build import Build
+from ..targets import WARP_SIZE
 from .banks import analyze_banks
 from .resources import analyze_resources
 from .tiling import analyze_tiling

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from ..build import WARP_SIZE, warps_for
+from ..build import warps_for
 from ..errors import ExplorerError
+from ..targets import WARP_SIZE
 
 
 @dataclass(frozen=True)
