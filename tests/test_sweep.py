@@ -396,3 +396,18 @@ def test_heatmap_figure_shows_the_cells_and_names_the_point_behind_each(measured
     assert trace.text[0][0].endswith("no valid combination (2 tried)")
     (line,) = tuning_figure((None, 5.0, 4.0), budget=96).data  # no working candidate in the first batch
     assert list(line.y) == [None, 5.0, 4.0] and list(line.x) == [1, 2, 3]
+
+
+@pytest.mark.gpu
+def test_a_sweep_on_the_gpu_times_every_valid_point_and_ranks_by_latency():
+    """The real measurer: each valid point is checked against NumPy and timed on this GPU."""
+    from explorer.measure import gpu_measurer
+
+    measurer = gpu_measurer()
+    assert measurer is not None
+    result = run(Grid.parse(SMALL, ["num_thread_x=4,8", "num_thread_y=1,4"]), measurer=measurer, workers=2)
+    assert result.measured and result.ranking.startswith("Ranked by measured latency on the GPU")
+    ranked = result.ranked()
+    assert len(ranked) + len(result.skipped()) == 4 and ranked
+    assert all(p.latency_us > 0 for p in ranked)
+    assert [p.latency_us for p in ranked] == sorted(p.latency_us for p in ranked)
