@@ -40,8 +40,7 @@ def launch_summary(built: Build) -> str:
         return f"{targets.target_label(built.target)}: host code only"
     parts = []
     for k in built.kernels:
-        blocks = k.grid[0] * k.grid[1] * k.grid[2]
-        parts.append(f"{blocks:,} blocks × {k.threads_per_block} threads, {k.shared_bytes:,} B shared")
+        parts.append(f"{k.blocks:,} blocks × {k.threads_per_block} threads, {k.shared_bytes:,} B shared")
     return f"{targets.target_label(built.target)}: " + "; ".join(parts)
 
 
@@ -53,7 +52,7 @@ def metrics(built: Build, container=st) -> None:
     k = built.kernels[0]
     cols = container.columns(4)
     cols[0].metric("Threads per block", f"{k.threads_per_block}", help=f"block {k.block} (x, y, z)")
-    cols[1].metric("Blocks", f"{k.grid[0] * k.grid[1] * k.grid[2]:,}", help=f"grid {k.grid} (x, y, z)")
+    cols[1].metric("Blocks", f"{k.blocks:,}", help=f"grid {k.grid} (x, y, z)")
     cols[2].metric("Shared mem / block", f"{k.shared_bytes / 1024:.1f} KB", help=f"{k.shared_bytes:,} bytes, static")
     cols[3].metric("Kernels", f"{len(built.kernels)}",
                    help="Separate kernels round-trip intermediate results through global memory.")
@@ -102,11 +101,10 @@ def tiling(built: Build) -> None:
     if kernel is None:
         st.caption("A CPU build has no thread blocks.")
         return
-    blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
     cols = st.columns([2, 1, 1, 1])
     colour_by = cols[0].segmented_control("Colour the outputs by", ["block", "vthread", "thread", "iteration"],
                                           default="block", key="ui.tiling.colour") or "block"
-    block = cols[1].number_input("Block", 0, blocks - 1, 0, key="ui.tiling.block",
+    block = cols[1].number_input("Block", 0, kernel.blocks - 1, 0, key="ui.tiling.block",
                                  help="Linear block id (blockIdx.x fastest) for the figures of one block.")
     tx = cols[2].number_input("threadIdx.x", 0, kernel.block[0] - 1, 0, key="ui.tiling.tx")
     ty = cols[3].number_input("threadIdx.y", 0, kernel.block[1] - 1, 0, key="ui.tiling.ty")
@@ -152,8 +150,7 @@ def bank_conflicts(built: Build) -> None:
         cols = st.columns([3, 1])
         label = cols[0].selectbox("Access", list(modelled), key="ui.banks.access")
         kernel, access = modelled[label]
-        warps = max(1, -(-kernel.block[0] * kernel.block[1] * kernel.block[2] // banks.WARP_SIZE))
-        warp = cols[1].number_input("Warp", 0, warps - 1, 0, key="ui.banks.warp")
+        warp = cols[1].number_input("Warp", 0, kernel.warps_per_block - 1, 0, key="ui.banks.warp")
         lanes = banks.lane_map(built, kernel.kernel, access.number, warp)
         left, right = st.columns(2)
         left.plotly_chart(figures.bank_figure(lanes), key="banks-wavefronts")

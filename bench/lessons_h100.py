@@ -93,8 +93,7 @@ def _static(preset: Preset, target: str | None) -> tuple[L.Evidence | None, int 
         built = build(preset.spec, target)
     except ExplorerError:
         return None, None
-    grid = built.kernels[0].grid
-    return L.evidence(built), grid[0] * grid[1] * grid[2]
+    return L.evidence(built), built.kernels[0].blocks
 
 
 def measure_baselines(presets: list[Preset], settings, progress) -> dict[str, tuple[float | None, str]]:

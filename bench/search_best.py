@@ -8,7 +8,7 @@ ready-to-paste ``[[preset]]`` block.
 
 A plan names a workload, a template, a grid over its knobs, how many grid points to try
 (a random sample when the grid is larger) and the knobs to polish afterwards by coordinate
-descent (:func:`explorer.sweep.refine`: one knob at a time over all its values). Invalid
+descent (:func:`explorer.search.sweep.refine`: one knob at a time over all its values). Invalid
 combinations are skipped with their reason; each kernel is checked against NumPy and timed
 by the measurement worker, which stops a kernel past its time limit.
 
@@ -32,10 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from explorer.analysis.ranking import static_score  # noqa: E402
 from explorer.build import Spec  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
+from explorer.measure import gpu_measurer  # noqa: E402
 from explorer.schedules import get_template  # noqa: E402
-from explorer.sweep import Grid, Point, compile_pool, gpu_measurer, refine, run, static_score  # noqa: E402
+from explorer.search.grid import Grid  # noqa: E402
+from explorer.search.results import Point  # noqa: E402
+from explorer.search.sweep import compile_pool, refine, run  # noqa: E402
 from explorer.workloads import workload_from_mapping  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"  # default of --results
@@ -272,7 +276,7 @@ def preset_block(plan: Plan, spec: Spec, latency_us: float, device: str, tried: 
 
 
 def tune_plan(plan: Plan, args) -> None:
-    from explorer.tune import tune
+    from explorer.search.tune import tune
 
     args.results.mkdir(parents=True, exist_ok=True)
     base = plan.base()

@@ -27,7 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from docs_section import write_section  # noqa: E402
 from search_best import PLANS  # noqa: E402
 
-from explorer.sweep import FAILED, INVALID, Grid, cpu_count, gpu_measurer, run, static_score  # noqa: E402
+from explorer.analysis.ranking import static_score  # noqa: E402
+from explorer.measure import gpu_measurer  # noqa: E402
+from explorer.search.grid import Grid  # noqa: E402
+from explorer.search.results import FAILED, INVALID  # noqa: E402
+from explorer.search.sweep import cpu_count, run  # noqa: E402
 
 PLAN = PLANS["dw-96"]
 GOAL_PER_MINUTE = 200

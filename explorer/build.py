@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import math
 import os
 import re
 import shutil
@@ -23,11 +24,11 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import tirx
 
-from .errors import ExplorerError, InvalidKnobs
+from .errors import ExplorerError, InvalidKnobs, summary_line
 from .knobs import KnobSet
 from .schedules import get_template
 from .schedules.common import Template
-from .targets import is_cuda, resolve_target
+from .targets import WARP_SIZE, is_cuda, resolve_target
 from .tir_walk import walk
 from .verify import shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
@@ -100,16 +101,38 @@ class Spec:
         return dataclasses.replace(self, knobs=self.knobs.replace(**changes))
 
 
+def warps_for(threads: int) -> int:
+    """Warps a block of ``threads`` threads occupies: a partial warp still takes a whole one."""
+    return -(-threads // WARP_SIZE)
+
+
+class LaunchShape:
+    """The launch arithmetic of anything with a ``grid`` and a ``block`` (x, y, z extents)."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def warps_per_block(self) -> int:
+        return warps_for(self.threads_per_block)
+
+
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(LaunchShape):
+    """One CUDA kernel of a build: its name, launch (grid and block) and static shared memory."""
+
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
-
-    @property
-    def threads_per_block(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
 
 
 @dataclass(eq=False)
@@ -153,7 +176,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     except ExplorerError:
         raise
     except Exception as error:  # lowering errors come as TVMError/RuntimeError
-        raise InvalidKnobs(f"TVM cannot lower this schedule: {_first_line(error)}",
+        raise InvalidKnobs(f"TVM cannot lower this schedule: {summary_line(error)}",
                            tuple(spec.knobs.to_dict())) from None
     timings["lower"] = _ms(start)
     device_mod = next(iter(device_mods.values()), None)
@@ -223,11 +246,6 @@ def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 2)
 
 
-def _first_line(error: Exception) -> str:
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__
-
-
 # -- compiled binary -----------------------------------------------------------------
 
 
@@ -287,7 +305,7 @@ def _compile_source(source: str, arch: str) -> Binary:
             capture_output=True, text=True, timeout=120,
         )
         if proc.returncode != 0:
-            raise ExplorerError(f"nvcc could not compile the generated CUDA: {_first_line(RuntimeError(proc.stderr))}")
+            raise ExplorerError(f"nvcc could not compile the generated CUDA: {summary_line(proc.stderr)}")
         sass = ""
         cuobjdump = shutil.which("cuobjdump", path=os.path.dirname(nvcc))
         if cuobjdump:

@@ -215,7 +215,10 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import Grid, gpu_measurer, run, static_score
+    from .analysis.ranking import static_score
+    from .measure import gpu_measurer
+    from .search.grid import Grid
+    from .search.sweep import run
 
     preset, spec = _spec_from_args(args)
     grid = Grid.parse(spec, args.grid)
@@ -249,7 +252,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .tune import tune
+    from .search.tune import tune
 
     preset, spec = _spec_from_args(args)
     result = tune(

@@ -27,3 +27,14 @@ class InvalidWorkload(ExplorerError):
 
 class PresetError(ExplorerError):
     """A preset file or preset name is wrong (unknown key, wrong type, unknown preset)."""
+
+
+def summary_line(error: BaseException | str) -> str:
+    """The line of an error (or of a tool's error output) to show: its last non-empty line,
+    because TVM and the compilers print their traceback or notes first and the message
+    last. An error without text is named by its type; empty output is "no message"."""
+    text = error if isinstance(error, str) else str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines:
+        return lines[-1]
+    return "no message" if isinstance(error, str) else type(error).__name__

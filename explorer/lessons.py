@@ -310,7 +310,7 @@ def global_writes(built: Build) -> tuple[tuple[str, ...], ...]:
 
 FACTS: dict[str, Callable[[Build], object]] = {
     "kernels": lambda b: len(b.kernels),
-    "blocks": lambda b: math.prod(b.kernels[0].grid),
+    "blocks": lambda b: b.kernels[0].blocks,
     "threads_per_block": lambda b: b.kernels[0].threads_per_block,
     "shared_bytes": lambda b: b.kernels[0].shared_bytes,
     "outputs_per_thread": lambda b: analyze_tiling(b).outputs_per_thread,

@@ -9,6 +9,7 @@ import tvm
 from .errors import ExplorerError
 
 DEFAULT_TAG = "nvidia/nvidia-h100"
+WARP_SIZE = 32  # threads per warp on every NVIDIA GPU
 # Short names a user can type; any TVM target tag or "sm_XY" works too.
 ALIASES = {
     "h100": "nvidia/nvidia-h100",

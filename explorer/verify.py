@@ -14,7 +14,7 @@ from tvm import tirx
 from tvm.s_tir import SBlockRealize
 from tvm.tirx.analysis import undefined_vars
 
-from .errors import InvalidKnobs
+from .errors import InvalidKnobs, summary_line
 from .schedules.common import Template
 from .targets import is_cuda
 from .tir_walk import allocations, thread_tag, walk
@@ -151,8 +151,6 @@ def verify_device(template: Template, device_mod: tvm.IRModule, target: tvm.targ
     try:
         tvm.get_global_func("s_tir.transform.VerifyGPUCode")(limits)(device_mod)
     except Exception as error:  # TVM raises a plain RuntimeError/TVMError here
-        first = str(error).strip().splitlines()[-1]
-        raise InvalidKnobs(
-            f"The CUDA verifier rejects this schedule: {first}", template.knobs_for_tags(template.tag_knobs)
-        ) from None
+        raise InvalidKnobs(f"The CUDA verifier rejects this schedule: {summary_line(error)}",
+                           template.knobs_for_tags(template.tag_knobs)) from None
 

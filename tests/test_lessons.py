@@ -346,11 +346,11 @@ def test_measuring_a_step_on_the_page_fills_in_the_verdicts(monkeypatch):
     """With a GPU (here a stand-in measurer), the button times the step and the steps it is
     compared with, and each timing claim gets its verdict with both pairs of numbers."""
     import explorer.measure
-    import explorer.sweep
 
     fake_us = {"dw-blog-threads-case1": 4.0, "dw-blog-threads-case2": 3.0}
     by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
-    monkeypatch.setattr(explorer.sweep, "gpu_measurer", lambda target, remote=None, settings=None: by_spec.__getitem__)
+    monkeypatch.setattr(explorer.measure, "gpu_measurer",
+                        lambda target, remote=None, settings=None: by_spec.__getitem__)
     monkeypatch.setattr(explorer.measure, "local_gpu", lambda: "Stand-in GPU")
     at = lessons_page({"lesson": "depthwise_blog", "step": "8"})
     assert "needs a GPU" in "\n".join(m.value for m in at.markdown)

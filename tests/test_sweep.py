@@ -7,10 +7,13 @@ import cloudpickle
 import pytest
 import tvm
 
+from explorer.analysis.ranking import StaticScore
 from explorer.build import Spec, build
 from explorer.errors import ExplorerError, InvalidKnobs
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
-from explorer.sweep import FAILED, INVALID, VALID, Grid, Point, StaticScore, compile_pool, refine, run
+from explorer.search.grid import Grid
+from explorer.search.results import FAILED, INVALID, VALID, Point
+from explorer.search.sweep import compile_pool, refine, run
 from explorer.workloads import DepthwiseConv2d
 
 # The stand-in scorer runs in the worker processes, which cannot import this test module.
@@ -244,7 +247,7 @@ def test_static_analyses_rank_the_blogs_conflict_free_threads_first():
     """The blog's claim on [1,256,32,32] (here 8 channels), blocking 32×32: threads (y=1,
     x=32) read shared memory without bank conflicts, (y=32, x=1) with; the same loads per
     output and warps, so the static ranking puts (1, 32) first by the conflict factor."""
-    from explorer.sweep import static_score
+    from explorer.analysis.ranking import static_score
 
     base = Spec("depthwise_blog", DepthwiseConv2d(channels=8, height=32, width=32),
                 DepthwiseBlogKnobs(num_vthread_x=1))
@@ -381,7 +384,7 @@ def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
 
 
 def test_heatmap_figure_shows_the_cells_and_names_the_point_behind_each(measured):
-    from explorer.figures_sweep import heatmap_figure, tuning_figure
+    from explorer.search.figures import heatmap_figure, tuning_figure
 
     result, _ = measured
     (trace,) = heatmap_figure(result, "num_thread_x", "num_thread_y").data
@@ -393,3 +396,18 @@ def test_heatmap_figure_shows_the_cells_and_names_the_point_behind_each(measured
     assert trace.text[0][0].endswith("no valid combination (2 tried)")
     (line,) = tuning_figure((None, 5.0, 4.0), budget=96).data  # no working candidate in the first batch
     assert list(line.y) == [None, 5.0, 4.0] and list(line.x) == [1, 2, 3]
+
+
+@pytest.mark.gpu
+def test_a_sweep_on_the_gpu_times_every_valid_point_and_ranks_by_latency():
+    """The real measurer: each valid point is checked against NumPy and timed on this GPU."""
+    from explorer.measure import gpu_measurer
+
+    measurer = gpu_measurer()
+    assert measurer is not None
+    result = run(Grid.parse(SMALL, ["num_thread_x=4,8", "num_thread_y=1,4"]), measurer=measurer, workers=2)
+    assert result.measured and result.ranking.startswith("Ranked by measured latency on the GPU")
+    ranked = result.ranked()
+    assert len(ranked) + len(result.skipped()) == 4 and ranked
+    assert all(p.latency_us > 0 for p in ranked)
+    assert [p.latency_us for p in ranked] == sorted(p.latency_us for p in ranked)

@@ -7,7 +7,7 @@ import pytest
 import tvm
 
 from explorer.errors import ExplorerError
-from explorer.tune import TuneResult, cost_model_name, replay, snippet, trace_json, tune, tuning_target
+from explorer.search.tune import TuneResult, cost_model_name, replay, snippet, trace_json, tune, tuning_target
 from explorer.workloads import DepthwiseConv2d, Matmul
 
 TINY = DepthwiseConv2d(channels=4, height=8, width=8)

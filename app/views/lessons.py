@@ -13,8 +13,7 @@ from app import class_mode, server, session
 from explorer import lessons as L
 from explorer import style, urlstate
 from explorer.errors import ExplorerError
-from explorer.measure import Settings, local_gpu
-from explorer.sweep import gpu_measurer
+from explorer.measure import Settings, gpu_measurer, local_gpu
 from explorer.targets import target_label
 
 FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: the page opens on it

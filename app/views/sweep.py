@@ -7,11 +7,13 @@ import functools
 import streamlit as st
 
 from app import code_view, server, session, widgets
-from explorer import sweep, tune
+from explorer.analysis.ranking import static_score
 from explorer.errors import ExplorerError
 from explorer.export import file_name
-from explorer.figures_sweep import heatmap_figure, tuning_figure
-from explorer.measure import local_gpu
+from explorer.measure import gpu_measurer, local_gpu
+from explorer.search import sweep, tune
+from explorer.search.figures import heatmap_figure, tuning_figure
+from explorer.search.grid import Grid
 
 # Values a knob offers before the user narrows them; knobs with more start at the current value.
 MAX_DEFAULT_VALUES = 8
@@ -45,7 +47,7 @@ def grid_inputs(spec):
                                     key=f"sweep.values.{spec.template}.{name}", help=knob.help)
         axes.append((name, tuple(values)))
     try:
-        return sweep.Grid(spec, tuple(axes))
+        return Grid(spec, tuple(axes))
     except ExplorerError as e:
         st.error(str(e))
         return None
@@ -54,7 +56,7 @@ def grid_inputs(spec):
 def run_sweep(grid, sample, measurer) -> None:
     bar = st.progress(0.0, text="Starting the compile workers…")
     try:
-        result = sweep.run(grid, target=session.target(), measurer=measurer, scorer=sweep.static_score,
+        result = sweep.run(grid, target=session.target(), measurer=measurer, scorer=static_score,
                            sample=sample,
                            on_progress=lambda p: bar.progress(p.fraction, text=p.describe(measurer is not None)))
     except ExplorerError as e:
@@ -146,7 +148,7 @@ session.sync_url()
 st.title("Sweep")
 st.caption(f"{spec.template_def.title} · {spec.workload.label()}")
 grid = grid_inputs(spec)
-measurer = sweep.gpu_measurer(session.target())
+measurer = gpu_measurer(session.target())
 if grid is not None:
     sample = None
     if grid.size > MAX_APP_POINTS:

@@ -9,13 +9,13 @@ kernel (before the CUDA compiler's own optimisations, which the bank model discu
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import tvm
 from tvm import tirx
 from tvm_ffi import StructuralKey
 
+from ..build import LaunchShape
 from ..tir_walk import children
 from .texpr import expr_children, op_name
 
@@ -37,7 +37,7 @@ class Loop:
 
 
 @dataclass(frozen=True)
-class Launch:
+class Launch(LaunchShape):
     """A kernel's launch configuration and the variables that carry its indices."""
 
     kernel: str
@@ -45,18 +45,6 @@ class Launch:
     block_vars: dict  # "x"/"y"/"z" -> Var of blockIdx
     block: tuple[int, int, int]
     grid: tuple[int, int, int]
-
-    @property
-    def threads_per_block(self) -> int:
-        return math.prod(self.block)
-
-    @property
-    def warps_per_block(self) -> int:
-        return -(-self.threads_per_block // 32)
-
-    @property
-    def blocks(self) -> int:
-        return math.prod(self.grid)
 
     def block_loops(self) -> list[Loop]:
         """blockIdx variables as loops (x, y, z), for enumeration."""

@@ -26,11 +26,12 @@ import numpy as np
 from tvm import tirx
 from tvm_ffi import StructuralKey
 
+from ..build import LaunchShape
 from ..errors import ExplorerError
+from ..targets import WARP_SIZE
 from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, kernel_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 
-WARP_SIZE = 32
 BANKS = 32
 BANK_BYTES = 4
 WAVEFRONT_BYTES = BANKS * BANK_BYTES  # 128 bytes served per wavefront
@@ -107,7 +108,7 @@ class BankTotals:
 
 
 @dataclass(frozen=True)
-class KernelBanks:
+class KernelBanks(LaunchShape):
     kernel: str
     block: tuple[int, int, int]
     grid: tuple[int, int, int]

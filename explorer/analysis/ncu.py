@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ExplorerError
+from ..errors import ExplorerError, summary_line
 
 METRICS = {
     ("load", "requests"): "smsp__sass_inst_executed_op_shared_ld.sum",
@@ -396,8 +396,8 @@ def _nvcc_output(nvcc: str, source: str, arch: str, kind: str, tmp: str) -> str:
     proc = subprocess.run([nvcc, f"--{kind}", f"-arch={arch}", "-O3", "-o", out, src],
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
-        raise ExplorerError(f"nvcc could not compile the generated CUDA to {kind.upper()}: {last[0]}")
+        raise ExplorerError(f"nvcc could not compile the generated CUDA to {kind.upper()}: "
+                            f"{summary_line(proc.stderr)}")
     return out
 
 
@@ -462,7 +462,7 @@ def _sass(nvcc: str, tool: str, source: str, arch: str) -> tuple:
         proc = subprocess.run([tool, *flags, cubin], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise ExplorerError(f"{os.path.basename(tool)} could not disassemble the kernel: "
-                            f"{(proc.stderr.strip().splitlines() or ['no message'])[-1]}")
+                            f"{summary_line(proc.stderr)}")
     return tuple((k, tuple(v.items())) for k, v in sass_counts(proc.stdout).items())
 
 

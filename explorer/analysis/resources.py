@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from ..build import warps_for
 from ..errors import ExplorerError
+from ..targets import WARP_SIZE
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,9 @@ class ResourceReport:
 
 def occupancy(limits: SMLimits, threads: int, shared_bytes: int, registers: int | None) -> Occupancy:
     """Active blocks per SM for one block shape, and which resource limits it."""
-    warps = -(-threads // 32)
+    warps = warps_for(threads)
     allowed = {
-        "threads": (limits.threads // 32) // warps if warps else limits.blocks,
+        "threads": (limits.threads // WARP_SIZE) // warps if warps else limits.blocks,
         "blocks": limits.blocks,
     }
     per_block = _round_up(shared_bytes + limits.shared_reserved, limits.shared_unit) if shared_bytes else 0
@@ -111,13 +113,13 @@ def occupancy(limits: SMLimits, threads: int, shared_bytes: int, registers: int 
         allowed["registers"] = 0
     else:
         # A warp's registers come from one of the SM's 4 sub-partitions (cuda_occupancy.h).
-        per_warp = _round_up(max(registers, 1) * 32, limits.register_unit)
+        per_warp = _round_up(max(registers, 1) * WARP_SIZE, limits.register_unit)
         warps_by_registers = (limits.registers // SUB_PARTITIONS // per_warp) * SUB_PARTITIONS
         allowed["registers"] = warps_by_registers // warps
     known = {name: n for name, n in allowed.items() if n is not None}
     limiter = min(known, key=lambda name: known[name])  # dict order breaks ties: threads first
     blocks = known[limiter]
-    return Occupancy(blocks, limiter, allowed, blocks * warps, blocks * warps / (limits.threads // 32))
+    return Occupancy(blocks, limiter, allowed, blocks * warps, blocks * warps / (limits.threads // WARP_SIZE))
 
 
 def _round_up(value: int, unit: int) -> int:

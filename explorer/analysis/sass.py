@@ -25,7 +25,7 @@ import threading
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from ..errors import ExplorerError
+from ..errors import ExplorerError, summary_line
 
 WIDTHS = (8, 16, 32, 64, 128)  # bits moved per thread by one load or store
 _SIZED = ("LDS", "STS", "LDG", "STG", "LDL", "STL")  # memory instructions counted per width
@@ -237,8 +237,9 @@ def compile_cubin(cuda: str, arch: str) -> bytes:
         with _nvrtc_environment(), tvm.target.Target({"kind": "cuda", "arch": arch}):
             return compile_cached(_with_source_lines(cuda))
     except RuntimeError as error:  # TVM reports NVRTC's failures as RuntimeError
-        first = next((line for line in str(error).splitlines() if "error" in line), str(error).splitlines()[0])
-        raise ExplorerError(f"NVRTC could not compile the generated CUDA for {arch}: {first.strip()}") from None
+        # NVRTC's log names the failing line "... error: ..."; TVM's own message comes last.
+        first = next((line.strip() for line in str(error).splitlines() if "error" in line), summary_line(error))
+        raise ExplorerError(f"NVRTC could not compile the generated CUDA for {arch}: {first}") from None
 
 
 def _run(tool: str, *args: str) -> str:

@@ -11,6 +11,8 @@ latency, and it is measured the same way as what it is compared with.
 - One queue per device (``queue.py``): ``on_wait(ahead)`` and :func:`queue_length`.
 - Remote GPUs (``remote.py``): ``remote=Remote.parse("HOST:PORT", "KEY")`` goes through
   TVM's RPC tracker; ``python -m explorer.measure.server`` starts a GPU server.
+- Ranking many settings (``measurer.py``): :func:`gpu_measurer` gives a search its
+  ``spec -> µs`` with lighter settings (``SWEEP_SETTINGS``), or None without a GPU.
 - The PyTorch baseline (``baseline.py``): :func:`baseline`, CUDA graphs, TF32 off. TVM
   kernels are also replayed from CUDA graphs (``graphs.py``) when PyTorch is there, so that
   the comparison is like with like (``Measurement.versus_pytorch``).
@@ -43,6 +45,7 @@ from .measurement import (
                      shutdown,
                      warm_up,
 )
+from .measurer import SWEEP_SETTINGS, gpu_measurer
 from .remote import Remote
 from .settings import Settings
 from .timing import Timing
@@ -52,5 +55,5 @@ __all__ = [
     "Baseline", "BaselineUnavailable", "Check", "InvalidMeasureSettings", "KernelCrashed", "KernelTimeout",
     "MeasureError", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Settings", "Timing", "WrongResult",
     "baseline", "latency_us", "local_gpu", "measure", "measure_module", "queue_length", "shutdown", "warm_up",
-    "ceilings", "ceilings_error",
+    "ceilings", "ceilings_error", "SWEEP_SETTINGS", "gpu_measurer",
 ]

@@ -40,10 +40,3 @@ class BaselineUnavailable(MeasureError):
 
 class WrongResult(MeasureError):
     """The kernel's output does not match the NumPy reference (from ``latency_us``)."""
-
-
-def error_summary(error: BaseException) -> str:
-    """The last non-empty line of an error's text: TVM puts its traceback first and the
-    message last."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__

@@ -38,10 +38,10 @@ from tvm.rpc import base as rpc_base
 
 from ..analysis.roofline import Ceilings
 from ..build import Spec, build
-from ..errors import ExplorerError
+from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from .ceilings import CEILING_SETTINGS, measure_ceilings
-from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError, error_summary
+from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError
 from .queue import queue_for
 from .timing import KernelRun, device_args, run_checked
 from .worker import Job, workload_data
@@ -159,7 +159,7 @@ def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureErr
             return KernelTimeout(
                 f"The kernel did not finish within the remote session's time limit on {remote}; the session was ended."
             )
-        return KernelCrashed(f"The kernel failed on the remote server {remote} ({error_summary(error)}).")
+        return KernelCrashed(f"The kernel failed on the remote server {remote} ({summary_line(error)}).")
     return KernelRun(str(target), f"{name} ({remote})", check, timing, ceilings, compile_ms)
 
 
@@ -172,7 +172,7 @@ def _session(remote: Remote, timeout_s: float):
         servers = {item["key"] for item in tracker.summary()["server_info"]}
     except (OSError, RuntimeError) as error:
         raise RemoteError(f"Cannot reach the RPC tracker at {remote.host}:{remote.port} "
-                          f"({error_summary(error)}).") from None
+                          f"({summary_line(error)}).") from None
     if f"server:{remote.key}" not in servers:
         raise NoDevice(
             f"No server with key '{remote.key}' is registered at the tracker {remote.host}:{remote.port}; start one "
@@ -191,12 +191,12 @@ def _session(remote: Remote, timeout_s: float):
                 raise RuntimeError(f"the tracker answered {code}")
         except (OSError, RuntimeError, ValueError, TypeError) as failure:
             raise RemoteError(
-                f"The tracker at {remote.host}:{remote.port} gave no session ({error_summary(failure)}).") from None
+                f"The tracker at {remote.host}:{remote.port} gave no session ({summary_line(failure)}).") from None
         try:
             return rpc.connect(host, port, match_key, timeout_s), f"{host}:{port}"
         except Exception as failure:  # noqa: BLE001 (TVM raises its own errors for a refused connection)
             error = failure
-    raise RemoteError(f"No server under key '{remote.key}' took the session ({error_summary(error)}).")
+    raise RemoteError(f"No server under key '{remote.key}' took the session ({summary_line(error)}).")
 
 
 def _target(session, name: str | None) -> tvm.target.Target:

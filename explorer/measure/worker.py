@@ -37,12 +37,12 @@ from tvm.support.popen_pool import PopenWorker
 
 from ..analysis.roofline import Ceilings
 from ..build import Spec, build
-from ..errors import ExplorerError
+from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .cuda_env import kernel_environment
-from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice, error_summary
+from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
 from .graphs import time_tvm_graph
 from .settings import Settings
 from .timing import KernelRun, Timing, device_args, run_checked
@@ -129,7 +129,7 @@ def _guarded(fn, *args):
     except ExplorerError as error:
         return error
     except Exception as error:  # TVM raises TVMError/RuntimeError subclasses
-        return MeasureError(f"The measurement failed: {error_summary(error)}")
+        return MeasureError(f"The measurement failed: {summary_line(error)}")
 
 
 # -- in the worker process ------------------------------------------------------------
@@ -180,7 +180,7 @@ def run() -> KernelRun:
     except ExplorerError:
         raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
-        raise KernelCrashed(f"The kernel failed on the device ({error_summary(error)}); "
+        raise KernelCrashed(f"The kernel failed on the device ({summary_line(error)}); "
                             f"the measuring process was restarted.") from None
     finally:
         _log_run(started, p.job)
@@ -264,7 +264,7 @@ def compile_kernel(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tv
     try:
         return tvm.compile(kernel, target=host_target).jit()
     except Exception as error:
-        raise MeasureError(f"TVM could not compile the kernel: {error_summary(error)}") from None
+        raise MeasureError(f"TVM could not compile the kernel: {summary_line(error)}") from None
 
 
 @functools.lru_cache(maxsize=4)

@@ -21,10 +21,10 @@ from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
+from ..targets import WARP_SIZE
 from ..workloads import DTYPE, Matmul
 from .common import Template, bind, cooperative_fetch, new_schedule, schedule_errors
 
-WARP_SIZE = 32
 TILES = (8, 16, 32, 64, 128, 256)
 
 

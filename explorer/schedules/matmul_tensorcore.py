@@ -16,11 +16,11 @@ from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
+from ..targets import WARP_SIZE
 from ..workloads import Matmul
 from .common import Template, bind, new_schedule, schedule_errors
 from .tensor_intrinsics import MMA_SHAPE, SUPPORTED_DTYPES, mma_intrinsics
 
-WARP_SIZE = 32
 VECTOR_BYTES = 16  # cp.async's widest copy: 8 half-precision elements
 TILES = (16, 32, 64, 128, 256)
 

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from .style import SWEEP_COLORSCALE
-from .sweep import SweepResult
+from ..style import SWEEP_COLORSCALE
+from .results import SweepResult
 
 
 def heatmap_figure(result: SweepResult, x: str, y: str) -> go.Figure:

@@ -36,18 +36,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from .errors import ExplorerError
-from .sweep import cpu_count
-from .targets import resolve_target
-from .workloads import Workload
+from ..errors import ExplorerError
+from ..targets import resolve_target
+from ..workloads import Workload
+from .sweep import EXPLORER_ROOT, cpu_count
 
-_ROOT = str(Path(__file__).resolve().parent.parent)  # so build workers can import explorer
 MAX_TRIALS = 10_000
 
 
@@ -198,8 +196,8 @@ def tune(
         raise ExplorerError(f"Unknown search strategy '{strategy}'; use evolutionary or replay-trace.")
     target = tuning_target(target)
     if target.kind.name == "cuda":
-        from .measure import local_gpu
-        from .measure.cuda_env import kernel_environment
+        from ..measure import local_gpu
+        from ..measure.cuda_env import kernel_environment
 
         if local_gpu() is None:
             raise ExplorerError(
@@ -226,7 +224,7 @@ def tune(
     with tempfile.TemporaryDirectory(prefix="explorer-tune-") as scratch:
         directory = work_dir or scratch
         builder = ms.builder.LocalBuilder(
-            max_workers=workers, f_build=build_candidate, initializer=functools.partial(site.addsitedir, _ROOT)
+            max_workers=workers, f_build=build_candidate, initializer=functools.partial(site.addsitedir, EXPLORER_ROOT)
         )
         database = ms.tune_tir(
             mod,
@@ -307,7 +305,7 @@ def replay(workload: Workload, trace_json, variant: str = "default") -> tvm.s_ti
 
 def snippet(result: TuneResult, title: str = "") -> str:
     """The tuned schedule as a standalone script, like any template's (see export.py)."""
-    from .export import schedule_snippet
+    from ..export import schedule_snippet
 
     if not result.target.startswith("sm_"):
         raise ExplorerError("Only a schedule tuned for a CUDA GPU can be exported as a CUDA script.")
