@@ -134,3 +134,13 @@ def test_undisturbed_options_leave_clocks_and_caches_alone():
     assert ncu_options((DURATION,))[:7] == ["--csv", "--page", "raw", "--print-units", "base", "--metrics", DURATION]
     assert "--clock-control" not in ncu_options((DURATION,))
     assert ncu_options((DURATION,), undisturbed=True)[-4:] == ["--clock-control", "none", "--cache-control", "none"]
+
+
+@pytest.mark.gpu
+def test_profile_times_each_call_with_clocks_and_caches_left_alone():
+    if ncu_path() is None:
+        pytest.skip("ncu is not installed")
+    spec = get_preset("dw-blog-final-96").spec  # one kernel per call
+    counters = profile(spec, metrics=(DURATION,), calls=3, undisturbed=True, nvcc=False)
+    durations = call_durations_us(counters, 1)
+    assert len(durations) == 3 and all(0 < us < 1000 for us in durations)
