@@ -132,9 +132,11 @@ def show_evidence(step: L.Step, target: str) -> None:
 
 
 def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None:
-    """Time this step and the steps its claims compare it with (once per session and device)."""
+    """Time this step and the steps its claims compare it with (once per session and device;
+    a failed measurement is tried again)."""
     measured = st.session_state.setdefault(MEASURED, {})
-    todo = [p for p in L.presets_to_time([step.preset]) if (*device, p.id) not in measured]
+    todo = [p for p in L.presets_to_time([step.preset])
+            if (*device, p.id) not in measured or measured[(*device, p.id)].median_us is None]
     with st.status(f"Measuring {len(todo)} kernel(s), each checked against NumPy first…") as status:
         found = R.measure_steps(
             todo, measure_spec, functools.partial(server.build, target=target),
