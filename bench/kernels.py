@@ -1,9 +1,10 @@
-"""The kernel table: for each target workload, the fastest shipped preset on this GPU
-against PyTorch (CUDA graphs, TF32 off) and the roofline.
+"""The kernel table: for each benchmark workload (explorer.benchmarks.BENCHMARKS), the
+fastest shipped preset on this GPU against PyTorch (CUDA graphs, TF32 off) and the
+roofline, and whether the benchmark's goal is met.
 
     python bench/kernels.py [--no-write]
 
-Every shipped preset of a target workload is measured (checked against NumPy first, then
+Every shipped preset of a benchmark's workload is measured (checked against NumPy first, then
 timed with the default measurement settings: median of 20 repeats of >= 1 ms), both
 launched back to back by ``time_evaluator`` and replayed from a CUDA graph. PyTorch is
 timed in the same worker from CUDA graphs, so the ratio and the goals compare the graph
@@ -18,68 +19,28 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from docs_section import write_section  # noqa: E402
 
+from explorer.benchmarks import BENCHMARKS, Benchmark  # noqa: E402
 from explorer.build import Spec  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.measure import baseline, local_gpu, measure  # noqa: E402
 from explorer.presets import all_presets  # noqa: E402
 from explorer.schedules import get_template  # noqa: E402
-from explorer.workloads import Workload, workload_from_mapping  # noqa: E402
 
-
-@dataclass(frozen=True)
-class Target:
-    workload: Workload
-    goal: str
-    max_ratio: float  # TVM / PyTorch at most this ...
-    strict: bool = False  # ... or below it ("faster than")
-    max_us: float | None = None  # and at most this many µs, when given
-
-
-def _depthwise(size, kernel=3, multiplier=1, goal="faster than PyTorch", max_us=None):
-    workload = workload_from_mapping("depthwise_conv2d", {"channels": 256, "height": size, "width": size,
-                                                          "kernel": kernel, "multiplier": multiplier})
-    return Target(workload, goal, 1.0, strict=True, max_us=max_us)
-
-
-TARGETS = (
-    _depthwise(21),
-    _depthwise(32),
-    _depthwise(64),
-    _depthwise(96, goal="faster than PyTorch and ≤ 5.0 µs", max_us=5.0),
-    _depthwise(96, kernel=5),
-    _depthwise(96, multiplier=2),
-    _depthwise(96, kernel=5, multiplier=2),
-    Target(workload_from_mapping("conv1d", {"input_length": 16384, "filter_length": 32}), "faster than PyTorch",
-           1.0, strict=True),
-    Target(workload_from_mapping("conv2d", {"in_channels": 512, "out_channels": 512, "height": 7, "width": 7,
-                                            "kernel_h": 3, "kernel_w": 3, "stride": 1, "padding": 1}),
-           "at most cuDNN's time", 1.0),
-    Target(workload_from_mapping("matmul", {"m": 1024, "n": 1024, "k": 1024}), "at most cuBLAS's time (TF32 off)",
-           1.0),
-    Target(workload_from_mapping("matmul", {"m": 4096, "n": 4096, "k": 4096}), "at most cuBLAS's time (TF32 off)",
-           1.0),
-    # ≥ 70% of cuBLAS's FLOP rate = at most 1 / 0.7 of its time.
-    Target(workload_from_mapping("matmul", {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}),
-           "≥ 70% of cuBLAS's TFLOP/s", 1 / 0.7),
-    Target(workload_from_mapping("matmul", {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16"}),
-           "≥ 70% of cuBLAS's TFLOP/s", 1 / 0.7),
-)
-# Extra specs measured for a target beside its presets (no shipped preset has this workload).
+# Extra specs measured for a benchmark beside its presets (no shipped preset has this workload).
 EXTRA_SPECS = {
     "matmul_async defaults": lambda w: Spec("matmul_async", w, get_template("matmul_async").knobs())
     if w.kind == "matmul" and w.dtype == "float32" and w.m == 4096 else None,
 }
 
 
-def row(target: Target) -> dict:
-    workload = target.workload
+def row(benchmark: Benchmark) -> dict:
+    workload = benchmark.workload
     candidates = {p.id: p.spec for p in all_presets().values() if p.spec.workload == workload}
     candidates |= {name: spec for name, make in EXTRA_SPECS.items() if (spec := make(workload)) is not None}
     presets = list(candidates)
@@ -108,24 +69,13 @@ def row(target: Target) -> dict:
         percent = best.graph_percent_of_floor if best.graph else best.percent_of_floor
     out = {"workload": workload.label(), "best": best_id or "—", "back_to_back_us": best.median_us if best else None,
            "graph_us": best.graph_us if best else None, "tvm_us": tvm_us,
-           "torch_us": torch_us, "percent_of_floor": percent, "goal": target.goal, "presets": len(presets),
+           "torch_us": torch_us, "percent_of_floor": percent, "goal": benchmark.goal, "presets": len(presets),
            "failed": wrong}
     out["ratio"] = tvm_us / torch_us if tvm_us and torch_us else None
     out["tvm_tflops"] = workload.flops / tvm_us / 1e6 if tvm_us else None
     out["torch_tflops"] = workload.flops / torch_us / 1e6 if torch_us else None
-    out["met"] = verdict(target, tvm_us, out["ratio"])
+    out["met"] = benchmark.verdict(tvm_us, torch_us)
     return out
-
-
-def verdict(target: Target, tvm_us: float | None, ratio: float | None) -> str:
-    if tvm_us is None or ratio is None:
-        return "not measured"
-    gaps = []
-    if ratio > target.max_ratio or (target.strict and ratio == target.max_ratio):
-        gaps.append(f"{ratio / target.max_ratio:.2f}× too slow vs PyTorch")
-    if target.max_us is not None and tvm_us > target.max_us:
-        gaps.append(f"{tvm_us - target.max_us:.2f} µs over {target.max_us:g} µs")
-    return "yes" if not gaps else "no: " + ", ".join(gaps)
 
 
 def _us(value: float | None) -> str:
@@ -158,9 +108,9 @@ def main(argv=None) -> int:
         print("error: no CUDA GPU on this machine; the kernel table is measured on one.", file=sys.stderr)
         return 2
     rows = []
-    for target in TARGETS:
-        print(target.workload.label(), file=sys.stderr)
-        rows.append(row(target))
+    for benchmark in BENCHMARKS:
+        print(benchmark.workload.label(), file=sys.stderr)
+        rows.append(row(benchmark))
     text = table(rows)
     print(text)
     failed = [f for r in rows for f in r["failed"]]

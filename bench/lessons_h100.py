@@ -19,12 +19,12 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from explorer import lesson_reasons as R  # noqa: E402
 from explorer import lessons as L  # noqa: E402
 from explorer.build import build  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
@@ -34,66 +34,24 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "lessons-h100.md"
 RESULTS = ROOT / "bench" / "results"
 NO_GPU_EXIT = 3
-# Evidence thresholds for "why it may differ" (see reasons()).
-NEAR_ROOF = 60.0  # % of the roofline above which the machine, not the schedule, sets a kernel's time
-FEW_MICROSECONDS = 10.0  # below this, fixed launch costs weigh as much as the schedule
 
 
-@dataclass(frozen=True)
-class Measured:
-    """What this run found for one preset (everything the document needs, as plain data)."""
+def measure_presets(presets: list[Preset], target: str | None, settings, progress) -> dict[str, R.MeasuredStep]:
+    """Each distinct spec once, in the measuring worker, with its static evidence."""
+    from explorer.measure import measure
 
-    preset: str
-    median_us: float | None
-    gflops: float | None
-    percent_of_floor: float | None
-    floor_us: float | None
-    error: str  # why there is no time ("" when there is one)
-    evidence: L.Evidence | None
-    blocks: int | None  # of the first kernel's grid
-
-
-def measure_presets(presets: list[Preset], target: str | None, settings, progress) -> dict[str, Measured]:
-    """Each distinct spec once (lessons.measure_presets), in the measuring worker, with
-    the record's details kept; static evidence from the same build."""
-    from explorer.measure import WrongResult, measure
-
-    records = {}
-
-    def measured_us(spec):
+    def measured(spec):
         try:
-            record = records[spec] = measure(spec, target=target, settings=settings)
+            return measure(spec, target=target, settings=settings)
         except ExplorerError:
             raise
         except Exception as error:  # a bug on one kernel's path must not end the run: its row says what happened
             raise ExplorerError(f"internal error: {type(error).__name__}: {error}") from error
-        if not record.correct:
-            raise WrongResult(f"wrong result: {record.check.describe()}")
-        return record.median_us
 
     def done(preset, us, error):
         progress(f"{preset.id}: " + (f"{us:.2f} µs" if us is not None else f"no time ({error})"))
 
-    times, errors = L.measure_presets(presets, measured_us, on_done=done)
-    out = {}
-    for preset in presets:
-        record = records.get(preset.spec) if preset.id in times else None
-        evidence, blocks = _static(preset, target)
-        out[preset.id] = Measured(
-            preset.id, times.get(preset.id), record.gflops if record else None,
-            record.percent_of_floor if record else None, record.floor_us if record else None,
-            errors.get(preset.id, ""), evidence, blocks,
-        )
-    return out
-
-
-def _static(preset: Preset, target: str | None) -> tuple[L.Evidence | None, int | None]:
-    """The static evidence and the first kernel's block count (None when it cannot be built)."""
-    try:
-        built = build(preset.spec, target)
-    except ExplorerError:
-        return None, None
-    return L.evidence(built), built.kernels[0].blocks
+    return R.measure_steps(presets, measured, lambda spec: build(spec, target), on_done=done)
 
 
 def measure_baselines(presets: list[Preset], settings, progress) -> dict[str, tuple[float | None, str]]:
@@ -114,45 +72,6 @@ def measure_baselines(presets: list[Preset], settings, progress) -> dict[str, tu
     return out
 
 
-def reasons(check: L.ComparisonCheck, this_step: int, this: Measured, other: Measured | None,
-            sm_count: int | None, config: L.LessonConfig | None = None) -> str:
-    """For a claim this GPU does not reproduce: what the measurements and the static
-    analyses of the two kernels show, in a sentence or two."""
-    config = config or L.LessonConfig()
-    if check.measured is None or other is None:
-        return this.error or (other.error if other is not None else "the compared step was not measured")
-    m = check.measured
-    notes = []
-    if check.comparison.expect != "same_speed":
-        if abs(m.ratio - 1) <= config.tolerance:
-            notes.append(f"the two differ by less than ±{config.tolerance:.0%} here, within run-to-run noise")
-        elif m.ratio < 1:
-            notes.append(f"the order is reversed here (×{m.ratio:.2f})")
-    floors = [x.percent_of_floor for x in (this, other)]
-    if all(f is not None and f >= NEAR_ROOF for f in floors):
-        notes.append(f"both run at {min(floors):.0f}% or more of the roofline, so the GPU's bandwidth or peak, not the "
-                     f"schedule, sets their time")
-    elif m.this_us < FEW_MICROSECONDS and m.other_us < FEW_MICROSECONDS:
-        notes.append("both take a few microseconds, where launch cost and the last wave of blocks weigh as much "
-                     "as the schedule")
-    for step, x in ((this_step, this), (check.other.step, other)):
-        if sm_count and x.blocks is not None and x.blocks < sm_count:
-            notes.append(f"step {step} launches only {x.blocks} blocks for {sm_count} SMs")
-    a, b = this.evidence, other.evidence
-    if a is not None and b is not None:
-        if a.bank_conflict_degree != b.bank_conflict_degree:
-            notes.append(f"the bank model gives {a.bank_conflict_degree}-way against {b.bank_conflict_degree}-way "
-                         f"conflicts")
-        if abs(a.occupancy - b.occupancy) >= 0.25:
-            notes.append(f"occupancy is {a.occupancy:.0%} against {b.occupancy:.0%}")
-    if len(notes) < 2:
-        hardware = check.tutorial.where if check.tutorial is not None else "the tutorial's GPU"
-        notes.append(f"nothing in the static analyses singles out a cause: {hardware} and this GPU differ in "
-                     f"cache sizes, memory bandwidth and compiler")
-    text = "; ".join(notes[:3])
-    return text[0].upper() + text[1:] + "."
-
-
 # -- the document -------------------------------------------------------------------------
 
 
@@ -171,7 +90,7 @@ def _pair(figures: L.Figures | None, digits: int) -> str:
     return f"{figures.this_us:,.{digits}f} vs {figures.other_us:,.{digits}f} µs (×{figures.ratio:.2f})"
 
 
-def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int | None, header: dict,
+def render(lessons, measured: dict[str, R.MeasuredStep], torch_us: dict, sm_count: int | None, header: dict,
            target: str | None = None) -> str:
     """The document; ``target`` is the build target of the static checks (None: this GPU)."""
     lines = [
@@ -217,7 +136,7 @@ def render(lessons, measured: dict[str, Measured], torch_us: dict, sm_count: int
                 totals[verdict] += 1
                 why = ""
                 if verdict != L.REPRODUCED:
-                    why = _cell(reasons(check, step.number, m, measured.get(check.other.id), sm_count))
+                    why = _cell(R.reasons(check, step.number, m, measured.get(check.other.id), sm_count))
                 claims.append(f"| {step.number} | {check.sentence(p)} | {_pair(check.tutorial, 1)} | "
                               f"{_pair(check.measured, 2)} | **{verdict}** | {why} |")
             for check in L.static_checks(p, target):
@@ -290,12 +209,12 @@ def main(argv=None) -> int:
         "tvm": metadata.version("apache-tvm"), "target": args.target or arch, "repeats": settings.repeats,
         "min_repeat_ms": settings.min_repeat_ms, "torch": _torch_version() if torch_us else "not measured",
     }
-    text = render(lessons, measured, torch_us, _sm_count(), header, args.target)
+    text = render(lessons, measured, torch_us, R.local_sm_count(), header, args.target)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    raw = {"header": header, "presets": {pid: {k: v for k, v in vars(m).items() if k != "evidence"}
-                                         for pid, m in measured.items()},
+    raw = {"header": header, "presets": {pid: {**{k: v for k, v in vars(m).items() if k != "evidence"},
+                                               "blocks": m.blocks} for pid, m in measured.items()},
            "pytorch_us": {label: us for label, (us, _) in torch_us.items()}}
     (RESULTS / f"lessons-{arch}.json").write_text(json.dumps(raw, indent=2))
     if args.out == DOC:
@@ -311,13 +230,6 @@ def _torch_version() -> str:
         return "PyTorch " + metadata.version("torch")
     except metadata.PackageNotFoundError:
         return "PyTorch not installed"
-
-
-def _sm_count() -> int | None:
-    import tvm
-
-    device = tvm.cuda(0)
-    return int(device.multi_processor_count) if device.exist else None
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from docs_section import write_section  # noqa: E402
 
+from explorer.benchmarks import get_benchmark  # noqa: E402
 from explorer.build import Spec  # noqa: E402
 from explorer.measure import baseline, local_gpu, measure  # noqa: E402
 from explorer.measure.settings import Settings  # noqa: E402
@@ -35,9 +36,8 @@ from explorer.workloads import Matmul  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = Settings(repeats=10)
-FP32_1024, FP32_4096 = Matmul(m=1024, n=1024, k=1024), Matmul(m=4096, n=4096, k=4096)
-FP16_4096 = Matmul(m=4096, n=4096, k=4096, dtype="float16")
-BF16_4096 = Matmul(m=4096, n=4096, k=4096, dtype="bfloat16")
+FP32_1024, FP32_4096, FP16_4096, BF16_4096 = (
+    get_benchmark(name).workload for name in ("matmul-1024", "matmul-4096", "matmul-fp16-4096", "matmul-bf16-4096"))
 
 
 def simt(workload, **knobs) -> Spec:

@@ -15,22 +15,18 @@ Needs no streamlit or plotly (the GPU test machine has neither).
 - Knob change -> latency: wall time of ``measure(spec)`` for specs the worker has never
   built (schedule, lowering, NVRTC, check and timing included), as a user moving a knob
   sees it; the median must stay under 1.0 s.
-- ``--ncu``: for each of NCU_PRESETS a child process runs the kernel under
-  ``ncu --csv --metrics gpu__time_duration.sum`` (clocks and caches left alone, like the
-  back-to-back timing), and the per-call kernel time is compared with the median.
+- ``--ncu``: for each of NCU_PRESETS, ``explorer.analysis.ncu.profile`` runs the kernel
+  under ``ncu --csv --metrics gpu__time_duration.sum`` (clocks and caches left alone, like
+  the back-to-back timing), and the per-call kernel time is compared with the median.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import itertools
 import json
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -135,50 +131,23 @@ def time_knob_changes(ids: list[str], settings: Settings, count: int) -> dict:
 # -- Nsight Compute ----------------------------------------------------------------------
 
 
-def ncu_child(preset_id: str) -> None:
-    """Under ncu: build the preset for this GPU, run it NCU_WARMUP_CALLS + NCU_CALLS times."""
-    import tvm
-
+def ncu_kernel_us(preset_id: str) -> dict:
+    """Kernel time per call of ``main`` (all its kernels) from gpu__time_duration.sum, the
+    warm-up calls left out."""
+    from explorer.analysis.ncu import DURATION, call_durations_us, ncu_options, profile
     from explorer.build import build
 
     spec = get_preset(preset_id).spec
-    device = tvm.cuda(0)
-    module = tvm.runtime.Executable(build(spec).runtime_module).jit()
-    workload = spec.workload
-    args = [tvm.runtime.tensor(x, device) for x in workload.random_inputs(0)]
-    args.append(tvm.runtime.empty(workload.output_shape(), "float32", device))
-    for _ in range(NCU_WARMUP_CALLS + NCU_CALLS):
-        module["main"](*args)
-    device.sync()
-
-
-def ncu_kernel_us(preset_id: str) -> dict:
-    """Kernel time per call of ``main`` (all its kernels) from gpu__time_duration.sum."""
-    from explorer.build import build
-
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    kernels_per_call = len(build(get_preset(preset_id).spec).kernels)
-    command = [ncu, "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum",
-               "--clock-control", "none", "--cache-control", "none",
-               "--launch-skip", str(NCU_WARMUP_CALLS * kernels_per_call),
-               "--launch-count", str(NCU_CALLS * kernels_per_call),
-               sys.executable, __file__, "--ncu-child", preset_id]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    durations_ns = [float(row["Metric Value"].replace(",", "")) for row in _ncu_rows(proc.stdout)
-                    if row.get("Metric Name") == "gpu__time_duration.sum"]
-    if proc.returncode != 0 or len(durations_ns) != NCU_CALLS * kernels_per_call:
-        return {"error": (proc.stderr or proc.stdout)[-500:], "kernels": len(durations_ns)}
-    per_call = [sum(durations_ns[i:i + kernels_per_call]) / 1e3
-                for i in range(0, len(durations_ns), kernels_per_call)]
+    kernels_per_call = len(build(spec).kernels)
+    try:
+        # Compiled as the measuring worker compiles it, so that both time the same code.
+        counters = profile(spec, timeout_s=300, metrics=(DURATION,), calls=NCU_WARMUP_CALLS + NCU_CALLS,
+                           undisturbed=True, nvcc=False)
+        per_call = call_durations_us(counters, kernels_per_call)[NCU_WARMUP_CALLS:]
+    except ExplorerError as error:
+        return {"error": str(error)}
     return {"ncu_median_us": statistics.median(per_call), "ncu_min_us": min(per_call),
-            "kernels_per_call": kernels_per_call,
-            "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command[:-4]))}
-
-
-def _ncu_rows(text: str):
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    return csv.DictReader(io.StringIO("\n".join(lines[start:]))) if start is not None else []
+            "kernels_per_call": kernels_per_call, "command": " ".join(["ncu", *ncu_options((DURATION,), True)])}
 
 
 def compare_with_ncu(rows: list[dict], ids: list[str]) -> list[dict]:
@@ -247,7 +216,7 @@ def markdown(results: dict) -> str:
               for r in knobs["rows"]]
     if results.get("ncu"):
         command = next((r["command"] for r in results["ncu"] if r.get("command")), "ncu")
-        lines += ["", f"Nsight Compute: `{command} python bench/measure_h100.py --ncu-child PRESET`, "
+        lines += ["", f"Nsight Compute: `{command} python -m explorer.analysis.ncu SPEC CALLS`, "
                       f"the kernel time of one "
                       f"call of `main` (median of {NCU_CALLS} calls after {NCU_WARMUP_CALLS} warm-up calls) "
                       f"against the "
@@ -285,11 +254,7 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--write-docs", action="store_true", help="write the docs/benchmarks.md section")
     parser.add_argument("--from-json", type=Path, help="render a saved results file instead of measuring")
-    parser.add_argument("--ncu-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.ncu_child:
-        ncu_child(args.ncu_child)
-        return 0
     if args.from_json:
         results = json.loads(args.from_json.read_text())
     else:

@@ -6,9 +6,10 @@ ready-to-paste ``[[preset]]`` block.
     python bench/search_best.py all
     python bench/search_best.py dw-96 --tune 256      # MetaSchedule on the same workload instead
 
-A plan names a workload, a template, a grid over its knobs, how many grid points to try
-(a random sample when the grid is larger) and the knobs to polish afterwards by coordinate
-descent (:func:`explorer.search.sweep.refine`: one knob at a time over all its values). Invalid
+A plan names a benchmark (explorer.benchmarks: the workload, its goal and PyTorch's
+time), a template, a grid over its knobs, how many grid points to try (a random sample
+when the grid is larger) and the knobs to polish afterwards by coordinate descent
+(:func:`explorer.search.sweep.refine`: one knob at a time over all its values). Invalid
 combinations are skipped with their reason; each kernel is checked against NumPy and timed
 by the measurement worker, which stops a kernel past its time limit.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from explorer.analysis.ranking import static_score  # noqa: E402
+from explorer.benchmarks import Benchmark, get_benchmark  # noqa: E402
 from explorer.build import Spec  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.measure import gpu_measurer  # noqa: E402
@@ -40,7 +42,6 @@ from explorer.schedules import get_template  # noqa: E402
 from explorer.search.grid import Grid  # noqa: E402
 from explorer.search.results import Point  # noqa: E402
 from explorer.search.sweep import compile_pool, refine, run  # noqa: E402
-from explorer.workloads import workload_from_mapping  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"  # default of --results
 
@@ -107,64 +108,40 @@ CONV2D_REFINE = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", 
 class Plan:
     id: str
     template: str
-    workload: dict  # kind + shape values
+    benchmark: Benchmark  # the workload, its goal and PyTorch's time
     grid: tuple[str, ...]
     sample: int | None  # points of the grid to try; None = all
     refine: tuple[str, ...]
-    pytorch_us: float | None  # the reference in shared/TVM-0.27-NOTES.md (H100)
-    goal: str
 
     def base(self) -> Spec:
-        values = dict(self.workload)
-        kind = values.pop("kind")
-        template = get_template(self.template)
-        return Spec(self.template, workload_from_mapping(kind, values), template.knobs())
+        return Spec(self.template, self.benchmark.workload, get_template(self.template).knobs())
 
 
-def _depthwise(id, size, kernel=3, multiplier=1, pytorch_us=None, goal="faster than PyTorch"):
-    workload = {"kind": "depthwise_conv2d", "channels": 256, "height": size, "width": size, "kernel": kernel,
-                "multiplier": multiplier}
-    return Plan(id, "depthwise_blog", workload, DEPTHWISE_GRID, 500, DEPTHWISE_REFINE, pytorch_us, goal)
+def _plans(*rows) -> dict[str, Plan]:
+    """Plans by id from rows (id, template, benchmark id, grid, sample, knobs to refine)."""
+    return {id: Plan(id, template, get_benchmark(benchmark), grid, sample, refine)
+            for id, template, benchmark, grid, sample, refine in rows}
 
 
-def _depthwise_flat(id, size, pytorch_us, goal="faster than PyTorch"):
-    workload = {"kind": "depthwise_conv2d", "channels": 256, "height": size, "width": size}
-    return Plan(id, "depthwise_flat", workload, DEPTHWISE_FLAT_GRID, None, DEPTHWISE_FLAT_REFINE, pytorch_us, goal)
-
-
-PLANS = {
-    p.id: p
-    for p in (
-        _depthwise("dw-21", 21, pytorch_us=2.45),
-        _depthwise("dw-32", 32, pytorch_us=3.66),
-        _depthwise("dw-64", 64, pytorch_us=10.62),
-        _depthwise("dw-96", 96, pytorch_us=22.02, goal="≤ 5.0 µs (80% of the 4.0 µs copy floor)"),
-        _depthwise_flat("dw-21-flat", 21, pytorch_us=2.45),
-        _depthwise_flat("dw-32-flat", 32, pytorch_us=3.66),
-        _depthwise_flat("dw-96-flat", 96, pytorch_us=22.02, goal="≤ 5.0 µs (80% of the 4.0 µs copy floor)"),
-        _depthwise("dw-96-k5", 96, kernel=5, pytorch_us=37.96),
-        _depthwise("dw-96-m2", 96, multiplier=2, pytorch_us=51.82),
-        _depthwise("dw-96-m2-k5", 96, kernel=5, multiplier=2, pytorch_us=83.26),
-        Plan("conv1d-16384", "conv1d", {"kind": "conv1d", "input_length": 16384, "filter_length": 32},
-             CONV1D_GRID, 600, CONV1D_REFINE, 8.56, "faster than PyTorch"),
-        Plan("conv2d-resnet-last", "conv2d_autotvm",
-             {"kind": "conv2d", "in_channels": 512, "out_channels": 512, "height": 7, "width": 7,
-              "kernel_h": 3, "kernel_w": 3, "stride": 1, "padding": 1},
-             CONV2D_GRID, 1500, CONV2D_REFINE, 107.2, "≤ cuDNN's 107 µs"),
-        Plan("matmul-1024", "matmul", {"kind": "matmul", "m": 1024, "n": 1024, "k": 1024},
-             MATMUL_GRID, 800, MATMUL_REFINE, 55.7, "within 1.2× of cuBLAS (≤ 66.8 µs)"),
-        Plan("matmul-async-1024", "matmul_async", {"kind": "matmul", "m": 1024, "n": 1024, "k": 1024},
-             MATMUL_ASYNC_GRID, 120, MATMUL_ASYNC_REFINE, 55.7, "at most cuBLAS's time (≤ 55.7 µs)"),
-        Plan("matmul-async-4096", "matmul_async", {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096},
-             MATMUL_ASYNC_GRID, 60, MATMUL_ASYNC_REFINE, None, "at most cuBLAS's time"),
-        Plan("matmul-tc-fp16-4096", "matmul_tensorcore",
-             {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "float16"},
-             MATMUL_TC_GRID, 60, MATMUL_TC_REFINE, None, "≥ 70% of cuBLAS's TFLOP/s"),
-        Plan("matmul-tc-bf16-4096", "matmul_tensorcore",
-             {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16"},
-             MATMUL_TC_GRID, 60, MATMUL_TC_REFINE, None, "≥ 70% of cuBLAS's TFLOP/s"),
-    )
-}
+PLANS = _plans(
+    ("dw-21", "depthwise_blog", "dw-21", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("dw-32", "depthwise_blog", "dw-32", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("dw-64", "depthwise_blog", "dw-64", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("dw-96", "depthwise_blog", "dw-96", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("dw-21-flat", "depthwise_flat", "dw-21", DEPTHWISE_FLAT_GRID, None, DEPTHWISE_FLAT_REFINE),
+    ("dw-32-flat", "depthwise_flat", "dw-32", DEPTHWISE_FLAT_GRID, None, DEPTHWISE_FLAT_REFINE),
+    ("dw-96-flat", "depthwise_flat", "dw-96", DEPTHWISE_FLAT_GRID, None, DEPTHWISE_FLAT_REFINE),
+    ("dw-96-k5", "depthwise_blog", "dw-96-k5", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("dw-96-m2", "depthwise_blog", "dw-96-m2", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("dw-96-m2-k5", "depthwise_blog", "dw-96-m2-k5", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
+    ("conv1d-16384", "conv1d", "conv1d-16384", CONV1D_GRID, 600, CONV1D_REFINE),
+    ("conv2d-resnet-last", "conv2d_autotvm", "conv2d-resnet-last", CONV2D_GRID, 1500, CONV2D_REFINE),
+    ("matmul-1024", "matmul", "matmul-1024", MATMUL_GRID, 800, MATMUL_REFINE),
+    ("matmul-async-1024", "matmul_async", "matmul-1024", MATMUL_ASYNC_GRID, 120, MATMUL_ASYNC_REFINE),
+    ("matmul-async-4096", "matmul_async", "matmul-4096", MATMUL_ASYNC_GRID, 60, MATMUL_ASYNC_REFINE),
+    ("matmul-tc-fp16-4096", "matmul_tensorcore", "matmul-fp16-4096", MATMUL_TC_GRID, 60, MATMUL_TC_REFINE),
+    ("matmul-tc-bf16-4096", "matmul_tensorcore", "matmul-bf16-4096", MATMUL_TC_GRID, 60, MATMUL_TC_REFINE),
+)
 
 
 def search(plan: Plan, args) -> None:
@@ -210,7 +187,8 @@ def search(plan: Plan, args) -> None:
         print(f"{plan.id}: dry run, {tried} points, this run {elapsed:.0f} s. {result.ranking}\n"
               f"best by the static model: {best.knobs.to_strings()}")
         return
-    print(f"{plan.id}: best {best.latency_us:.2f} µs (PyTorch {plan.pytorch_us} µs; goal {plan.goal}); "
+    print(f"{plan.id}: best {best.latency_us:.2f} µs (PyTorch {plan.benchmark.pytorch_us} µs; "
+          f"goal {plan.benchmark.goal}); "
           f"{tried} points measured or skipped, this run {elapsed:.0f} s", file=sys.stderr)
     block = preset_block(plan, dataclasses.replace(base, knobs=best.knobs), best.latency_us, device, tried, args)
     (args.results / f"{stem}.toml").write_text(block)
@@ -257,7 +235,7 @@ def preset_block(plan: Plan, spec: Spec, latency_us: float, device: str, tried: 
     if args.rounds != 2:
         command += f" --rounds {args.rounds}"
     workload = {"kind": spec.workload.kind, **spec.workload.to_dict()}
-    versus = f", PyTorch {plan.pytorch_us} µs" if plan.pytorch_us else ""
+    versus = f", PyTorch {plan.benchmark.pytorch_us} µs" if plan.benchmark.pytorch_us else ""
     lines = [
         "[[preset]]",
         f'id = "best-{plan.id}"',
@@ -286,7 +264,7 @@ def tune_plan(plan: Plan, args) -> None:
     print(file=sys.stderr)
     (work_dir / "best.json").write_text(json.dumps(result.to_json(), indent=2))
     print(f"{plan.id}: MetaSchedule best {result.best_us:.2f} µs after {result.trials} trials "
-          f"({result.elapsed_s:.0f} s); PyTorch {plan.pytorch_us} µs; trace in {work_dir / 'best.json'}")
+          f"({result.elapsed_s:.0f} s); PyTorch {plan.benchmark.pytorch_us} µs; trace in {work_dir / 'best.json'}")
 
 
 def main(argv=None) -> int:
@@ -307,7 +285,7 @@ def main(argv=None) -> int:
         for plan in PLANS.values():
             grid = Grid.parse(plan.base(), plan.grid)
             print(f"{plan.id:20} {plan.base().workload.label()}: {grid.size:,} grid points, sample {plan.sample}, "
-                  f"goal {plan.goal}\n{'':20} --grid {' --grid '.join(plan.grid)}")
+                  f"goal {plan.benchmark.goal}\n{'':20} --grid {' --grid '.join(plan.grid)}")
         return 0
     ids = list(PLANS) if args.plans == ["all"] else args.plans
     unknown = [i for i in ids if i not in PLANS]

@@ -10,7 +10,8 @@ the previous step, and checks the step's claims:
 - ``compare`` entries (timing claims) give the tutorial's two numbers and, when timings
   are given, the measured two, side by side: reproduced, not reproduced or needs a GPU.
 
-:func:`evidence` gathers what the page shows "on this GPU" when nothing is measured.
+What the relations and facts mean lives in explorer.claims; why a measured claim may
+differ from the tutorial's, in explorer.lesson_reasons.
 
 Timings come in as plain data, a mapping ``preset id -> µs`` (measured by
 :func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's
@@ -23,28 +24,14 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from tvm import tirx
-
-from .analysis.banks import analyze_banks
-from .analysis.resources import analyze_resources
-from .analysis.tiling import analyze_tiling
-from .build import Build, Spec, build
+from .build import Spec, build
+from .claims import FACTS, RELATIONS
 from .errors import ExplorerError, PresetError
-from .presets import STATIC_FACTS, Comparison, Preset, Tutorial, all_presets, tutorials
-from .tir_walk import walk
+from .presets import Comparison, Preset, Tutorial, all_presets, tutorials
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NEEDS_GPU = "needs a GPU"
-
-# What each relation means, in words, for the lesson's sentences.
-RELATION_WORDS = {
-    "faster": "faster than",
-    "slower": "slower than",
-    "same_speed": "as fast as",
-    "more_gflops": "a higher FLOP rate than",
-    "fewer_gflops": "a lower FLOP rate than",
-}
 
 
 @dataclass(frozen=True)
@@ -177,7 +164,7 @@ class ComparisonCheck:
 
     def sentence(self, this: Preset) -> str:
         """The claim in words: "Step 8 is faster than step 7: Threads 8×32 on 32×32 …"."""
-        words = RELATION_WORDS[self.comparison.expect]
+        words = RELATIONS[self.comparison.expect]
         bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
         other = self.other
         where = (f"step {other.step}" if other.tutorial == this.tutorial
@@ -279,61 +266,6 @@ def measure_presets(
 # -- static facts -----------------------------------------------------------------------
 
 
-def _first_input(built: Build):
-    """The footprint of the first buffer the compute stage reads (the input or its tile)."""
-    return analyze_tiling(built).footprints[0]
-
-
-def bank_conflict_degree(built: Build) -> int:
-    """The worst n-way bank conflict among the first kernel's shared-memory loads (0 when
-    it loads nothing from shared memory)."""
-    if not built.kernels:
-        return 0
-    kernel = analyze_banks(built).kernels[0]
-    loads = [a for a in kernel.accesses if a.op == "load" and a.duplicate_of is None]
-    unknown = [a for a in loads if a.not_modelled]
-    if unknown:
-        raise ExplorerError(f"The bank model cannot evaluate {unknown[0].text}: {unknown[0].not_modelled}.")
-    return max((a.max_degree for a in loads), default=0)
-
-
-def global_writes(built: Build) -> tuple[tuple[str, ...], ...]:
-    """For each kernel, in launch order, the global buffers it stores to."""
-    out = []
-    for kernel in built.kernels:
-        func = built.device_mod[kernel.name]
-        names = {s.buffer.name for s, _ in walk(func.body)
-                 if isinstance(s, tirx.BufferStore) and s.buffer.scope() == "global"}
-        out.append(tuple(sorted(names)))
-    return tuple(out)
-
-
-FACTS: dict[str, Callable[[Build], object]] = {
-    "kernels": lambda b: len(b.kernels),
-    "blocks": lambda b: b.kernels[0].blocks,
-    "threads_per_block": lambda b: b.kernels[0].threads_per_block,
-    "shared_bytes": lambda b: b.kernels[0].shared_bytes,
-    "outputs_per_thread": lambda b: analyze_tiling(b).outputs_per_thread,
-    "input_tile_per_thread": lambda b: tuple(_first_input(b).thread_box[-2:]),
-    "loads_per_output": lambda b: _first_input(b).loads_per_output,
-    "bank_conflict_degree": bank_conflict_degree,
-    "global_writes": global_writes,
-}
-assert tuple(FACTS) == STATIC_FACTS, "explorer.presets.STATIC_FACTS and lessons.FACTS must name the same facts"
-
-FACT_LABELS = {
-    "kernels": "kernels launched",
-    "blocks": "blocks",
-    "threads_per_block": "threads per block",
-    "shared_bytes": "shared memory per block (bytes)",
-    "outputs_per_thread": "outputs per thread",
-    "input_tile_per_thread": "input tile per thread (rows × columns)",
-    "loads_per_output": "input loads per output",
-    "bank_conflict_degree": "worst bank conflict (n-way)",
-    "global_writes": "global buffers written, per kernel",
-}
-
-
 def format_fact(value) -> str:
     """A fact's value for display: tiles as 10 × 3, global writes per kernel as a; b."""
     if isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
@@ -364,7 +296,7 @@ class StaticCheck:
 
     @property
     def label(self) -> str:
-        return FACT_LABELS[self.fact]
+        return FACTS[self.fact].label
 
 
 def static_checks(preset: Preset, target: str | None = None) -> tuple[StaticCheck, ...]:
@@ -376,49 +308,7 @@ def static_checks(preset: Preset, target: str | None = None) -> tuple[StaticChec
     checks = []
     for fact, claimed in preset.static:
         try:
-            checks.append(StaticCheck(fact, claimed, FACTS[fact](built)))
+            checks.append(StaticCheck(fact, claimed, FACTS[fact].of(built)))
         except ExplorerError as error:
             checks.append(StaticCheck(fact, claimed, None, str(error)))
     return tuple(checks)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a build shows about a claim without running it."""
-
-    shared_bytes: int
-    bank_conflict_degree: int | None
-    outputs_per_thread: int | None
-    loads_per_output: float | None
-    blocks_per_sm: int
-    occupancy: float
-    occupancy_limiter: str
-    registers: int | str  # per thread, or "not compiled"
-    notes: tuple[str, ...] = ()
-
-
-def evidence(built: Build, binary=None) -> Evidence:
-    """Static evidence for the first kernel of a build; ``binary`` (compile_binary) adds
-    registers to the occupancy. An analysis that cannot evaluate the schedule leaves its
-    figure empty and says why in ``notes``."""
-    notes = []
-
-    def attempt(compute):
-        try:
-            return compute()
-        except ExplorerError as error:
-            notes.append(str(error))
-            return None
-
-    resources = analyze_resources(built, binary).kernels[0]
-    return Evidence(
-        shared_bytes=resources.shared_bytes,
-        bank_conflict_degree=attempt(lambda: bank_conflict_degree(built)),
-        outputs_per_thread=attempt(lambda: analyze_tiling(built).outputs_per_thread),
-        loads_per_output=attempt(lambda: _first_input(built).loads_per_output),
-        blocks_per_sm=resources.occupancy.blocks_per_sm,
-        occupancy=resources.occupancy.occupancy,
-        occupancy_limiter=resources.occupancy.limiter,
-        registers=resources.registers,
-        notes=tuple(dict.fromkeys(notes)),
-    )

@@ -26,11 +26,11 @@ File layout::
 ``this_schedule`` marks the tutorial's time for this very schedule (at most one entry);
 the other entries are context (another library, the tutorial's baseline). ``compare``
 makes a timing claim checkable: this step against another preset, ``expect`` one of
-RELATIONS (``faster``/``slower``/``same_speed`` compare times; ``more_gflops``/
-``fewer_gflops`` compare FLOP rates, for claims across workloads), optionally
-``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of magnitude").
-``static`` makes a structural claim checkable: facts (STATIC_FACTS, computed from the
-build by explorer.lessons) and the values the claim states.
+explorer.claims.RELATIONS (``faster``/``slower``/``same_speed`` compare times;
+``more_gflops``/``fewer_gflops`` compare FLOP rates, for claims across workloads),
+optionally ``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of
+magnitude"). ``static`` makes a structural claim checkable: facts (explorer.claims.FACTS,
+computed from the build) and the values the claim states.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .build import Spec
+from .claims import FACTS, RELATIONS
 from .errors import ExplorerError, PresetError
 from .schedules import get_template
 from .workloads import workload_from_mapping
@@ -52,19 +53,6 @@ _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "fo
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
-RELATIONS = ("faster", "slower", "same_speed", "more_gflops", "fewer_gflops")
-# Facts about a build that a claim can state (explorer.lessons computes them):
-STATIC_FACTS = (
-    "kernels",  # CUDA kernels launched
-    "blocks",  # blocks of the first kernel's grid
-    "threads_per_block",
-    "shared_bytes",  # static shared memory per block of the first kernel
-    "outputs_per_thread",  # outputs one thread computes (vthreads included)
-    "input_tile_per_thread",  # [rows, columns] of the input one thread reads
-    "loads_per_output",  # input elements loaded per output when each thread loads its tile once
-    "bank_conflict_degree",  # worst n-way bank conflict of the first kernel's shared loads
-    "global_writes",  # per kernel, the buffers it writes in global memory
-)
 _TUTORIAL_KEYS = {"id", "title", "source", "summary"}
 
 
@@ -87,7 +75,7 @@ class Comparison:
     """A timing claim: this preset is ``expect`` compared with preset ``other``."""
 
     other: str
-    expect: str  # one of RELATIONS
+    expect: str  # one of explorer.claims.RELATIONS
     at_least: float | None = None
 
 
@@ -189,8 +177,8 @@ def _load_comparison(item: dict, here: str) -> Comparison:
 def _load_static(table: dict, here: str) -> tuple[tuple[str, object], ...]:
     if not isinstance(table, dict):
         raise PresetError(f"{here}: 'static' must be a table of facts.")
-    _check_keys(table, set(STATIC_FACTS), f"{here} static")
-    return tuple((name, _frozen(table[name])) for name in STATIC_FACTS if name in table)
+    _check_keys(table, set(FACTS), f"{here} static")
+    return tuple((name, _frozen(table[name])) for name in FACTS if name in table)
 
 
 def _frozen(value):

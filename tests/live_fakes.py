@@ -10,19 +10,12 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None):
     """A server whose GPU answers ``latency_of(spec)`` µs (None: a wrong result); returns
     the specs it measured. ``warm_up`` replaces the GPU's warm-up (default: instant)."""
     from explorer.live import Live
-    from explorer.measure import Check, Measurement, Timing
 
     calls = []
 
     def fake_measure(job):
-        spec = job.spec
-        calls.append(spec)
-        us = latency_of(spec)
-        check = (Check(True, 0.0, 1e-5, 0, None) if us is not None
-                 else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0))
-        timing = Timing((us, us, us), 100) if us is not None else None
-        return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
-                           spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
+        calls.append(job.spec)
+        return fake_measurement(job.spec, latency_of(job.spec))
 
     live = Live(measure_fn=fake_measure, warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
     live.builds = server.live().builds  # the real server's compile processes, shared by all tests
@@ -32,6 +25,17 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None):
     monkeypatch.setattr(server, "live", lambda: live)
     monkeypatch.setattr(panels, "can_measure", lambda: True)
     return calls
+
+
+def fake_measurement(spec, us):
+    """What the fake GPU measures for ``spec``: ``us`` µs each time (None: a wrong result),
+    on ceilings where the compulsory bytes take 2 µs."""
+    from explorer.measure import Check, Measurement, Timing
+
+    check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
+    timing = Timing((us, us, us), 100) if us is not None else None
+    return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
+                       spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
 
 
 def settle(at, timeout: float = 30):

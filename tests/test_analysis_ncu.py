@@ -4,9 +4,12 @@ import pytest
 
 from explorer.analysis.banks import BankReport, BankTotals, KernelBanks, analyze_banks
 from explorer.analysis.ncu import (
+    DURATION,
     METRICS,
+    call_durations_us,
     compare,
     format_comparison,
+    ncu_options,
     ncu_path,
     parse_ncu_csv,
     profile,
@@ -106,3 +109,49 @@ def test_raw_page_reads_only_the_metrics_asked_for():
     assert launch.metrics == {"gpu__time_duration.sum": 7552}
     with pytest.raises(ExplorerError, match="NVIDIA H100"):
         parse_ncu_csv(text)
+
+
+# -- kernel time per call (bench/measure_h100.py --ncu) ----------------------------------
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_call_durations_from_a_recorded_capture():
+    # ncu --page raw on the blog's threads (32, 1): one launch of 7,552 ns.
+    counters = parse_ncu_csv((DATA / "ncu_raw_threads_32x1.csv").read_text())
+    assert call_durations_us(counters, 1) == [7.552]
+
+
+def test_call_durations_sum_each_calls_kernels_in_base_or_scaled_units():
+    # Two calls of a two-kernel main: (1,500 + 2,500) ns and (1.25 µs + 2,750 ns).
+    text = "\n".join([HEADER, row(0, "main_kernel", DURATION, "1,500", "nsecond"),
+                      row(1, "main_kernel_1", DURATION, "2,500", "nsecond"),
+                      row(2, "main_kernel", DURATION, "1.25", "usecond"),
+                      row(3, "main_kernel_1", DURATION, "2,750", "nsecond")])
+    assert call_durations_us(parse_ncu_csv(text), 2) == [4.0, 4.0]
+    assert call_durations_us(parse_ncu_csv(text), 1) == [1.5, 2.5, 1.25, 2.75]
+
+
+@pytest.mark.parametrize("kernels_per_call, text", [
+    (2, "\n".join([HEADER, row(0, "main_kernel", DURATION, "1,500")])),  # half a call
+    (1, "\n".join([HEADER, row(0, "main_kernel", DURATION, "n/a")])),  # not collected
+])
+def test_call_durations_refuse_partial_captures(kernels_per_call, text):
+    with pytest.raises(ExplorerError, match="not whole calls"):
+        call_durations_us(parse_ncu_csv(text), kernels_per_call)
+
+
+def test_undisturbed_options_leave_clocks_and_caches_alone():
+    assert ncu_options((DURATION,))[:7] == ["--csv", "--page", "raw", "--print-units", "base", "--metrics", DURATION]
+    assert "--clock-control" not in ncu_options((DURATION,))
+    assert ncu_options((DURATION,), undisturbed=True)[-4:] == ["--clock-control", "none", "--cache-control", "none"]
+
+
+@pytest.mark.gpu
+def test_profile_times_each_call_with_clocks_and_caches_left_alone():
+    if ncu_path() is None:
+        pytest.skip("ncu is not installed")
+    spec = get_preset("dw-blog-final-96").spec  # one kernel per call
+    counters = profile(spec, metrics=(DURATION,), calls=3, undisturbed=True, nvcc=False)
+    durations = call_durations_us(counters, 1)
+    assert len(durations) == 3 and all(0 < us < 1000 for us in durations)

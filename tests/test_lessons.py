@@ -2,6 +2,7 @@
 verdict logic for timing claims (fed with hand-made timings: no GPU needed)."""
 import pytest
 
+from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer.build import build
 from explorer.errors import ExplorerError, PresetError
@@ -215,7 +216,7 @@ def test_an_unknown_static_fact_fails_loudly(tmp_path):
 
 def test_evidence_without_a_gpu():
     # The blog's case 2 on 96×96: 8×8 threads, vthreads (1, 4), 34×34 tile + filter.
-    ev = L.evidence(build(get_preset("dw-blog-vthread-case2").spec, "h100"))
+    ev = R.evidence(build(get_preset("dw-blog-vthread-case2").spec, "h100"))
     assert (ev.shared_bytes, ev.bank_conflict_degree, ev.outputs_per_thread) == (4660, 1, 16)
     assert ev.registers == "not compiled" and ev.blocks_per_sm == 32  # 64 threads: the 32-block limit
 
@@ -298,7 +299,7 @@ def test_the_h100_document_states_each_claim_with_both_numbers_and_a_verdict():
     bench = bench_module()
     times = {"dw-blog-threads-case1": 9.0, "dw-blog-threads-case2": 8.8, "dw-blog-threads-case3": 12.0,
              "dw-blog-threads-case4": 20.0}
-    measured = {pid: bench.Measured(pid, us, 100.0, 30.0, 2.0, "", L.evidence(build(get_preset(pid).spec, "h100")), 256)
+    measured = {pid: R.MeasuredStep(pid, us, 100.0, 30.0, 2.0, "", R.evidence(build(get_preset(pid).spec, "h100")))
                 for pid, us in times.items()}
     header = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-21", "command": "python bench/lessons_h100.py",
               "elapsed_s": 60.0, "tvm": "0.27.0.post1", "target": "sm_90a", "repeats": 20, "min_repeat_ms": 1,
@@ -345,13 +346,7 @@ def test_the_h100_script_measures_each_schedule_once_and_keeps_wrong_kernels_out
 def test_measuring_a_step_on_the_page_fills_in_the_verdicts(monkeypatch):
     """With a GPU (here a stand-in measurer), the button times the step and the steps it is
     compared with, and each timing claim gets its verdict with both pairs of numbers."""
-    import explorer.measure
-
-    fake_us = {"dw-blog-threads-case1": 4.0, "dw-blog-threads-case2": 3.0}
-    by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
-    monkeypatch.setattr(explorer.measure, "gpu_measurer",
-                        lambda target, remote=None, settings=None: by_spec.__getitem__)
-    monkeypatch.setattr(explorer.measure, "local_gpu", lambda: "Stand-in GPU")
+    stand_in_gpu(monkeypatch, {"dw-blog-threads-case1": 4.0, "dw-blog-threads-case2": 3.0})
     at = lessons_page({"lesson": "depthwise_blog", "step": "8"})
     assert "needs a GPU" in "\n".join(m.value for m in at.markdown)
     at.button[0].click().run()
@@ -360,3 +355,28 @@ def test_measuring_a_step_on_the_page_fills_in_the_verdicts(monkeypatch):
     assert metrics["This GPU · Stand-in GPU"] == "3.00 vs 4.00 µs"  # 4.0 / 3.0 = ×1.33: faster, as claimed
     assert "reproduced" in "\n".join(m.value for m in at.markdown)
     assert "needs a GPU" not in "\n".join(m.value for m in at.markdown)
+    assert "Why it may differ" not in "\n".join(m.value for m in at.markdown)  # reproduced: nothing to explain
+
+
+def test_a_claim_this_gpu_does_not_reproduce_says_why_it_may_differ(monkeypatch):
+    # Step 8 in 4.0 µs against step 7 in 4.1 µs: ×1.025, inside the ±5% noise band, and both a
+    # few µs (each at 2 / 4.0 = 50% and 2 / 4.1 = 49% of the fake roofline: not near it).
+    stand_in_gpu(monkeypatch, {"dw-blog-threads-case1": 4.1, "dw-blog-threads-case2": 4.0})
+    at = lessons_page({"lesson": "depthwise_blog", "step": "8"})
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    page = "\n".join(m.value for m in at.markdown)
+    assert "not reproduced" in page
+    assert ("**Why it may differ:** The two differ by less than ±5% here, within run-to-run noise; both take a few "
+            "microseconds, where launch cost and the last wave of blocks weigh as much as the schedule.") in page
+
+
+def stand_in_gpu(monkeypatch, fake_us):
+    """A GPU on which each named preset takes the given µs (the measurement's full record)."""
+    from live_fakes import fake_measurement
+
+    import explorer.measure
+
+    by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
+    monkeypatch.setattr(explorer.measure, "measure", lambda spec, **_: fake_measurement(spec, by_spec[spec]))
+    monkeypatch.setattr(explorer.measure, "local_gpu", lambda: "Stand-in GPU")

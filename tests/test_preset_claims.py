@@ -8,7 +8,8 @@ import pytest
 from explorer.analysis.banks import analyze_banks
 from explorer.analysis.tiling import analyze_tiling
 from explorer.build import build
-from explorer.lessons import REPRODUCED, bank_conflict_degree, global_writes, static_checks
+from explorer.claims import bank_conflict_degree, global_writes
+from explorer.lessons import REPRODUCED, static_checks
 from explorer.presets import all_presets, get_preset
 from explorer.tir_walk import allocations
 

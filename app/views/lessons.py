@@ -5,20 +5,21 @@ shown, timing claims on this machine's GPU when there is one.
 The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``) through the
 widgets' own query-parameter binding, so a teacher can hand out a link to any step.
 """
+import functools
 from urllib.parse import urlencode
 
 import streamlit as st
 
 from app import class_mode, server, session
+from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer import style, urlstate
 from explorer.errors import ExplorerError
-from explorer.measure import Settings, gpu_measurer, local_gpu
+from explorer.measure import Settings, local_gpu, measure
 from explorer.targets import target_label
 
 FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: the page opens on it
-TIMES = "lessons.times"  # (device, target, preset id) -> µs, measured this session
-ERRORS = "lessons.errors"  # (device, target, preset id) -> why measuring failed
+MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
 
 
 def in_reading_order(all_lessons) -> dict:
@@ -81,7 +82,10 @@ def show_static(checks: tuple[L.StaticCheck, ...]) -> None:
     st.markdown("\n".join(lines))
 
 
-def show_timing(step: L.Step, checks: tuple[L.ComparisonCheck, ...]) -> None:
+def show_timing(step: L.Step, checks: tuple[L.ComparisonCheck, ...], measured: dict, sm_count) -> None:
+    """Each timing claim with the tutorial's and this GPU's figures and its verdict; a
+    measured claim that is not reproduced says why it may differ (``sm_count()`` gives
+    the GPU's SMs, or None)."""
     if not checks:
         return
     st.markdown("**Timing claims**")
@@ -105,11 +109,14 @@ def show_timing(step: L.Step, checks: tuple[L.ComparisonCheck, ...]) -> None:
                 badge(check.verdict)
             if check.measure_error:
                 st.caption(check.measure_error)
+            elif check.measured is not None and check.verdict != L.REPRODUCED:
+                why = R.reasons(check, step.number, measured[step.preset.id], measured.get(check.other.id), sm_count())
+                st.markdown(f"**Why it may differ:** {why}")
 
 
 def show_evidence(step: L.Step, target: str) -> None:
     built = server.build(step.preset.spec, target)
-    ev = L.evidence(built)
+    ev = R.evidence(built)
     st.markdown(f"**Static evidence** for {target_label(built.target)} (no kernel run)")
     cols = st.columns(4)
     cols[0].metric("Worst bank conflict", f"{ev.bank_conflict_degree}-way" if ev.bank_conflict_degree else "—",
@@ -124,17 +131,19 @@ def show_evidence(step: L.Step, target: str) -> None:
         st.caption(" ".join(ev.notes))
 
 
-def measure_step(step: L.Step, device: tuple, measurer) -> None:
-    """Time this step and the steps its claims compare it with (once per session and device)."""
-    times, errors = st.session_state.setdefault(TIMES, {}), st.session_state.setdefault(ERRORS, {})
-    todo = [p for p in L.presets_to_time([step.preset]) if (*device, p.id) not in times]
+def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None:
+    """Time this step and the steps its claims compare it with (once per session and device;
+    a failed measurement is tried again)."""
+    measured = st.session_state.setdefault(MEASURED, {})
+    todo = [p for p in L.presets_to_time([step.preset])
+            if (*device, p.id) not in measured or measured[(*device, p.id)].median_us is None]
     with st.status(f"Measuring {len(todo)} kernel(s), each checked against NumPy first…") as status:
-        measured, failed = L.measure_presets(
-            todo, measurer,
+        found = R.measure_steps(
+            todo, measure_spec, functools.partial(server.build, target=target),
             on_done=lambda p, us, error: status.write(f"{p.title}: " + (f"{us:.2f} µs" if us is not None else error)))
-        status.update(label=f"Measured {len(measured)} kernel(s)", state="complete" if not failed else "error")
-    times.update({(*device, k): v for k, v in measured.items()})
-    errors.update({(*device, k): v for k, v in failed.items()})
+        timed = sum(m.median_us is not None for m in found.values())
+        status.update(label=f"Measured {timed} kernel(s)", state="complete" if timed == len(found) else "error")
+    measured.update({(*device, pid): m for pid, m in found.items()})
 
 
 lessons = in_reading_order(L.lessons())
@@ -170,17 +179,19 @@ try:
     show_static(statics)
     # The lesson's numbers are worth the full measurement (default Settings), not a sweep's.
     remote = session.remote()
-    measurer = gpu_measurer(target, remote=remote, settings=Settings())
     where = str(remote) if remote is not None else (local_gpu() or "")
     device = (where, target)
-    if measurer is not None and L.presets_to_time([preset]) and st.button(
+    if where and L.presets_to_time([preset]) and st.button(
             "Measure on this GPU", type="primary", icon=":material/timer:",
             help="This step and the steps it is compared with: each kernel is checked against NumPy, then timed."):
-        measure_step(step, device, measurer)
-    times = {pid: us for (*d, pid), us in st.session_state.get(TIMES, {}).items() if tuple(d) == device}
-    errors = {pid: e for (*d, pid), e in st.session_state.get(ERRORS, {}).items() if tuple(d) == device}
+        measure_step(step, device, functools.partial(measure, target=target, remote=remote, settings=Settings()),
+                     target)
+    found = {pid: m for (*d, pid), m in st.session_state.get(MEASURED, {}).items() if tuple(d) == device}
+    times = {pid: m.median_us for pid, m in found.items() if m.median_us is not None}
+    errors = {pid: m.error for pid, m in found.items() if m.error}
     timings = L.step_checks(preset, times, where, errors)
-    show_timing(step, timings)
+    # The SMs are known only for this machine's GPU: a remote one's reasons go without them.
+    show_timing(step, timings, found, R.local_sm_count if remote is None else lambda: None)
     verdict = L.overall(c.verdict for c in (*statics, *timings))
     if verdict is not None:
         badge(verdict, step_verdict.container())

@@ -1,8 +1,8 @@
 """Nsight Compute's shared-memory counters for a build's kernels, beside the bank model.
 
 ``profile(spec)`` runs ``ncu --csv --metrics …`` on a child Python process that builds
-the spec for the local GPU and launches it once (``python -m explorer.analysis.ncu
-SPEC_JSON``); ``parse_ncu_csv`` reads ncu's CSV (one row per kernel launch and metric,
+the spec for the local GPU and calls it once or more (``python -m explorer.analysis.ncu
+SPEC_JSON [CALLS]``); ``parse_ncu_csv`` reads ncu's CSV (one row per kernel launch and metric,
 after any lines the program printed); ``compare`` puts the counters next to
 :func:`explorer.analysis.banks.analyze_banks` and flags disagreement.
 ``shared_instructions`` lists the shared loads/stores of the compiled PTX by width, to
@@ -162,16 +162,30 @@ def spec_from_json(text: str):
                 template.knobs.from_mapping(data["knobs"]))
 
 
-def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())) -> list[KernelCounters]:
-    """Profile one launch of every kernel of ``spec`` on the local GPU with ncu."""
+def ncu_options(metrics: tuple, undisturbed: bool = False) -> list[str]:
+    """ncu's options for one CSV row per kernel launch with ``metrics`` in base units.
+    ``undisturbed`` leaves the clocks and caches as they are (ncu locks the clocks at base
+    and flushes the caches before each launch by default): for times comparable with
+    back-to-back launches."""
+    options = ["--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
+               "--target-processes", "all"]
+    return options + (["--clock-control", "none", "--cache-control", "none"] if undisturbed else [])
+
+
+def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values()), *, calls: int = 1,
+            undisturbed: bool = False, nvcc: bool = True) -> list[KernelCounters]:
+    """Profile ``calls`` calls of ``spec``'s ``main`` (every kernel launch) on the local GPU
+    with ncu. ``nvcc`` compiles the kernel with nvcc, like :func:`shared_instructions`' PTX,
+    so that the profiled code is the code modelled; otherwise with TVM's default compiler,
+    as the measuring worker does."""
     ncu = ncu_path()
     if ncu is None:
         raise ExplorerError(f"Nsight Compute (ncu) is not installed on this machine. {HOW_TO_GET_NCU}")
-    command = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
-               "--target-processes", "all", sys.executable, "-m", "explorer.analysis.ncu", spec_to_json(spec)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-           # Compile with nvcc, like shared_instructions' PTX, so the profiled code is the code modelled.
-           "TVM_CUDA_COMPILE_MODE": "nvcc"}
+    command = [ncu, *ncu_options(metrics, undisturbed), sys.executable, "-m", "explorer.analysis.ncu",
+               spec_to_json(spec), str(calls)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    if nvcc:
+        env["TVM_CUDA_COMPILE_MODE"] = "nvcc"
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT, env=env)
     if proc.returncode != 0 or '"ID",' not in proc.stdout:
         detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
@@ -179,8 +193,18 @@ def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())
     return parse_ncu_csv(proc.stdout, metrics)
 
 
-def _launch_once(spec_json: str) -> None:
-    """The profiled program: build for the local GPU and run each kernel once."""
+def call_durations_us(counters: list[KernelCounters], kernels_per_call: int) -> list[float]:
+    """The kernel time of each call of a program's ``main`` in µs: the durations
+    (gpu__time_duration.sum) of its ``kernels_per_call`` launches in a row, summed."""
+    durations = [c.metrics.get(DURATION) for c in counters]
+    if not durations or None in durations or len(durations) % kernels_per_call:
+        raise ExplorerError(f"Nsight Compute timed {sum(d is not None for d in durations)} of {len(durations)} "
+                            f"launches, not whole calls of {kernels_per_call} kernel(s).")
+    return [sum(durations[i:i + kernels_per_call]) / 1e3 for i in range(0, len(durations), kernels_per_call)]
+
+
+def _launch(spec_json: str, calls: int) -> None:
+    """The profiled program: build for the local GPU and call ``main`` ``calls`` times."""
     import tvm
 
     from ..build import build
@@ -190,7 +214,9 @@ def _launch_once(spec_json: str) -> None:
     device = tvm.cuda(0)
     inputs = [tvm.runtime.tensor(x, device) for x in workload.random_inputs(0)]
     output = tvm.runtime.empty(workload.output_shape(), "float32", device)
-    tvm.runtime.Executable(built.runtime_module).jit()["main"](*inputs, output)
+    main = tvm.runtime.Executable(built.runtime_module).jit()["main"]
+    for _ in range(calls):
+        main(*inputs, output)
     device.sync()
 
 
@@ -479,4 +505,4 @@ def instruction_mix(built, kernel: str) -> str:
 
 
 if __name__ == "__main__":
-    _launch_once(sys.argv[1])
+    _launch(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1)

@@ -1,0 +1,86 @@
+"""The benchmark workloads and their goals, one list: ``bench/kernels.py`` measures the
+fastest shipped preset of each against PyTorch and says whether its goal is met;
+``bench/search_best.py`` searches templates' knobs on them.
+
+A new benchmark is one row of BENCHMARKS: an id, the workload (as a preset file states
+it: kind and shape), the goal in words and as numbers (TVM's time over PyTorch's at most
+``max_ratio``, below it when ``strict``, and at most ``max_us`` when given), and PyTorch's
+time on an H100 when known (the searches print it beside their best).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ExplorerError
+from .workloads import Workload, workload_from_mapping
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    id: str
+    workload: Workload
+    goal: str  # in words, for the tables
+    max_ratio: float = 1.0  # TVM / PyTorch at most this ...
+    strict: bool = False  # ... or below it ("faster than")
+    max_us: float | None = None  # and at most this many µs, when given
+    pytorch_us: float | None = None  # PyTorch (CUDA graphs, TF32 off) on an H100, for reference
+
+    def verdict(self, tvm_us: float | None, torch_us: float | None) -> str:
+        """"yes", or "no: " and how far from the goal, or "not measured"."""
+        if not tvm_us or not torch_us:
+            return "not measured"
+        ratio, gaps = tvm_us / torch_us, []
+        if ratio > self.max_ratio or (self.strict and ratio == self.max_ratio):
+            gaps.append(f"{ratio / self.max_ratio:.2f}× too slow vs PyTorch")
+        if self.max_us is not None and tvm_us > self.max_us:
+            gaps.append(f"{tvm_us - self.max_us:.2f} µs over {self.max_us:g} µs")
+        return "yes" if not gaps else "no: " + ", ".join(gaps)
+
+
+FASTER_THAN_PYTORCH = "faster than PyTorch"
+AT_MOST_CUBLAS = "at most cuBLAS's time (TF32 off)"
+TENSOR_CORE_SHARE = 0.7  # of cuBLAS's FLOP rate = at most 1 / 0.7 of its time
+
+
+def _depthwise(id, size, kernel=3, multiplier=1, goal=FASTER_THAN_PYTORCH, max_us=None, pytorch_us=None):
+    workload = workload_from_mapping("depthwise_conv2d", {"channels": 256, "height": size, "width": size,
+                                                          "kernel": kernel, "multiplier": multiplier})
+    return Benchmark(id, workload, goal, strict=True, max_us=max_us, pytorch_us=pytorch_us)
+
+
+def _matmul(id, size, dtype="float32", pytorch_us=None):
+    workload = workload_from_mapping("matmul", {"m": size, "n": size, "k": size, "dtype": dtype})
+    if dtype == "float32":
+        return Benchmark(id, workload, AT_MOST_CUBLAS, pytorch_us=pytorch_us)
+    return Benchmark(id, workload, f"≥ {TENSOR_CORE_SHARE:.0%} of cuBLAS's TFLOP/s", 1 / TENSOR_CORE_SHARE,
+                     pytorch_us=pytorch_us)
+
+
+BENCHMARKS = (
+    _depthwise("dw-21", 21, pytorch_us=2.45),
+    _depthwise("dw-32", 32, pytorch_us=3.66),
+    _depthwise("dw-64", 64, pytorch_us=10.62),
+    _depthwise("dw-96", 96, goal="faster than PyTorch and ≤ 5.0 µs (80% of the 4.0 µs copy floor)", max_us=5.0,
+               pytorch_us=22.02),
+    _depthwise("dw-96-k5", 96, kernel=5, pytorch_us=37.96),
+    _depthwise("dw-96-m2", 96, multiplier=2, pytorch_us=51.82),
+    _depthwise("dw-96-m2-k5", 96, kernel=5, multiplier=2, pytorch_us=83.26),
+    Benchmark("conv1d-16384", workload_from_mapping("conv1d", {"input_length": 16384, "filter_length": 32}),
+              FASTER_THAN_PYTORCH, strict=True, pytorch_us=8.56),
+    Benchmark("conv2d-resnet-last",
+              workload_from_mapping("conv2d", {"in_channels": 512, "out_channels": 512, "height": 7, "width": 7,
+                                               "kernel_h": 3, "kernel_w": 3, "stride": 1, "padding": 1}),
+              "at most cuDNN's time", pytorch_us=107.2),
+    _matmul("matmul-1024", 1024, pytorch_us=55.7),
+    _matmul("matmul-4096", 4096),
+    _matmul("matmul-fp16-4096", 4096, "float16"),
+    _matmul("matmul-bf16-4096", 4096, "bfloat16"),
+)
+
+
+def get_benchmark(benchmark_id: str) -> Benchmark:
+    for benchmark in BENCHMARKS:
+        if benchmark.id == benchmark_id:
+            return benchmark
+    raise ExplorerError(f"No benchmark named '{benchmark_id}'; the benchmarks are: "
+                        f"{', '.join(b.id for b in BENCHMARKS)}.")

@@ -1,0 +1,53 @@
+"""The one list of benchmark workloads and goals (explorer.benchmarks), with goals judged
+on hand-made times."""
+import pytest
+
+from explorer.benchmarks import BENCHMARKS, Benchmark, get_benchmark
+from explorer.errors import ExplorerError
+from explorer.presets import all_presets
+from explorer.workloads import workload_from_mapping
+
+CONV1D = workload_from_mapping("conv1d", {"input_length": 16384, "filter_length": 32})
+
+
+def test_one_row_per_id_and_per_workload():
+    assert len({b.id for b in BENCHMARKS}) == len(BENCHMARKS)
+    assert len({b.workload for b in BENCHMARKS}) == len(BENCHMARKS)
+
+
+def test_every_benchmark_has_a_shipped_preset_or_is_a_search_target():
+    # The kernel table measures the shipped presets of each workload: most benchmarks have some.
+    shipped = {p.spec.workload for p in all_presets().values()}
+    assert sum(b.workload in shipped for b in BENCHMARKS) >= len(BENCHMARKS) // 2
+
+
+def test_faster_than_pytorch_is_strict():
+    faster = Benchmark("x", CONV1D, "faster than PyTorch", strict=True)
+    assert faster.verdict(8.0, 10.0) == "yes"
+    assert faster.verdict(10.0, 10.0) == "no: 1.00× too slow vs PyTorch"
+    assert faster.verdict(12.0, 10.0) == "no: 1.20× too slow vs PyTorch"
+
+
+def test_a_time_bound_adds_its_own_gap():
+    dw96 = get_benchmark("dw-96")  # faster than PyTorch and ≤ 5.0 µs
+    assert dw96.verdict(4.5, 22.0) == "yes"
+    assert dw96.verdict(6.25, 22.0) == "no: 1.25 µs over 5 µs"
+    assert dw96.verdict(30.0, 22.0) == "no: 1.36× too slow vs PyTorch, 25.00 µs over 5 µs"  # 30 / 22 = 1.364
+
+
+def test_a_share_of_the_flop_rate_is_a_ratio_of_times():
+    fp16 = get_benchmark("matmul-fp16-4096")  # ≥ 70% of cuBLAS's TFLOP/s: at most 1 / 0.7 = 1.43× its time
+    assert fp16.goal == "≥ 70% of cuBLAS's TFLOP/s" and fp16.max_ratio == pytest.approx(1 / 0.7)
+    assert fp16.verdict(140.0, 100.0) == "yes"
+    assert fp16.verdict(150.0, 100.0) == "no: 1.05× too slow vs PyTorch"  # 1.5 / 1.4286
+    assert get_benchmark("matmul-1024").verdict(55.7, 55.7) == "yes"  # at most cuBLAS's time: equal is met
+
+
+def test_without_both_times_nothing_is_judged():
+    assert get_benchmark("dw-21").verdict(None, 2.45) == "not measured"
+    assert get_benchmark("dw-21").verdict(2.0, None) == "not measured"
+
+
+def test_an_unknown_benchmark_names_the_known_ones():
+    with pytest.raises(ExplorerError, match="No benchmark named 'dw-7'; the benchmarks are: dw-21, dw-32"):
+        get_benchmark("dw-7")
