@@ -22,7 +22,7 @@ import textwrap
 import tvm
 from tvm.s_tir import Schedule
 
-from .build import Spec, pass_config
+from .build import Spec, lowering_config
 from .errors import ExplorerError
 from .schedules import tensor_intrinsics
 from .targets import resolve_target
@@ -113,7 +113,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         "# schedule() below has their values written in.",
         f"TARGET = {str(target)!r}  # used for the CUDA source when there is no GPU",
         f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
-        f"PASS_CONFIG = {_literal_config(sch)!r}  # TVM pass options the schedule needs (e.g. cp.async)",
+        f"PASS_CONFIG = {_literal_config(sch)!r}  # TVM pass options: no CSE temporaries; cp.async where asked",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
         f"FLOPS = {workload.flops!r}",
         f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
@@ -152,7 +152,7 @@ def _intrinsics_code(sch: Schedule) -> str:
 
 
 def _literal_config(sch: Schedule) -> dict:
-    return {key: bool(value) for key, value in pass_config(sch.mod).items()}
+    return {key: bool(value) for key, value in lowering_config(sch.mod).items()}
 
 
 def workload_script(workload: Workload, variant: str = "default") -> str:
