@@ -126,3 +126,17 @@ def test_script_runs_standalone(tmp_path):
         assert "correct, median" in proc.stdout
     else:
         assert "No CUDA GPU here" in proc.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_script_checks_and_times_each_template_on_the_gpu(name, tmp_path):
+    """On a GPU the script's kernel agrees with the workload under TVM's default schedule."""
+    template = TEMPLATES[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(snippet(Spec(name, template.workload(), template.knobs()), title=name))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "correct, median" in proc.stdout
