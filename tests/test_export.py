@@ -5,13 +5,13 @@ module structurally equal to ``build(spec).schedule_mod``, for every preset and 
 template (new templates and presets are picked up from the registries).
 """
 import ast
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 import tvm
+from exported import load
 
 from explorer.build import Spec, build
 from explorer.cli import main
@@ -31,17 +31,6 @@ def _cases():
 
 
 CASES = _cases()
-
-
-def load(path, name="snippet"):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # TVMScript's parser reads the source of the module it is called from
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[name]
-    return module
 
 
 def test_every_template_is_covered():

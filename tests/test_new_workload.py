@@ -5,7 +5,6 @@ template as a contributor would in explorer/workloads.py and explorer/schedules/
 the template for the test only (the registry's dict, monkeypatched), and shows that the
 export, the command line, links and the app pick the workload up.
 """
-import importlib.util
 import math
 import os
 import subprocess
@@ -17,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import tvm
+from exported import load
 from streamlit.testing.v1 import AppTest
 
 from explorer import schedules, urlstate
@@ -147,13 +147,7 @@ def test_export_round_trip(defaults, tmp_path):
     library's module and prints the library's CUDA."""
     path = tmp_path / "pool.py"
     path.write_text(snippet(defaults))
-    spec = importlib.util.spec_from_file_location("pool_snippet", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pool_snippet"] = module  # TVMScript's parser reads the source of the module it is called from
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["pool_snippet"]
+    module = load(path, "pool_snippet")
     tvm.ir.assert_structural_equal(module.schedule(module.Workload).mod, build(defaults).schedule_mod)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
     run = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
