@@ -90,8 +90,8 @@ class Workload(Params):
     @property
     def compulsory_bytes(self) -> int:
         """Every input read once and the output written once."""
-        inputs = sum(math.prod(s) * numpy_dtype(d).itemsize for s, d in zip(self.input_shapes(), self.input_dtypes(),
-                                                                              strict=True))
+        typed_shapes = zip(self.input_shapes(), self.input_dtypes(), strict=True)
+        inputs = sum(math.prod(shape) * numpy_dtype(dtype).itemsize for shape, dtype in typed_shapes)
         return inputs + math.prod(self.output_shape()) * BYTES_PER_ELEMENT
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
