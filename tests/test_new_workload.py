@@ -19,7 +19,7 @@ import tvm
 from exported import load
 from streamlit.testing.v1 import AppTest
 
-from explorer import schedules, urlstate
+from explorer import schedules, targets, urlstate
 from explorer.build import Spec, build
 from explorer.cli import main
 from explorer.export import snippet
@@ -168,16 +168,18 @@ def test_cli_takes_the_template(defaults, tmp_path, capsys):
 
 
 @pytest.fixture
-def builds_in_this_process(monkeypatch):
-    """The app builds in a pool of processes, each importing the registry as the repository
-    has it; this test's registration lives in this process only, so the builds run here."""
+def app_in_this_process(monkeypatch):
+    """The app builds in a pool of processes and measures in a worker process, each importing
+    the registry as the repository has it; this test's registration lives in this process
+    only, so the builds run here and the app sees no GPU to measure on."""
     pool = ThreadPoolExecutor(max_workers=1)
     monkeypatch.setattr(BuildService, "_executor", lambda self: pool)
+    monkeypatch.setattr(targets, "local_gpu_target", lambda: None)
     yield
     pool.shutdown()
 
 
-def test_app_lists_it_and_shows_its_code(defaults, builds_in_this_process):
+def test_app_lists_it_and_shows_its_code(defaults, app_in_this_process):
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.session_state["ui.view"] = "CUDA"
     at.run()
