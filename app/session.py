@@ -16,8 +16,7 @@ from explorer import urlstate
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
-from explorer.schedules import TEMPLATES, get_template, templates_for
-from explorer.workloads import WORKLOADS
+from explorer.schedules import TEMPLATES, get_template, templates_for, workload_classes
 
 from . import server, widgets
 
@@ -140,10 +139,10 @@ def sidebar() -> Spec | None:
     reason is shown; the current Spec stays)."""
     current = spec()
     bar = st.sidebar
-    kinds = [kind for kind in WORKLOADS if templates_for(kind)]
-    widgets.keep("ui.workload", kinds, current.workload.kind)
-    kind = bar.selectbox("Workload", kinds, key="ui.workload", on_change=_on_workload,
-                         format_func=lambda k: WORKLOADS[k].title)
+    workloads = workload_classes()
+    widgets.keep("ui.workload", list(workloads), current.workload.kind)
+    kind = bar.selectbox("Workload", list(workloads), key="ui.workload", on_change=_on_workload,
+                         format_func=lambda k: workloads[k].title)
     names = [t.name for t in templates_for(kind)]
     widgets.keep("ui.template", names, current.template if current.template in names else names[0])
     name = bar.selectbox("Schedule template", names, key="ui.template", on_change=_on_template,

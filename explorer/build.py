@@ -205,9 +205,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
 def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModule, dict]:
     """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
     device module}) just before code generation. Also used by tests on hand-made TIR."""
-    # Without common-subexpression temporaries the lowered TIR reads like the source.
-    config = {"tirx.disable_cse_tir": True, **pass_config(mod)}
-    with tvm.transform.PassContext(config=config):
+    with tvm.transform.PassContext(config=lowering_config(mod)):
         mod = tirx.transform.BindTarget(host_target)(mod)
         pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
         mod = pipeline(mod)
@@ -215,6 +213,12 @@ def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModu
         host_mod = finalize_host()(host_mod)
         device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
     return host_mod, device_mods
+
+
+def lowering_config(mod: tvm.IRModule) -> dict:
+    """The pass options of every build here (and of an exported script, so that it makes the same CUDA)."""
+    # Without common-subexpression temporaries the lowered TIR reads like the source.
+    return {"tirx.disable_cse_tir": True, **pass_config(mod)}
 
 
 def pass_config(mod: tvm.IRModule) -> dict:

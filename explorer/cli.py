@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .errors import ExplorerError
 
@@ -17,22 +18,35 @@ EXIT_INVALID = 2
 EXIT_NO_DEVICE = 3
 
 
-def _spec_from_args(args):
-    from .presets import get_preset
+class _Start(NamedTuple):
+    """What a command starts from: a preset, or a template at its defaults."""
 
-    preset = get_preset(args.preset)
+    id: str
+    title: str
+
+
+def _spec_from_args(args):
+    from .build import Spec
+    from .presets import all_presets, get_preset
+    from .schedules import TEMPLATES
+
+    if args.preset in TEMPLATES and args.preset not in all_presets():
+        template = TEMPLATES[args.preset]
+        start, spec = _Start(template.name, template.title), Spec(template.name, template.workload(), template.knobs())
+    else:
+        preset = get_preset(args.preset)
+        start, spec = _Start(preset.id, preset.title), preset.spec
     overrides = {}
     for item in args.set or []:
         if "=" not in item:
             raise ExplorerError(f"--set expects knob=value, got '{item}'.")
         name, value = item.split("=", 1)
         overrides[name.strip()] = value
-    spec = preset.spec
     if overrides:
         import dataclasses
 
         spec = dataclasses.replace(spec, knobs=spec.knobs.from_strings(overrides, spec.knobs))
-    return preset, spec
+    return start, spec
 
 
 def cmd_presets(args) -> int:
@@ -321,7 +335,7 @@ def cmd_measure(args) -> int:
 
 
 def _add_spec_args(parser):
-    parser.add_argument("preset", help="preset id (python -m explorer presets)")
+    parser.add_argument("preset", help="preset id (python -m explorer presets), or a template's name for its defaults")
     parser.add_argument("--set", action="append", metavar="KNOB=VALUE", help="override a knob; repeatable")
     parser.add_argument("--target", default=None, help="auto (default: local GPU, else H100), h100, sm_80, a TVM tag")
 

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 
 from .build import Spec
 from .errors import ExplorerError
-from .schedules import get_template
-from .workloads import WORKLOADS, workload_from_mapping
+from .schedules import get_template, workload_class
 
 TEMPLATE = "template"
 WORKLOAD = "workload"
@@ -58,17 +57,15 @@ def from_query(params: Mapping[str, str | list[str]]) -> tuple[Spec, str | None]
         raise ExplorerError("This link names neither a template nor a preset.")
     template = get_template(template_name)
     kind = values.get(WORKLOAD, template.workload.kind)
-    if kind not in WORKLOADS:
-        raise ExplorerError(f"Unknown workload '{kind}'; choose one of: {', '.join(WORKLOADS)}.")
-    if kind != template.workload.kind:
+    if workload_class(kind) is not template.workload:
         raise ExplorerError(f"Template '{template.name}' schedules {template.workload.title}, not '{kind}'.")
     if base is not None and base.template != template.name:
         base = None  # the link changed the template: the preset's values do not apply
 
     shape = {key[len(SHAPE_PREFIX):]: text for key, text in values.items() if key.startswith(SHAPE_PREFIX)}
     knobs = {key[len(KNOB_PREFIX):]: text for key, text in values.items() if key.startswith(KNOB_PREFIX)}
-    workload_base = base.workload if base is not None else workload_from_mapping(kind, {})
-    workload = WORKLOADS[kind].from_strings(shape, workload_base)
+    workload_base = base.workload if base is not None else template.workload()
+    workload = template.workload.from_strings(shape, workload_base)
     knob_base = base.knobs if base is not None else template.knobs()
     return Spec(template.name, workload, template.knobs.from_strings(knobs, knob_base)), preset_id
 

@@ -1,13 +1,17 @@
-"""The four workloads: a ``te.compute`` definition, a NumPy reference, FLOPs and bytes.
+"""The workloads: each one's single home. A ``te.compute`` definition, a NumPy reference,
+FLOPs and bytes, and the same computation in PyTorch (the measured baseline).
 
 Each workload is a frozen, validated parameter set (see knobs.py), so a shape that
-exists is legal. ``prim_func(variant)`` gives the TensorIR function a template schedules;
-stage (block) names are fixed here because the templates look them up by name.
+exists is legal. ``prim_func(variant)`` gives the TensorIR function a template schedules
+(and the exported script prints); stage (block) names are fixed here because the
+templates look them up by name. A workload is registered through its templates
+(explorer/schedules/__init__.py).
 """
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -56,12 +60,21 @@ class Workload(Params):
     def output_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
 
+    def input_dtypes(self) -> tuple[str, ...]:
+        """TVM type names of the inputs; the output is float32."""
+        return (DTYPE,) * len(self.input_shapes())
+
     def _tensors(self, variant: str):
         """Return (inputs, output) te tensors."""
         raise NotImplementedError
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def torch_op(self, tensors: list) -> Callable | None:
+        """A call that computes this workload from its input tensors (CUDA, in the input
+        types) with PyTorch, for the baseline; None where PyTorch has no such op."""
+        return None
 
     @property
     def flops(self) -> int:
@@ -77,12 +90,15 @@ class Workload(Params):
     @property
     def compulsory_bytes(self) -> int:
         """Every input read once and the output written once."""
-        elements = sum(math.prod(s) for s in self.input_shapes()) + math.prod(self.output_shape())
-        return elements * BYTES_PER_ELEMENT
+        typed_shapes = zip(self.input_shapes(), self.input_dtypes(), strict=True)
+        inputs = sum(math.prod(shape) * numpy_dtype(dtype).itemsize for shape, dtype in typed_shapes)
+        return inputs + math.prod(self.output_shape()) * BYTES_PER_ELEMENT
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Uniform in [-1, 1), drawn in float32 and then rounded to each input's type."""
         rng = np.random.default_rng(seed)
-        return [rng.uniform(-1.0, 1.0, size=s).astype(DTYPE) for s in self.input_shapes()]
+        return [rng.uniform(-1.0, 1.0, size=s).astype(DTYPE).astype(numpy_dtype(d))
+                for s, d in zip(self.input_shapes(), self.input_dtypes(), strict=True)]
 
     def reduction_length(self) -> int:
         """Terms summed per output: sets the tolerance of a float32 comparison."""
@@ -214,6 +230,25 @@ class DepthwiseConv2d(Workload):
             out = np.maximum(out * scale[None, :, None, None] + shift[None, :, None, None], 0.0)
         return out.astype(DTYPE)
 
+    def torch_op(self, tensors):
+        import torch
+        import torch.nn.functional as F
+
+        data, filt, *epilogue = tensors
+        _, _, top, bottom, left, right = self._geometry()
+        channels = self.channels * self.multiplier
+        # Output channel c reads input channel c // multiplier: a grouped conv with one group per input channel.
+        weight = filt.reshape(channels, 1, self.kernel, self.kernel)
+        if (top, left) == (bottom, right):
+            conv = lambda: F.conv2d(data, weight, stride=self.stride, padding=(top, left), groups=self.channels)  # noqa: E731
+        else:  # SAME padding with an even kernel pads one more row/column after than before
+            conv = lambda: F.conv2d(F.pad(data, (left, right, top, bottom)), weight, stride=self.stride,  # noqa: E731
+                                    groups=self.channels)
+        if not epilogue:
+            return conv
+        scale, shift = (t.reshape(1, channels, 1, 1) for t in epilogue)
+        return lambda: torch.relu_(torch.addcmul(shift, conv(), scale))
+
     @property
     def flops(self):
         return 2 * math.prod(self.output_shape()) * self.kernel * self.kernel
@@ -274,6 +309,16 @@ class Conv1d(Workload):
 
     def reference(self, a, w):
         return np.convolve(a.astype(np.float64), w.astype(np.float64)).astype(DTYPE)
+
+    def torch_op(self, tensors):
+        import torch
+        import torch.nn.functional as F
+
+        signal, filt = tensors
+        n = self.filter_length
+        # np.convolve flips the filter; conv1d is a correlation: flip once, outside the timed op.
+        flipped = torch.flip(filt, (0,)).reshape(1, 1, n)
+        return lambda: F.conv1d(signal.reshape(1, 1, -1), flipped, padding=n - 1).reshape(-1)
 
     @property
     def flops(self):
@@ -361,6 +406,12 @@ class Conv2d(Workload):
                 out += np.einsum("fc,cyx->fyx", w[:, :, ky, kx], window)
         return out[None].astype(DTYPE)
 
+    def torch_op(self, tensors):
+        import torch.nn.functional as F
+
+        data, kernel = tensors
+        return lambda: F.conv2d(data, kernel, stride=self.stride, padding=self.padding)
+
     @property
     def flops(self):
         return 2 * math.prod(self.output_shape()) * self.in_channels * self.kernel_h * self.kernel_w
@@ -409,13 +460,15 @@ class Matmul(Workload):
         # The inputs are already rounded to their type: the reference is exact up to float64.
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(DTYPE)
 
-    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        return [x.astype(numpy_dtype(self.dtype)) for x in super().random_inputs(seed)]
+    def torch_op(self, tensors):
+        """fp16/bf16 inputs stay in that type: PyTorch runs cuBLAS's half-precision GEMM, on tensor cores."""
+        import torch
 
-    @property
-    def compulsory_bytes(self) -> int:
-        inputs = (self.m * self.k + self.k * self.n) * numpy_dtype(self.dtype).itemsize
-        return inputs + self.m * self.n * BYTES_PER_ELEMENT
+        a, b = tensors
+        return lambda: torch.matmul(a, b)
+
+    def input_dtypes(self):
+        return (self.dtype, self.dtype)
 
     def reduction_length(self):
         """For fp16/bf16 inputs a library may write C in the input type (PyTorch does), and tensor
@@ -435,10 +488,9 @@ class Matmul(Workload):
         return f"matmul {self.m}x{self.n}x{self.k}{typed}"
 
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (DepthwiseConv2d, Conv1d, Conv2d, Matmul)}
-
-
 def workload_from_mapping(kind: str, values) -> Workload:
-    if kind not in WORKLOADS:
-        raise InvalidWorkload(f"Unknown workload '{kind}'; choose one of: {', '.join(WORKLOADS)}.")
-    return WORKLOADS[kind].from_mapping(values)
+    # Imported here: the registry (explorer.schedules) imports this module, and a workload
+    # is registered through its templates.
+    from .schedules import workload_class
+
+    return workload_class(kind).from_mapping(values)

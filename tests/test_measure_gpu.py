@@ -18,6 +18,7 @@ from explorer.measure import (
     shutdown,
 )
 from explorer.presets import get_preset
+from explorer.schedules import workload_classes
 from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
 
 pytestmark = pytest.mark.gpu
@@ -72,12 +73,15 @@ def test_an_illegal_memory_access_ends_only_the_worker():
     assert measure(get_preset("dw-blog-final-96").spec, settings=QUICK).correct
 
 
-@pytest.mark.parametrize("workload", [
+# Every registered workload at its default shape, then shapes that reach the ops' corners.
+@pytest.mark.parametrize("workload", [*(cls() for cls in workload_classes().values()),
     DepthwiseConv2d(channels=32, height=20, width=20),
     DepthwiseConv2d(channels=16, height=12, width=12, kernel=4, multiplier=2, epilogue=True),  # asymmetric SAME pad
     Conv1d(input_length=1000, filter_length=17),
     Conv2d(in_channels=16, out_channels=32, height=9, width=9, stride=2),
     Matmul(m=64, n=48, k=80),
+    Matmul(m=64, n=48, k=80, dtype="float16"),
+    Matmul(m=64, n=48, k=80, dtype="bfloat16"),
 ])
 def test_pytorch_baseline_computes_the_same_workload(workload):
     pytest.importorskip("torch")

@@ -93,7 +93,7 @@ def test_a_cuda_tuned_trace_exports_as_a_standalone_script(tmp_path):
     import runpy
 
     namespace = runpy.run_path(str(path), run_name="snippet")  # defines, does not run main()
-    exported = namespace["schedule"](namespace["workload"]())
+    exported = namespace["schedule"](namespace["Workload"])
     tvm.ir.assert_structural_equal(exported.mod, sch.mod)
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tvm
 
-from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
+from explorer.errors import InvalidWorkload
+from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul, workload_from_mapping
 
 SMALL = [
     DepthwiseConv2d(channels=3, height=7, width=6),
@@ -55,3 +56,18 @@ def test_flops_and_compulsory_bytes():
     assert Matmul(m=2, n=3, k=4).flops == 48
     assert Conv1d(input_length=16384, filter_length=32).output_shape() == (16415,)
     assert Conv2d().flops == 2 * 512 * 49 * 512 * 9
+
+
+def test_half_precision_inputs_are_typed_and_counted_at_their_size():
+    w = Matmul(m=2, n=3, k=4, dtype="bfloat16")
+    assert w.input_dtypes() == ("bfloat16", "bfloat16")
+    assert [x.dtype.name for x in w.random_inputs()] == ["bfloat16", "bfloat16"]
+    # A 2x4 and B 4x3 at 2 bytes, C 2x3 float32 at 4.
+    assert w.compulsory_bytes == 2 * (8 + 12) + 4 * 6
+    assert Matmul(m=2, n=3, k=4).compulsory_bytes == 4 * (8 + 12 + 6)
+
+
+def test_an_unknown_workload_is_named_with_the_choices():
+    with pytest.raises(InvalidWorkload, match="Unknown workload 'pooling'; choose one of: .*matmul"):
+        workload_from_mapping("pooling", {})
+    assert workload_from_mapping("matmul", {"m": 8}) == Matmul(m=8)

@@ -1,14 +1,19 @@
-"""The schedule templates, by name. Each module defines one knob dataclass and one
-schedule function, registered here as a :class:`Template`."""
+"""The schedule templates, by name: the one registry of the library. Each module defines
+one knob dataclass and one schedule function, registered here as a :class:`Template`;
+a workload is registered through its templates (the app, the CLI, links and presets
+list the workloads that have one)."""
 from __future__ import annotations
 
-from ..errors import ExplorerError
+from ..errors import ExplorerError, InvalidWorkload
+from ..workloads import Workload
 from . import conv1d, conv2d, depthwise_blog, depthwise_d2l, depthwise_flat, matmul, matmul_async, matmul_tensorcore
 from .common import Template
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, conv2d.TEMPLATE, matmul.TEMPLATE,
-                                                      depthwise_d2l.TEMPLATE, conv1d.TEMPLATE, depthwise_flat.TEMPLATE,
-                                                      matmul_async.TEMPLATE, matmul_tensorcore.TEMPLATE,)}
+# In the order the app lists them: a workload's first template is the one it opens with.
+TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, depthwise_d2l.TEMPLATE,
+                                                      depthwise_flat.TEMPLATE, conv1d.TEMPLATE, conv2d.TEMPLATE,
+                                                      matmul.TEMPLATE, matmul_async.TEMPLATE,
+                                                      matmul_tensorcore.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:
@@ -19,3 +24,15 @@ def get_template(name: str) -> Template:
 
 def templates_for(workload_kind: str) -> list[Template]:
     return [t for t in TEMPLATES.values() if t.workload.kind == workload_kind]
+
+
+def workload_classes() -> dict[str, type[Workload]]:
+    """The workloads that have a template, by kind, in the order of their first template."""
+    return {t.workload.kind: t.workload for t in TEMPLATES.values()}
+
+
+def workload_class(kind: str) -> type[Workload]:
+    classes = workload_classes()
+    if kind not in classes:
+        raise InvalidWorkload(f"Unknown workload '{kind}'; choose one of: {', '.join(classes)}.")
+    return classes[kind]
