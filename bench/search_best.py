@@ -30,13 +30,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer.build import Spec  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.schedules import get_template  # noqa: E402
-from explorer.sweep import Grid, Point, compile_pool, gpu_measurer, refine, run, static_score  # noqa: E402
-from explorer.workloads import workload_from_mapping  # noqa: E402
+from explorer.build import Spec
+from explorer.errors import ExplorerError
+from explorer.schedules import get_template
+from explorer.sweep import Grid, Point, compile_pool, gpu_measurer, refine, run, static_score
+from explorer.workloads import workload_from_mapping
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"  # default of --results
 

@@ -18,16 +18,14 @@ import datetime
 import os
 import sys
 import tempfile
-from pathlib import Path
 
 # Before explorer is imported: this process and every worker read the cache location once.
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="explorer-cuda-cache-")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docs_section import write_section  # noqa: E402
-from search_best import PLANS  # noqa: E402
+from docs_section import write_section
+from search_best import PLANS
 
-from explorer.sweep import FAILED, INVALID, Grid, cpu_count, gpu_measurer, run, static_score  # noqa: E402
+from explorer.sweep import FAILED, INVALID, Grid, cpu_count, gpu_measurer, run, static_score
 
 PLAN = PLANS["dw-96"]
 GOAL_PER_MINUTE = 200

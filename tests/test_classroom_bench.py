@@ -7,11 +7,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import classroom  # bench/classroom.py (pytest's pythonpath)
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-import classroom  # noqa: E402
 
 
 def free_port() -> int:
