@@ -40,7 +40,7 @@ from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
 
-warnings.filterwarnings("ignore", "connect\(\) must be used as a context manager", DeprecationWarning)
+warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
 
 # The steps students open: the depthwise tutorial's, as a teacher would hand them out.
 LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2", "dw-blog-final-96")
