@@ -4,24 +4,14 @@ session is the teacher's (unlocked on the Class page, kept in session state only
 from __future__ import annotations
 
 import sqlite3
-import uuid
 
 import streamlit as st
 
 from explorer import classroom
 
+from . import session
+
 REFRESH_S = 1.0  # the banner follows the teacher within this (plus a page's round trip)
-SESSION = "class.session"
-TEACHER = "class.teacher"
-WHERE = "class.where"
-
-
-def session_id() -> str:
-    return st.session_state.setdefault(SESSION, uuid.uuid4().hex)
-
-
-def is_teacher() -> bool:
-    return bool(st.session_state.get(TEACHER))
 
 
 def store() -> classroom.Store:
@@ -35,20 +25,20 @@ def lesson_place(lesson: str, step: int) -> str:
 def show(where: str) -> None:
     """The class banner, near the top of a page; ``where`` is what this session looks at
     (counted on the teacher's view)."""
-    st.session_state[WHERE] = where
+    session.set_place(where)
     _banner()
 
 
 @st.fragment(run_every=REFRESH_S)
 def _banner() -> None:
-    classroom.presence.beat(session_id(), st.session_state.get(WHERE, ""), teacher=is_teacher())
+    classroom.presence.beat(session.session_id(), session.place(), teacher=session.is_teacher())
     try:
         state = store().class_step()
     except (sqlite3.Error, OSError):  # no class file here: no banner, the page still works
         return
     if state is None:
         return
-    here = state.kind == "step" and st.session_state.get(WHERE) == lesson_place(state.lesson, state.step)
+    here = state.kind == "step" and session.place() == lesson_place(state.lesson, state.step)
     left, right = st.columns([5, 1], vertical_alignment="center")
     left.info(state.banner() + (" (this page)" if here else ""), icon=":material/campaign:")
     # A link, not a jump: a student exploring elsewhere decides when to follow.

@@ -3,16 +3,9 @@
 Pages: Explorer (knobs in, code out), Compare (two settings side by side), Device (the
 GPU or target, compile backend, versions). Every page is a thin script over ``explorer``.
 """
-import sys
-from pathlib import Path
-
 import streamlit as st
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts only app/ on the path
-    sys.path.insert(0, str(ROOT))
-
-from app import session  # noqa: E402  (needs ROOT on the path)
+from app import session  # `streamlit run` puts only app/ on the path: `app` is the installed package
 
 # The pages live in views/, not pages/: Streamlit treats a pages/ folder next to the main
 # script as an old-style multipage app, and a server's first visitor arriving on a page's

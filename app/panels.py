@@ -1,37 +1,27 @@
-"""Panels below the code: launch summary, resources, and the analyses and measurements
-of the library modules that are installed.
-
-The analyses (``explorer.analysis`` / ``explorer.figures``) and measurement
-(``explorer.measure``) are optional at render time: :func:`optional` imports a module
-or returns None, and a panel whose module is missing is simply not offered.
-"""
+"""Panels below the code: launch summary, resources, and the analyses
+(``explorer.analysis``, drawn by ``explorer.figures``) and measurements of a build."""
 from __future__ import annotations
 
-import importlib
 import math
 import time
 
 import numpy as np
-import plotly.graph_objects as go
 import streamlit as st
 
-from explorer import targets
+from explorer import figures, targets
+from explorer.analysis import banks, ncu
+from explorer.analysis.resources import analyze_resources
+from explorer.analysis.roofline import published_ceilings
+from explorer.analysis.roofline import roofline as place_on_roofline
+from explorer.analysis.tiling import analyze_tiling
+from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
 from explorer.build import Build, compile_binary
 from explorer.errors import ExplorerError
 
 from . import code_view, server, session
-from .session import Try
 
 # A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
 MAX_FIGURE_CELLS = 1 << 16
-
-
-def optional(name: str):
-    """The module ``name``, or None when it (or something it needs) is not installed."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def launch_summary(built: Build) -> str:
@@ -71,13 +61,12 @@ def compiled_binary(built: Build):
 
 def resources(built: Build) -> None:
     """Threads, shared memory, registers per kernel and the occupancy they allow."""
-    analysis, figures = optional("explorer.analysis.resources"), optional("explorer.figures")
     binary = compiled_binary(built)
     if binary is None:
         st.caption("Registers: not compiled (neither NVRTC with nvdisasm nor nvcc is installed here; "
                    "pip install -r requirements.txt brings NVRTC and nvdisasm).")
     try:
-        report = analysis.analyze_resources(built, binary)
+        report = analyze_resources(built, binary)
     except ExplorerError as e:
         st.info(str(e))
         return
@@ -96,7 +85,6 @@ def resources(built: Build) -> None:
 def tiling(built: Build) -> None:
     """Who computes each output (block, vthread, thread, iteration) and what a block and a
     thread read: the blog's tiling pictures, from this very build."""
-    analysis, figures = optional("explorer.analysis.tiling"), optional("explorer.figures")
     kernel = built.kernels[0] if built.kernels else None
     if kernel is None:
         st.caption("A CPU build has no thread blocks.")
@@ -109,7 +97,7 @@ def tiling(built: Build) -> None:
     tx = cols[2].number_input("threadIdx.x", 0, kernel.block[0] - 1, 0, key="ui.tiling.tx")
     ty = cols[3].number_input("threadIdx.y", 0, kernel.block[1] - 1, 0, key="ui.tiling.ty")
     try:
-        t = analysis.analyze_tiling(built, block, (tx, ty, 0))
+        t = analyze_tiling(built, block, (tx, ty, 0))
     except ExplorerError as e:
         st.info(str(e))
         return
@@ -135,7 +123,6 @@ def tiling(built: Build) -> None:
 
 def bank_conflicts(built: Build) -> None:
     """The shared-memory bank-conflict model: every access, and one warp's lanes → banks."""
-    banks, figures = optional("explorer.analysis.banks"), optional("explorer.figures")
     report = banks.analyze_banks(built)
     accesses = [(k, a) for k in report.kernels for a in k.accesses]
     if not accesses:
@@ -169,16 +156,15 @@ def bank_conflicts(built: Build) -> None:
 def vthreads(built: Build) -> None:
     """This setting beside the same block and threads without vthreads: loop nests, the
     outputs each thread owns, one warp's shared load and its banks, and latencies."""
-    analysis, figures = optional("explorer.analysis.vthread"), optional("explorer.figures")
     try:
-        comparison = analysis.compare_vthreads(built.spec, built.target)
+        comparison = compare_vthreads(built.spec, built.target)
     except ExplorerError as e:
         st.info(str(e))
         return
     if comparison.missing:
         st.info(comparison.missing)
         return
-    st.caption(analysis.WHAT_VTHREADS_DO)
+    st.caption(WHAT_VTHREADS_DO)
     st.markdown("\n".join(f"- {sentence}" for sentence in comparison.explanation))
     for i, (column, side) in enumerate(zip(st.columns(2), comparison.sides, strict=True)):
         with column:
@@ -200,7 +186,7 @@ def _vthread_latency(side) -> None:
     if not can_measure():
         st.caption("Latency: needs a GPU (or a TVM RPC tracker, Device page).")
         return
-    job = _finished_job(side.spec, f"{server.session_id()}:vthread:{side.label}")
+    job = _finished_job(side.spec, f"{session.session_id()}:vthread:{side.label}")
     if job is None:
         return
     if job.error is not None or not job.result.correct:
@@ -212,17 +198,16 @@ def _vthread_latency(side) -> None:
 def roofline(built: Build) -> None:
     """The workload's intensity under the device's roofs, the current setting's point
     (measured by the latency panel, else a static estimate) and this session's tries."""
-    analysis, figures = optional("explorer.analysis.roofline"), optional("explorer.figures")
     measured = _latest_measurement(built)
     ceilings = _measured_ceilings()
     try:
-        ceilings = ceilings or analysis.published_ceilings(str(built.target.attrs.get("arch", "")))
+        ceilings = ceilings or published_ceilings(str(built.target.attrs.get("arch", "")))
     except ExplorerError as e:
         st.info(str(e))
         return
     tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
                   if t.latency_us is not None and t.spec != built.spec)
-    r = analysis.roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
+    r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
     bandwidth, roof = r.roof
     cols = st.columns(3)
     cols[0].metric("Arithmetic intensity", f"{r.intensity:.2f} FLOP/B",
@@ -253,7 +238,6 @@ def _measured_ceilings():
 def counters(built: Build) -> None:
     """Nsight Compute's counters of one launch of this setting, each beside the static
     model's prediction, with agreement flagged; without ncu or a GPU, how to get them."""
-    ncu = optional("explorer.analysis.ncu")
     if not built.kernels:
         st.caption("A CPU build has no kernel to profile.")
         return
@@ -262,7 +246,7 @@ def counters(built: Build) -> None:
         st.info(f"The counters need {missing} on the machine that runs this app. {ncu.HOW_TO_GET_NCU} "
                 "The bank, resource and roofline tabs show the static models meanwhile.")
         return
-    profiles = st.session_state.setdefault("ncu_profiles", {})
+    profiles = session.memo("ncu_profiles")
     key = (built.spec, built.target_key)
     if key not in profiles:
         if not st.button("Profile one launch with Nsight Compute (10–30 s)", key="ui.ncu",
@@ -291,28 +275,21 @@ def counters(built: Build) -> None:
             st.caption(f"{ncu.instruction_mix(built, kernel)} {ncu.PTXAS_NOTE}")
 
 
-# Analysis tabs of the Explorer: label -> (panel, the modules it needs). A panel is offered
-# only when its modules import, so a measurement panel is one function and one line here.
+# Analysis tabs of the Explorer, by label: a new analysis is one panel function and one line here.
 PANELS = {
-    "SASS": (code_view.show_sass, ("explorer.analysis.sass",)),
-    "Tiling": (tiling, ("explorer.analysis.tiling", "explorer.figures")),
-    "Bank conflicts": (bank_conflicts, ("explorer.analysis.banks", "explorer.figures")),
-    "Resources": (resources, ("explorer.analysis.resources", "explorer.figures")),
-    "vthread": (vthreads, ("explorer.analysis.vthread", "explorer.figures")),
-    "Roofline": (roofline, ("explorer.analysis.roofline", "explorer.figures")),
-    "Counters": (counters, ("explorer.analysis.ncu", "explorer.analysis.banks", "explorer.analysis.resources")),
+    "SASS": code_view.show_sass,
+    "Tiling": tiling,
+    "Bank conflicts": bank_conflicts,
+    "Resources": resources,
+    "vthread": vthreads,
+    "Roofline": roofline,
+    "Counters": counters,
 }
-
-
-def available() -> dict:
-    """The analysis panels whose modules are installed, by tab label."""
-    return {label: panel for label, (panel, modules) in PANELS.items() if all(optional(m) for m in modules)}
 
 
 def can_measure() -> bool:
     """Whether this session can time kernels: a GPU in this process, or an RPC tracker."""
-    return optional("explorer.measure") is not None and (targets.local_gpu_target() is not None
-                                                         or session.remote() is not None)
+    return targets.local_gpu_target() is not None or session.remote() is not None
 
 
 def latency(built: Build) -> None:
@@ -320,7 +297,7 @@ def latency(built: Build) -> None:
     server (checked against NumPy first, then timed), shown beside PyTorch's and on the
     roofline, with this session's tries as a chart. The page never blocks on the GPU: while
     the measurement waits or runs, a fragment polls for it."""
-    job = _finished_job(built.spec, server.session_id())
+    job = _finished_job(built.spec, session.session_id())
     if job is None:
         return
     if job.error is not None:
@@ -333,7 +310,7 @@ def latency(built: Build) -> None:
     _latency_metrics(result, built.spec)
     _versus_pytorch(result, built.spec.workload, server.live())
     st.caption(_measured_when(result, job))
-    st.plotly_chart(tries_figure(session.tries()), key="tries")
+    st.plotly_chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), key="tries")
 
 
 def _finished_job(spec, slot: str):
@@ -426,15 +403,3 @@ def _measured_when(result, job) -> str:
     return (f"Measured {when} on {result.device}{also}. Each setting is measured once for the whole class and again "
             f"after {server.live().scheduler.max_age_s / 60:.0f} min.")
 
-
-def tries_figure(tries: list[Try]) -> go.Figure:
-    """This session's measured tries in order; hover lists the knobs of each."""
-    measured = [(i, t) for i, t in enumerate(tries, start=1) if t.latency_us is not None]
-    hover = ["<br>".join(f"{name} = {value}" for name, value in t.spec.knobs.to_strings().items())
-             for _, t in measured]
-    figure = go.Figure(go.Scatter(
-        x=[i for i, _ in measured], y=[t.latency_us for _, t in measured], mode="lines+markers",
-        hovertext=hover, hovertemplate="try %{x}: %{y:.2f} µs<br>%{hovertext}<extra></extra>",
-    ))
-    figure.update_layout(xaxis_title="try", yaxis_title="latency (µs)", height=280, margin=dict(l=10, r=10, t=10, b=10))
-    return figure

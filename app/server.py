@@ -1,10 +1,9 @@
 """What one app server shares between all its sessions (``st.cache_resource``): builds and
 measurements computed once each (explorer/live.py), the GPU warmed up in the background
-from the first page view. Per-session state stays in ``st.session_state`` (session.py)."""
+from the first page view. Per-session state is session.py's."""
 from __future__ import annotations
 
 import os
-import uuid
 
 import streamlit as st
 
@@ -38,8 +37,3 @@ def first_spec() -> Spec:
 def build(spec: Spec, target: str) -> Build:
     """``spec`` built for ``target`` once for the whole server (raises ExplorerError)."""
     return live().builds.build(spec, target)
-
-
-def session_id() -> str:
-    """This browser session's id: its measurement slot in the server's queue."""
-    return st.session_state.setdefault("session_id", uuid.uuid4().hex)

@@ -5,16 +5,23 @@ the URL that mirrors them.
 ``st.session_state["spec"]`` is the source of truth. Widgets are seeded from it (see
 widgets.py), read back every run into a new validated Spec, and the URL's query
 parameters are rewritten from it, so a link restores exactly the view (urlstate.py).
+
+This module is the only writer of ``st.session_state``: pages read widget values from it,
+and change state only through the functions below (tests/test_app_state.py checks), so
+everything a session keeps is listed here.
 """
 from __future__ import annotations
 
 import dataclasses
+import uuid
+from typing import Any
 
 import streamlit as st
 
 from explorer import urlstate
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError
+from explorer.knobs import Params
 from explorer.presets import all_presets, get_preset
 from explorer.schedules import TEMPLATES, get_template, templates_for, workload_classes
 
@@ -23,6 +30,12 @@ from . import server, widgets
 HISTORY_LENGTH = 50
 KNOB_PREFIX = "knob:"
 SHAPE_PREFIX = "shape:"
+# Keys of what a session keeps besides its widgets.
+SESSION_ID = "session_id"  # its measurement slot in the server's queue and its presence in the class
+TEACHER = "class.teacher"  # the teacher's controls are unlocked (never the token itself)
+WHERE = "class.where"  # what it looks at, for the teacher's view of the class
+COMPARE_PRESET, COMPARE_SPEC = "compare.preset", "compare.spec"  # Compare's B, kept across page switches
+B_PRESET_WIDGET = "ui.b_preset"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +85,135 @@ def remote():
     return st.session_state.get("remote")
 
 
+def set_target(name: str) -> None:
+    st.session_state["target"] = name
+
+
+def set_remote(remote) -> None:
+    """Measure on ``remote`` (an ``explorer.measure.Remote``), or on this machine's GPU (None)."""
+    st.session_state["remote"] = remote
+
+
+def set_spec(new: Spec) -> None:
+    """Make ``new`` the sidebar's setting; its knob widgets re-seed from it."""
+    st.session_state["spec"] = new
+    forget_widgets((KNOB_PREFIX,))
+
+
+def session_id() -> str:
+    """This browser session's id: its measurement slot in the server's queue, its presence
+    in the class."""
+    return st.session_state.setdefault(SESSION_ID, uuid.uuid4().hex)
+
+
+def flash(name: str, message: str | None) -> None:
+    """A message for the next page run to show once (see :func:`flashed`)."""
+    st.session_state[name] = message
+
+
+def flashed(name: str) -> str | None:
+    """The message :func:`flash` left under ``name``, removed: shown once."""
+    return st.session_state.pop(name, None)
+
+
+def keep_result(name: str, result: Any) -> None:
+    """A page's last result (a sweep, a tuning run), kept across reruns and page switches."""
+    st.session_state[f"{name}.result"] = result
+
+
+def kept_result(name: str) -> Any:
+    return st.session_state.get(f"{name}.result")
+
+
+def memo(name: str) -> dict:
+    """A dict this session keeps under ``name`` (results a page computes once), created empty."""
+    return st.session_state.setdefault(name, {})
+
+
+# -- class mode ----------------------------------------------------------------------------
+
+
+def is_teacher() -> bool:
+    return bool(st.session_state.get(TEACHER))
+
+
+def unlock_teacher() -> None:
+    """The teacher's controls for the rest of this session (the token was checked)."""
+    st.session_state[TEACHER] = True
+
+
+def place() -> str:
+    return st.session_state.get(WHERE, "")
+
+
+def set_place(where: str) -> None:
+    st.session_state[WHERE] = where
+
+
+# -- Compare's setting B --------------------------------------------------------------------
+
+
+def start_compare_b(preset: str) -> None:
+    """B starts again from ``preset`` (its knob widgets re-seed, see compare.py)."""
+    st.session_state.update({COMPARE_PRESET: preset, COMPARE_SPEC: get_preset(preset).spec})
+
+
+def compare_b(first_preset: str) -> Spec:
+    """Setting B: kept outside widget state across page switches; ``first_preset`` at first."""
+    if COMPARE_PRESET not in st.session_state:
+        start_compare_b(first_preset)
+    st.session_state.setdefault(B_PRESET_WIDGET, st.session_state[COMPARE_PRESET])
+    return st.session_state[COMPARE_SPEC]
+
+
+def set_compare_b(spec_b: Spec) -> None:
+    st.session_state[COMPARE_SPEC] = spec_b
+
+
+# -- widget state: seeded from the setting, forgotten to re-seed ------------------------------
+
+
+def keep_widget(key: str, allowed, fallback) -> None:
+    """Before drawing widget ``key``: keep its value if still allowed, else use ``fallback``.
+    Writing the value back on every run is what keeps it when the user switches pages
+    (Streamlit forgets the state of widgets that a page does not draw)."""
+    value = st.session_state.get(key, fallback)
+    st.session_state[key] = value if value in allowed else fallback
+
+
+def seed_widget(key: str, value: Any) -> None:
+    """Widget ``key`` starts at ``value`` unless it holds one already."""
+    st.session_state.setdefault(key, value)
+
+
+def set_widget(key: str, value: Any) -> None:
+    """Set widget ``key`` (from a callback, before the widget is drawn again)."""
+    st.session_state[key] = value
+
+
+def take_widget_value(key: str, default: Any = None) -> Any:
+    """Widget ``key``'s value, removed from the session (a password is not kept)."""
+    return st.session_state.pop(key, default)
+
+
+def forget_widgets(prefixes: tuple[str, ...]) -> None:
+    """Drop widget state under these key prefixes, so the widgets re-seed from the spec."""
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefixes)]:
+        del st.session_state[key]
+
+
+def fields(container, params_class: type[Params], current: Params, workload, prefix: str) -> dict[str, Any]:
+    """Widgets for every field of ``params_class``, seeded from ``current``; the values they
+    hold, by name. ``workload`` gives the allowed splits (None for the workload's own shape)."""
+    values = {}
+    for spec in params_class.specs():
+        key = f"{prefix}{spec.name}"
+        options = widgets.offered(spec, workload)
+        keep_widget(key, *widgets.seed(spec, getattr(current, spec.name), options))
+        values[spec.name] = widgets.field_widget(container, spec, options, key)
+    return values
+
+
 def record_latency(current: Spec, latency_us: float) -> None:
     """Attach a measured latency to the latest try of ``current`` (for the tries chart)."""
     history = tries()
@@ -94,7 +236,7 @@ def _start(spec: Spec, preset: str | None) -> None:
     st.session_state["ui.workload"] = spec.workload.kind
     st.session_state["ui.template"] = spec.template
     st.session_state["ui.preset"] = preset
-    widgets.forget((KNOB_PREFIX, SHAPE_PREFIX))
+    forget_widgets((KNOB_PREFIX, SHAPE_PREFIX))
 
 
 def _start_template(name: str) -> None:
@@ -140,21 +282,21 @@ def sidebar() -> Spec | None:
     current = spec()
     bar = st.sidebar
     workloads = workload_classes()
-    widgets.keep("ui.workload", list(workloads), current.workload.kind)
+    keep_widget("ui.workload", list(workloads), current.workload.kind)
     kind = bar.selectbox("Workload", list(workloads), key="ui.workload", on_change=_on_workload,
                          format_func=lambda k: workloads[k].title)
     names = [t.name for t in templates_for(kind)]
-    widgets.keep("ui.template", names, current.template if current.template in names else names[0])
+    keep_widget("ui.template", names, current.template if current.template in names else names[0])
     name = bar.selectbox("Schedule template", names, key="ui.template", on_change=_on_template,
                          format_func=lambda n: TEMPLATES[n].title, help=TEMPLATES[current.template].summary)
     template = get_template(name)
     ids = [None, *presets_for(name)]
-    widgets.keep("ui.preset", ids, preset_id() if preset_id() in ids else ids[0])
+    keep_widget("ui.preset", ids, preset_id() if preset_id() in ids else ids[0])
     preset = bar.selectbox("Preset (a tutorial step)", ids, key="ui.preset", on_change=_on_preset,
                            format_func=_preset_label)
 
     shape_box = bar.expander(f"Shape · {current.workload.label()}")
-    shape = widgets.fields(shape_box, template.workload, current.workload, None, SHAPE_PREFIX + kind + ".")
+    shape = fields(shape_box, template.workload, current.workload, None, SHAPE_PREFIX + kind + ".")
     try:
         workload = template.workload.from_mapping(shape)
     except ExplorerError as e:
@@ -162,7 +304,7 @@ def sidebar() -> Spec | None:
         return None
 
     bar.markdown("**Knobs**")
-    values = widgets.fields(bar, template.knobs, current.knobs, workload, KNOB_PREFIX + name + ".")
+    values = fields(bar, template.knobs, current.knobs, workload, KNOB_PREFIX + name + ".")
     new = Spec(name, workload, template.knobs.from_mapping(values))
     st.session_state["spec"] = new
     st.session_state["preset"] = preset

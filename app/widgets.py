@@ -3,18 +3,17 @@
 One widget per field, chosen from the field's domain: a select slider over the allowed
 values for sizes, thread counts and tile splits, a selectbox for text choices (cache
 scopes), a toggle for booleans, a number box for wide integer ranges (shapes). The
-field's help sentence is the widget's tooltip. Widgets are seeded through
-``st.session_state`` from the current value, so a preset, a link or "reset to preset"
-sets them by replacing the value and forgetting the widget's key.
+field's help sentence is the widget's tooltip. This module draws; the widgets' state is
+seeded from the current value by ``session.fields`` (the one writer of session state), so a
+preset, a link or "reset to preset" sets them by replacing the value and forgetting the
+widget's key.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-import streamlit as st
-
-from explorer.knobs import KnobSpec, Params
+from explorer.knobs import KnobSpec
 
 # Integer ranges with more values than this get a number box instead of a slider.
 MAX_SLIDER_VALUES = 64
@@ -52,45 +51,35 @@ def widget_kind(spec: KnobSpec) -> str:
     return "select_slider"
 
 
-def keep(key: str, allowed, fallback) -> None:
-    """Before drawing widget ``key``: keep its value if still allowed, else use ``fallback``.
-    Writing the value back on every run is what keeps it when the user switches pages
-    (Streamlit forgets the state of widgets that a page does not draw)."""
-    value = st.session_state.get(key, fallback)
-    st.session_state[key] = value if value in allowed else fallback
+def offered(spec: KnobSpec, workload) -> range | tuple:
+    """The values the widget of ``spec`` offers (a number box: its range)."""
+    if widget_kind(spec) == "number_input":
+        return range(spec.low, spec.high + 1)
+    return spec.values(workload)
 
 
-def field_widget(container, spec: KnobSpec, current: Any, workload, key: str) -> Any:
-    """Draw one field's widget in ``container``; return the value it holds."""
+def seed(spec: KnobSpec, current: Any, options: range | tuple) -> tuple[Any, Any]:
+    """What the widget of ``spec`` may hold, and the value to hold when it holds none or one no
+    longer allowed: ``current``, or the nearest allowed value. A split's widget holds labels
+    (a tuple value would make select_slider a range slider)."""
+    if isinstance(options, range):
+        return options, min(max(current, options.start), options.stop - 1)
+    if spec.kind is tuple:
+        return [format_value(o) for o in options], format_value(nearest(current, options))
+    return options, nearest(current, options)
+
+
+def field_widget(container, spec: KnobSpec, options: range | tuple, key: str) -> Any:
+    """Draw one field's widget in ``container`` (its state seeded); return the value it holds."""
     kind = widget_kind(spec)
     if kind == "number_input":
-        keep(key, range(spec.low, spec.high + 1), min(max(current, spec.low), spec.high))
         return container.number_input(spec.name, min_value=spec.low, max_value=spec.high, step=1, key=key,
                                       help=spec.help)
-    options = spec.values(workload)
     if spec.kind is tuple:
-        # A tuple value would make select_slider a range slider: the widget holds labels.
         by_label = {format_value(o): o for o in options}
-        keep(key, by_label, format_value(nearest(current, options)))
         return by_label[container.select_slider(spec.name, list(by_label), key=key, help=spec.help)]
-    keep(key, options, nearest(current, options))
     if kind == "toggle":
         return container.toggle(spec.name, key=key, help=spec.help)
     if kind == "selectbox":
         return container.selectbox(spec.name, options, key=key, help=spec.help)
     return container.select_slider(spec.name, options, key=key, help=spec.help, format_func=format_value)
-
-
-def fields(container, params_class: type[Params], current: Params, workload, prefix: str) -> dict[str, Any]:
-    """Widgets for every field of ``params_class``; the values they hold, by name.
-    ``workload`` gives the allowed splits (None for the workload's own shape fields)."""
-    return {
-        spec.name: field_widget(container, spec, getattr(current, spec.name), workload, f"{prefix}{spec.name}")
-        for spec in params_class.specs()
-    }
-
-
-def forget(prefixes: tuple[str, ...]) -> None:
-    """Drop widget state under these key prefixes, so the widgets re-seed from the spec."""
-    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefixes)]:
-        del st.session_state[key]

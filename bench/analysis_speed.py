@@ -16,17 +16,14 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from docs_section import write_section
 
-from docs_section import write_section  # noqa: E402
-
-from explorer.analysis import banks, tiling  # noqa: E402
-from explorer.analysis.resources import analyze_resources  # noqa: E402
-from explorer.build import build  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.presets import all_presets  # noqa: E402
+from explorer.analysis import banks, tiling
+from explorer.analysis.resources import analyze_resources
+from explorer.build import build
+from explorer.errors import ExplorerError
+from explorer.presets import all_presets
 
 BUDGET_MS = 200.0
 

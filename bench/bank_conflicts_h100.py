@@ -28,12 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer.analysis.accesses import kernel_accesses  # noqa: E402
-from explorer.analysis.banks import ASSUMPTIONS, analyze_banks  # noqa: E402
-from explorer.analysis.compiled import compiled_report  # noqa: E402
-from explorer.analysis.ncu import (  # noqa: E402
+from explorer.analysis.accesses import kernel_accesses
+from explorer.analysis.banks import ASSUMPTIONS, analyze_banks
+from explorer.analysis.compiled import compiled_report
+from explorer.analysis.ncu import (
     PANEL_METRICS,
     PTXAS_NOTE,
     compare,
@@ -45,9 +43,9 @@ from explorer.analysis.ncu import (  # noqa: E402
     shared_instructions,
     static_model,
 )
-from explorer.build import Spec, build  # noqa: E402
-from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs  # noqa: E402
-from explorer.workloads import DepthwiseConv2d  # noqa: E402
+from explorer.build import Spec, build
+from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
+from explorer.workloads import DepthwiseConv2d
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bank-conflicts-h100.md"
 COMMAND = "python bench/bank_conflicts_h100.py"

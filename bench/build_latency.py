@@ -22,23 +22,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from explorer import build as build_module
+from explorer.build import Spec, build
+from explorer.errors import ExplorerError
+from explorer.presets import all_presets
+from explorer.schedules import TEMPLATES
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from explorer import build as build_module  # noqa: E402
-from explorer.build import Spec, build  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.presets import all_presets  # noqa: E402
-from explorer.schedules import TEMPLATES  # noqa: E402
-
 CACHED_BUDGET_S = 0.3
 UNCACHED_BUDGET_S = 0.5
 SECTION = "build-latency"
@@ -127,12 +124,21 @@ def app_times(preset: str, template: str, knob: str, a, b, runs: int) -> tuple[l
     return uncached, cached
 
 
+def browser_test_module():
+    """tests/test_browser.py, whose server, browser flags and timeouts this benchmark shares
+    (loaded from its file: tests/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("test_browser", ROOT / "tests" / "test_browser.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def browser_times(runs: int) -> tuple[list[float], list[float]]:
     """The depthwise preset's num_thread_x slider in chromium: 16 → 8 → 4 → 2 → 1 are
     first visits (uncached), then back and forth between visited values (cached)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_browser as tb
     from playwright.sync_api import sync_playwright
+
+    tb = browser_test_module()
 
     with tb.streamlit_server(tb.OUTPUT / "bench-streamlit.log") as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=tb.CHROMIUM, args=tb.CHROMIUM_ARGS)

@@ -19,12 +19,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from docs_section import write_section
 
-from bench.docs_section import write_section  # noqa: E402
-from explorer.analysis.roofline import MB, published_ceilings  # noqa: E402
-from explorer.measure import measure  # noqa: E402
-from explorer.presets import all_presets  # noqa: E402
+from explorer.analysis.roofline import MB, published_ceilings
+from explorer.measure import measure
+from explorer.presets import all_presets
 
 SECTION = "ceilings"
 COMMAND = "python bench/ceilings.py --write"

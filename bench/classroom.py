@@ -31,20 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
+from docs_section import write_section
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
-warnings.filterwarnings("ignore", "connect\(\) must be used as a context manager", DeprecationWarning)
+from app.widgets import format_value
+from explorer.build import build
+from explorer.errors import ExplorerError
+from explorer.presets import get_preset
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
-from docs_section import write_section  # noqa: E402
-
-from app.widgets import format_value  # noqa: E402
-from explorer.build import build  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.presets import get_preset  # noqa: E402
+warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
 
 # The steps students open: the depthwise tutorial's, as a teacher would hand them out.
 LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2", "dw-blog-final-96")

@@ -22,13 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from explorer import classroom  # noqa: E402
-from explorer.measure import Remote, local_gpu, shutdown  # noqa: E402
-from explorer.presets import get_preset  # noqa: E402
+from explorer import classroom
+from explorer.measure import Remote, local_gpu, shutdown
+from explorer.presets import get_preset
 
 SECTION = "classroom-submit"
 

@@ -19,18 +19,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from docs_section import write_section
 
-from docs_section import write_section  # noqa: E402
-
-from explorer.benchmarks import BENCHMARKS, Benchmark  # noqa: E402
-from explorer.build import Spec  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.measure import baseline, local_gpu, measure  # noqa: E402
-from explorer.presets import all_presets  # noqa: E402
-from explorer.schedules import get_template  # noqa: E402
+from explorer.benchmarks import BENCHMARKS, Benchmark
+from explorer.build import Spec
+from explorer.errors import ExplorerError
+from explorer.measure import baseline, local_gpu, measure
+from explorer.presets import all_presets
+from explorer.schedules import get_template
 
 # Extra specs measured for a benchmark beside its presets (no shipped preset has this workload).
 EXTRA_SPECS = {

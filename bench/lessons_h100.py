@@ -22,13 +22,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer import lesson_reasons as R  # noqa: E402
-from explorer import lessons as L  # noqa: E402
-from explorer.build import build  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.presets import Preset  # noqa: E402
+from explorer import lesson_reasons as R
+from explorer import lessons as L
+from explorer.build import build
+from explorer.errors import ExplorerError
+from explorer.presets import Preset
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "lessons-h100.md"

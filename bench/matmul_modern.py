@@ -21,18 +21,16 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from docs_section import write_section
 
-from docs_section import write_section  # noqa: E402
-
-from explorer.benchmarks import get_benchmark  # noqa: E402
-from explorer.build import Spec  # noqa: E402
-from explorer.measure import baseline, local_gpu, measure  # noqa: E402
-from explorer.measure.settings import Settings  # noqa: E402
-from explorer.presets import all_presets  # noqa: E402
-from explorer.schedules.matmul_async import MatmulAsyncKnobs  # noqa: E402
-from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs  # noqa: E402
-from explorer.workloads import Matmul  # noqa: E402
+from explorer.benchmarks import get_benchmark
+from explorer.build import Spec
+from explorer.measure import baseline, local_gpu, measure
+from explorer.measure.settings import Settings
+from explorer.presets import all_presets
+from explorer.schedules.matmul_async import MatmulAsyncKnobs
+from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
+from explorer.workloads import Matmul
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = Settings(repeats=10)

@@ -32,14 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # A fresh CUDA binary cache (explorer/build.py), read at import and inherited by the
 # measuring worker: every compile counted below really happens.
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-h100-cuda-")
 
-from explorer.errors import ExplorerError, InvalidKnobs  # noqa: E402
-from explorer.measure import Settings, baseline, local_gpu, measure, shutdown  # noqa: E402
-from explorer.presets import all_presets, get_preset  # noqa: E402
+from explorer.errors import ExplorerError, InvalidKnobs
+from explorer.measure import Settings, baseline, local_gpu, measure, shutdown
+from explorer.presets import all_presets, get_preset
 
 SECTION = "measure-h100"
 # Long enough kernels that launch gaps are small against them, plus the blog's final one.

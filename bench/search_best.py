@@ -31,17 +31,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer.analysis.ranking import static_score  # noqa: E402
-from explorer.benchmarks import Benchmark, get_benchmark  # noqa: E402
-from explorer.build import Spec  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.measure import gpu_measurer  # noqa: E402
-from explorer.schedules import get_template  # noqa: E402
-from explorer.search.grid import Grid  # noqa: E402
-from explorer.search.results import Point  # noqa: E402
-from explorer.search.sweep import compile_pool, refine, run  # noqa: E402
+from explorer.analysis.ranking import static_score
+from explorer.benchmarks import Benchmark, get_benchmark
+from explorer.build import Spec
+from explorer.errors import ExplorerError
+from explorer.measure import gpu_measurer
+from explorer.schedules import get_template
+from explorer.search.grid import Grid
+from explorer.search.results import Point
+from explorer.search.sweep import compile_pool, refine, run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search"  # default of --results
 

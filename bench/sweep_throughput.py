@@ -18,20 +18,18 @@ import datetime
 import os
 import sys
 import tempfile
-from pathlib import Path
 
 # Before explorer is imported: this process and every worker read the cache location once.
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="explorer-cuda-cache-")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docs_section import write_section  # noqa: E402
-from search_best import PLANS  # noqa: E402
+from docs_section import write_section
+from search_best import PLANS
 
-from explorer.analysis.ranking import static_score  # noqa: E402
-from explorer.measure import gpu_measurer  # noqa: E402
-from explorer.search.grid import Grid  # noqa: E402
-from explorer.search.results import FAILED, INVALID  # noqa: E402
-from explorer.search.sweep import cpu_count, run  # noqa: E402
+from explorer.analysis.ranking import static_score
+from explorer.measure import gpu_measurer
+from explorer.search.grid import Grid
+from explorer.search.results import FAILED, INVALID
+from explorer.search.sweep import cpu_count, run
 
 PLAN = PLANS["dw-96"]
 GOAL_PER_MINUTE = 200

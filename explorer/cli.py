@@ -192,10 +192,8 @@ def _view_roofline(spec, args):
 
 def _measured_on_local_gpu(spec):
     """The setting measured on this machine's GPU (its ceilings included), or None without one."""
-    try:
-        from . import measure
-    except ImportError:
-        return None
+    from . import measure
+
     if not measure.local_gpu():
         return None
     measure.ceilings()  # once per process; the measurement below carries them

@@ -5,6 +5,9 @@ thread ids, address and bank, or its block, vthread, thread and iteration.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -23,7 +26,11 @@ from .style import (
     POINT_COLOURS,
     ROOF_COLOURS,
     SCOPE_COLOURS,
+    TRIES_FIGURE_HEIGHT,
 )
+
+if TYPE_CHECKING:
+    from .build import Spec
 
 
 def _layout(figure: go.Figure, title: str, **extra) -> go.Figure:
@@ -240,3 +247,21 @@ def _points(points: tuple[Point, ...], name: str, colour: str, symbol: str, size
         marker={"color": colour, "symbol": symbol, "size": size, "line": {"width": 1, "color": "black"}},
         hovertext=[f"{p.label}: {p.latency_us:.2f} µs, {p.percent_of_attainable:.0f}% of attainable" for p in points],
         hovertemplate="%{hovertext}<br>%{y:,.0f} GFLOP/s<extra></extra>")
+
+
+# -- a session's tries ---------------------------------------------------------------------
+
+
+def tries_figure(tries: Sequence[tuple[Spec, float | None]]) -> go.Figure:
+    """A session's tries in order, (setting, latency in µs or None when not measured): the
+    measured ones as a line; hover lists the knobs of each."""
+    measured = [(i, spec, us) for i, (spec, us) in enumerate(tries, start=1) if us is not None]
+    hover = ["<br>".join(f"{name} = {value}" for name, value in spec.knobs.to_strings().items())
+             for _, spec, _ in measured]
+    figure = go.Figure(go.Scatter(
+        x=[i for i, _, _ in measured], y=[us for _, _, us in measured], mode="lines+markers",
+        hovertext=hover, hovertemplate="try %{x}: %{y:.2f} µs<br>%{hovertext}<extra></extra>",
+    ))
+    figure.update_layout(xaxis_title="try", yaxis_title="latency (µs)", height=TRIES_FIGURE_HEIGHT,
+                         margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return figure

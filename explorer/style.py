@@ -35,6 +35,7 @@ CATEGORICAL = tuple(qualitative.Light24)
 SWEEP_COLORSCALE = "Viridis"
 
 FIGURE_HEIGHT = 420
+TRIES_FIGURE_HEIGHT = 280  # the latency panel's small chart of a session's tries
 
 # Roofline: the roofs (compute, and the bandwidth each memory delivers) and the points.
 ROOF_COLOURS = {"compute": "#72B7B2", "HBM": SCOPE_COLOURS["global"], "L2-resident": "#B279A2"}

@@ -1,16 +1,14 @@
 """The app with a stand-in GPU, for tests of a real server: the warm-up takes
 ``STAND_IN_WARM_UP_S`` seconds and every measurement answers 5 µs. A test copies this file
 into a copy of app/ (Streamlit finds the pages next to the main script) and runs it with
-``streamlit run``; ``STAND_IN_REPO`` is the repository whose library and app it imports."""
+``streamlit run``; the library and the app come from the installed package."""
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.environ["STAND_IN_REPO"])
-import explorer.live as live  # noqa: E402
-from app import panels  # noqa: E402
-from tests.live_fakes import fake_ceilings  # noqa: E402
+import explorer.live as live
+from app import panels
+from explorer.analysis.roofline import Ceilings
 
 
 def measure(job):
@@ -18,8 +16,9 @@ def measure(job):
 
     time.sleep(0.05)
     w = job.spec.workload
+    ceilings = Ceilings(1e12, w.compulsory_bytes / 2e3, None, 0, "measured on Fake GPU")
     return Measurement(w.label(), "cuda", "Fake GPU", Check(True, 0.0, 1e-5, 0, None), Timing((5.0, 5.0, 5.0), 100),
-                       fake_ceilings(w), w.flops, w.compulsory_bytes, 0.0)
+                       ceilings, w.flops, w.compulsory_bytes, 0.0)
 
 
 def warm_up(first, target, warm):

@@ -227,7 +227,7 @@ def test_cli_sass_view(no_toolkit, capsys):
 
 
 def test_sass_tab_renders_and_diffs():
-    from tests.test_app import app, assert_clean, code_text
+    from test_app import app, assert_clean, code_text
 
     at = app({"preset": "conv1d-v5"}, view="SASS").run()
     assert_clean(at)
@@ -273,8 +273,9 @@ def test_line_info_changes_nothing_in_the_code(no_toolkit):
 
 
 def test_without_the_tools_one_sentence_says_what_to_install(monkeypatch, capsys):
+    from test_app import app, assert_clean
+
     from explorer.cli import main
-    from tests.test_app import app, assert_clean
 
     reason = "The SASS view needs nvdisasm: pip install -r requirements.txt installs them."
     monkeypatch.setattr(sass, "missing_tools", lambda: reason)

@@ -11,10 +11,9 @@ from live_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 from app import code_view, panels, server, widgets
-from app.panels import tries_figure
-from app.session import Try
 from explorer import urlstate
 from explorer.build import build, nvcc_path
+from explorer.figures import tries_figure
 from explorer.presets import all_presets, get_preset
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
@@ -96,9 +95,9 @@ def _first_preset_per_template():
 
 @pytest.mark.parametrize("preset", _first_preset_per_template())
 def test_analysis_tabs_render(preset):
-    """Every analysis tab the installed modules offer, for one preset of each template
-    (tabs are lazy: only the selected one runs)."""
-    labels = list(panels.available())
+    """Every analysis tab, for one preset of each template (tabs are lazy: only the selected
+    one runs)."""
+    labels = list(panels.PANELS)
     for label in labels:
         at = app({"preset": preset}, view=label).run()
         assert_clean(at)
@@ -225,9 +224,7 @@ def test_diff_counts():
 
 def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
     spec = get_preset("dw-blog-final-96").spec
-    built = build(spec)
-    tries = [Try(spec, built, 9.5), Try(spec.with_knobs(num_thread_x=8), built, None),
-             Try(spec.with_knobs(num_thread_x=4), built, 12.0)]
+    tries = [(spec, 9.5), (spec.with_knobs(num_thread_x=8), None), (spec.with_knobs(num_thread_x=4), 12.0)]
     trace = tries_figure(tries).data[0]
     assert list(trace.x) == [1, 3] and list(trace.y) == [9.5, 12.0]
     assert "num_thread_x = 4" in trace.hovertext[1]
@@ -308,8 +305,6 @@ def test_resources_tab_compiles_when_opened():
         pytest.skip("neither NVRTC with the pip disassembler nor nvcc is installed")
     at = app({"preset": "dw-blog-final-96"}, view="Resources").run()
     assert_clean(at)
-    if "Resources" not in panels.available():
-        pytest.skip("the resources analysis is not installed")
     assert int(at.dataframe[0].value["registers/thread"][0]) > 0
 
 

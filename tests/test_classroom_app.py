@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import class_mode
+from app import class_mode, session
 from explorer import lessons as L
 from explorer.classroom import leaderboard as board_module
 from explorer.measure import Measurement, Timing
@@ -36,7 +36,7 @@ def unlocked_teacher() -> AppTest:
     at = page("views/classroom.py")
     at.text_input(key="class.token").input(TOKEN)
     at.button[0].click().run()
-    assert at.session_state[class_mode.TEACHER]
+    assert at.session_state[session.TEACHER]
     return at
 
 
@@ -64,7 +64,7 @@ def test_a_wrong_token_is_refused_and_the_right_one_never_reaches_the_url():
     at.text_input(key="class.token").input("guess")
     at.button[0].click().run()
     assert [e.value for e in at.error] == ["That is not the teacher token; the teacher controls stay locked."]
-    assert class_mode.TEACHER not in at.session_state or not at.session_state[class_mode.TEACHER]
+    assert session.TEACHER not in at.session_state or not at.session_state[session.TEACHER]
     assert "Put the class on this step" not in [b.label for b in at.button]
     at = unlocked_teacher()
     assert "Put the class on this step" in [b.label for b in at.button]

@@ -10,11 +10,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import classroom  # bench/classroom.py (pytest's pythonpath)
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-import classroom  # noqa: E402
 
 
 def free_port() -> int:
@@ -68,7 +67,7 @@ def test_latency_reaches_the_page_after_a_slow_warm_up(tmp_path):
     shutil.copytree(ROOT / "app", tmp_path / "app")
     shutil.copy(ROOT / "tests" / "stand_in_gpu_app.py", tmp_path / "app")
     server, url = start_server(tmp_path / "app" / "stand_in_gpu_app.py",
-                               {"STAND_IN_REPO": str(ROOT), "STAND_IN_WARM_UP_S": "8"})
+                               {"STAND_IN_WARM_UP_S": "8"})
     try:
         report = classroom.run(url, students=1, seconds=30, think=2.0, want_latency=True, server_pid=server.pid)
     finally:

@@ -360,16 +360,10 @@ def test_the_cache_is_installed_as_tvms_cuda_compile_callback(monkeypatch):
 def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
     """bench/search_best.py's output is pasted into presets/*.toml: it must load as is."""
     import argparse
-    from pathlib import Path
+
+    from search_best import PLANS, preset_block  # bench/search_best.py (pytest's pythonpath)
 
     from explorer.presets import load_file
-
-    bench = str(Path(__file__).resolve().parent.parent / "bench")
-    sys.path.insert(0, bench)
-    try:
-        from search_best import PLANS, preset_block
-    finally:
-        sys.path.remove(bench)
     plan = PLANS["conv2d-resnet-last"]  # split knobs (tuples) and booleans
     spec = plan.base().with_knobs(tile_f=(16, 2, 16, 1), unroll_explicit=False)
     args = argparse.Namespace(sample=None, rounds=2)

@@ -18,11 +18,11 @@ STUDENTS_REFRESH_S = 2.0
 
 
 def unlock() -> None:
-    given = st.session_state.pop("class.token", "")  # not kept: the session remembers only the outcome
+    given = session.take_widget_value("class.token", "")  # not kept: the session remembers only the outcome
     if classroom.is_teacher(given):
-        st.session_state[class_mode.TEACHER] = True
+        session.unlock_teacher()
     else:
-        st.session_state["class.token_error"] = "That is not the teacher token; the teacher controls stay locked."
+        session.flash("class.token_error", "That is not the teacher token; the teacher controls stay locked.")
 
 
 def teacher_login() -> None:
@@ -34,8 +34,9 @@ def teacher_login() -> None:
         st.text_input("Teacher token", type="password", key="class.token",
                       help="The token the server was started with. It stays in this session; it is never in a link.")
         st.form_submit_button("Unlock the teacher controls", on_click=unlock, icon=":material/lock_open:")
-    if st.session_state.get("class.token_error"):
-        st.error(st.session_state.pop("class.token_error"))
+    token_error = session.flashed("class.token_error")
+    if token_error:
+        st.error(token_error)
 
 
 def setting_title(spec, preset_id) -> str:
@@ -160,7 +161,7 @@ def submit_form(store: classroom.Store) -> None:
 
 def reset_board(store: classroom.Store, workload: str) -> None:
     store.reset_board(workload)
-    st.session_state["class.confirm_reset"] = False
+    session.set_widget("class.confirm_reset", False)
 
 
 def teacher_board_tools(store: classroom.Store, workload: str, places: list[classroom.Place]) -> None:
@@ -180,7 +181,7 @@ st.title("Class")
 store = class_mode.store()
 
 st.subheader("Teacher")
-if class_mode.is_teacher():
+if session.is_teacher():
     teacher_controls(store)
 else:
     teacher_login()
@@ -191,5 +192,5 @@ workloads = list(dict.fromkeys([current, *store.workloads()]))
 workload = st.selectbox("Workload", workloads, key="class.workload", help="One board per workload (shape included).")
 submit_form(store)  # before the board, so that a submission is on it at once
 places = show_board(store, workload)
-if class_mode.is_teacher():
+if session.is_teacher():
     teacher_board_tools(store, workload, places)

@@ -4,7 +4,7 @@ import dataclasses
 
 import streamlit as st
 
-from app import code_view, panels, server, session, widgets
+from app import code_view, panels, server, session
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
 
@@ -22,19 +22,14 @@ def default_b(preset: str | None) -> str:
 
 
 def on_b_preset() -> None:
-    chosen = st.session_state["ui.b_preset"]
-    st.session_state.update({"compare.preset": chosen, "compare.spec": get_preset(chosen).spec})
-    widgets.forget((B_PREFIX,))
+    session.start_compare_b(st.session_state[session.B_PRESET_WIDGET])
+    session.forget_widgets((B_PREFIX,))
 
 
 code_view.show_css()
 spec_a = session.sidebar() or session.spec()
 session.sync_url()
-if "compare.preset" not in st.session_state:  # B is kept (outside widget state) across page switches
-    first = default_b(session.preset_id())
-    st.session_state.update({"compare.preset": first, "compare.spec": get_preset(first).spec})
-st.session_state.setdefault("ui.b_preset", st.session_state["compare.preset"])
-b_base = st.session_state["compare.spec"]
+b_base = session.compare_b(default_b(session.preset_id()))
 
 st.title("Compare two settings")
 col_a, col_b = st.columns(2)
@@ -43,13 +38,13 @@ with col_a:
     st.caption(f"{spec_a.template_def.title} · {spec_a.workload.label()}")
 with col_b:
     st.subheader("B")
-    st.selectbox("B starts from preset", list(all_presets()), key="ui.b_preset", on_change=on_b_preset,
+    st.selectbox("B starts from preset", list(all_presets()), key=session.B_PRESET_WIDGET, on_change=on_b_preset,
                  format_func=lambda i: f"{get_preset(i).tutorial} · {get_preset(i).step}. {get_preset(i).title}")
     knob_box = st.expander(f"B's knobs · {b_base.workload.label()}")
-    values = widgets.fields(knob_box, b_base.template_def.knobs, b_base.knobs, b_base.workload,
+    values = session.fields(knob_box, b_base.template_def.knobs, b_base.knobs, b_base.workload,
                             f"{B_PREFIX}{b_base.template}.")
     spec_b = dataclasses.replace(b_base, knobs=b_base.template_def.knobs.from_mapping(values))
-    st.session_state["compare.spec"] = spec_b
+    session.set_compare_b(spec_b)
 
 results = {}
 for name, spec, column in (("A", spec_a, col_a), ("B", spec_b, col_b)):

@@ -9,9 +9,10 @@ from importlib import metadata
 import streamlit as st
 import tvm
 
-from app import panels, server, session
+from app import server, session
 from explorer.build import nvcc_path
 from explorer.errors import ExplorerError
+from explorer.measure import Remote
 from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
 
 
@@ -25,7 +26,7 @@ def nvcc_version() -> str:
 
 
 def on_target() -> None:
-    st.session_state["target"] = st.session_state["ui.target"]
+    session.set_target(st.session_state["ui.target"])
 
 
 session.sync_url()
@@ -39,7 +40,7 @@ else:
             "kernels run and are timed on a machine with an NVIDIA GPU.")
 
 names = ["auto", *ALIASES]
-st.session_state.setdefault("ui.target", session.target())
+session.seed_widget("ui.target", session.target())
 choice = st.selectbox(
     "Target", names if session.target() in names else [*names, session.target()], key="ui.target",
     on_change=on_target, accept_new_options=True,
@@ -50,7 +51,7 @@ try:
     target = resolve_target(choice)
 except ExplorerError as e:
     st.error(str(e))
-    st.session_state["target"] = "auto"
+    session.set_target("auto")
     target = resolve_target("auto")
 st.markdown(f"Code is generated for **{target_label(target)}**"
             + (" (this machine's GPU)." if local_gpu_target() is not None and choice == "auto" else "."))
@@ -58,25 +59,21 @@ with st.expander("Target details"):
     st.json(target.export())
 
 st.subheader("Remote GPU (TVM RPC)")
-measure = panels.optional("explorer.measure")
-if measure is None:
-    st.caption("Measurement is not installed in this app.")
+st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.server`). "
+           "Leave empty to measure on this machine's GPU.")
+current = session.remote()
+cols = st.columns([2, 1])
+address = cols[0].text_input("Tracker HOST:PORT", f"{current.host}:{current.port}" if current else "",
+                             key="ui.rpc.address")
+key = cols[1].text_input("Key", current.key if current else "", key="ui.rpc.key")
+if address.strip():
+    try:
+        session.set_remote(Remote.parse(address, key))
+        st.success(f"Kernels are measured on '{key}' GPUs through the tracker at {address}.")
+    except ExplorerError as e:
+        st.error(str(e))
 else:
-    st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.server`). "
-               "Leave empty to measure on this machine's GPU.")
-    current = session.remote()
-    cols = st.columns([2, 1])
-    address = cols[0].text_input("Tracker HOST:PORT", f"{current.host}:{current.port}" if current else "",
-                                 key="ui.rpc.address")
-    key = cols[1].text_input("Key", current.key if current else "", key="ui.rpc.key")
-    if address.strip():
-        try:
-            st.session_state["remote"] = measure.Remote.parse(address, key)
-            st.success(f"Kernels are measured on '{key}' GPUs through the tracker at {address}.")
-        except ExplorerError as e:
-            st.error(str(e))
-    else:
-        st.session_state["remote"] = None
+    session.set_remote(None)
 
 st.subheader("This server")
 live = server.live()

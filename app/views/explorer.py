@@ -16,8 +16,9 @@ preset = get_preset(session.preset_id()) if session.preset_id() else None
 
 st.title(template.title)
 st.caption(f"{spec.workload.label()} · {template.summary}")
-if st.session_state.get("link_error"):
-    st.error(st.session_state.pop("link_error"))
+link_error = session.flashed("link_error")
+if link_error:
+    st.error(link_error)
 if preset is not None and preset.spec == spec:
     with st.container(border=True):
         st.markdown(f"**Step {preset.step}: {preset.title}** — {preset.claim}")
@@ -63,7 +64,7 @@ right.download_button(
          "and checks and times the kernel on a GPU.",
 )
 
-analyses = panels.available()
+analyses = panels.PANELS
 tabs = st.tabs([*code_view.VIEWS, *analyses], key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:

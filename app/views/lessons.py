@@ -32,7 +32,7 @@ def in_reading_order(all_lessons) -> dict:
 
 
 def restart_lesson() -> None:
-    st.session_state["step"] = 1
+    session.set_widget("step", 1)
 
 
 def badge(verdict: str, container=st) -> None:
@@ -134,7 +134,7 @@ def show_evidence(step: L.Step, target: str) -> None:
 def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None:
     """Time this step and the steps its claims compare it with (once per session and device;
     a failed measurement is tried again)."""
-    measured = st.session_state.setdefault(MEASURED, {})
+    measured = session.memo(MEASURED)
     todo = [p for p in L.presets_to_time([step.preset])
             if (*device, p.id) not in measured or measured[(*device, p.id)].median_us is None]
     with st.status(f"Measuring {len(todo)} kernel(s), each checked against NumPy first…") as status:
@@ -186,7 +186,7 @@ try:
             help="This step and the steps it is compared with: each kernel is checked against NumPy, then timed."):
         measure_step(step, device, functools.partial(measure, target=target, remote=remote, settings=Settings()),
                      target)
-    found = {pid: m for (*d, pid), m in st.session_state.get(MEASURED, {}).items() if tuple(d) == device}
+    found = {pid: m for (*d, pid), m in session.memo(MEASURED).items() if tuple(d) == device}
     times = {pid: m.median_us for pid, m in found.items() if m.median_us is not None}
     errors = {pid: m.error for pid, m in found.items() if m.error}
     timings = L.step_checks(preset, times, where, errors)

@@ -24,8 +24,7 @@ FIRST_AXES = ("num_thread_x", "num_thread_y", "thread_m", "thread_n", "tile_f", 
 
 def apply_best(best) -> None:
     """Make the best point the sidebar's setting and show it in the Explorer."""
-    st.session_state["spec"] = best
-    widgets.forget((session.KNOB_PREFIX,))  # the knob widgets re-seed from the new spec
+    session.set_spec(best)
     st.switch_page("views/explorer.py")
 
 
@@ -64,7 +63,7 @@ def run_sweep(grid, sample, measurer) -> None:
         st.error(str(e))
         return
     bar.empty()
-    st.session_state["sweep.result"] = result
+    session.keep_result("sweep", result)
 
 
 def show_result(result) -> None:
@@ -116,13 +115,13 @@ def tune_section(spec) -> None:
     if st.button("Run MetaSchedule", disabled=not has_gpu, icon=":material/tune:"):
         bar = st.progress(0.0, text="Generating candidates…")
         try:
-            st.session_state["tune.result"] = tune.tune(
+            session.keep_result("tune", tune.tune(
                 spec.workload, int(trials), target=session.target(), strategy=strategy,
-                on_progress=lambda p: bar.progress(p.fraction, text=p.describe()))
+                on_progress=lambda p: bar.progress(p.fraction, text=p.describe())))
         except ExplorerError as e:
             st.error(str(e))
         bar.empty()
-    result = st.session_state.get("tune.result")
+    result = session.kept_result("tune")
     if result is None or result.workload != spec.workload:
         return
     st.metric("MetaSchedule best", f"{result.best_us:.2f} µs",
@@ -159,7 +158,7 @@ if grid is not None:
     if st.button(f"Run sweep · {sample or grid.size:,} points", type="primary", icon=":material/play_arrow:",
                  help=how):
         run_sweep(grid, sample, measurer)
-result = st.session_state.get("sweep.result")
+result = session.kept_result("sweep")
 if result is not None and (result.grid.base.template, result.grid.base.workload) == (spec.template, spec.workload):
     show_result(result)
 st.divider()
