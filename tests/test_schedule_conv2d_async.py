@@ -18,7 +18,8 @@ from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.presets import get_preset
 from explorer.schedules.conv2d_async import Conv2dAsyncKnobs, shared_tile_bytes
-from explorer.workloads import Conv2d
+from explorer.schedules.matmul_async import MatmulAsyncKnobs
+from explorer.workloads import Conv2d, Matmul
 
 RESNET = Conv2d()
 SMALL = Conv2d(in_channels=32, out_channels=16, height=7, width=7)
@@ -120,6 +121,17 @@ def test_knobs_that_cannot_work_are_refused_before_compiling(knobs, match, named
     with pytest.raises(InvalidKnobs, match=match) as error:
         conv(**knobs)
     assert error.value.knobs == named
+
+
+@pytest.mark.parametrize("spec", [Spec("conv2d_async", SMALL, Conv2dAsyncKnobs(block_f=16, split_k=4, block_k=4)),
+                                  Spec("matmul_async", Matmul(m=128, n=128, k=128), MatmulAsyncKnobs(stages=2))],
+                         ids=["conv2d_async", "matmul_async"])
+def test_cp_async_is_refused_for_gpus_older_than_sm_80(spec):
+    with pytest.raises(InvalidKnobs, match="compute capability 8.0 or newer, and the target is sm_75") as error:
+        build(spec, "sm_75")
+    assert error.value.knobs == ("async_copy",)
+    assert "cp.async" in build(spec, "sm_80").cuda
+    assert "cp.async" not in build(spec.with_knobs(async_copy=False), "sm_75").cuda
 
 
 def test_misaligned_global_rows_refuse_vector_copies():
