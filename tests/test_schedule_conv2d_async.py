@@ -203,3 +203,28 @@ def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
     tolerance = 4 * np.finfo(np.float32).eps * spec.workload.reduction_length() * max(1.0, np.abs(expected).max())
     np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance)
+
+
+# -- in the app ------------------------------------------------------------------------
+
+
+def test_every_analysis_tab_renders_for_the_two_kernels_of_split_k():
+    from test_app import app, assert_clean
+
+    from app import code_view, panels
+
+    labels = list(panels.available())
+    for label in labels:
+        at = app({"preset": "conv2d-modern-transposed"}, view=label).run()
+        assert_clean(at)
+        assert [t.label for t in at.tabs][len(code_view.VIEWS):] == labels
+
+
+def test_the_lesson_opens_on_a_step_link():
+    from test_app import app, assert_clean
+
+    at = app({"lesson": "conv2d_modern", "step": "2"})
+    at.switch_page("views/lessons.py").run()
+    assert_clean(at)
+    assert at.selectbox(key="lesson").value == "conv2d_modern"
+    assert at.header[0].value == "Step 2 of 4: " + get_preset("conv2d-modern-split-k").title
