@@ -10,12 +10,12 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from explorer.build import Spec, build, compile_binary, nvcc_path, pass_config
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
+from explorer.measure.gate import compare
 from explorer.presets import get_preset
 from explorer.schedules.conv2d_async import Conv2dAsyncKnobs, shared_tile_bytes
 from explorer.schedules.matmul_async import MatmulAsyncKnobs
@@ -201,8 +201,8 @@ def test_the_lesson_ends_on_the_template_defaults():
         "preset-async"])
 def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
-    tolerance = 4 * np.finfo(np.float32).eps * spec.workload.reduction_length() * max(1.0, np.abs(expected).max())
-    np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance)
+    check = compare(got, expected, spec.workload.reduction_length())  # the measurement's own gate
+    assert check.correct, check.describe()
 
 
 # -- in the app ------------------------------------------------------------------------

@@ -24,9 +24,18 @@ from typing import ClassVar
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..workloads import BYTES_PER_ELEMENT, Conv2d
-from .common import Template, bind, cooperative_fetch, loops_below, new_schedule, schedule_errors
+from .common import (
+    Template,
+    bind,
+    check_pipeline,
+    cooperative_fetch,
+    loops_below,
+    new_schedule,
+    pipeline,
+    schedule_errors,
+    unroll,
+)
 
-CP_ASYNC_BYTES = (4, 8, 16)
 # Threads of the kernel that adds the split-K partials.
 REDUCE_THREADS = 128
 
@@ -117,11 +126,7 @@ def check_knobs(workload: Conv2d, k: Conv2dAsyncKnobs) -> None:
         raise InvalidKnobs(f"A block would have {threads} threads, more than the 1024 a CUDA block may have: "
                            f"raise thread_f, thread_y or thread_x, or lower block_f.",
                            ("block_f", "thread_f", "thread_y", "thread_x"))
-    if k.async_copy and k.stages < 2:
-        raise InvalidKnobs("async_copy overlaps the copies with the multiply-adds of an earlier step, so it "
-                           "needs a pipeline: stages ≥ 2.", ("async_copy", "stages"))
-    if k.async_copy and k.fetch_vector * BYTES_PER_ELEMENT not in CP_ASYNC_BYTES:
-        raise InvalidKnobs("cp.async copies 4, 8 or 16 bytes at once.", ("fetch_vector",))
+    check_pipeline(k)
     _check_vectors(workload, k)
 
 
@@ -216,15 +221,8 @@ def _schedule_partial_sums(sch, workload: Conv2d, k: Conv2dAsyncKnobs, conv, sli
         row_axis, row = (2, k.block_f) if k.transpose_filter else (0, filter_row(workload, k))
         sch.storage_align(kernel_shared, 0, axis=row_axis, factor=row + k.shared_pad, offset=0)
     sch.decompose_reduction(conv, ko)
-    if k.stages > 1:
-        # ko's body is [copy input, copy filter, multiply]: the copies run stages - 1 steps ahead.
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, k.stages - 1])
-        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        if k.async_copy:
-            sch.annotate(ko, "software_pipeline_async_stages", [0])
-    if k.unroll_max_step:
-        sch.annotate(thread, "pragma_auto_unroll_max_step", k.unroll_max_step)
-        sch.annotate(thread, "pragma_unroll_explicit", 1)
+    pipeline(sch, ko, k.stages, k.async_copy)  # ko's body: [copy input, copy filter, multiply]
+    unroll(sch, thread, k.unroll_max_step)
 
 
 def _read_filter_as_vectors(sch, kernel_local, anchor, vector: int) -> None:
