@@ -228,3 +228,18 @@ def test_the_lesson_opens_on_a_step_link():
     assert_clean(at)
     assert at.selectbox(key="lesson").value == "conv2d_modern"
     assert at.header[0].value == "Step 2 of 4: " + get_preset("conv2d-modern-split-k").title
+
+
+@pytest.mark.gpu
+def test_split_k_is_measured_from_a_cuda_graph_too():
+    """The partial sums live in a workspace TVM allocates per call: replayed from a captured CUDA
+    graph, both kernels must still run and give the right output (the graph check compares it)."""
+    pytest.importorskip("torch")
+    from explorer.measure import Settings, measure, shutdown
+
+    try:
+        m = measure(get_preset("conv2d-modern-transposed").spec, settings=Settings(repeats=3))
+    finally:
+        shutdown()
+    assert m.correct, m.check.describe()
+    assert m.graph is not None and m.graph_us > 0
