@@ -3,6 +3,8 @@ fastest shipped preset on this GPU against PyTorch (CUDA graphs, TF32 off) and t
 roofline, and whether the benchmark's goal is met.
 
     python bench/kernels.py [--no-write]
+    python bench/kernels.py --only conv2d "matmul 1024"     # a subset: label contains a TEXT (or equals it)
+    python bench/kernels.py --list                           # the workloads' labels
 
 Every shipped preset of a benchmark's workload is measured (checked against NumPy first, then
 timed with the default measurement settings: median of 20 repeats of >= 1 ms), both
@@ -12,13 +14,18 @@ figures (like with like: neither pays a host launch per kernel); the fastest cor
 preset by that figure is the row's "best preset". "% of roofline" is the least time the
 measured roofline allows over the kernel's time from a graph. Prints one table and
 writes it into docs/benchmarks.md (section "kernels"); a closing note written below that
-section survives re-runs. Needs no streamlit or plotly.
+section survives re-runs. Rows are kept in bench/results/kernels-<gpu>.json, so runs with
+``--only`` (each short enough for one session on the GPU machine) add up to the whole table.
+Needs no streamlit or plotly.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import re
 import sys
+from pathlib import Path
 
 from docs_section import write_section
 
@@ -29,6 +36,7 @@ from explorer.measure import baseline, local_gpu, measure
 from explorer.presets import all_presets
 from explorer.schedules import get_template
 
+RESULTS = Path(__file__).resolve().parent / "results"
 # Extra specs measured for a benchmark beside its presets (no shipped preset has this workload).
 EXTRA_SPECS = {
     "matmul_async defaults": lambda w: Spec("matmul_async", w, get_template("matmul_async").knobs())
@@ -96,18 +104,53 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def selected(only: list[str] | None) -> tuple[Benchmark, ...]:
+    """The benchmarks whose label equals one of ``only`` or contains one that is no label itself
+    ("matmul 4096x4096x4096" is the fp32 row alone; "matmul 4096" is all three)."""
+    if not only:
+        return BENCHMARKS
+    labels = {t.workload.label() for t in BENCHMARKS}
+    texts = [text.lower() for text in only]
+    exact = {text for text in texts if text in {label.lower() for label in labels}}
+    return tuple(t for t in BENCHMARKS if any(text == t.workload.label().lower() if text in exact
+                                           else text in t.workload.label().lower() for text in texts))
+
+
+def merged_rows(gpu: str, rows: list[dict], write: bool) -> list[dict]:
+    """This run's rows over those of earlier runs on the same GPU, in the order of BENCHMARKS."""
+    path = RESULTS / f"kernels-{re.sub(r'[^a-z0-9]+', '-', gpu.lower()).strip('-')}.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    kept |= {r["workload"]: r for r in rows}
+    if write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(kept, indent=1))
+    return [kept[label] for label in (t.workload.label() for t in BENCHMARKS) if label in kept]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--only", nargs="+", metavar="TEXT",
+                        help="measure only the workloads whose label contains TEXT (or equals it); the table keeps "
+                             "the other rows from earlier runs on this GPU")
+    parser.add_argument("--list", action="store_true", help="print the workloads' labels and exit")
     args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(t.workload.label() for t in BENCHMARKS))
+        return 0
+    benchmarks = selected(args.only)
+    if not benchmarks:
+        print(f"error: no workload label contains {' or '.join(args.only)}; see --list.", file=sys.stderr)
+        return 2
     gpu = local_gpu()
     if gpu is None:
         print("error: no CUDA GPU on this machine; the kernel table is measured on one.", file=sys.stderr)
         return 2
     rows = []
-    for benchmark in BENCHMARKS:
+    for benchmark in benchmarks:
         print(benchmark.workload.label(), file=sys.stderr)
         rows.append(row(benchmark))
+    rows = merged_rows(gpu, rows, write=not args.no_write)
     text = table(rows)
     print(text)
     failed = [f for r in rows for f in r["failed"]]

@@ -5,6 +5,7 @@ ready-to-paste ``[[preset]]`` block.
     python bench/search_best.py dw-96 [dw-21 ...] [--sample N] [--rounds R] [--workers N]
     python bench/search_best.py all
     python bench/search_best.py dw-96 --tune 256      # MetaSchedule on the same workload instead
+    python bench/search_best.py conv2d-async-resnet-last --rounds 1 --max-minutes 3.5
 
 A plan names a benchmark (explorer.benchmarks: the workload, its goal and PyTorch's
 time), a template, a grid over its knobs, how many grid points to try (a random sample
@@ -17,7 +18,8 @@ Every finished point is appended to ``<plan>-<gpu>.jsonl`` in ``--results`` (def
 ``bench/results/search``) the moment it is known. Running a plan again reuses those points
 (nothing is compiled or measured twice): an interrupted search resumes, a finished one
 continues the descent from its best point. The preset block is also written to
-``<plan>-<gpu>.toml`` there.
+``<plan>-<gpu>.toml`` there. ``--max-minutes`` stops starting new points after that long and
+prints the preset of the best point so far: the same command run again goes on from there.
 """
 from __future__ import annotations
 
@@ -100,6 +102,17 @@ CONV2D_GRID = ("tile_f=all", "tile_y=all", "tile_x=all", "tile_rc=all", "tile_ry
                "auto_unroll_max_step=all", "unroll_explicit=all")
 CONV2D_REFINE = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step",
                  "unroll_explicit")
+# Conv2d as today's GEMMs (conv2d_async): channel tiles and split-K slices (how many blocks for
+# 132 SMs), thread tiles along channels and a row (7) or one pixel, K step and pipeline depth,
+# the filter tile transposed or not. Thread counts over 1024 and vectors that do not fit the
+# tiles are rejected in milliseconds, so the grid is sampled; the descent also tries columns.
+CONV2D_ASYNC_GRID = (
+    "block_f=16,32,64,128", "thread_f=2,4,8", "thread_y=1", "thread_x=1,7", "split_k=4,8,16,32",
+    "block_k=4,8,16", "stages=2,3,4", "async_copy=true", "fetch_vector=4", "transpose_filter=true,false",
+    "read_vector=2,4", "shared_pad=0,4", "dynamic_shared=true", "unroll_max_step=512",
+)
+CONV2D_ASYNC_REFINE = ("block_f", "thread_f", "thread_y", "split_k", "block_k", "stages", "transpose_filter",
+                       "read_vector", "shared_pad", "unroll_max_step")
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,7 @@ PLANS = _plans(
     ("dw-96-m2-k5", "depthwise_blog", "dw-96-m2-k5", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
     ("conv1d-16384", "conv1d", "conv1d-16384", CONV1D_GRID, 600, CONV1D_REFINE),
     ("conv2d-resnet-last", "conv2d_autotvm", "conv2d-resnet-last", CONV2D_GRID, 1500, CONV2D_REFINE),
+    ("conv2d-async-resnet-last", "conv2d_async", "conv2d-resnet-last", CONV2D_ASYNC_GRID, 100, CONV2D_ASYNC_REFINE),
     ("matmul-1024", "matmul", "matmul-1024", MATMUL_GRID, 800, MATMUL_REFINE),
     ("matmul-async-1024", "matmul_async", "matmul-1024", MATMUL_ASYNC_GRID, 120, MATMUL_ASYNC_REFINE),
     ("matmul-async-4096", "matmul_async", "matmul-4096", MATMUL_ASYNC_GRID, 60, MATMUL_ASYNC_REFINE),
@@ -159,11 +173,14 @@ def search(plan: Plan, args) -> None:
     if previous:
         print(f"{plan.id}: resuming with {len(previous)} points from {log}", file=sys.stderr)
     start = time.perf_counter()
+    deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes and measurer else None
     with log.open("a") as out:
 
         def record(point: Point) -> None:
             out.write(json.dumps(point.to_json()) + "\n")
             out.flush()
+            if deadline is not None and time.monotonic() > deadline:
+                raise OutOfTime
 
         pool = compile_pool(args.workers, timeout_s=args.compile_timeout)
         try:
@@ -174,11 +191,15 @@ def search(plan: Plan, args) -> None:
             points = {p.knobs: p for p in (*previous.values(), *result.points)}
             if args.rounds:
                 result = refine(base, plan.refine, rounds=args.rounds, previous=points, **options)
+            best = result.best
+        except OutOfTime:
+            best = fastest(_load(log, type(base.knobs)).values())
+            print(f"\n{plan.id}: stopped after --max-minutes {args.max_minutes:g}; the same command goes on from "
+                  f"here", file=sys.stderr)
         finally:
             pool.shutdown()
-    best = result.best
     if best is None:
-        raise ExplorerError(f"{plan.id}: no valid, correct kernel among {len(result.points)} points.")
+        raise ExplorerError(f"{plan.id}: no valid, correct kernel among the points tried so far.")
     tried = len(_load(log, type(base.knobs)))
     elapsed = time.perf_counter() - start
     if measurer is None:
@@ -191,6 +212,14 @@ def search(plan: Plan, args) -> None:
     block = preset_block(plan, dataclasses.replace(base, knobs=best.knobs), best.latency_us, device, tried, args)
     (args.results / f"{stem}.toml").write_text(block)
     print(block)
+
+
+class OutOfTime(Exception):
+    """Raised from the point recorder once --max-minutes have passed: it ends the sweep."""
+
+
+def fastest(points) -> Point | None:
+    return min((p for p in points if p.latency_us is not None), key=lambda p: p.latency_us, default=None)
 
 
 def _load(log: Path, knobs_type) -> dict:
@@ -274,6 +303,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="coordinate-descent rounds after the grid (0: none)")
     parser.add_argument("--workers", type=int, default=None, help="compile processes (default: one per core)")
     parser.add_argument("--compile-timeout", type=float, default=120.0, help="seconds per point in a compile worker")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="on a GPU, stop after this long and print the best point so far (a rerun goes on "
+                             "from there)")
     parser.add_argument("--tune", type=int, default=None, metavar="TRIALS", help="run MetaSchedule instead")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"where points and presets go ({RESULTS})")
     parser.add_argument("--static", action="store_true",

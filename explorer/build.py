@@ -30,7 +30,7 @@ from .schedules import get_template
 from .schedules.common import Template
 from .targets import WARP_SIZE, is_cuda, resolve_target
 from .tir_walk import walk
-from .verify import shared_bytes, verify_device, verify_scheduled
+from .verify import has_async_copies, shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
 
 _tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
@@ -227,9 +227,9 @@ def pass_config(mod: tvm.IRModule) -> dict:
     context enables it. StorageRewrite would retype a shared buffer that is only ever accessed as
     float4 into a float4 buffer, whose scalar-indexed stores InjectPTXAsyncCopy rejects, so it is
     turned off too — except with warp memory (tensor-core fragments), whose lowering needs it."""
-    stmts = [stmt for func in mod.functions.values() if isinstance(func, tirx.PrimFunc) for stmt, _ in walk(func.body)]
-    if not any(isinstance(s, tirx.For) and "software_pipeline_async_stages" in s.annotations for s in stmts):
+    if not has_async_copies(mod):
         return {}
+    stmts = [stmt for func in mod.functions.values() if isinstance(func, tirx.PrimFunc) for stmt, _ in walk(func.body)]
     warp_memory = any(buffer.scope() == "warp" for s in stmts for buffer in getattr(s, "alloc_buffers", ()))
     return {"tirx.use_async_copy": True, **({} if warp_memory else {"tirx.disable_storage_rewrite": True})}
 

@@ -8,6 +8,7 @@ code touching device memory). Each is rejected here with InvalidKnobs naming the
 from __future__ import annotations
 
 import math
+import re
 
 import tvm
 from tvm import tirx
@@ -26,6 +27,8 @@ GRID_DIM_LIMITS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 6
 
 def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.Target) -> None:
     """Structural checks on the scheduled TensorIR."""
+    if is_cuda(target):
+        _check_async_copy_arch(template, mod, target)
     root = mod["main"].body
     kernels = children_of_root(root)
     for kernel in kernels:
@@ -55,6 +58,25 @@ def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.T
                     extents[tag] = max(extents.get(tag, 1), int(loop.extent))
         if is_cuda(target):
             _check_launch(template, extents, target)
+
+
+def has_async_copies(mod: tvm.IRModule) -> bool:
+    """Whether a loop of the scheduled module asks for asynchronous (cp.async) pipeline stages."""
+    return any(isinstance(stmt, tirx.For) and "software_pipeline_async_stages" in stmt.annotations
+               for func in mod.functions.values() if isinstance(func, tirx.PrimFunc) for stmt, _ in walk(func.body))
+
+
+# cp.async (global → shared without registers) exists from the Ampere generation on.
+ASYNC_COPY_MIN_ARCH = 80
+
+
+def _check_async_copy_arch(template: Template, mod: tvm.IRModule, target: tvm.target.Target) -> None:
+    """TVM emits cp.async for any CUDA target; before sm_80 the kernel would not compile."""
+    found = re.fullmatch(r"sm_(\d+)a?", str(target.attrs.get("arch", "")))
+    if found and int(found.group(1)) < ASYNC_COPY_MIN_ARCH and has_async_copies(mod):
+        named = tuple(s.name for s in template.knobs.specs() if s.name == "async_copy")
+        raise InvalidKnobs(f"cp.async copies need a GPU of compute capability 8.0 or newer, and the target is "
+                           f"{target.attrs['arch']}: turn async_copy off.", named)
 
 
 def _is_cooperative_fetch(realize: SBlockRealize, same_tag_loops: list) -> bool:

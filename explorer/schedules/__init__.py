@@ -6,12 +6,23 @@ from __future__ import annotations
 
 from ..errors import ExplorerError, InvalidWorkload
 from ..workloads import Workload
-from . import conv1d, conv2d, depthwise_blog, depthwise_d2l, depthwise_flat, matmul, matmul_async, matmul_tensorcore
+from . import (
+    conv1d,
+    conv2d,
+    conv2d_async,
+    depthwise_blog,
+    depthwise_d2l,
+    depthwise_flat,
+    matmul,
+    matmul_async,
+    matmul_tensorcore,
+)
 from .common import Template
 
 # In the order the app lists them: a workload's first template is the one it opens with.
 TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, depthwise_d2l.TEMPLATE,
                                                       depthwise_flat.TEMPLATE, conv1d.TEMPLATE, conv2d.TEMPLATE,
+                                                      conv2d_async.TEMPLATE,
                                                       matmul.TEMPLATE, matmul_async.TEMPLATE,
                                                       matmul_tensorcore.TEMPLATE,)}
 

@@ -96,6 +96,31 @@ def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int
         bind(sch, loop, tag)
 
 
+def check_pipeline(k: KnobSet) -> None:
+    """A template with ``stages`` and ``async_copy`` knobs: cp.async needs a pipeline to overlap with."""
+    if k.async_copy and k.stages < 2:
+        raise InvalidKnobs("async_copy overlaps the copies with the multiply-adds of an earlier step, so it needs "
+                           "a pipeline: stages ≥ 2.", ("async_copy", "stages"))
+
+
+def pipeline(sch: Schedule, loop, stages: int, async_copy: bool) -> None:
+    """Make ``loop``, whose body is [copy, copy, compute], a software pipeline: with ``stages`` > 1
+    each copy gets that many buffers and runs stages - 1 iterations ahead of the compute; with
+    ``async_copy`` the copies become cp.async (build.pass_config turns the pass on)."""
+    if stages > 1:
+        sch.annotate(loop, "software_pipeline_stage", [0, 0, stages - 1])
+        sch.annotate(loop, "software_pipeline_order", [0, 1, 2])
+        if async_copy:
+            sch.annotate(loop, "software_pipeline_async_stages", [0])
+
+
+def unroll(sch: Schedule, loop, max_step: int) -> None:
+    """Unroll the loops under ``loop`` up to ``max_step`` iterations, in TVM's IR; 0 leaves them rolled."""
+    if max_step:
+        sch.annotate(loop, "pragma_auto_unroll_max_step", max_step)
+        sch.annotate(loop, "pragma_unroll_explicit", 1)
+
+
 _MESSAGE = re.compile(r"Error message:\s*(.*)", re.S)
 
 

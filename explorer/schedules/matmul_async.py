@@ -23,7 +23,7 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import DTYPE, Matmul
-from .common import Template, bind, cooperative_fetch, new_schedule, schedule_errors
+from .common import Template, bind, check_pipeline, cooperative_fetch, new_schedule, pipeline, schedule_errors, unroll
 
 TILES = (8, 16, 32, 64, 128, 256)
 
@@ -96,9 +96,7 @@ def check_knobs(workload: Matmul, k: MatmulAsyncKnobs) -> None:
         if getattr(workload, dim) % getattr(k, block):
             raise InvalidKnobs(f"{block} = {getattr(k, block)} does not divide {dim} = {getattr(workload, dim)}: "
                                f"this template has no guard for partial tiles.", (block,))
-    if k.async_copy and k.stages < 2:
-        raise InvalidKnobs("async_copy overlaps the copies with the multiply-adds of an earlier step, so it "
-                           "needs a pipeline: stages ≥ 2.", ("async_copy", "stages"))
+    check_pipeline(k)
     if k.async_copy and k.fetch_vector * 4 not in (4, 8, 16):
         raise InvalidKnobs("cp.async copies 4, 8 or 16 bytes at once.", ("fetch_vector",))
     _check_vectors(k)
@@ -164,15 +162,8 @@ def _schedule(workload: Matmul, k: MatmulAsyncKnobs):
             sch.storage_align(stage, 0, axis=0, factor=row + k.shared_pad, offset=0)
         cooperative_fetch(sch, stage, ko, threads, vector=vector)
     sch.decompose_reduction(c, ko)
-    if k.stages > 1:
-        # ko's body is [copy A, copy B, multiply]: the copies run stages - 1 steps ahead.
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, k.stages - 1])
-        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        if k.async_copy:
-            sch.annotate(ko, "software_pipeline_async_stages", [0])
-    if k.unroll_max_step:
-        sch.annotate(lane, "pragma_auto_unroll_max_step", k.unroll_max_step)
-        sch.annotate(lane, "pragma_unroll_explicit", 1)
+    pipeline(sch, ko, k.stages, k.async_copy)  # ko's body: [copy A, copy B, multiply]
+    unroll(sch, lane, k.unroll_max_step)
     return sch
 
 

@@ -18,7 +18,7 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import Matmul
-from .common import Template, bind, new_schedule, schedule_errors
+from .common import Template, bind, check_pipeline, new_schedule, pipeline, schedule_errors
 from .tensor_intrinsics import MMA_SHAPE, SUPPORTED_DTYPES, mma_intrinsics
 
 VECTOR_BYTES = 16  # cp.async's widest copy: 8 half-precision elements
@@ -80,9 +80,7 @@ def check_knobs(workload: Matmul, k: MatmulTensorCoreKnobs) -> None:
     if k.swizzle and (k.shared_pad or k.block_k < 32):
         raise InvalidKnobs("swizzle permutes 16-byte chunks within rows of at least 32 elements, unpadded: it needs "
                            "shared_pad = 0 and block_k ≥ 32.", ("swizzle", "shared_pad", "block_k"))
-    if k.async_copy and k.stages < 2:
-        raise InvalidKnobs("async_copy overlaps the copies with the multiply of an earlier step, so it needs a "
-                           "pipeline: stages ≥ 2.", ("async_copy", "stages"))
+    check_pipeline(k)
 
 
 def schedule(workload: Matmul, k: MatmulTensorCoreKnobs):
@@ -160,12 +158,7 @@ def _schedule(workload: Matmul, k: MatmulTensorCoreKnobs):
     sch.tensorize(sch.get_loops(c)[-3], intrin.compute)
     sch.tensorize(sch.get_loops(init)[-2], intrin.fill)
     sch.tensorize(sch.get_loops(c_warp)[-2], intrin.store)
-    if k.stages > 1:
-        # ko's body is [copy A, copy B, the warp's loop over ki]: copies run stages - 1 steps ahead.
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, k.stages - 1])
-        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        if k.async_copy:
-            sch.annotate(ko, "software_pipeline_async_stages", [0])
+    pipeline(sch, ko, k.stages, k.async_copy)  # ko's body: [copy A, copy B, the warp's loop over ki]
     return sch
 
 
