@@ -213,7 +213,7 @@ def test_every_analysis_tab_renders_for_the_two_kernels_of_split_k():
 
     from app import code_view, panels
 
-    labels = list(panels.available())
+    labels = list(panels.PANELS)
     for label in labels:
         at = app({"preset": "conv2d-modern-transposed"}, view=label).run()
         assert_clean(at)
