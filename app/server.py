@@ -8,6 +8,7 @@ import os
 import streamlit as st
 
 from explorer.build import Build, Spec
+from explorer.lessons import FIRST_LESSON, get_lesson, lessons
 from explorer.live import SOURCE_ONLY, Live
 from explorer.presets import all_presets, get_preset
 
@@ -21,8 +22,18 @@ def live() -> Live:
     # compile of a kernel happens in the measuring worker.
     os.environ[SOURCE_ONLY] = "1"
     service = Live()
-    service.start(first_spec())
+    service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs())
     return service
+
+
+def lesson_specs() -> tuple[Spec, ...]:
+    """Every shipped step, in lesson order, once each: the links a class opens."""
+    return tuple(dict.fromkeys(step.preset.spec for lesson in lessons() for step in lesson.steps))
+
+
+def first_lesson_specs() -> tuple[Spec, ...]:
+    """The steps of the lesson a class starts with, measured ahead of the students."""
+    return tuple(dict.fromkeys(step.preset.spec for step in get_lesson(FIRST_LESSON).steps))
 
 
 def default_preset() -> str:

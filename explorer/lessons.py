@@ -29,6 +29,7 @@ from .claims import FACTS, RELATIONS
 from .errors import ExplorerError, PresetError
 from .presets import Comparison, Preset, Tutorial, all_presets, tutorials
 
+FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: where the Lessons page and a class start
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NEEDS_GPU = "needs a GPU"

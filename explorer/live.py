@@ -21,7 +21,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -30,6 +30,8 @@ from .build import Build, Spec, build
 from .errors import ExplorerError
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
+AHEAD = "server: lesson steps ahead of the class"  # the measurement slot of what the server measures ahead
+IDLE_POLL_S = 0.05  # how often measuring ahead looks whether a student's measurement waits
 # Set in a process that must only generate CUDA source: TVM's codegen then makes the
 # source-only module it makes on a machine without a GPU, and never runs NVRTC.
 SOURCE_ONLY = "TVM_COMPILE_FORCE_FALLBACK"
@@ -236,10 +238,22 @@ class Live:
         self._baseline_started: set = set()
         self._lock = threading.Lock()
 
-    def start(self, first: Spec | None = None, target: str = "auto") -> None:
-        threading.Thread(target=self._start, args=(first, target), name="live-start", daemon=True).start()
+    def start(self, first: Spec | None = None, target: str = "auto", build_ahead: tuple[Spec, ...] = (),
+              measure_ahead: tuple[Spec, ...] = ()) -> None:
+        """Warm up in the background; then, on a GPU, build ``build_ahead`` and measure
+        ``measure_ahead`` (the lesson steps a class opens by link) while no student waits for
+        the GPU."""
+        threading.Thread(target=self._start, args=(first, target, build_ahead, measure_ahead), name="live-start",
+                         daemon=True).start()
 
-    def _start(self, first: Spec | None, target: str) -> None:
+    def _start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = (),
+               measure_ahead: tuple[Spec, ...] = ()) -> None:
+        self._warm_start(first, target)
+        if self.warm.gpu:  # a class's server; a laptop without a GPU keeps its cores for its one user
+            self._build_ahead(build_ahead, target)
+            self._measure_ahead(measure_ahead, target)
+
+    def _warm_start(self, first: Spec | None, target: str) -> None:
         self.builds.start()
         self.warm.step("build processes")
         try:
@@ -254,6 +268,30 @@ class Live:
             self.scheduler.request("server warm-up", first, target)
             self.baseline(first.workload)
             self._measure_ceilings(target)
+
+    def _build_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
+        """Build ``specs`` on all build processes at once: a link then shows its code at once."""
+        def built(spec: Spec) -> bool:
+            try:
+                self.builds.build(spec, target)
+            except ExplorerError:
+                return False
+            return True
+
+        if specs:
+            with ThreadPoolExecutor(self.settings.build_workers) as threads:
+                count = sum(threads.map(built, specs))
+            self.warm.step(f"{count} lesson steps built")
+
+    def _measure_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
+        """Measure ``specs`` one at a time, each only when no student's measurement waits, so
+        a student waits behind at most one of them."""
+        for spec in specs:
+            while any(self.scheduler.queue_lengths().values()):
+                time.sleep(IDLE_POLL_S)
+            self.scheduler.request(AHEAD, spec, target).wait()
+        if specs:
+            self.warm.step(f"{len(specs)} lesson steps measured")
 
     def _measure_ceilings(self, target: str) -> None:
         """The roofline's ceilings of the local GPU, once, after the warm-up (a few seconds

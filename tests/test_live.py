@@ -247,3 +247,40 @@ def test_a_tracker_key_with_two_servers_measures_two_at_once(monkeypatch):
     for job in jobs:
         assert job.wait(10)
     assert [job.result for job in jobs] == ["ok", "ok"]  # neither waited for the other to finish
+
+
+def test_a_gpu_server_builds_lesson_steps_ahead_and_measures_them_between_students(monkeypatch):
+    monkeypatch.setattr(Live, "_measure_ceilings", lambda self, target: None)
+    monkeypatch.setattr(Live, "baseline", lambda self, workload: None)
+    gpu = StandInGPU()  # each measurement held until the test releases it
+    live = Live(LiveSettings(build_workers=1), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    ahead = tuple(spec_x(x) for x in (4, 8, 16))
+    try:
+        live.start(None, build_ahead=ahead, measure_ahead=ahead)
+        wait_until(lambda: gpu.order == [4], timeout=120)  # the builds come first, then one measurement
+        assert ("3 lesson steps built" in [name for name, _ in live.warm.steps])
+        assert all(live.builds._cache.peek((spec, "auto")) is not None for spec in ahead)
+        alice = live.scheduler.request("alice", spec_x(32), "auto")
+        gpu.gate.release()  # the step ahead finishes; alice waits behind no other step
+        wait_until(lambda: gpu.order == [4, 32])
+        bob = live.scheduler.request("bob", spec_x(2), "auto")  # while alice's runs: still before the next step
+        gpu.gate.release()
+        assert alice.wait(10) and alice.result == "32 µs"
+        wait_until(lambda: gpu.order == [4, 32, 2])
+        for _ in range(3):
+            gpu.gate.release()
+        assert bob.wait(10)
+        wait_until(lambda: "3 lesson steps measured" in [name for name, _ in live.warm.steps])
+        assert gpu.order == [4, 32, 2, 8, 16] and not gpu.overlap
+    finally:
+        live.close()
+
+
+def test_without_a_gpu_nothing_is_built_or_measured_ahead():
+    live = Live(LiveSettings(build_workers=1), measure_fn=lambda job: pytest.fail("measured without a GPU"),
+                warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
+    try:
+        live._start(None, "auto", build_ahead=(SPEC,), measure_ahead=(SPEC,))
+        assert live.builds.stats()["misses"] == 0 and live.warm.steps[-1][0] == "no GPU"
+    finally:
+        live.close()

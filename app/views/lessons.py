@@ -18,7 +18,6 @@ from explorer.errors import ExplorerError
 from explorer.measure import Settings, local_gpu, measure
 from explorer.targets import target_label
 
-FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: the page opens on it
 MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
 
 
@@ -26,7 +25,7 @@ def in_reading_order(all_lessons) -> dict:
     """Lessons by id: the first tutorial on top, the other tutorials, then the schedules a
     search found (every step has a ``found_by`` command), which build on the tutorials."""
     def rank(lesson):
-        return all(step.preset.found_by for step in lesson.steps), lesson.id != FIRST_LESSON
+        return all(step.preset.found_by for step in lesson.steps), lesson.id != L.FIRST_LESSON
 
     return {lesson.id: lesson for lesson in sorted(all_lessons, key=rank)}
 
