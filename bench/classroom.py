@@ -173,7 +173,7 @@ def watch(page: Page, started: float, until: float, want_latency: bool):
 
 def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
     """A random knob slider moved to another value that the library builds (the app would
-    refuse the others, with its reason): (new spec, widget id, label), or None."""
+    refuse the others, with its reason): (new spec, widget id, label, the label it had), or None."""
     prefix = f"{KNOB_PREFIX}{spec.template}."
     knobs = {key[len(prefix):]: key for key in sliders if key.startswith(prefix)}
     for _ in range(tries):
@@ -188,7 +188,7 @@ def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
             _buildable(candidate)
         except ExplorerError:
             continue
-        return candidate, widget_id, label
+        return candidate, widget_id, label, format_value(getattr(spec.knobs, name))
     return None
 
 
@@ -199,7 +199,7 @@ def _buildable(spec) -> bool:
 
 
 def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random,
-            seen: set) -> None:
+            seen: set, revisit_every: int = 0) -> None:
     try:
         page = Page(url, timeout=30)
     except Exception as error:  # the server refused or is down
@@ -215,14 +215,20 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
         me.errors += errors
         if latency is None and want_latency:
             me.waiting_notices.append(notice)
+        elif latency is not None:
+            seen.add(spec)
+        undo = None  # the last move, reversed (a revisit)
         while time.time() < end:
             pause = think * rng.uniform(0.5, 1.5)
             for _ in page.read(min(end, time.time() + pause)):
                 pass
-            move = valid_move(spec, page.sliders, rng)
+            revisit = bool(revisit_every and undo and (me.moves + 1) % revisit_every == 0)
+            move = undo if revisit else valid_move(spec, page.sliders, rng)
             if move is None or time.time() >= end:
                 continue
-            spec, widget_id, label = move
+            before = spec
+            spec, widget_id, label, previous_label = move
+            undo = None if revisit else (before, widget_id, previous_label, label)
             started = time.time()
             page.rerun((widget_id, label))
             me.moves += 1
@@ -301,7 +307,9 @@ def percentiles(values: list[float]) -> dict:
 
 
 def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
-        run_log: str | None = None, seed: int = 0) -> dict:
+        run_log: str | None = None, seed: int = 0, revisit_every: int = 0) -> dict:
+    """``revisit_every`` K > 0: every K-th move of a student moves the last slider back (a
+    setting the server has measured); otherwise every move is a random valid one."""
     since_ns = time.time_ns()
     end = time.time() + seconds
     rng = random.Random(seed)
@@ -309,7 +317,7 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     samples: list = []
     seen: set = set()  # settings the class has measured (shared: the server's caches are)
     threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(rng.random()),
-                                                      seen)) for s in class_]
+                                                      seen, revisit_every)) for s in class_]
     threads.append(threading.Thread(target=observe, args=(url, end, samples, server_pid)))
     for t in threads:
         t.start()
@@ -410,9 +418,11 @@ def main() -> None:
                         help="a target to check, e.g. knob_to_code.p95=1.0 or knob_to_latency_new.p50=0.5")
     parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under LABEL")
     parser.add_argument("--machine", default=platform.node(), help="the machine, as the table should name it")
+    parser.add_argument("--revisit-every", type=int, default=0, metavar="K",
+                        help="every K-th move of a student undoes the previous one (a revisit); 0: never on purpose")
     args = parser.parse_args()
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
-                 args.run_log)
+                 args.run_log, revisit_every=args.revisit_every)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
     text = describe(report, goals)
     print(text)

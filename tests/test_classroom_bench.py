@@ -69,13 +69,15 @@ def test_latency_reaches_the_page_after_a_slow_warm_up(tmp_path):
     server, url = start_server(tmp_path / "app" / "stand_in_gpu_app.py",
                                {"STAND_IN_WARM_UP_S": "8"})
     try:
-        report = classroom.run(url, students=1, seconds=30, think=2.0, want_latency=True, server_pid=server.pid)
+        report = classroom.run(url, students=1, seconds=30, think=2.0, want_latency=True, server_pid=server.pid,
+                               revisit_every=2)
     finally:
         server.terminate()
         server.wait(30)
     assert report["errors"] == []
     assert report["open_to_latency"]["n"] == 1 and report["open_to_latency"]["p50"] >= 8
-    assert report["knob_to_latency"]["n"] >= 1 and report["moves_without_latency"] == 0
+    assert report["knob_to_latency"]["n"] >= 2 and report["moves_without_latency"] == 0
+    assert report["knob_to_latency_revisit"]["n"] >= 1  # every second move went back to a measured setting
 
 
 def test_overlapping_runs_are_counted_from_the_log(tmp_path):
