@@ -363,14 +363,14 @@ def _latency_metrics(result, spec) -> None:
                    help=f"{result.device}; min {result.timing.min_us:.2f}, max {result.timing.max_us:.2f} µs")
     cols[1].metric("Compute", f"{result.gflops:,.0f} GFLOP/s")
     cols[2].metric("Compulsory traffic", f"{result.gbps:,.0f} GB/s", help="Inputs read once, output written once.")
-    if result.percent_of_floor is not None:
-        cols[3].metric("Of the roofline", f"{result.percent_of_floor:.0f}%",
-                       help=f"The roofline allows {result.floor_us:.2f} µs at best ({result.ceilings.source}): "
+    if result.percent_of_roofline is not None:
+        cols[3].metric("Of the roofline", f"{result.percent_of_roofline:.0f}%",
+                       help=f"The roofline allows {result.roofline_us:.2f} µs at best ({result.ceilings.source}): "
                        "100% is on the roof. The Roofline tab has the picture.")
     if result.graph is not None:
-        floor = (f"; {result.graph_percent_of_floor:.0f}% of the roofline"
-                 if result.graph_percent_of_floor is not None else "")
-        st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{floor}. "
+        roofline = (f"; {result.graph_percent_of_roofline:.0f}% of the roofline"
+                 if result.graph_percent_of_roofline is not None else "")
+        st.caption(f"Replayed from a CUDA graph, as PyTorch is timed: {result.graph_us:.2f} µs per launch{roofline}. "
                    "Back to back, each launch also pays the host's launch cost, "
                    "which a kernel of a few µs cannot hide.")
 

@@ -46,13 +46,13 @@ def measure_all() -> tuple[dict, list[dict]]:
             rows.append({"preset": preset.id, "workload": m.workload, "correct": False})
             continue
         ceilings, arch = m.ceilings, json.loads(m.target).get("arch", "")
-        print(f"{preset.id}: {m.median_us:.2f} µs, {m.percent_of_floor:.0f}% of the roofline", flush=True)
+        print(f"{preset.id}: {m.median_us:.2f} µs, {m.percent_of_roofline:.0f}% of the roofline", flush=True)
         bandwidth, roof = ceilings.bandwidth_for(m.compulsory_bytes)
         rows.append({
             "preset": preset.id, "workload": m.workload, "correct": True, "device": m.device,
-            "intensity": m.flops / m.compulsory_bytes, "roof": roof, "roof_gbps": bandwidth, "bound_us": m.floor_us,
-            "median_us": m.median_us, "percent": m.percent_of_floor, "graph_us": m.graph_us,
-            "graph_percent": m.graph_percent_of_floor,
+            "intensity": m.flops / m.compulsory_bytes, "roof": roof, "roof_gbps": bandwidth, "bound_us": m.roofline_us,
+            "median_us": m.median_us, "percent": m.percent_of_roofline, "graph_us": m.graph_us,
+            "graph_percent": m.graph_percent_of_roofline,
         })
     return {"measured": ceilings.to_dict() if ceilings else None,
             "published": published_ceilings(arch).to_dict() if arch else None}, rows

@@ -71,10 +71,10 @@ def row(benchmark: Benchmark) -> dict:
     tvm_us = best.versus_pytorch[0] if best else None
     percent = None
     if best:
-        percent = best.graph_percent_of_floor if best.graph else best.percent_of_floor
+        percent = best.graph_percent_of_roofline if best.graph else best.percent_of_roofline
     out = {"workload": workload.label(), "best": best_id or "—", "back_to_back_us": best.median_us if best else None,
            "graph_us": best.graph_us if best else None, "tvm_us": tvm_us,
-           "torch_us": torch_us, "percent_of_floor": percent, "goal": benchmark.goal, "presets": len(presets),
+           "torch_us": torch_us, "percent_of_roofline": percent, "goal": benchmark.goal, "presets": len(presets),
            "failed": wrong}
     out["ratio"] = tvm_us / torch_us if tvm_us and torch_us else None
     out["tvm_tflops"] = workload.flops / tvm_us / 1e6 if tvm_us else None
@@ -97,10 +97,10 @@ def table(rows: list[dict]) -> str:
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        floor = "—" if r["percent_of_floor"] is None else f"{r['percent_of_floor']:.0f}%"
+        roofline = "—" if r["percent_of_roofline"] is None else f"{r['percent_of_roofline']:.0f}%"
         rates = f"{_tflops(r['tvm_tflops'])} / {_tflops(r['torch_tflops'])}"
         lines.append(f"| {r['workload']} | `{r['best']}` | {_us(r['back_to_back_us'])} | {_us(r['graph_us'])} | "
-                     f"{_us(r['torch_us'])} | {ratio} | {rates} | {floor} | {r['goal']} | {r['met']} |")
+                     f"{_us(r['torch_us'])} | {ratio} | {rates} | {roofline} | {r['goal']} | {r['met']} |")
     return "\n".join(lines)
 
 

@@ -123,11 +123,11 @@ def render(lessons, measured: dict[str, R.MeasuredStep], torch_us: dict, sm_coun
             own = p.own_reported
             tutorial = f"{own.value_us:g} µs ({own.hardware})" if own is not None else "—"
             torch = torch_us.get(p.spec.workload.label(), (None, ""))[0]
-            floor = f"{m.percent_of_floor:.0f}%" if m.percent_of_floor is not None else "—"
+            roofline = f"{m.percent_of_roofline:.0f}%" if m.percent_of_roofline is not None else "—"
             time_cell = _us(m.median_us) if not m.error else f"— ({_cell(m.error)})"
             gflops = f"{m.gflops:,.0f}" if m.gflops is not None else "—"
             others = "; ".join(_cell(str(r)) for r in p.reported if not r.this_schedule) or "—"
-            body.append(f"| {step.number} | `{p.id}` | {tutorial} | {time_cell} | {gflops} | {floor} | {_us(torch)} "
+            body.append(f"| {step.number} | `{p.id}` | {tutorial} | {time_cell} | {gflops} | {roofline} | {_us(torch)} "
                         f"| {others} |")
             for check in L.step_checks(p, times, header["device"], errors):
                 verdict = check.verdict

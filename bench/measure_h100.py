@@ -1,5 +1,5 @@
 """Measure every shipped preset on this machine's GPU: correctness gate, latency, the
-PyTorch baseline and the bandwidth floor per workload, knob change -> measured latency,
+PyTorch baseline and the roofline bound per workload, knob change -> measured latency,
 and (``--ncu``) Nsight Compute's ``gpu__time_duration.sum`` for the same kernels.
 
     python bench/measure_h100.py --out OUT [--ncu] [--presets ID ...] [--write-docs]
@@ -10,7 +10,7 @@ Writes ``OUT/measure_h100.md`` (tables) and ``OUT/measure_h100.json`` (every fig
 Needs no streamlit or plotly (the GPU test machine has neither).
 
 - Presets: ``explorer.measure.measure`` (checked against NumPy, then TVM's time_evaluator
-  in the measuring worker), with the floor (a device copy of the compulsory bytes).
+  in the measuring worker), with the roofline bound (the measured ceilings at the workload's intensity).
 - Baseline: ``explorer.measure.baseline`` per distinct workload: PyTorch, CUDA graphs, TF32 off.
 - Knob change -> latency: wall time of ``measure(spec)`` for specs the worker has never
   built (schedule, lowering, NVRTC, check and timing included), as a user moving a knob
@@ -173,16 +173,16 @@ def _f(value, digits=2):
 def markdown(results: dict) -> str:
     env = results["environment"]
     lines = [
-        "## Measurements on the GPU (correctness gate, PyTorch baseline, bandwidth floor)",
+        "## Measurements on the GPU (correctness gate, PyTorch baseline, roofline)",
         "",
         f"`{results['command']}` on {env['gpu']}, {env['machine']}, Python {env['python']}, TVM {env['tvm']}"
         f"{', ' + env['torch'] if env.get('torch') else ''}. Every kernel is checked against NumPy before it is timed; "
         f"times are medians of {results['settings']['repeats']} repeats of ≥ {results['settings']['min_repeat_ms']} ms "
         "of back-to-back launches (TVM `time_evaluator`). Floor: a device copy of the workload's compulsory bytes, "
-        "timed the same way; % of floor = floor / latency.",
+        "timed the same way; % of roofline = roofline bound / latency.",
         "",
         "| preset | workload | correct | median µs | min | max | std | launches | GB/s | GFLOP/s | "
-        "floor µs | % of floor |",
+        "roofline µs | % of roofline |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["presets"]:
@@ -191,11 +191,12 @@ def markdown(results: dict) -> str:
                      f"| {_f(r.get('min_us'))} "
                      f"| {_f(r.get('max_us'))} | {_f(r.get('std_us'))} | {r.get('launches', '—')} "
                      f"| {_f(r.get('gbps'), 0)} "
-                     f"| {_f(r.get('gflops'), 0)} | {_f(r.get('floor_us'))} | {_f(r.get('percent_of_floor'), 0)} |")
-    floors = {r["workload"]: r.get("floor_us") for r in results["presets"] if r.get("floor_us")}
+                     f"| {_f(r.get('gflops'), 0)} | {_f(r.get('roofline_us'))} "
+                     f"| {_f(r.get('percent_of_roofline'), 0)} |")
+    bounds = {r["workload"]: r.get("roofline_us") for r in results["presets"] if r.get("roofline_us")}
     lines += ["", "PyTorch baseline per workload (CUDA graphs, TF32 off, cuDNN autotuner on; "
                   "checked against NumPy):", "",
-              "| workload | PyTorch µs | min | max | GFLOP/s | floor µs |",
+              "| workload | PyTorch µs | min | max | GFLOP/s | roofline µs |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for b in results["baselines"]:
         if b.get("error"):
@@ -203,7 +204,7 @@ def markdown(results: dict) -> str:
         else:
             lines.append(f"| {b['workload']} | {_f(b.get('median_us'))} | {_f(b.get('min_us'))} "
                          f"| {_f(b.get('max_us'))} "
-                         f"| {_f(b.get('gflops'), 0)} | {_f(floors.get(b['workload']))} |")
+                         f"| {_f(b.get('gflops'), 0)} | {_f(bounds.get(b['workload']))} |")
     knobs = results["knob_changes"]
     counted = sum(1 for r in knobs["rows"] if r.get("counted", True))
     lines += ["", f"Knob change → measured latency (wall time of `measure(spec)` for a spec "

@@ -78,8 +78,8 @@ class MeasuredStep:
     preset: str
     median_us: float | None
     gflops: float | None
-    percent_of_floor: float | None  # % of the roofline's least time
-    floor_us: float | None
+    percent_of_roofline: float | None  # % of the roofline's least time
+    roofline_us: float | None
     error: str  # why there is no time ("" when there is one)
     evidence: Evidence | None  # None when the preset cannot be built
 
@@ -112,7 +112,7 @@ def measure_steps(
         record = records.get(preset.spec) if preset.id in times else None
         out[preset.id] = MeasuredStep(
             preset.id, times.get(preset.id), record.gflops if record else None,
-            record.percent_of_floor if record else None, record.floor_us if record else None,
+            record.percent_of_roofline if record else None, record.roofline_us if record else None,
             errors.get(preset.id, ""), _static_evidence(preset.spec, build),
         )
     return out
@@ -156,9 +156,9 @@ def _timing_notes(check: L.ComparisonCheck, this: MeasuredStep, other: MeasuredS
             yield f"the two differ by less than ±{config.tolerance:.0%} here, within run-to-run noise"
         elif m.ratio < 1:
             yield f"the order is reversed here (×{m.ratio:.2f})"
-    floors = [x.percent_of_floor for x in (this, other)]
-    if all(f is not None and f >= NEAR_ROOF for f in floors):
-        yield (f"both run at {min(floors):.0f}% or more of the roofline, so the GPU's bandwidth or peak, not the "
+    roofs = [x.percent_of_roofline for x in (this, other)]
+    if all(f is not None and f >= NEAR_ROOF for f in roofs):
+        yield (f"both run at {min(roofs):.0f}% or more of the roofline, so the GPU's bandwidth or peak, not the "
                f"schedule, sets their time")
     elif m.this_us < FEW_MICROSECONDS and m.other_us < FEW_MICROSECONDS:
         yield ("both take a few microseconds, where launch cost and the last wave of blocks weigh as much as the "

@@ -33,7 +33,7 @@ from explorer.presets import get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = get_preset("dw-blog-final-96").spec
-FAST = Settings(repeats=3, time_limit_s=5, floor=False)
+FAST = Settings(repeats=3, time_limit_s=5, roofline=False)
 
 
 @pytest.fixture(scope="module", autouse=True)

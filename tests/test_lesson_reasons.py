@@ -19,8 +19,8 @@ def evidence(blocks=256, degree=1, occupancy=1.0):
                       blocks=blocks)
 
 
-def step(preset, us, floor_pct=None, error="", **static):
-    return R.MeasuredStep(preset.id, us, None, floor_pct, None, error, evidence(**static))
+def step(preset, us, roofline_pct=None, error="", **static):
+    return R.MeasuredStep(preset.id, us, None, roofline_pct, None, error, evidence(**static))
 
 
 def why(this_us, other_us, this=None, other=None, sm_count=None, comparison=FASTER):
@@ -38,7 +38,7 @@ def test_within_the_noise_band_and_a_few_microseconds():
 
 def test_reversed_order_and_both_near_the_roof():
     # 20 / 30 = ×0.67: step 8 is slower; 70% and 80% of the roofline are both ≥ NEAR_ROOF (60%).
-    this, other = step(CASE2, 30.0, floor_pct=70.0), step(CASE1, 20.0, floor_pct=80.0)
+    this, other = step(CASE2, 30.0, roofline_pct=70.0), step(CASE1, 20.0, roofline_pct=80.0)
     assert why(30.0, 20.0, this, other) == (
         "The order is reversed here (×0.67); both run at 70% or more of the roofline, so the GPU's bandwidth or "
         "peak, not the schedule, sets their time.")
@@ -61,8 +61,8 @@ def test_bank_conflicts_and_occupancy_that_differ():
 
 
 def test_at_most_three_reasons():
-    this = step(CASE2, 30.0, floor_pct=70.0, blocks=100, degree=1)
-    other = step(CASE1, 20.0, floor_pct=80.0, blocks=64, degree=2)
+    this = step(CASE2, 30.0, roofline_pct=70.0, blocks=100, degree=1)
+    other = step(CASE1, 20.0, roofline_pct=80.0, blocks=64, degree=2)
     text = why(30.0, 20.0, this, other, sm_count=132)
     assert text.count(";") == 2 and text.endswith("step 8 launches only 100 blocks for 132 SMs.")
 
@@ -93,7 +93,8 @@ def test_measure_steps_keeps_the_record_and_the_evidence():
                             lambda spec: build(spec, "h100"), on_done=lambda p, us, error: done.append(p.id))
     ok, wrong = found[CASE2.id], found[CASE1.id]
     # 2·256·32·32·9 = 4,718,592 FLOP in 4 µs; the fake roofline allows 2 µs: 50%.
-    assert (ok.median_us, ok.gflops, ok.floor_us, ok.percent_of_floor) == (4.0, pytest.approx(1179.648), 2.0, 50.0)
+    assert (ok.median_us, ok.gflops, ok.roofline_us, ok.percent_of_roofline) == (
+        4.0, pytest.approx(1179.648), 2.0, 50.0)
     assert ok.error == "" and ok.blocks == 256  # one block per 32×32 channel
     assert wrong.median_us is None and wrong.error.startswith("wrong result:") and wrong.evidence is not None
     assert done == [CASE2.id, CASE1.id]

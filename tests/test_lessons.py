@@ -329,7 +329,7 @@ def test_the_h100_script_measures_each_schedule_once_and_keeps_wrong_kernels_out
         wrong = spec.workload.height == 64
         check = SimpleNamespace(describe=lambda: "wrong at index (0, 0, 0, 0)")
         return SimpleNamespace(correct=not wrong, check=check, median_us=None if wrong else 10.0, gflops=4.2,
-                               percent_of_floor=40.0, floor_us=4.0)
+                               percent_of_roofline=40.0, roofline_us=4.0)
 
     monkeypatch.setattr(explorer.measure, "measure", fake_measure)
     presets = [get_preset(i) for i in ("dw-blog-blocking-96", "dw-blog-vthread-case1", "dw-blog-channel-64")]

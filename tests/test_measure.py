@@ -112,34 +112,34 @@ def test_measurement_rates_and_roofline_placement():
     assert m.gflops == pytest.approx(2e6 / 8e-6 / 1e9)
     assert m.gbps == pytest.approx(120_000 / 8e-6 / 1e9)
     # The roofline bound is 2 µs: 8 µs reaches 25% of the attainable 1000 GFLOP/s.
-    assert m.floor_us == pytest.approx(2.0)
-    assert m.percent_of_floor == pytest.approx(25.0)
+    assert m.roofline_us == pytest.approx(2.0)
+    assert m.percent_of_roofline == pytest.approx(25.0)
     assert "25% of the roofline (bound 2.00 µs at 60 GB/s HBM" in m.summary()
     assert m.to_dict()["median_us"] == 8.0 and m.to_dict()["ceilings"]["hbm_gbps"] == 60.0
     # Compute-bound on a slow FP32 unit: 2e6 FLOPs at 500 GFLOP/s take 4 µs.
     slow = _measurement(median_us=8.0, ceilings=Ceilings(500.0, 60.0, None, 0, "published figures for a test"))
-    assert slow.floor_us == pytest.approx(4.0) and slow.percent_of_floor == pytest.approx(50.0)
+    assert slow.roofline_us == pytest.approx(4.0) and slow.percent_of_roofline == pytest.approx(50.0)
     none = _measurement(median_us=8.0, ceilings=None)
-    assert none.percent_of_floor is None and "roofline" not in none.summary()
+    assert none.percent_of_roofline is None and "roofline" not in none.summary()
 
 
 def test_pytorch_is_compared_with_the_graph_timing_when_there_is_one():
     # Back to back 3.6 µs, from a graph 1.6 µs: PyTorch (timed from graphs) is set beside 1.6.
     both = _measurement(median_us=3.6, graph_us=2.5)
     assert both.versus_pytorch == (2.5, "both from CUDA graphs")
-    assert both.graph_percent_of_floor == pytest.approx(80.0)  # the 2 µs bound over 2.5 µs
+    assert both.graph_percent_of_roofline == pytest.approx(80.0)  # the 2 µs bound over 2.5 µs
     assert "From a CUDA graph (as PyTorch is timed): median 2.50 µs, 80% of the roofline." in both.summary()
     assert both.to_dict()["cuda_graph"]["median_us"] == 2.5
     # No PyTorch where it ran (e.g. a remote server): the back-to-back figure, and it says so.
     alone = _measurement(median_us=3.6)
     assert alone.versus_pytorch == (3.6, "TVM launched back to back, PyTorch from CUDA graphs")
-    assert alone.graph_percent_of_floor is None and "CUDA graph" not in alone.summary()
+    assert alone.graph_percent_of_roofline is None and "CUDA graph" not in alone.summary()
     assert alone.to_dict()["cuda_graph"] is None
 
 
 def test_a_wrong_kernel_has_no_latency(monkeypatch):
     wrong = _measurement(correct=False)
-    assert wrong.median_us is None and wrong.gbps is None and wrong.percent_of_floor is None
+    assert wrong.median_us is None and wrong.gbps is None and wrong.percent_of_roofline is None
     assert wrong.to_dict()["first_wrong_index"] == [0, 1]
     assert "WRONG" in wrong.summary()
     monkeypatch.setattr(measurement_module, "measure", lambda spec, **options: wrong)

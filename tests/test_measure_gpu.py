@@ -51,7 +51,7 @@ def test_presets_are_correct_and_timed(preset):
     assert 0 < m.timing.min_us <= m.median_us <= m.timing.max_us
     assert m.timing.launches_per_repeat * m.median_us >= 500  # about 1 ms per repeat
     # The roofline's ceilings are measured on this GPU.
-    assert m.ceilings.measured and 0 < m.percent_of_floor
+    assert m.ceilings.measured and 0 < m.percent_of_roofline
 
 
 def test_a_tiny_kernel_is_also_timed_from_a_cuda_graph():
@@ -60,7 +60,7 @@ def test_a_tiny_kernel_is_also_timed_from_a_cuda_graph():
     pytest.importorskip("torch")
     assert ceilings() is not None, ceilings_error()
     m = measure(get_preset("best-dw-21-flat").spec, settings=QUICK)
-    assert m.correct and m.graph is not None and m.graph_percent_of_floor is not None
+    assert m.correct and m.graph is not None and m.graph_percent_of_roofline is not None
     assert m.graph.launches >= 100  # ≥ 1 ms per repeat of a few-µs kernel
     assert 0 < m.graph_us < m.median_us
     assert m.versus_pytorch[0] == m.graph_us

@@ -58,7 +58,7 @@ def test_remote_kernel_is_uploaded_checked_and_timed(remote):
     m = measure_module(correct_module(), WORKLOAD, target="llvm", remote=remote, settings=FAST)
     assert m.correct and m.timing is not None and len(m.timing.samples_us) == 3
     assert m.device == f"CPU ({remote})"
-    assert m.ceilings is not None and m.percent_of_floor > 0
+    assert m.ceilings is not None and m.percent_of_roofline > 0
 
 
 def test_remote_wrong_kernel_reports_the_index(remote):

@@ -63,7 +63,7 @@ def test_correct_kernel_is_checked_then_timed():
     assert t.launches_per_repeat * t.min_us >= 1000 * 0.5
     # The CPU's ceilings, measured above in the worker (sized for a few cores): a roofline placement.
     assert m.ceilings is not None and m.ceilings.source == "measured on CPU"
-    assert m.percent_of_floor == pytest.approx(100 * m.floor_us / m.median_us)
+    assert m.percent_of_roofline == pytest.approx(100 * m.roofline_us / m.median_us)
     assert m.gflops == pytest.approx(2 * 8**3 / m.median_us / 1e3)
 
 

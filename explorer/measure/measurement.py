@@ -69,16 +69,16 @@ class Measurement:
         return self.flops / self.median_us / 1e3 if self.timing else None
 
     @property
-    def floor_us(self) -> float | None:
+    def roofline_us(self) -> float | None:
         """The least time the roofline allows this workload on this device: its FLOPs at the
         FP32 peak or its compulsory bytes at the bandwidth ceiling, whichever is longer."""
         return roofline.bound_us(self.ceilings, self.flops, self.compulsory_bytes) if self.ceilings else None
 
     @property
-    def percent_of_floor(self) -> float | None:
+    def percent_of_roofline(self) -> float | None:
         """Percent of the attainable performance at the workload's intensity (the roofline
         placement): 100 % = on the roof."""
-        return 100 * self.floor_us / self.median_us if self.timing and self.ceilings else None
+        return 100 * self.roofline_us / self.median_us if self.timing and self.ceilings else None
 
     @property
     def graph_us(self) -> float | None:
@@ -94,30 +94,30 @@ class Measurement:
         return self.median_us, "TVM launched back to back, PyTorch from CUDA graphs"
 
     @property
-    def graph_percent_of_floor(self) -> float | None:
+    def graph_percent_of_roofline(self) -> float | None:
         """The roofline placement of the kernel replayed from a CUDA graph."""
-        return 100 * self.floor_us / self.graph_us if self.graph and self.ceilings else None
+        return 100 * self.roofline_us / self.graph_us if self.graph and self.ceilings else None
 
     def _roofline_text(self, percent: float) -> str:
         bandwidth, roof = self.ceilings.bandwidth_for(self.compulsory_bytes)
-        return (f"{percent:.0f}% of the roofline (bound {self.floor_us:.2f} µs at {bandwidth:,.0f} GB/s {roof} and "
+        return (f"{percent:.0f}% of the roofline (bound {self.roofline_us:.2f} µs at {bandwidth:,.0f} GB/s {roof} and "
                 f"{self.ceilings.fp32_gflops:,.0f} GFLOP/s, {self.ceilings.source})")
 
     def summary(self) -> str:
         if not self.correct:
             return f"{self.workload}: WRONG, {self.check.describe()}; not timed."
         t = self.timing
-        floor = f", {self._roofline_text(self.percent_of_floor)}" if self.ceilings else ""
+        roofline = f", {self._roofline_text(self.percent_of_roofline)}" if self.ceilings else ""
         graph = ""
         if self.graph:
             graph = f" From a CUDA graph (as PyTorch is timed): median {self.graph_us:.2f} µs"
             if self.ceilings:
-                graph += f", {self.graph_percent_of_floor:.0f}% of the roofline"
+                graph += f", {self.graph_percent_of_roofline:.0f}% of the roofline"
             graph += "."
         return (f"{self.workload} on {self.device}: median {t.median_us:.2f} µs launched back to back (min "
                 f"{t.min_us:.2f}, max {t.max_us:.2f}, std {t.std_us:.2f}; {t.launches} launches), "
                 f"{self.gbps:.0f} GB/s, "
-                f"{self.gflops:.0f} GFLOP/s{floor}.{graph}")
+                f"{self.gflops:.0f} GFLOP/s{roofline}.{graph}")
 
     def to_dict(self) -> dict:
         check = self.check
@@ -127,10 +127,10 @@ class Measurement:
             "wrong_count": check.wrong_count,
             "first_wrong_index": list(check.first_wrong_index) if check.first_wrong_index is not None else None,
             **(self.timing.to_dict() if self.timing else {"median_us": None}),
-            "gbps": self.gbps, "gflops": self.gflops, "floor_us": self.floor_us,
-            "percent_of_floor": self.percent_of_floor, "compile_ms": self.compile_ms,
+            "gbps": self.gbps, "gflops": self.gflops, "roofline_us": self.roofline_us,
+            "percent_of_roofline": self.percent_of_roofline, "compile_ms": self.compile_ms,
             "cuda_graph": self.graph.to_dict() if self.graph else None,
-            "cuda_graph_percent_of_floor": self.graph_percent_of_floor,
+            "cuda_graph_percent_of_roofline": self.graph_percent_of_roofline,
             "ceilings": self.ceilings.to_dict() if self.ceilings else None,
         }
 
@@ -229,7 +229,7 @@ def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measure
         _local.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
         run = _local.call(worker.run, timeout=job.settings.time_limit_s)
     measured = _ceilings_of.get(job.target or "auto")  # by ceilings(), if it was asked for
-    if job.settings.floor and run.timing is not None and isinstance(measured, Ceilings):
+    if job.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
         run = dataclasses.replace(run, ceilings=measured)
     return Measurement.of(job.workload, run)
 

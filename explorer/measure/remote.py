@@ -149,7 +149,7 @@ def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureErr
         check, timing = run_checked(module, device, args, reference, job.workload.reduction_length(), job.settings)
         ceilings = None
         name = device.device_name if target.kind.name == "cuda" else "CPU"
-        if timing is not None and job.settings.floor:
+        if timing is not None and job.settings.roofline:
             key = (remote, str(target))
             if key not in _ceilings:
                 _ceilings[key] = _measure_ceilings(session, device, target, f"{name} ({remote})")

@@ -24,7 +24,7 @@ class Settings(Params):
     min_repeat_ms: int = knob(1, "Each repeat launches the kernel enough times to last at least this long.",
                               low=1, high=1000)
     seed: int = knob(0, "Seed of the random inputs (uniform in [-1, 1]).", low=0, high=2**31 - 1)
-    floor: bool = knob(True, "Also place the kernel on the roofline: the device's FP32 peak and bandwidth ceilings, "
+    roofline: bool = knob(True, "Also place the kernel on the roofline: the device's FP32 peak and bandwidth ceilings, "
                        "measured once per device.")
     # Needs PyTorch with CUDA in the worker; without it the kernel is timed back to back only.
     cuda_graph: bool = knob(True, "Also time the kernel replayed from a CUDA graph, as the PyTorch baseline is, so "
