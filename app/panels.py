@@ -313,6 +313,14 @@ def latency(built: Build) -> None:
     st.plotly_chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), key="tries")
 
 
+def start_measuring(spec) -> None:
+    """Ask for ``spec``'s measurement before this page builds it: the measuring worker
+    compiles the kernel while this process lowers it and runs the analyses. The worker
+    checks the setting as the build does, so one the app refuses costs it only that check."""
+    if can_measure() and server.live().warm.done:
+        server.live().scheduler.request(session.session_id(), spec, session.target(), session.remote())
+
+
 def _finished_job(spec, slot: str):
     """The server's finished measurement job of ``spec`` for this session's ``slot`` (one
     waiting job per slot), or None while the GPU warms up or the job waits or runs (then

@@ -231,10 +231,12 @@ def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
 
 
 def test_latency_panel_measures_each_setting_once(monkeypatch):
-    calls = fake_measurements(monkeypatch, lambda spec: 640 / spec.knobs.num_thread_x)  # 40 µs, then 80 µs
-    at = app({"preset": "dw-blog-final-96"}).run()
+    gpu_free = threading.Event()  # the first measurement runs until the page has shown it waits
+    calls = fake_measurements(monkeypatch, lambda spec: gpu_free.wait(10) and 640 / spec.knobs.num_thread_x)
+    at = app({"preset": "dw-blog-final-96"}).run()  # 40 µs, then 80 µs
     assert_clean(at)
     assert any("Measuring" in i.value or "Waiting for the GPU" in i.value for i in at.info)  # the page did not block
+    gpu_free.set()
     settle(at)
     latency = next(m for m in at.metric if m.label == "Latency (median)")
     assert latency.value == "40.00 µs"
@@ -248,6 +250,22 @@ def test_latency_panel_measures_each_setting_once(monkeypatch):
     assert len(calls) == 2
     assert [t.latency_us for t in at.session_state["tries"]] == [40.0, 80.0]
     assert any("Measured just now on Fake GPU" in c.value for c in at.caption)
+
+
+def test_the_measurement_starts_before_the_page_builds_the_setting(monkeypatch):
+    measuring = threading.Event()
+    fake_measurements(monkeypatch, lambda spec: measuring.set() or 10.0)
+    real_build, measured_first = server.build, []
+
+    def build_after_a_measurement_started(spec, target):
+        measured_first.append(measuring.wait(10))
+        return real_build(spec, target)
+
+    monkeypatch.setattr(server, "build", build_after_a_measurement_started)
+    at = settle(app({"preset": "dw-blog-final-96"}).run())
+    assert_clean(at)
+    assert measured_first[0]
+    assert next(m for m in at.metric if m.label == "Latency (median)").value == "10.00 µs"
 
 
 def test_latency_panel_shows_a_wrong_result(monkeypatch):

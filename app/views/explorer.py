@@ -27,6 +27,7 @@ if preset is not None and preset.spec == spec:
                 st.write(preset.explanation)
                 st.caption(f"Source: {preset.source}")
 
+panels.start_measuring(spec)
 with st.status("Compiling…", expanded=False) as status:
     built, error = session.build_current(spec)
     if built is not None:
