@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import json
 import platform
@@ -72,9 +73,9 @@ class Page:
     def __init__(self, url: str, timeout: float):
         parts = urlparse(url)
         scheme = "wss" if parts.scheme == "https" else "ws"
-        self.ws = connect(
-f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
-                          subprotocols=["streamlit"], open_timeout=timeout, max_size=None)
+        self._closing = contextlib.ExitStack()  # websockets wants its connection used as a context manager
+        self.ws = self._closing.enter_context(connect(f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
+                                                      subprotocols=["streamlit"], open_timeout=timeout, max_size=None))
         self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
         self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
         self.pages: dict[str, str] = {}  # page url name → script hash
@@ -136,7 +137,7 @@ f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
                 self.sliders[key] = (slider.id, list(slider.options))
 
     def close(self) -> None:
-        self.ws.close()
+        self._closing.close()
 
 
 def element_of(msg):
