@@ -67,7 +67,9 @@ def test_latency_reaches_the_page_after_a_slow_warm_up(tmp_path):
     shutil.copytree(ROOT / "app", tmp_path / "app")
     shutil.copy(ROOT / "tests" / "stand_in_gpu_app.py", tmp_path / "app")
     server, url = start_server(tmp_path / "app" / "stand_in_gpu_app.py",
-                               {"STAND_IN_WARM_UP_S": "8"})
+                               {"STAND_IN_WARM_UP_S": "8",
+                                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"),
+                                                                            os.environ.get("PYTHONPATH")]))})
     try:
         report = classroom.run(url, students=1, seconds=30, think=2.0, want_latency=True, server_pid=server.pid,
                                revisit_every=2)
