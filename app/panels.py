@@ -314,10 +314,11 @@ def latency(built: Build) -> None:
 
 
 def start_measuring(spec) -> None:
-    """Ask for ``spec``'s measurement before this page builds it: the measuring worker
-    compiles the kernel while this process lowers it and runs the analyses. The worker
-    checks the setting as the build does, so one the app refuses costs it only that check."""
-    if can_measure() and server.live().warm.done:
+    """Ask for ``spec``'s measurement before this page builds it (where it can be measured):
+    the measuring worker compiles the kernel while this process lowers it and runs the
+    analyses. The worker checks the setting as the build does, so one the app refuses costs
+    it only that check."""
+    if server.live().warm.done:
         server.live().scheduler.request(session.session_id(), spec, session.target(), session.remote())
 
 

@@ -27,7 +27,9 @@ if preset is not None and preset.spec == spec:
                 st.write(preset.explanation)
                 st.caption(f"Source: {preset.source}")
 
-panels.start_measuring(spec)
+measurable = panels.can_measure()
+if measurable:
+    panels.start_measuring(spec)
 with st.status("Compiling…", expanded=False) as status:
     built, error = session.build_current(spec)
     if built is not None:
@@ -46,7 +48,7 @@ if stale:
     st.warning(f"Below: the last valid setting, now stale. Since then: {session.describe_change(built.spec, spec)}.")
 
 panels.metrics(built)
-if panels.can_measure() and not stale and built.kernels:
+if measurable and not stale and built.kernels:
     panels.latency(built)
 previous = session.previous_try(built.spec) if not stale else None
 left, right = st.columns([3, 1])
