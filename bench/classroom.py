@@ -422,6 +422,8 @@ def main() -> None:
     parser.add_argument("--revisit-every", type=int, default=0, metavar="K",
                         help="every K-th move of a student undoes the previous one (a revisit); 0: never on purpose")
     args = parser.parse_args()
+    if args.revisit_every < 0:
+        parser.error("--revisit-every takes 0 (never on purpose) or a positive number of moves")
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
                  args.run_log, revisit_every=args.revisit_every)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
