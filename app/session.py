@@ -245,7 +245,7 @@ def _start_template(name: str) -> None:
         _start(get_preset(ids[0]).spec, ids[0])
     else:
         template = get_template(name)
-        _start(Spec(name, template.workload(), template.knobs()), None)
+        _start(Spec(name, template.default_workload(), template.knobs()), None)
 
 
 def _on_workload() -> None:

@@ -49,7 +49,7 @@ def cases() -> dict[str, tuple[str, Spec, str, object, object]]:
     out = {}
     for name in TEMPLATES:
         preset = firsts.get(name)
-        spec = preset.spec if preset else Spec(name, TEMPLATES[name].workload(), TEMPLATES[name].knobs())
+        spec = preset.spec if preset else Spec(name, TEMPLATES[name].default_workload(), TEMPLATES[name].knobs())
         out[name] = (preset.id if preset else "(defaults)", spec, *_changeable_knob(spec))
     return out
 

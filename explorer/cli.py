@@ -32,7 +32,8 @@ def _spec_from_args(args):
 
     if args.preset in TEMPLATES and args.preset not in all_presets():
         template = TEMPLATES[args.preset]
-        start, spec = _Start(template.name, template.title), Spec(template.name, template.workload(), template.knobs())
+        start = _Start(template.name, template.title)
+        spec = Spec(template.name, template.default_workload(), template.knobs())
     else:
         preset = get_preset(args.preset)
         start, spec = _Start(preset.id, preset.title), preset.spec

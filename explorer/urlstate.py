@@ -64,7 +64,7 @@ def from_query(params: Mapping[str, str | list[str]]) -> tuple[Spec, str | None]
 
     shape = {key[len(SHAPE_PREFIX):]: text for key, text in values.items() if key.startswith(SHAPE_PREFIX)}
     knobs = {key[len(KNOB_PREFIX):]: text for key, text in values.items() if key.startswith(KNOB_PREFIX)}
-    workload_base = base.workload if base is not None else template.workload()
+    workload_base = base.workload if base is not None else template.default_workload()
     workload = template.workload.from_strings(shape, workload_base)
     knob_base = base.knobs if base is not None else template.knobs()
     return Spec(template.name, workload, template.knobs.from_strings(knobs, knob_base)), preset_id

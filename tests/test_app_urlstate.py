@@ -47,7 +47,7 @@ def test_repeated_key_counts_once_and_other_keys_are_ignored():
 
 def test_a_link_that_changes_the_template_drops_the_preset_values():
     spec, preset = urlstate.from_query({"preset": "dw-blog-final-96", "template": "matmul"})
-    assert spec.template == "matmul" and spec.workload == spec.template_def.workload()
+    assert spec.template == "matmul" and spec.workload == spec.template_def.default_workload()
     assert preset == "dw-blog-final-96"
 
 

@@ -8,9 +8,11 @@ import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import tvm
+import tvm_ffi
 from exported import load
 
 from explorer.build import Spec, build
@@ -26,7 +28,7 @@ def _cases():
     covered = {spec.template for spec in cases.values()}
     for name, template in TEMPLATES.items():
         if name not in covered:  # a template without presets yet: its defaults
-            cases[f"template:{name}"] = Spec(name, template.workload(), template.knobs())
+            cases[f"template:{name}"] = Spec(name, template.default_workload(), template.knobs())
     return cases
 
 
@@ -35,6 +37,13 @@ CASES = _cases()
 
 def test_every_template_is_covered():
     assert {spec.template for spec in CASES.values()} == set(TEMPLATES)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_each_template_starts_from_a_workload_it_can_schedule(name):
+    """What the CLI, a link or the app start from when no preset is named."""
+    template = TEMPLATES[name]
+    template.apply(template.default_workload(), template.knobs())
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -94,6 +103,16 @@ def test_cli_export_invalid_knob(capsys):
     assert "num_thread_x" in capsys.readouterr().err
 
 
+def run_standalone(path: Path) -> subprocess.CompletedProcess:
+    """Run an exported script in a fresh interpreter in which ``explorer`` cannot be
+    imported; TVM comes from where this process found it (a pip install or PYTHONPATH)."""
+    tvm_dirs = sorted({str(Path(module.__file__).parents[1]) for module in (tvm, tvm_ffi)})
+    code = (f"import runpy, sys; sys.modules['explorer'] = None; sys.path[:0] = {tvm_dirs!r}; "
+            f"runpy.run_path({str(path)!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=path.parent)
+
+
 def test_file_name():
     spec = get_preset("matmul-naive-1024").spec
     assert file_name(spec, "matmul-naive-1024") == "matmul-naive-1024_schedule.py"
@@ -105,9 +124,7 @@ def test_script_runs_standalone(tmp_path):
     the TIR and the CUDA; on a GPU it also checks and times the kernel."""
     path = tmp_path / "dw.py"
     path.write_text(snippet(get_preset("dw-blog-channel-21").spec, title="channel 21"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
+    proc = run_standalone(path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "# channel 21" in proc.stdout
     assert "@T.prim_func" in proc.stdout and "__global__" in proc.stdout
@@ -123,9 +140,7 @@ def test_script_checks_and_times_each_template_on_the_gpu(name, tmp_path):
     """On a GPU the script's kernel agrees with the workload under TVM's default schedule."""
     template = TEMPLATES[name]
     path = tmp_path / f"{name}.py"
-    path.write_text(snippet(Spec(name, template.workload(), template.knobs()), title=name))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
+    path.write_text(snippet(Spec(name, template.default_workload(), template.knobs()), title=name))
+    proc = run_standalone(path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "correct, median" in proc.stdout

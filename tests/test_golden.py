@@ -29,7 +29,7 @@ def default_spec(name: str) -> Spec:
     """The setting the app opens the template with: its first preset, else its defaults."""
     first = next((p.spec for p in all_presets().values() if p.spec.template == name), None)
     template = TEMPLATES[name]
-    return first or Spec(name, template.workload(), template.knobs())
+    return first or Spec(name, template.default_workload(), template.knobs())
 
 
 def scheduled(name: str) -> tvm.IRModule:

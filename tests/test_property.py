@@ -38,7 +38,7 @@ def specs(draw, template):
     try:
         workload = template.workload(**draw(workload_strategy(template.workload)))
     except ExplorerError:
-        workload = template.workload()
+        workload = template.default_workload()
         # keep the default shape but shrink it where the default is large
         small = {s.name: min(getattr(workload, s.name), SMALL_SHAPE_CAP) for s in workload.specs() if s.kind is int}
         workload = template.workload(**small)
@@ -76,4 +76,4 @@ def test_workload_dataclasses_reject_out_of_range_shapes_with_typed_errors():
         for spec in template.workload.specs():
             bad = {int: -1, str: "nonsense", bool: "yes"}[spec.kind]
             with pytest.raises(ExplorerError):
-                dataclasses.replace(template.workload(), **{spec.name: bad})
+                dataclasses.replace(template.default_workload(), **{spec.name: bad})

@@ -34,6 +34,12 @@ class Template:
     # the knobs at fault when verification rejects a schedule.
     tag_knobs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     shared_knobs: tuple[str, ...] = ()
+    # Shape values of the workload this template starts from where the workload's own
+    # defaults do not suit it (tensor cores need 16-bit inputs).
+    workload_defaults: Mapping[str, object] = field(default_factory=dict)
+
+    def default_workload(self) -> Workload:
+        return self.workload(**self.workload_defaults)
 
     def knobs_for_tags(self, tags) -> tuple[str, ...]:
         names: list[str] = []

@@ -176,4 +176,5 @@ TEMPLATE = Template(
         "threadIdx.y": ("block_m", "block_n", "warp_m", "warp_n"),
     },
     shared_knobs=("block_m", "block_n", "block_k", "stages", "shared_pad", "dynamic_shared"),
+    workload_defaults={"dtype": "float16"},
 )
