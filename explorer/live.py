@@ -28,13 +28,11 @@ from typing import Generic, TypeVar
 
 from .build import Build, Spec, build
 from .errors import ExplorerError
+from .measure.cuda_env import SOURCE_ONLY
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
 AHEAD = "server: lesson steps ahead of the class"  # the measurement slot of what the server measures ahead
 IDLE_POLL_S = 0.05  # how often measuring ahead looks whether a student's measurement waits
-# Set in a process that must only generate CUDA source: TVM's codegen then makes the
-# source-only module it makes on a machine without a GPU, and never runs NVRTC.
-SOURCE_ONLY = "TVM_COMPILE_FORCE_FALLBACK"
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

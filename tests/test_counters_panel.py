@@ -1,6 +1,7 @@
 """The Counters panel: ncu's raw-page CSV parsed from a recorded capture, each counter
 beside the static model, the panel with and without ncu (AppTest), the (32, 1) loads the
 PTX-level bank model misses, and (GPU with ncu) a real profile."""
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from explorer.analysis import ncu
 from explorer.analysis.banks import BankTotals, KernelBanks, request_wavefronts
 from explorer.build import Spec, build
+from explorer.measure.cuda_env import SOURCE_ONLY
 from explorer.presets import get_preset
 
 CAPTURE = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()
@@ -118,6 +120,22 @@ def test_the_preset_is_the_blogs_32_by_1_setting():
 # -- the panel ------------------------------------------------------------------------------
 
 
+def test_the_profiled_program_compiles_its_kernel_even_under_the_apps_source_only_process(monkeypatch):
+    """The app's process generates CUDA source only (SOURCE_ONLY); the program ncu
+    profiles must not inherit that, or it could not launch the kernel."""
+    seen = {}
+
+    def fake_run(command, env, **options):
+        seen.update(env)
+        return subprocess.CompletedProcess(command, 0, stdout=CAPTURE, stderr="")
+
+    monkeypatch.setenv(SOURCE_ONLY, "1")
+    monkeypatch.setattr(ncu, "ncu_path", lambda: "/usr/local/cuda/bin/ncu")
+    monkeypatch.setattr(ncu.subprocess, "run", fake_run)
+    assert ncu.profile(get_preset(PRESET).spec, metrics=ncu.PANEL_METRICS)
+    assert SOURCE_ONLY not in seen and seen["TVM_CUDA_COMPILE_MODE"] == "nvcc"
+
+
 def test_counters_panel_without_ncu_says_how_to_get_it(monkeypatch):
     from test_app import app
 
@@ -186,6 +204,7 @@ def test_counters_panel_on_a_gpu_with_ncu(monkeypatch):
     if ncu.ncu_path() is None:
         pytest.skip("Nsight Compute (ncu) is not installed")
     monkeypatch.setattr(panels, "can_measure", lambda: False)  # the counters only, not the latency panel
+    monkeypatch.setenv(SOURCE_ONLY, "1")  # as in the app's server process
     at = app({"preset": PRESET}, view="Counters").run()
     assert_clean(at)
     at.button(key="ui.ncu").click().run(timeout=600)

@@ -24,7 +24,14 @@ from explorer.measure import (
     latency_us,
 )
 from explorer.measure import measurement as measurement_module
-from explorer.measure.cuda_env import PCH_OPTIONS, is_pip_cuda_root, kernel_environment, pip_cuda_root
+from explorer.measure.cuda_env import (
+    PCH_OPTIONS,
+    SOURCE_ONLY,
+    binary_process_init,
+    is_pip_cuda_root,
+    kernel_environment,
+    pip_cuda_root,
+)
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
 from explorer.measure.queue import DeviceQueue
 from explorer.measure.timing import KernelRun, launches_for
@@ -185,6 +192,13 @@ def test_a_cuda_toolkit_keeps_its_paths_and_nvrtc_gets_precompiled_headers(tmp_p
     env = kernel_environment(environ={"CUDA_PATH": "/usr/local/cuda", "TVM_CUDA_NVRTC_EXTRA_OPTS": "-lineinfo"},
                              root=tmp_path, nvcc=None, nvrtc=(13, 0))
     assert env == {"TVM_CUDA_NVRTC_EXTRA_OPTS": "-lineinfo " + " ".join(PCH_OPTIONS)}
+
+
+def test_a_process_that_compiles_binaries_undoes_the_apps_source_only_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv(SOURCE_ONLY, "1")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    binary_process_init(str(tmp_path))
+    assert SOURCE_ONLY not in os.environ and str(tmp_path) in sys.path
 
 
 def test_kernel_environment_adds_nothing_twice(tmp_path):

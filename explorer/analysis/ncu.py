@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExplorerError, summary_line
+from ..measure.cuda_env import without_source_only
 
 METRICS = {
     ("load", "requests"): "smsp__sass_inst_executed_op_shared_ld.sum",
@@ -183,7 +184,8 @@ def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())
         raise ExplorerError(f"Nsight Compute (ncu) is not installed on this machine. {HOW_TO_GET_NCU}")
     command = [ncu, *ncu_options(metrics, undisturbed), sys.executable, "-m", "explorer.analysis.ncu",
                spec_to_json(spec), str(calls)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**without_source_only(os.environ), "PYTHONPATH": python_path}  # the app's process is source-only
     if nvcc:
         env["TVM_CUDA_COMPILE_MODE"] = "nvcc"
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT, env=env)

@@ -23,9 +23,13 @@ import importlib.util
 import os
 import shlex
 import shutil
+import site
 from collections.abc import Mapping
 from pathlib import Path
 
+# Set in a process that must only generate CUDA source: TVM's codegen then makes the
+# source-only module it makes on a machine without a GPU, and never runs NVRTC.
+SOURCE_ONLY = "TVM_COMPILE_FORCE_FALLBACK"
 PIP_CUDA = "cu13"  # the CUDA major version of the pinned nvidia-* wheels
 # TVM's generated source includes libcu++'s <cuda/std/type_traits>, whose parsing is ~75% of
 # an NVRTC compile (0.8 of 1.1 s on the CPU machine). Pre-included, the headers open the
@@ -64,6 +68,19 @@ def nvrtc_version() -> tuple[int, int] | None:
 
 
 DETECT = object()  # a kernel_environment argument left to this machine
+
+
+def binary_process_init(root: str) -> None:
+    """Initializer of a process that compiles kernels to binaries and may launch them
+    (the measuring worker, MetaSchedule's builders): it finds the explorer at ``root`` and
+    undoes SOURCE_ONLY, which it inherits from the app's process."""
+    site.addsitedir(root)
+    os.environ.pop(SOURCE_ONLY, None)
+
+
+def without_source_only(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a child process that must compile and launch kernels."""
+    return {key: value for key, value in environ.items() if key != SOURCE_ONLY}
 
 
 def kernel_environment(environ: Mapping[str, str] | None = None, root=DETECT, nvcc=DETECT,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import os
-import site
 import tempfile
 import threading
 import time
@@ -41,7 +40,7 @@ from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
-from .cuda_env import kernel_environment
+from .cuda_env import binary_process_init, kernel_environment
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
 from .graphs import time_tvm_graph
 from .settings import Settings
@@ -87,7 +86,7 @@ class LocalWorker:
                 os.environ.update(kernel_environment())
                 # Kept open: PopenWorker hands it to every restarted child.
                 self._log = open(LOG_PATH, "ab")
-                self._worker = PopenWorker(initializer=_worker_init, initargs=(ROOT,), stdout=self._log,
+                self._worker = PopenWorker(initializer=binary_process_init, initargs=(ROOT,), stdout=self._log,
                                            stderr=self._log)
             try:
                 self._worker.send(_guarded, (fn, *args), timeout=timeout)
@@ -113,12 +112,6 @@ class LocalWorker:
                 self._worker.kill()
                 self._log.close()
                 self._worker = None
-
-
-def _worker_init(root: str) -> None:
-    site.addsitedir(root)
-    # The app's processes generate CUDA source only; this one compiles the binaries.
-    os.environ.pop("TVM_COMPILE_FORCE_FALLBACK", None)
 
 
 def _guarded(fn, *args):

@@ -30,7 +30,6 @@ import linecache
 import logging
 import math
 import os
-import site
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import ExplorerError
+from ..measure.cuda_env import binary_process_init
 from ..targets import resolve_target
 from ..workloads import Workload
 from .sweep import EXPLORER_ROOT, cpu_count
@@ -224,7 +224,8 @@ def tune(
     with tempfile.TemporaryDirectory(prefix="explorer-tune-") as scratch:
         directory = work_dir or scratch
         builder = ms.builder.LocalBuilder(
-            max_workers=workers, f_build=build_candidate, initializer=functools.partial(site.addsitedir, EXPLORER_ROOT)
+            max_workers=workers, f_build=build_candidate,
+            initializer=functools.partial(binary_process_init, EXPLORER_ROOT),  # compiles even under the app
         )
         database = ms.tune_tir(
             mod,
