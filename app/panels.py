@@ -11,7 +11,7 @@ import streamlit as st
 from explorer import figures, targets
 from explorer.analysis import banks, ncu
 from explorer.analysis.resources import analyze_resources
-from explorer.analysis.roofline import published_ceilings
+from explorer.analysis.roofline import no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
 from explorer.analysis.tiling import analyze_tiling
 from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
@@ -200,14 +200,14 @@ def roofline(built: Build) -> None:
     (measured by the latency panel, else a static estimate) and this session's tries."""
     measured = _latest_measurement(built)
     ceilings = _measured_ceilings()
+    tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
+                  if t.latency_us is not None and t.spec != built.spec and not no_roofline_reason(t.spec.workload))
     try:
         ceilings = ceilings or published_ceilings(str(built.target.attrs.get("arch", "")))
-    except ExplorerError as e:
+        r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
+    except ExplorerError as e:  # no figures for this target, or a workload the roofline does not cover
         st.info(str(e))
         return
-    tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
-                  if t.latency_us is not None and t.spec != built.spec)
-    r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
     bandwidth, roof = r.roof
     cols = st.columns(3)
     cols[0].metric("Arithmetic intensity", f"{r.intensity:.2f} FLOP/B",

@@ -118,6 +118,15 @@ def test_roofline_tab_without_a_gpu_shows_the_static_estimate():
     assert any("published figures for H100 SXM" in c.value for c in at.caption)
 
 
+def test_roofline_tab_of_a_tensor_core_step_says_why_there_is_none():
+    from test_app import app, assert_clean
+
+    at = app({"preset": "modern-tensorcore-bf16-4096"}, view="Roofline").run(timeout=120)
+    assert_clean(at)
+    assert any("No roofline for bfloat16 inputs" in i.value for i in at.info)
+    assert not any(m.label in ("Arithmetic intensity", "Attainable") for m in at.metric)
+
+
 def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
     from live_fakes import fake_measurements, settle
     from test_app import THREAD_X, app, assert_clean
@@ -133,3 +142,29 @@ def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
     figure = at.get("plotly_chart")[-1]
     assert "this session's tries" in figure.proto.spec  # the first setting, as a try
     assert any("measured on Fake GPU" in c.value for c in at.caption)
+
+
+def test_no_roofline_for_tensor_core_inputs_and_the_sentence_says_why():
+    fp16 = Matmul(m=64, n=64, k=64, dtype="float16")
+    with pytest.raises(ExplorerError, match="No roofline for float16 inputs: .*tensor cores.*cuBLAS"):
+        roofline(fp16, CEILINGS)
+    assert roofline(Matmul(m=64, n=64, k=64), CEILINGS).ceilings == CEILINGS
+
+
+def test_a_tensor_core_measurement_has_no_percent_of_the_fp32_roofline():
+    from explorer.measure import Measurement
+    from explorer.measure.gate import Check
+    from explorer.measure.timing import KernelRun, Timing
+
+    right = Check(correct=True, max_error=0.0, tolerance=1e-3, wrong_count=0, first_wrong_index=None)
+    run = KernelRun("cuda", "Test GPU", right, Timing((10.0, 10.0, 10.0), 100), CEILINGS, 1.0)
+    assert Measurement.of(Matmul(m=64, n=64, k=64), run).percent_of_roofline is not None
+    fp16 = Measurement.of(Matmul(m=64, n=64, k=64, dtype="bfloat16"), run)
+    assert fp16.ceilings is None and fp16.percent_of_roofline is None and fp16.median_us == 10.0
+
+
+def test_cli_roofline_of_a_tensor_core_preset_is_refused_with_the_reason(capsys):
+    from explorer.cli import main
+
+    assert main(["show", "modern-tensorcore-fp16-4096", "--view", "roofline", "--target", "sm_90"]) == 2
+    assert "No roofline for float16 inputs" in capsys.readouterr().err

@@ -156,6 +156,17 @@ class Roofline:
         }
 
 
+def no_roofline_reason(workload) -> str | None:
+    """Why this roofline does not apply to ``workload``, or None: its compute roof is the
+    FP32 peak of the CUDA cores, and 16-bit matrices are multiplied on the tensor cores."""
+    others = sorted(set(workload.input_dtypes()) - {"float32"})
+    if not others:
+        return None
+    return (f"No roofline for {' and '.join(others)} inputs: its compute roof is the FP32 peak of the CUDA cores, "
+            f"and {' and '.join(others)} matrices are multiplied on the tensor cores, whose peak is not measured "
+            f"here. Compare the kernel's TFLOP/s with PyTorch's (cuBLAS) instead.")
+
+
 def roofline(workload, ceilings: Ceilings, latency_us: float | None = None,
              tries: tuple[tuple[str, object, float], ...] = ()) -> Roofline:
     """The roofline of ``workload`` (an ``explorer.workloads.Workload``) on ``ceilings``.
@@ -163,7 +174,10 @@ def roofline(workload, ceilings: Ceilings, latency_us: float | None = None,
     ``latency_us``: the current setting's measured median; without it the current point is
     a static estimate, the roof itself (the best any schedule can do: a real one is
     slower). ``tries``: (label, workload, latency µs) of this session's measured settings,
-    each placed at its own workload's intensity."""
+    each placed at its own workload's intensity. Raises ExplorerError where the roofline
+    does not apply (:func:`no_roofline_reason`)."""
+    if reason := no_roofline_reason(workload):
+        raise ExplorerError(reason)
     flops, nbytes = workload.flops, workload.compulsory_bytes
     fits = nbytes <= ceilings.l2_bytes
     notes = [f"Ceilings: {ceilings.source}.",

@@ -48,7 +48,8 @@ class Measurement:
 
     @classmethod
     def of(cls, workload: Workload, run: KernelRun) -> Measurement:
-        return cls(workload.label(), run.target, run.device, run.check, run.timing, run.ceilings, workload.flops,
+        ceilings = None if roofline.no_roofline_reason(workload) else run.ceilings  # its roof is FP32 only
+        return cls(workload.label(), run.target, run.device, run.check, run.timing, ceilings, workload.flops,
                    workload.compulsory_bytes, run.compile_ms, run.graph)
 
     @property
