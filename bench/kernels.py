@@ -32,7 +32,7 @@ from docs_section import write_section
 from explorer.benchmarks import BENCHMARKS, Benchmark
 from explorer.build import Spec
 from explorer.errors import ExplorerError
-from explorer.measure import baseline, local_gpu, measure
+from explorer.measure import baseline, ceilings, ceilings_error, local_gpu, measure
 from explorer.presets import all_presets
 from explorer.schedules import get_template
 
@@ -75,7 +75,7 @@ def row(benchmark: Benchmark) -> dict:
     out = {"workload": workload.label(), "best": best_id or "—", "back_to_back_us": best.median_us if best else None,
            "graph_us": best.graph_us if best else None, "tvm_us": tvm_us,
            "torch_us": torch_us, "percent_of_roofline": percent, "goal": benchmark.goal, "presets": len(presets),
-           "failed": wrong}
+           "failed": wrong, "date": str(datetime.date.today())}
     out["ratio"] = tvm_us / torch_us if tvm_us and torch_us else None
     out["tvm_tflops"] = workload.flops / tvm_us / 1e6 if tvm_us else None
     out["torch_tflops"] = workload.flops / torch_us / 1e6 if torch_us else None
@@ -91,6 +91,12 @@ def _tflops(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
+def met(row: dict) -> str:
+    """The row's verdict in the benchmark's current words (stored rows keep the figures)."""
+    benchmark = next((b for b in BENCHMARKS if b.workload.label() == row["workload"]), None)
+    return benchmark.verdict(row["tvm_us"], row["torch_us"]) if benchmark else row["met"]
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| workload | best preset | TVM µs, back to back | TVM µs, CUDA graph | PyTorch µs, CUDA graph | "
              "TVM / PyTorch | TFLOP/s TVM / PyTorch | % of roofline | goal | met |",
@@ -100,7 +106,7 @@ def table(rows: list[dict]) -> str:
         roofline = "—" if r["percent_of_roofline"] is None else f"{r['percent_of_roofline']:.0f}%"
         rates = f"{_tflops(r['tvm_tflops'])} / {_tflops(r['torch_tflops'])}"
         lines.append(f"| {r['workload']} | `{r['best']}` | {_us(r['back_to_back_us'])} | {_us(r['graph_us'])} | "
-                     f"{_us(r['torch_us'])} | {ratio} | {rates} | {roofline} | {r['goal']} | {r['met']} |")
+                     f"{_us(r['torch_us'])} | {ratio} | {rates} | {roofline} | {r['goal']} | {met(r)} |")
     return "\n".join(lines)
 
 
@@ -127,6 +133,35 @@ def merged_rows(gpu: str, rows: list[dict], write: bool) -> list[dict]:
     return [kept[label] for label in (t.workload.label() for t in BENCHMARKS) if label in kept]
 
 
+def section(gpu: str, rows: list[dict]) -> str:
+    """The docs/benchmarks.md section ("kernels") for these rows."""
+    failed = [f for r in rows for f in r["failed"]]
+    return "\n".join([
+        f"## Kernels: best shipped preset vs PyTorch on {gpu}",
+        "",
+        f"`python bench/kernels.py` ({measured_on(rows)}). Each kernel is checked against NumPy, then "
+        "timed twice (median of 20 repeats of ≥ 1 ms): launched back to back by TVM's `time_evaluator`, and "
+        "replayed from a CUDA graph as PyTorch is (TF32 off). The ratio, the goals and the best preset use the "
+        "graph figures: back to back, each launch also pays 1–2 µs of host launch cost, which is most of a "
+        "small kernel's time. % of roofline: the least time the measured roofline allows (FLOPs at the FP32 "
+        "peak, or compulsory bytes at the L2 or HBM bandwidth) ÷ the kernel's time from a graph; none for "
+        "float16 and bfloat16, which run on the tensor cores, above the FP32 peak.",
+        "",
+        table(rows),
+        *([""] + [f"- not measured: {f}" for f in failed] if failed else []),
+    ])
+
+
+def measured_on(rows: list[dict]) -> str:
+    """The dates of the table's rows: one date, or each date with the rows measured then."""
+    dates: dict[str, list[str]] = {}
+    for r in rows:
+        dates.setdefault(r.get("date", "date not recorded"), []).append(r["workload"])
+    if len(dates) == 1:
+        return next(iter(dates))
+    return "; ".join(f"{date}: {', '.join(labels)}" for date, labels in sorted(dates.items()))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true", help="print the table only")
@@ -146,28 +181,17 @@ def main(argv=None) -> int:
     if gpu is None:
         print("error: no CUDA GPU on this machine; the kernel table is measured on one.", file=sys.stderr)
         return 2
+    if ceilings() is None:  # measured once; every measurement below then carries them
+        print(f"warning: no roofline column: {ceilings_error()}", file=sys.stderr)
     rows = []
     for benchmark in benchmarks:
         print(benchmark.workload.label(), file=sys.stderr)
         rows.append(row(benchmark))
-    rows = merged_rows(gpu, rows, write=not args.no_write)
-    text = table(rows)
-    print(text)
-    failed = [f for r in rows for f in r["failed"]]
+        merged_rows(gpu, rows[-1:], write=not args.no_write)  # a run stopped half-way keeps what it measured
+    rows = merged_rows(gpu, rows, write=False)
+    print(table(rows))
     if not args.no_write:
-        write_section("kernels", "\n".join([
-            f"## Kernels: best shipped preset vs PyTorch on {gpu}",
-            "",
-            f"`python bench/kernels.py` ({datetime.date.today()}). Each kernel is checked against NumPy, then "
-            "timed twice (median of 20 repeats of ≥ 1 ms): launched back to back by TVM's `time_evaluator`, and "
-            "replayed from a CUDA graph as PyTorch is (TF32 off). The ratio, the goals and the best preset use the "
-            "graph figures: back to back, each launch also pays 1–2 µs of host launch cost, which is most of a "
-            "small kernel's time. % of roofline: the least time the measured roofline allows (FLOPs at the FP32 "
-            "peak, or compulsory bytes at the L2 or HBM bandwidth) ÷ the kernel's time from a graph.",
-            "",
-            text,
-            *([""] + [f"- not measured: {f}" for f in failed] if failed else []),
-        ]))
+        write_section("kernels", section(gpu, rows))
     return 0
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-h100-cuda-")
 
 from explorer.errors import ExplorerError, InvalidKnobs
-from explorer.measure import Settings, baseline, local_gpu, measure, shutdown
+from explorer.measure import Settings, baseline, ceilings, ceilings_error, local_gpu, measure, shutdown
 from explorer.presets import all_presets, get_preset
 
 SECTION = "measure-h100"
@@ -261,6 +261,8 @@ def main() -> int:
         if local_gpu() is None:
             print("no CUDA device found: run this on the GPU machine", file=sys.stderr)
             return 3
+        if ceilings() is None:  # measured once; every measurement below then carries them
+            print(f"warning: no roofline column: {ceilings_error()}", file=sys.stderr)
         ids = args.presets or list(all_presets())
         settings = Settings()
         results = {

@@ -31,7 +31,7 @@ def test_only_picks_rows_by_part_of_their_label_or_the_whole_label():
 def test_the_conv2d_goal_is_half_of_cudnns_time():
     (conv,) = kernels.selected(["conv2d"])
     assert conv.verdict(50.0, 107.8) == "yes"
-    assert conv.verdict(80.7, 107.8) == "no: 1.50× too slow vs PyTorch"
+    assert conv.verdict(80.7, 107.8) == "no: 0.75× PyTorch's time (goal ≤ 0.5×)"
 
 
 def test_runs_with_only_add_up_to_the_whole_table(tmp_path, monkeypatch):
@@ -68,3 +68,34 @@ def test_max_minutes_stops_the_search_and_prints_the_best_point_so_far(tmp_path,
     assert point["status"] == VALID, point["reason"]
     assert 'id = "best-conv2d-async-resnet-last"' in out and 'template = "conv2d_async"' in out
     assert f"value_us = {float(point['knobs']['block_f']):.2f}" in out
+
+
+def test_the_table_says_when_each_row_was_measured():
+    matmul = {"workload": "matmul 1024x1024x1024", "date": "2026-11-23"}
+    conv = {"workload": "conv2d [1,512,7,7] x [512,512,3,3] s1 p1", "date": "2026-11-21"}
+    assert kernels.measured_on([matmul]) == "2026-11-23"
+    assert kernels.measured_on([matmul, dict(conv, date="2026-11-23")]) == "2026-11-23"
+    assert kernels.measured_on([matmul, conv]) == ("2026-11-21: conv2d [1,512,7,7] x [512,512,3,3] s1 p1; "
+                                                   "2026-11-23: matmul 1024x1024x1024")
+    assert kernels.measured_on([{"workload": "matmul 1024x1024x1024"}]) == "date not recorded"
+
+
+def test_the_table_measures_the_roofline_before_the_kernels(tmp_path, monkeypatch, capsys):
+    events = []
+    monkeypatch.setattr(kernels, "RESULTS", tmp_path)
+    monkeypatch.setattr(kernels, "local_gpu", lambda: "Test GPU")
+    monkeypatch.setattr(kernels, "ceilings", lambda: events.append("ceilings"))
+    monkeypatch.setattr(kernels, "ceilings_error", lambda: "no ceilings on a test GPU")
+    monkeypatch.setattr(kernels, "row", lambda benchmark: events.append("row") or {
+        "workload": benchmark.workload.label(), "best": "x", "back_to_back_us": 2.0, "graph_us": 1.0, "tvm_us": 1.0,
+        "torch_us": 2.0, "percent_of_roofline": None, "goal": benchmark.goal, "presets": 1, "failed": [],
+        "ratio": 0.5, "tvm_tflops": None, "torch_tflops": None, "met": "yes", "date": "2026-11-23"})
+    assert kernels.main(["--only", "conv1d", "--no-write"]) == 0
+    assert events == ["ceilings", "row"]
+    assert "no roofline column: no ceilings on a test GPU" in capsys.readouterr().err
+
+
+def test_a_stored_row_is_judged_in_the_benchmarks_current_words():
+    row = {"workload": "matmul 4096x4096x4096 float16", "tvm_us": 350.0, "torch_us": 185.0, "met": "old words"}
+    assert kernels.met(row) == "no: 53% of PyTorch's TFLOP/s (goal 70%)"
+    assert kernels.met(dict(row, workload="a workload no longer benchmarked")) == "old words"
