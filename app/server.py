@@ -8,6 +8,7 @@ import os
 import streamlit as st
 
 from explorer.build import Build, Spec
+from explorer.errors import ExplorerError
 from explorer.lessons import FIRST_LESSON, get_lesson, lessons
 from explorer.live import SOURCE_ONLY, Live
 from explorer.presets import all_presets, get_preset
@@ -48,3 +49,19 @@ def first_spec() -> Spec:
 def build(spec: Spec, target: str) -> Build:
     """``spec`` built for ``target`` once for the whole server (raises ExplorerError)."""
     return live().builds.build(spec, target)
+
+
+def board_measure(spec: Spec, *, target: str = "auto", remote=None, on_wait=None):
+    """A leaderboard submission, measured through the server's one queue (a setting just
+    measured for the Explorer is not timed again)."""
+    return live().measure_now(spec, target, remote, on_wait=on_wait)
+
+
+def board_pytorch(workload) -> float | None:
+    """PyTorch's µs for a board, measured once for the whole server; None where PyTorch
+    cannot run the workload."""
+    try:
+        result = live().baseline_now(workload)
+    except ExplorerError:
+        return None
+    return result.median_us if result.check.correct else None

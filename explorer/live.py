@@ -7,6 +7,12 @@
   cores instead of one after another under one GIL. The pool's processes never compile
   CUDA binaries (``TVM_COMPILE_FORCE_FALLBACK``): the one binary compile of a kernel
   happens in the measuring worker, with NVRTC's precompiled header and the disk cache.
+- :class:`CompileService`: compiles a measurement's kernel to a loadable library (lowering,
+  NVRTC to a cubin, the host code) in a second pool of processes that may compile binaries,
+  so the measuring worker only loads, checks and times.
+- :class:`Live`: the server's one way to measure (:meth:`Live.request`, :meth:`Live.measure_now`,
+  :meth:`Live.baseline`, :meth:`Live.ceilings`, :meth:`Live.stats`): every page and the
+  leaderboard go through it.
 - :class:`LiveSettings`: how big the caches are and how old a measurement may get.
 
 Nothing here imports streamlit: the app holds one :class:`BuildService` per server
@@ -15,8 +21,10 @@ Nothing here imports streamlit: the app holds one :class:`BuildService` per serv
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import site
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -32,7 +40,7 @@ from .measure.cuda_env import SOURCE_ONLY
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
 AHEAD = "server: lesson steps ahead of the class"  # the measurement slot of what the server measures ahead
-IDLE_POLL_S = 0.05  # how often measuring ahead looks whether a student's measurement waits
+WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -52,6 +60,13 @@ class LiveSettings:
     measure_max_age_s: int = field(default_factory=lambda: _env_int("EXPLORER_MEASURE_MAX_AGE_S", 1800))
     # Lowering a heavily unrolled kernel takes seconds; past this the build is abandoned.
     build_time_limit_s: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_TIME_LIMIT_S", 120))
+    # NVRTC takes 1-3 s a kernel: half the cores keep the GPU fed while the other half serve
+    # the pages' builds.
+    compile_workers: int = field(default_factory=lambda: _env_int("EXPLORER_COMPILE_WORKERS",
+                                                                  max(1, (os.cpu_count() or 2) // 2)))
+    # Where compiled kernels are kept for the measuring worker (a library is ~100 KB).
+    library_dir: str = field(default_factory=lambda: os.environ.get(
+        "EXPLORER_LIBRARY_DIR", os.path.join(tempfile.gettempdir(), "explorer-kernel-libraries")))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -194,9 +209,17 @@ def _pool_init(root: str) -> None:
     os.environ[SOURCE_ONLY] = "1"
 
 
-def _pool_ready() -> int:
-    import explorer.build  # noqa: F401  (imports TVM: the slow part of a first build)
+def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
+    """Import TVM (the slow part of a first build) and, by building one setting of each of
+    ``warm_specs``' templates, whatever those import on first use (the tensor-core
+    intrinsics take seconds)."""
+    import explorer.build  # noqa: F401
 
+    for spec in {spec.template: spec for spec in reversed(warm_specs)}.values():
+        try:
+            build(spec, target)
+        except ExplorerError:
+            pass  # a step this machine cannot build shows its own sentence when opened
     return os.getpid()
 
 
@@ -210,31 +233,197 @@ def build_source_only(spec: Spec, target: str) -> Build | ExplorerError:
     return dataclasses.replace(built, runtime_module=None, timings_ms=dict(built.timings_ms))
 
 
+# -- kernels compiled for measuring, in a pool of their own ---------------------------------
+
+
+class CompileService:
+    """Compiles the kernels to measure on all the cores it is given, in processes that may
+    compile binaries (unlike the build pool's): each returns the path of a library the
+    measuring worker loads, or None where no library can be exported here (no C compiler),
+    and the worker then compiles the kernel itself."""
+
+    def __init__(self, settings: LiveSettings):
+        self.settings = settings
+        self._pool = None
+        self._lock = threading.Lock()
+        self.ready = threading.Event()  # the processes have started and imported what they need
+
+    def compile(self, spec: Spec, target: str) -> str | None:
+        """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while
+        the processes are still starting (the worker then compiles the kernel itself)."""
+        if not self.ready.is_set():
+            return None
+        try:
+            outcome = self._executor().submit(compile_library, spec, target, self.settings.library_dir).result()
+        except TimeoutError:
+            raise ExplorerError(f"Compiling this setting took longer than {self.settings.build_time_limit_s} s, "
+                                "so it was stopped; try fewer unrolled or smaller loops.") from None
+        except ChildProcessError:
+            raise ExplorerError("The compile process crashed on this setting; it was restarted. "
+                                "Try another setting.") from None
+        if isinstance(outcome, ExplorerError):
+            raise outcome
+        return outcome
+
+    def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
+        """Start the processes now (each imports TVM and what ``warm_specs``' templates need)."""
+        pool = self._executor()
+        for future in [pool.submit(_pool_ready, warm_specs, target) for _ in range(self.settings.compile_workers)]:
+            future.result()
+        self.ready.set()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+
+    def _executor(self):
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        from .measure.cuda_env import binary_process_init, kernel_environment
+
+        with self._lock:
+            if self._pool is None:
+                os.environ.update(kernel_environment())  # the children inherit the pip CUDA paths
+                self._pool = PopenPoolExecutor(max_workers=self.settings.compile_workers,
+                                               timeout=self.settings.build_time_limit_s,
+                                               initializer=binary_process_init, initargs=(ROOT,))
+            return self._pool
+
+
+def library_path(spec: Spec, target: str, directory: str) -> str:
+    """Where ``spec``'s compiled kernel for ``target`` is kept: one file per setting, TVM
+    version and target."""
+    import tvm
+
+    key = hashlib.sha256(f"{tvm.__version__}|{target}|{spec!r}".encode()).hexdigest()
+    return os.path.join(directory, key + ".so")
+
+
+def compile_library(spec: Spec, target: str, directory: str) -> str | None | ExplorerError:
+    """In a compile process: build ``spec`` (NVRTC compiles its CUDA, through the disk cache)
+    and export it as a library; None where exporting fails (no C compiler); an ExplorerError
+    comes back as a value, intact."""
+    path = library_path(spec, target, directory)
+    if os.path.exists(path):
+        return path
+    try:
+        built = build(spec, target)
+    except ExplorerError as error:
+        return error
+    os.makedirs(directory, exist_ok=True)
+    partial = f"{path}.{os.getpid()}.so"
+    try:
+        built.runtime_module.export_library(partial)
+    except Exception:  # no C compiler or linker on this machine: the worker compiles instead
+        return None
+    os.replace(partial, path)  # whole or absent: other processes may read it at once
+    return path
+
+
 # -- the server: builds, measurements, a warm GPU --------------------------------------------
 
 
 class Live:
-    """Everything one server shares between its sessions: the build service, the
-    measurement scheduler, the PyTorch baselines, and the GPU's warm-up.
+    """Everything one server shares between its sessions, and its one way to measure: the
+    build service, the compile service, the measurement scheduler, the PyTorch baselines,
+    the roofline's ceilings and the GPU's warm-up. Pages and the leaderboard call
+    :meth:`request` (the page's latency, never blocking), :meth:`measure_now` (a lesson's
+    steps, a submission, a sweep), :meth:`result`, :meth:`position`, :meth:`baseline`,
+    :meth:`ceilings` and :meth:`stats`; nothing else in the app reaches the measuring worker.
 
-    :meth:`start` returns at once; in the background it starts the build processes, warms
-    the GPU (the measuring worker, CUDA, PyTorch, NVRTC's precompiled header), measures
-    ``first`` (the page a student opens) and then the roofline's ceilings, so that the first
-    latency a student waits for is a cached one or one warm measurement."""
+    :meth:`start` returns at once; in the background it starts the build and compile
+    processes, warms the GPU (the measuring worker, CUDA, PyTorch, NVRTC's precompiled header),
+    measures ``first`` (the page a student opens) and then the roofline's ceilings, so that the
+    first latency a student waits for is a cached one or one warm measurement."""
 
-    def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None):
+    def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None):
         from .measure.scheduler import Scheduler
 
         self.settings = settings or LiveSettings()
         self.builds = BuildService(self.settings)
+        self.compiles = CompileService(self.settings)
         self.ready = threading.Event()
         self.warm = WarmUp()
         self._warm_up_fn = warm_up_fn or _warm_up_local_gpu
-        self.scheduler = Scheduler(measure_fn or _measure_job, max_age_s=self.settings.measure_max_age_s,
-                                   capacity=self.settings.measure_cache, ready=self.ready)
+        if measure_fn is None:  # the real GPU: its kernels compiled on all cores first
+            measure_fn, compile_fn = _measure_job, compile_fn or self._compile_job
+        self.scheduler = Scheduler(measure_fn, max_age_s=self.settings.measure_max_age_s,
+                                   capacity=self.settings.measure_cache, ready=self.ready, compile_fn=compile_fn,
+                                   compile_workers=self.settings.compile_workers)
         self.baselines: SingleFlight[tuple, object] = SingleFlight(256)
         self._baseline_started: set = set()
+        self._ceilings = None
         self._lock = threading.Lock()
+
+    # -- the API the pages use --------------------------------------------------------------
+
+    def request(self, session, spec: Spec, target: str, remote=None, *, background: bool = False):
+        """Ask for ``spec``'s measurement for ``session`` and return its job at once (done,
+        or compiling/waiting/running: the page polls ``job.done`` or waits on ``job.wait``)."""
+        return self.scheduler.request(session, spec, target, remote, background=background)
+
+    def measure_now(self, spec: Spec, target: str = "auto", remote=None, timeout: float | None = None,
+                    on_wait=None):
+        """``spec``'s measurement, waiting for it (a lesson's steps, a leaderboard submission,
+        a sweep's points); ``on_wait(ahead)`` hears how many measurements are ahead while it
+        waits. A failed one raises MeasureError with its sentence."""
+        from .measure import MeasureError
+
+        job = self.request(("measure now", threading.get_ident(), time.monotonic()), spec, target, remote)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        told = None
+        while not job.wait(WAIT_REPORT_S):
+            if deadline is not None and time.monotonic() > deadline:
+                raise MeasureError(f"The measurement did not finish within {timeout:g} s; it stays queued.")
+            ahead = self.position(job)
+            if on_wait is not None and ahead and ahead != told:
+                on_wait(ahead)
+                told = ahead
+        if job.error is not None:
+            raise MeasureError(job.error)
+        return job.result
+
+    def measurer(self, target: str = "auto", remote=None):
+        """``spec -> median µs`` through :meth:`measure_now` for a sweep (a wrong kernel
+        raises WrongResult), or None where nothing can measure (no GPU and no tracker)."""
+        from .measure import WrongResult
+
+        if remote is None and not self.warm.gpu:
+            return None
+
+        def latency_us(spec: Spec) -> float:
+            result = self.measure_now(spec, target, remote)
+            if not result.correct:
+                raise WrongResult(f"The kernel's output is {result.check.describe()}; a wrong kernel gets no latency.")
+            return result.median_us
+
+        return latency_us
+
+    def gpu_name(self) -> str | None:
+        """The local GPU's name once the warm-up found one, else None."""
+        return self.warm.device if self.warm.gpu else None
+
+    def result(self, spec: Spec, target: str, remote=None):
+        """The measurement of ``spec`` already taken, or None; asks for nothing."""
+        return self.scheduler.result(spec, target, remote)
+
+    def position(self, job) -> int | None:
+        """Measurements ahead of ``job`` on its device (0: being measured; None: done or compiling)."""
+        return self.scheduler.position(job)
+
+    def ceilings(self):
+        """The local GPU's measured roofline ceilings, or None (not measured, or no GPU)."""
+        return self._ceilings
+
+    def latest_ceilings(self):
+        """The ceilings of the latest measurement that carries some (a remote GPU's too), or
+        the local GPU's, or None."""
+        latest = self.scheduler.latest(lambda r: getattr(r, "ceilings", None) is not None)
+        return latest.ceilings if latest is not None else self._ceilings
+
+    # -- starting -------------------------------------------------------------------------
 
     def start(self, first: Spec | None = None, target: str = "auto", build_ahead: tuple[Spec, ...] = (),
               measure_ahead: tuple[Spec, ...] = ()) -> None:
@@ -246,14 +435,17 @@ class Live:
 
     def _start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = (),
                measure_ahead: tuple[Spec, ...] = ()) -> None:
-        self._warm_start(first, target)
+        self._warm_start(first, target, build_ahead)
         if self.warm.gpu:  # a class's server; a laptop without a GPU keeps its cores for its one user
             self._build_ahead(build_ahead, target)
             self._measure_ahead(measure_ahead, target)
 
-    def _warm_start(self, first: Spec | None, target: str) -> None:
-        self.builds.start()
-        self.warm.step("build processes")
+    def _warm_start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = ()) -> None:
+        """The GPU's warm-up first, with the build processes starting beside it: the first
+        page's latency waits only for the measuring worker. The compile processes start once
+        the GPU is warm; until they are, the worker compiles what it measures itself."""
+        pool = threading.Thread(target=self._start_builds, name="build-pool-start", daemon=True)
+        pool.start()
         try:
             device = self._warm_up_fn(first, target, self.warm)
         except ExplorerError as error:
@@ -263,9 +455,18 @@ class Live:
         finally:
             self.ready.set()
         if first is not None and self.warm.gpu:
-            self.scheduler.request("server warm-up", first, target)
+            self.scheduler.request(None, first, target, background=True)
             self.baseline(first.workload)
+        if self.warm.gpu and self.scheduler.compiles:
+            self.compiles.start(build_ahead, target)
+            self.warm.step("compile processes")
+        pool.join()
+        if first is not None and self.warm.gpu:
             self._measure_ceilings(target)
+
+    def _start_builds(self) -> None:
+        self.builds.start()
+        self.warm.step("build processes")
 
     def _build_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
         """Build ``specs`` on all build processes at once: a link then shows its code at once."""
@@ -282,12 +483,11 @@ class Live:
             self.warm.step(f"{count} lesson steps built")
 
     def _measure_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
-        """Measure ``specs`` one at a time, each only when no student's measurement waits, so
-        a student waits behind at most one of them."""
-        for spec in specs:
-            while any(self.scheduler.queue_lengths().values()):
-                time.sleep(IDLE_POLL_S)
-            self.scheduler.request(AHEAD, spec, target).wait()
+        """Measure ``specs`` as background jobs: the device takes each only when no
+        student's measurement waits, so a student waits behind at most one of them."""
+        jobs = [self.scheduler.request(None, spec, target, background=True) for spec in specs]
+        for job in jobs:
+            job.wait()
         if specs:
             self.warm.step(f"{len(specs)} lesson steps measured")
 
@@ -297,9 +497,14 @@ class Live:
         from . import measure
 
         start = time.time()
-        found = measure.ceilings(target)
-        self.warm.step(f"roofline ceilings {time.time() - start:.1f} s" if found is not None else
+        self._ceilings = measure.ceilings(target)
+        self.warm.step(f"roofline ceilings {time.time() - start:.1f} s" if self._ceilings is not None else
                        f"roofline ceilings not measured ({measure.ceilings_error(target)}); published figures shown")
+
+    def _compile_job(self, job) -> str | None:
+        return self.compiles.compile(job.spec, job.target)
+
+    # -- PyTorch ---------------------------------------------------------------------------
 
     def baseline(self, workload) -> object | None:
         """PyTorch's time for ``workload`` on the local GPU when known; otherwise start
@@ -315,13 +520,18 @@ class Live:
         return None
 
     def _baseline(self, workload) -> None:
+        try:
+            self.baseline_now(workload)
+        except ExplorerError:
+            pass  # PyTorch missing or failed: the panel simply shows no baseline
+
+    def baseline_now(self, workload):
+        """PyTorch's measurement of ``workload`` on the local GPU, waiting for it (once per
+        server); raises MeasureError where PyTorch cannot run it."""
         from . import measure
 
         self.ready.wait()
-        try:
-            self.baselines.get((workload,), lambda: measure.baseline(workload))
-        except ExplorerError:
-            pass  # PyTorch missing or failed: the panel simply shows no baseline
+        return self.baselines.get((workload,), lambda: measure.baseline(workload))
 
     def stats(self) -> dict:
         return {"builds": self.builds.stats(), "measurements": self.scheduler.stats(),
@@ -329,6 +539,8 @@ class Live:
 
     def close(self) -> None:
         self.builds.close()
+        self.compiles.close()
+        self.scheduler.close()
 
 
 class WarmUp:
@@ -370,6 +582,9 @@ def _warm_up_local_gpu(first: Spec | None, target: str, warm: WarmUp) -> str:
 
 
 def _measure_job(job):
+    """The scheduler's job on the device: the full budget, or the quick one while others wait."""
     from . import measure
 
-    return measure.measure(job.spec, target=job.target, remote=job.remote)
+    settings = measure.QUICK_SETTINGS if job.quick else measure.Settings()
+    result = measure.measure(job.spec, target=job.target, remote=job.remote, settings=settings, library=job.compiled)
+    return dataclasses.replace(result, quick=job.quick)

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app import class_mode, session
+from app import class_mode, server, session
 from explorer import classroom, urlstate
 from explorer import lessons as L
 from explorer.errors import ExplorerError
@@ -149,6 +149,7 @@ def submit_form(store: classroom.Store) -> None:
         try:
             entry = classroom.submit(
                 store, st.session_state.get("class.name", ""), spec, target=session.target(), remote=remote,
+                measure=server.board_measure, pytorch=server.board_pytorch,
                 on_wait=lambda ahead: status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead…"))
         except ExplorerError as error:
             refused = str(error)

@@ -15,7 +15,6 @@ from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer import style, urlstate
 from explorer.errors import ExplorerError
-from explorer.measure import Settings, local_gpu, measure
 from explorer.targets import target_label
 
 MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
@@ -176,14 +175,14 @@ if preset.reported:
 try:
     statics = L.static_checks(preset, target)
     show_static(statics)
-    # The lesson's numbers are worth the full measurement (default Settings), not a sweep's.
+    # Through the server's one measuring queue: a step a student just measured is not timed again.
     remote = session.remote()
-    where = str(remote) if remote is not None else (local_gpu() or "")
+    where = str(remote) if remote is not None else (server.live().gpu_name() or "")
     device = (where, target)
     if where and L.presets_to_time([preset]) and st.button(
             "Measure on this GPU", type="primary", icon=":material/timer:",
             help="This step and the steps it is compared with: each kernel is checked against NumPy, then timed."):
-        measure_step(step, device, functools.partial(measure, target=target, remote=remote, settings=Settings()),
+        measure_step(step, device, functools.partial(server.live().measure_now, target=target, remote=remote),
                      target)
     found = {pid: m for (*d, pid), m in session.memo(MEASURED).items() if tuple(d) == device}
     times = {pid: m.median_us for pid, m in found.items() if m.median_us is not None}

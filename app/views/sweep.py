@@ -10,7 +10,6 @@ from app import code_view, server, session, widgets
 from explorer.analysis.ranking import static_score
 from explorer.errors import ExplorerError
 from explorer.export import file_name
-from explorer.measure import gpu_measurer, local_gpu
 from explorer.search import sweep, tune
 from explorer.search.figures import heatmap_figure, tuning_figure
 from explorer.search.grid import Grid
@@ -102,7 +101,7 @@ def tune_section(spec) -> None:
     st.subheader("Tune with MetaSchedule")
     st.caption(f"TVM's own search over its schedule space for {spec.workload.label()}, with a trial budget; "
                f"candidates are ranked with the '{tune.cost_model_name()}' cost model and timed on this machine's GPU.")
-    has_gpu = local_gpu() is not None
+    has_gpu = server.live().gpu_name() is not None
     if not has_gpu:
         st.info("MetaSchedule must run its candidates, and this machine has no GPU: run the app on a GPU machine "
                 "to tune (or try `python -m explorer tune PRESET --trials 8 --target llvm` on the CPU).")
@@ -147,7 +146,7 @@ session.sync_url()
 st.title("Sweep")
 st.caption(f"{spec.template_def.title} · {spec.workload.label()}")
 grid = grid_inputs(spec)
-measurer = gpu_measurer(session.target())
+measurer = server.live().measurer(session.target(), session.remote())
 if grid is not None:
     sample = None
     if grid.size > MAX_APP_POINTS:

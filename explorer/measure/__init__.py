@@ -47,7 +47,7 @@ from .measurement import (
 )
 from .measurer import SWEEP_SETTINGS, gpu_measurer
 from .remote import Remote
-from .settings import Settings
+from .settings import QUICK_SETTINGS, Settings
 from .timing import Timing
 from .worker import NO_GPU
 
@@ -55,5 +55,5 @@ __all__ = [
     "Baseline", "BaselineUnavailable", "Check", "InvalidMeasureSettings", "KernelCrashed", "KernelTimeout",
     "MeasureError", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Settings", "Timing", "WrongResult",
     "baseline", "latency_us", "local_gpu", "measure", "measure_module", "queue_length", "shutdown", "warm_up",
-    "ceilings", "ceilings_error", "SWEEP_SETTINGS", "gpu_measurer",
+    "ceilings", "ceilings_error", "SWEEP_SETTINGS", "QUICK_SETTINGS", "gpu_measurer",
 ]

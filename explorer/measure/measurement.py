@@ -45,6 +45,9 @@ class Measurement:
     # Replayed from CUDA graphs, as the PyTorch baseline is (graphs.py); None without
     # PyTorch with CUDA where the kernel ran.
     graph: Timing | None = None
+    # Timed with the short budget (QUICK_SETTINGS) while other students' measurements
+    # waited; the server measures it again in full when the GPU is free.
+    quick: bool = False
 
     @classmethod
     def of(cls, workload: Workload, run: KernelRun) -> Measurement:
@@ -164,12 +167,13 @@ OnWait = Callable[[int], None]
 
 
 def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = None, settings: Settings | None = None,
-            on_wait: OnWait | None = None) -> Measurement:
-    """Check ``spec``'s kernel against the workload's NumPy reference and, if it is right,
-    time it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a
-    tracker and key; ``on_wait(ahead)`` is told how many measurements are ahead in the
-    device's queue while this one waits."""
-    return _measure(Job(spec, spec.workload, target, settings or Settings()), remote, on_wait)
+            on_wait: OnWait | None = None, library: str | None = None) -> Measurement:
+    """Check ``spec``'s kernel against the workload's reference and, if it is right, time
+    it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a tracker and
+    key; ``on_wait(ahead)`` is told how many measurements are ahead in the device's queue
+    while this one waits; ``library`` the kernel already compiled (``explorer.live``'s
+    compile processes), which the local worker loads instead of compiling it."""
+    return _measure(Job(spec, spec.workload, target, settings or Settings(), library), remote, on_wait)
 
 
 def measure_module(module: tvm.IRModule, workload: Workload, *, target: str, remote: Remote | None = None,

@@ -1,14 +1,26 @@
-"""Measurements for a whole class: one job per (setting, target, device), first come first
-served, at most one waiting job per session.
+"""Measurements for a whole class: one job per (setting, target, device), compiled on every
+core, then checked and timed on the device one at a time.
+
+A job's way: *compiling* (``compile_fn``, in a thread of a pool as large as the compile
+processes behind it, so a class's compiles run side by side and a compile that fails costs
+the device nothing) → *waiting* in its device's line → *running* (``measure_fn``, one job
+per device at a time, or one per GPU server behind a tracker) → *done*.
 
 A student who moves three sliders in a second wants the latency of the last setting, not
-of the two before it: a session's newer request replaces its older *waiting* one (a job
-that has started runs to the end). Two students asking for the same setting share one job
-(single flight), and a result is kept (bounded LRU) until it is older than ``max_age_s``,
-then measured again. Each device has one dispatcher thread that runs the jobs in order;
-the measuring function itself (``measure`` by default) still takes the device's turn in
-``queue.py``, so the CLI, sweeps and the PyTorch baseline in the same process never time
-a kernel at the same time either.
+of the two before it: a session's newer request replaces its older job that has not started
+(a job that has started runs to the end). Two students asking for the same setting share one
+job (single flight), and a result is kept (bounded LRU) until it is older than ``max_age_s``,
+then measured again.
+
+Jobs that nobody waits for (the lesson steps a server measures ahead of a class, a full
+re-measurement, a diagnosis trying its advice) are *background* jobs: a device takes one only
+when no student's job is waiting, so a student waits behind at most one of them. While other
+students' jobs wait, a job is timed with the short budget (``job.quick``); when the device has
+nothing else to do, the setting is measured again with the full budget and that result
+replaces the quick one.
+
+The device's capacity (a network call to the tracker) is asked outside the lock, so a slow
+tracker never holds up another session's request.
 """
 from __future__ import annotations
 
@@ -16,6 +28,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..build import Spec
@@ -23,9 +36,13 @@ from ..errors import ExplorerError
 from .remote import Remote
 
 LOCAL = "local"
+# While this many students' jobs wait behind a job, it is timed with the short budget.
+QUICK_WHEN_WAITING = 2
 
 # job -> Measurement (or anything the measuring function returns); raises ExplorerError.
 MeasureFn = Callable[["Job"], object]
+# job -> what the measuring function needs compiled (e.g. a library's path); raises ExplorerError.
+CompileFn = Callable[["Job"], object]
 
 
 @dataclass(eq=False)
@@ -37,7 +54,11 @@ class Job:
     target: str
     remote: Remote | None
     sessions: set = field(default_factory=set)
-    state: str = "waiting"  # waiting → running → done
+    background: bool = False  # nobody waits for it: the device takes it only when idle
+    state: str = "waiting"  # (compiling →) waiting → running → done
+    compiled: object = None  # what the compile stage returned, for the measuring function
+    quick: bool = False  # timed with the short budget because others waited
+    full_again: bool = False  # a full re-measurement of a setting first timed quickly
     result: object = None  # the measurement, when done without error
     error: str | None = None  # the sentence to show, when done with an error
     finished_at: float | None = None
@@ -56,35 +77,49 @@ class Job:
 
 class _Line:
     """The jobs of one device (a local GPU, or a tracker key with one or more GPU servers):
-    those running, at most ``capacity()`` at once, and those waiting, in order."""
+    those running, at most ``capacity()`` at once, and those waiting, in order; background
+    jobs and full re-measurements go after every student's job."""
 
-    def __init__(self, capacity: Callable[[], int]):
+    def __init__(self, capacity: Callable[[], int], polls: bool):
         self.waiting: deque[Job] = deque()
+        self.background: deque[Job] = deque()
+        self.again: deque[tuple] = deque()  # keys measured quickly, to measure again in full
         self.running: set[Job] = set()
         self.capacity = capacity
+        self.places = 1  # the last capacity asked, outside the lock
+        self.polls = polls  # servers may join a tracker key: look again while jobs wait
         self.thread: threading.Thread | None = None
+
+    def queue_of(self, job: Job) -> deque:
+        return self.background if job.background else self.waiting
 
 
 class Scheduler:
     def __init__(self, measure_fn: MeasureFn, *, max_age_s: float = 1800, capacity: int = 4096,
-                 ready: threading.Event | None = None):
+                 ready: threading.Event | None = None, compile_fn: CompileFn | None = None, compile_workers: int = 2):
         self._measure = measure_fn
+        self._compile_fn = compile_fn
+        self._compiler = ThreadPoolExecutor(compile_workers, thread_name_prefix="compile") if compile_fn else None
         self.max_age_s = max_age_s
         self.capacity = capacity
         self._ready = ready  # set once the device is warm; jobs wait for it
         self._changed = threading.Condition()
         self._lines: dict[str, _Line] = {}
-        self._jobs: dict[tuple, Job] = {}  # waiting or running, by key
+        self._jobs: dict[tuple, Job] = {}  # compiling, waiting or running, by key
         self._results: OrderedDict[tuple, Job] = OrderedDict()  # done, by key
-        self._waiting_of: dict[Hashable, Job] = {}  # each session's waiting job
+        self._waiting_of: dict[Hashable, Job] = {}  # each session's job that has not started
         self.measured = 0
+        self.compile_failures = 0
 
     # -- asking --------------------------------------------------------------------------
 
-    def request(self, session: Hashable, spec: Spec, target: str, remote: Remote | None = None) -> Job:
+    def request(self, session: Hashable, spec: Spec, target: str, remote: Remote | None = None, *,
+                background: bool = False) -> Job:
         """The job that answers ``session``'s wish to see ``spec`` measured: a fresh result,
-        the same setting's job already queued or running, or a new job at the end of the
-        device's queue, replacing this session's older waiting job."""
+        the same setting's job already under way, or a new job, replacing this session's older
+        job that has not started. A ``background`` request (``session`` None: the server's own)
+        runs only when no student's job waits; a student's request for the same setting makes
+        it a student's job."""
         device = remote.name if remote is not None else LOCAL
         key = (spec, target, device)
         with self._changed:
@@ -95,14 +130,14 @@ class Scheduler:
                 return done
             job = self._jobs.get(key)
             if job is None:
-                job = Job(key, spec, target, remote)
-                self._jobs[key] = job
-                self._line(device, remote).waiting.append(job)
-                self._changed.notify_all()
-            job.sessions.add(session)
-            self._release(session, keep=job)
-            if job.state == "waiting":
-                self._waiting_of[session] = job
+                job = self._new_job(key, spec, target, remote, background)
+            elif job.background and not background:
+                self._promote(job)
+            if session is not None:
+                job.sessions.add(session)
+                self._release(session, keep=job)
+                if job.state in ("compiling", "waiting"):
+                    self._waiting_of[session] = job
             return job
 
     def result(self, spec: Spec, target: str, remote: Remote | None = None):
@@ -119,45 +154,118 @@ class Scheduler:
         return next((job.result for job in reversed(jobs) if job.error is None and accept(job.result)), None)
 
     def position(self, job: Job) -> int | None:
-        """Measurements ahead of ``job`` on its device (0: it is being measured; None: done)."""
+        """Measurements ahead of ``job`` on its device (0: it is being measured; None: done,
+        dropped, or still compiling)."""
         with self._changed:
             if job.state == "running":
                 return 0
             line = self._lines.get(job.key[2])
-            if job.state != "waiting" or line is None or job not in line.waiting:
+            if job.state != "waiting" or line is None or job not in line.queue_of(job):
                 return None
-            return line.waiting.index(job) + len(line.running)
+            ahead = line.queue_of(job).index(job) + len(line.running)
+            return ahead + len(line.waiting) if job.background else ahead
 
     def stats(self) -> dict:
         with self._changed:
+            lines = self._lines.values()
             return {"results": len(self._results), "capacity": self.capacity,
-                    "waiting": sum(len(line.waiting) for line in self._lines.values()),
-                    "running": sum(len(line.running) for line in self._lines.values()),
-                    "measured": self.measured, "max_age_s": self.max_age_s}
+                    "compiling": sum(job.state == "compiling" for job in self._jobs.values()),
+                    "waiting": sum(len(line.waiting) for line in lines),
+                    "background": sum(len(line.background) + len(line.again) for line in lines),
+                    "running": sum(len(line.running) for line in lines),
+                    "measured": self.measured, "compile_failures": self.compile_failures, "max_age_s": self.max_age_s}
 
     def queue_lengths(self) -> dict[str, int]:
-        """Per device: jobs running or waiting."""
+        """Per device: students' jobs compiling, running or waiting (background jobs not counted)."""
         with self._changed:
-            return {name: len(line.waiting) + len(line.running) for name, line in self._lines.items()}
+            lengths = {name: len(line.waiting) + sum(not job.background for job in line.running)
+                       for name, line in self._lines.items()}
+            for job in self._jobs.values():
+                if job.state == "compiling" and not job.background:
+                    lengths[job.key[2]] = lengths.get(job.key[2], 0) + 1
+            return lengths
+
+    def idle(self) -> bool:
+        """Whether no job of any kind is compiling, waiting or running."""
+        with self._changed:
+            return not self._jobs and not any(line.again for line in self._lines.values())
+
+    @property
+    def compiles(self) -> bool:
+        """Whether jobs of the local device are compiled apart before they are measured."""
+        return self._compiler is not None
+
+    def close(self) -> None:
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=False, cancel_futures=True)
+
+    # -- bookkeeping (called with the lock held) ----------------------------------------------
+
+    def _new_job(self, key: tuple, spec: Spec, target: str, remote: Remote | None, background: bool) -> Job:
+        job = Job(key, spec, target, remote, background=background)
+        self._jobs[key] = job
+        line = self._line(key[2], remote)
+        if self._compiler is not None and remote is None:  # a remote server compiles what it measures
+            job.state = "compiling"
+            self._compiler.submit(self._compile, line, job)
+        else:
+            line.queue_of(job).append(job)
+            self._changed.notify_all()
+        return job
+
+    def _promote(self, job: Job) -> None:
+        """A background job a student now waits for goes to the end of the students' line."""
+        line = self._lines[job.key[2]]
+        if job.state == "waiting":
+            line.background.remove(job)
+            line.waiting.append(job)
+            self._changed.notify_all()
+        job.background = False
 
     def _release(self, session: Hashable, keep: Job | None) -> None:
-        """Drop ``session``'s claim on its waiting job (unless it is ``keep``); a job nobody
-        waits for leaves the queue. Called with the lock held."""
+        """Drop ``session``'s claim on its job that has not started (unless it is ``keep``); a
+        job nobody waits for leaves the queue (a compile under way finishes, for the disk
+        cache, but is not measured)."""
         old = self._waiting_of.get(session)
         if old is None or old is keep:
             return
         del self._waiting_of[session]
         old.sessions.discard(session)
-        if old.state == "waiting" and not old.sessions:
+        if old.sessions or old.background or old.state not in ("waiting", "compiling"):
+            return
+        if old.state == "waiting":
             self._lines[old.key[2]].waiting.remove(old)
-            del self._jobs[old.key]
+        del self._jobs[old.key]
+        old.state = "dropped"
+
+    # -- compiling -------------------------------------------------------------------------
+
+    def _compile(self, line: _Line, job: Job) -> None:
+        try:
+            compiled, error = self._compile_fn(job), None
+        except ExplorerError as failure:
+            compiled, error = None, str(failure)
+        except Exception as failure:  # a bug must not stop the class's queue
+            compiled, error = None, f"Compiling the kernel failed unexpectedly: {type(failure).__name__}: {failure}"
+        with self._changed:
+            if job.state == "dropped":
+                return
+            if error is not None:
+                self.compile_failures += 1
+                self._finish_locked(line, job, error=error, ran=False)
+            else:
+                job.compiled, job.state = compiled, "waiting"
+                line.queue_of(job).append(job)
+                self._changed.notify_all()
+        if error is not None:
+            job.done_event.set()
 
     # -- running -------------------------------------------------------------------------
 
     def _line(self, device: str, remote: Remote | None) -> _Line:
         line = self._lines.get(device)
         if line is None:
-            line = self._lines[device] = _Line(_capacity(remote))
+            line = self._lines[device] = _Line(_capacity(remote), polls=remote is not None)
             line.thread = threading.Thread(target=self._dispatch, args=(line,), name=f"measure-{device}", daemon=True)
             line.thread.start()
         return line
@@ -166,42 +274,75 @@ class Scheduler:
         if self._ready is not None:
             self._ready.wait()
         while True:
+            places = max(1, line.capacity())  # a network call through a tracker: never under the lock
             with self._changed:
-                while not line.waiting or len(line.running) >= max(1, line.capacity()):
-                    self._changed.wait(timeout=None if not line.waiting else 1.0)  # servers may join
-                job = line.waiting.popleft()
+                line.places = places
+                job = self._next(line)
+                if job is None:
+                    pending = line.waiting or line.background or line.again
+                    self._changed.wait(timeout=1.0 if pending and line.polls else None)
+                    continue
                 job.state = "running"
                 line.running.add(job)
                 for session in job.sessions:
                     if self._waiting_of.get(session) is job:
                         del self._waiting_of[session]
-            if line.capacity() > 1:
+            if places > 1:
                 threading.Thread(target=self._run, args=(line, job), name="measure-job", daemon=True).start()
             else:
                 self._run(line, job)
 
+    def _next(self, line: _Line) -> Job | None:
+        """The job the device takes now, or None: students' jobs first (quick while others
+        wait behind), then background jobs, then full re-measurements."""
+        if len(line.running) >= line.places:
+            return None
+        if line.waiting:
+            job = line.waiting.popleft()
+            job.quick = len(line.waiting) >= QUICK_WHEN_WAITING
+            return job
+        if line.background:
+            return line.background.popleft()
+        while line.again:
+            key = line.again.popleft()
+            first = self._results.get(key)
+            if first is not None and first.quick and key not in self._jobs:
+                job = Job(key, first.spec, first.target, first.remote, background=True, full_again=True,
+                          compiled=first.compiled)
+                self._jobs[key] = job
+                return job
+        return None
+
     def _run(self, line: _Line, job: Job) -> None:
+        error = None
         try:
             job.result = self._measure(job)
-        except ExplorerError as error:
-            job.error = str(error)
-        except Exception as error:  # a bug must not stop the class's queue
-            job.error = f"The measurement failed unexpectedly: {type(error).__name__}: {error}"
-        self._finish(line, job)
-
-    def _finish(self, line: _Line, job: Job) -> None:
+        except ExplorerError as failure:
+            error = str(failure)
+        except Exception as failure:  # a bug must not stop the class's queue
+            error = f"The measurement failed unexpectedly: {type(failure).__name__}: {failure}"
         with self._changed:
-            job.state, job.finished_at = "done", time.time()
-            line.running.discard(job)
-            del self._jobs[job.key]
-            self.measured += 1
-            # Errors are kept too: a kernel that crashed the worker would crash it again on
-            # every rerun of every page showing it.
-            self._results[job.key] = job
-            while len(self._results) > self.capacity:
-                self._results.popitem(last=False)
-            self._changed.notify_all()
+            self._finish_locked(line, job, error=error, ran=True)
         job.done_event.set()
+
+    def _finish_locked(self, line: _Line, job: Job, error: str | None, ran: bool) -> None:
+        job.error = error
+        job.state, job.finished_at = "done", time.time()
+        line.running.discard(job)
+        if self._jobs.get(job.key) is job:
+            del self._jobs[job.key]
+        self.measured += ran
+        if job.full_again and error is not None:
+            return  # the quick result stands
+        # Errors are kept too: a kernel that crashed the worker would crash it again on
+        # every rerun of every page showing it.
+        self._results[job.key] = job
+        self._results.move_to_end(job.key)
+        while len(self._results) > self.capacity:
+            self._results.popitem(last=False)
+        if job.quick and error is None:
+            line.again.append(job.key)
+        self._changed.notify_all()
 
 
 def _capacity(remote: Remote | None) -> Callable[[], int]:

@@ -42,6 +42,7 @@ from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .cuda_env import binary_process_init, kernel_environment
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
+from .gate import Check, compare, compare_on_gpu, tolerance
 from .graphs import time_tvm_graph
 from .settings import Settings
 from .timing import KernelRun, Timing, device_args, run_checked
@@ -68,6 +69,9 @@ class Job:
     workload: Workload
     target: str | None
     settings: Settings
+    # The kernel already compiled by a compile process (``compile_library``): the worker
+    # loads it instead of lowering and compiling it again.
+    library: str | None = None
 
 
 class LocalWorker:
@@ -137,6 +141,7 @@ class _Prepared:
     inputs: list
     reference: np.ndarray
     compile_ms: float
+    phases_ms: dict  # where the worker's time went, for the run log
 
 
 _prepared: _Prepared | None = None
@@ -149,10 +154,12 @@ def prepare(job: Job) -> str:
     target = resolve_target(job.target)
     device = local_device(target)
     start = time.perf_counter()
-    module = compile_kernel(job.kernel, target)
+    module = load_library(job.library) if job.library else compile_kernel(job.kernel, target)
     compile_ms = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
     inputs, reference = workload_data(job.workload, job.settings.seed)
-    _prepared = _Prepared(job, target, device, module, inputs, reference, compile_ms)
+    phases = {"compile" if not job.library else "load": compile_ms, "data": (time.perf_counter() - start) * 1e3}
+    _prepared = _Prepared(job, target, device, module, inputs, reference, compile_ms, phases)
     return str(target)
 
 
@@ -165,26 +172,72 @@ def run() -> KernelRun:
     target = str(p.target)
     graph = None
     started = time.time_ns()
+    clock = _Phases(p.phases_ms)
     try:
         args = device_args(p.inputs, p.reference, p.device)
-        check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings)
+        clock.lap("upload")
+        check_output = _gpu_check(p) if p.target.kind.name == "cuda" else None
+        check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings,
+                                    check_output)
+        clock.lap("check and time")
         if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda":
-            graph = _graph_timing(p, args)
+            graph = _graph_timing(p, args, check_output)
+            clock.lap("graph")
     except ExplorerError:
         raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
         raise KernelCrashed(f"The kernel failed on the device ({summary_line(error)}); "
                             f"the measuring process was restarted.") from None
     finally:
-        _log_run(started, p.job)
+        _log_run(started, p.job, p.phases_ms)
     # The ceilings are measured apart (ceilings_for); the caller adds them.
     return KernelRun(target, device_name(p.device, p.target), check, timing, None, p.compile_ms, graph)
 
 
-def _log_run(started_ns: int, job: Job) -> None:
+class _Phases:
+    """Milliseconds since the last lap, added to ``phases`` under a name."""
+
+    def __init__(self, phases: dict):
+        self.phases, self.last = phases, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = (now - self.last) * 1e3
+        self.last = now
+
+
+def _log_run(started_ns: int, job: Job, phases_ms: dict) -> None:
     label = job.kernel.template if isinstance(job.kernel, Spec) else "module"
+    phases = " ".join(f"{name.replace(' ', '_')}={ms:.1f}" for name, ms in phases_ms.items())
     with open(RUN_LOG_PATH, "a") as log:
-        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {job.workload.label()}\n")
+        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {job.workload.label()} | {phases}\n")
+
+
+def _gpu_check(p: _Prepared):
+    """The output check on the GPU against the reference kept there, where PyTorch has CUDA;
+    None (the CPU check) otherwise."""
+    if not _torch_cuda():
+        return None
+    import torch
+
+    reduction = p.job.workload.reduction_length()
+    reference, tol = _device_reference(p.job.workload, p.job.settings.seed)
+
+    def check_output(output) -> Check:
+        tensor = output if isinstance(output, torch.Tensor) else torch.from_dlpack(output)
+        return compare_on_gpu(tensor, reference, tol,
+                              lambda: compare(tensor.float().cpu().numpy(), p.reference, reduction))
+
+    return check_output
+
+
+@functools.lru_cache(maxsize=16)
+def _device_reference(workload: Workload, seed: int):
+    """The reference output on the GPU and its tolerance, once per (workload, seed)."""
+    import torch
+
+    _, reference = workload_data(workload, seed)
+    return torch.from_numpy(reference).cuda(), tolerance(reference, workload.reduction_length())
 
 
 @dataclass(frozen=True)
@@ -221,11 +274,12 @@ def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
     return WarmUpReport(device_name(device, target), tuple(steps))
 
 
-def _graph_timing(p: _Prepared, args) -> Timing | None:
+def _graph_timing(p: _Prepared, args, check_output=None) -> Timing | None:
     """The kernel timed from CUDA graphs; None where PyTorch with CUDA is missing: the
     back-to-back timing still stands."""
     try:
-        return time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), p.job.settings)
+        return time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), p.job.settings,
+                              check_output)
     except BaselineUnavailable:
         return None
 
@@ -260,10 +314,51 @@ def compile_kernel(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tv
         raise MeasureError(f"TVM could not compile the kernel: {summary_line(error)}") from None
 
 
-@functools.lru_cache(maxsize=4)
+def load_library(path: str) -> tvm.runtime.Module:
+    """A kernel that a compile process built and exported (its cubin inside)."""
+    try:
+        return tvm.runtime.load_module(path)
+    except Exception as error:
+        raise MeasureError(f"The compiled kernel could not be loaded: {summary_line(error)}") from None
+
+
+# The lessons of a class use about a dozen workloads; the largest (4096² matrices) hold ~200 MB.
+@functools.lru_cache(maxsize=16)
 def workload_data(workload: Workload, seed: int) -> tuple[list, np.ndarray]:
+    """The seeded inputs and the reference output, once per (workload, seed) per process:
+    computed in float64 on the GPU by the workload's PyTorch op where there is one (a 4096³
+    matrix product takes seconds in NumPy), else by NumPy. Tests keep NumPy the referee."""
     inputs = workload.random_inputs(seed)
-    return inputs, workload.reference(*inputs)
+    return inputs, gpu_reference(workload, inputs) if _torch_cuda() else workload.reference(*inputs)
+
+
+def gpu_reference(workload: Workload, inputs: list[np.ndarray]) -> np.ndarray:
+    """The workload's output in float64 on the GPU (its PyTorch op); NumPy's where the op
+    is missing or cannot run in float64."""
+    import torch
+
+    from .baseline import torch_tensor
+
+    tensors = [torch_tensor(x).cuda().double() for x in inputs]
+    op = workload.torch_op(tensors)
+    if op is None:
+        return workload.reference(*inputs)
+    try:
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            output = op().cpu().numpy()
+    except RuntimeError:  # an op without a float64 kernel
+        return workload.reference(*inputs)
+    return output.astype(np.float32).reshape(workload.output_shape())
+
+
+@functools.cache
+def _torch_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # no PyTorch, or one without CUDA
+        return False
 
 
 @functools.lru_cache(maxsize=4)
