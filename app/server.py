@@ -23,7 +23,7 @@ def live() -> Live:
     # compile of a kernel happens in the measuring worker.
     os.environ[SOURCE_ONLY] = "1"
     service = Live()
-    service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs())
+    service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs() + lesson_specs())
     return service
 
 
@@ -33,7 +33,7 @@ def lesson_specs() -> tuple[Spec, ...]:
 
 
 def first_lesson_specs() -> tuple[Spec, ...]:
-    """The steps of the lesson a class starts with, measured ahead of the students."""
+    """The steps of the lesson a class starts with: measured ahead of the students first."""
     return tuple(dict.fromkeys(step.preset.spec for step in get_lesson(FIRST_LESSON).steps))
 
 

@@ -27,7 +27,7 @@ import site
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,8 +50,10 @@ V = TypeVar("V")
 class LiveSettings:
     """Server-wide sizes and ages, from the environment (``EXPLORER_*``) with reasoned defaults."""
 
-    # One process per core: a class's knob changes are compiled side by side.
-    build_workers: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_WORKERS", os.cpu_count() or 2))
+    # Half the cores build the pages' code (a build is 50-300 ms); the other half compile
+    # kernels to measure (NVRTC, 1-3 s each).
+    build_workers: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_WORKERS",
+                                                                max(1, (os.cpu_count() or 2) // 2)))
     # A build holds its TIR modules (~100 KB); 512 covers a class exploring for an hour.
     build_cache: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_CACHE", 512))
     # A measurement is a few hundred bytes; the cache bounds memory, not the age.
@@ -60,8 +62,6 @@ class LiveSettings:
     measure_max_age_s: int = field(default_factory=lambda: _env_int("EXPLORER_MEASURE_MAX_AGE_S", 1800))
     # Lowering a heavily unrolled kernel takes seconds; past this the build is abandoned.
     build_time_limit_s: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_TIME_LIMIT_S", 120))
-    # NVRTC takes 1-3 s a kernel: half the cores keep the GPU fed while the other half serve
-    # the pages' builds.
     compile_workers: int = field(default_factory=lambda: _env_int("EXPLORER_COMPILE_WORKERS",
                                                                   max(1, (os.cpu_count() or 2) // 2)))
     # Where compiled kernels are kept for the measuring worker (a library is ~100 KB).
@@ -484,12 +484,20 @@ class Live:
 
     def _measure_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
         """Measure ``specs`` as background jobs: the device takes each only when no
-        student's measurement waits, so a student waits behind at most one of them."""
-        jobs = [self.scheduler.request(None, spec, target, background=True) for spec in specs]
-        for job in jobs:
+        student's measurement waits, so a student waits behind at most one of them. At most
+        half the compile processes hold steps ahead at a time: a student's compile never
+        queues behind the whole list."""
+        window = max(1, self.settings.compile_workers // 2)
+        outstanding: deque = deque()
+        unique = tuple(dict.fromkeys(specs))
+        for spec in unique:
+            if len(outstanding) >= window:
+                outstanding.popleft().wait()
+            outstanding.append(self.scheduler.request(None, spec, target, background=True))
+        for job in outstanding:
             job.wait()
-        if specs:
-            self.warm.step(f"{len(specs)} lesson steps measured")
+        if unique:
+            self.warm.step(f"{len(unique)} lesson steps measured")
 
     def _measure_ceilings(self, target: str) -> None:
         """The roofline's ceilings of the local GPU, once, after the warm-up (a few seconds
