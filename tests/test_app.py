@@ -84,6 +84,8 @@ def test_device_page():
         assert "No GPU: code and diagrams only" in at.info[0].value
     versions = at.dataframe[0].value
     assert tvm.__version__ in set(versions["version"])
+    assert any("compiling on the compile processes first" in m.help for m in at.metric)
+    assert any("measured again in full once the GPU is free" in c.value for c in at.caption)
 
 
 def _first_preset_per_template():

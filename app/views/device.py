@@ -94,8 +94,13 @@ cols[0].metric("Builds cached", f"{builds['entries']} / {builds['capacity']}",
 cols[1].metric("Measurements cached", f"{measured['results']} / {measured['capacity']}",
                help=f"Re-measured after {measured['max_age_s'] / 60:.0f} min; {measured['measured']} measured so far.")
 cols[2].metric("GPU queue", f"{measured['running']} running, {measured['waiting']} waiting",
-               help="One kernel is timed at a time per device; each session has at most one measurement waiting.")
+               help=f"{measured['compiling']} compiling on the compile processes first. One kernel is timed at a "
+                    "time per device; each session has at most one measurement waiting.")
 cols[3].metric("PyTorch baselines", f"{stats['baselines']['entries']}")
+st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, taken "
+           f"only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no GPU time "
+           "spent). While students' measurements wait, a kernel is timed with a short budget (5 repeats) and "
+           "measured again in full once the GPU is free.")
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
 st.subheader("Compile backend")
