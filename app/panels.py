@@ -310,6 +310,8 @@ def latency(built: Build) -> None:
     _latency_metrics(result, built.spec)
     _versus_pytorch(result, built.spec.workload, server.live())
     st.caption(_measured_when(result, job))
+    if getattr(result, "quick", False):
+        st.caption(QUICK_NOTE)
     st.plotly_chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), key="tries")
 
 
@@ -337,6 +339,9 @@ def _finished_job(spec, slot: str):
     return job
 
 
+QUICK_NOTE = ("Timed with a short budget (5 repeats) while other students' measurements waited; the server "
+              "measures it again in full once the GPU is free, and the next look at this setting shows that.")
+
 # While waiting, a fragment reruns this often (seconds): short next to a warm measurement.
 POLL_S = 0.2
 
@@ -355,7 +360,10 @@ def _measuring(job) -> None:
     if job.done:
         st.rerun()
     ahead = server.live().scheduler.position(job)
-    if ahead:
+    if job.state == "compiling":
+        st.info("Compiling the kernel (NVRTC, on the server's compile processes); then the GPU checks and times it…",
+                icon=":material/build:")
+    elif ahead:
         st.info(f"Waiting for the GPU: {ahead} measurement(s) ahead of this one (one kernel is timed at a time).",
                 icon=":material/hourglass_top:")
     else:

@@ -1,21 +1,23 @@
 """A stand-in GPU for app tests: a server (``explorer.live.Live``) whose measurements come
 from a function, warm at once (or when the test says), and a helper to rerun a page once
 the server's queue is empty (what the page's polling does in a browser)."""
+import dataclasses
 import time
 
 from app import panels, server
 
 
-def fake_measurements(monkeypatch, latency_of, warm_up=None):
+def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
     """A server whose GPU answers ``latency_of(spec)`` µs (None: a wrong result); returns
-    the specs it measured. ``warm_up`` replaces the GPU's warm-up (default: instant)."""
+    the specs it measured. ``warm_up`` replaces the GPU's warm-up (default: instant);
+    ``quick`` marks each measurement as timed with the short budget."""
     from explorer.live import Live
 
     calls = []
 
     def fake_measure(job):
         calls.append(job.spec)
-        return fake_measurement(job.spec, latency_of(job.spec))
+        return dataclasses.replace(fake_measurement(job.spec, latency_of(job.spec)), quick=quick)
 
     live = Live(measure_fn=fake_measure, warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
     live.builds = server.live().builds  # the real server's compile processes, shared by all tests

@@ -270,6 +270,13 @@ def test_the_measurement_starts_before_the_page_builds_the_setting(monkeypatch):
     assert next(m for m in at.metric if m.label == "Latency (median)").value == "10.00 µs"
 
 
+def test_latency_panel_says_when_a_measurement_was_quick(monkeypatch):
+    fake_measurements(monkeypatch, lambda spec: 10.0, quick=True)
+    at = settle(app({"preset": "dw-blog-final-96"}).run())
+    assert_clean(at)
+    assert panels.QUICK_NOTE in [c.value for c in at.caption]
+
+
 def test_latency_panel_shows_a_wrong_result(monkeypatch):
     fake_measurements(monkeypatch, lambda spec: None)
     at = settle(app({"preset": "dw-blog-final-96"}).run())
