@@ -34,9 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from . import measure
 from .build import Build, Spec, build
 from .errors import ExplorerError
-from .measure.cuda_env import SOURCE_ONLY
+from .measure.cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
+from .measure.measurement import LOCAL_GPU
+from .measure.scheduler import Scheduler
+from .targets import local_gpu_target
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
 AHEAD = "server: lesson steps ahead of the class"  # the measurement slot of what the server measures ahead
@@ -281,8 +285,6 @@ class CompileService:
     def _executor(self):
         from tvm.support.popen_pool import PopenPoolExecutor
 
-        from .measure.cuda_env import binary_process_init, kernel_environment
-
         with self._lock:
             if self._pool is None:
                 os.environ.update(kernel_environment())  # the children inherit the pip CUDA paths
@@ -339,8 +341,6 @@ class Live:
     first latency a student waits for is a cached one or one warm measurement."""
 
     def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None):
-        from .measure.scheduler import Scheduler
-
         self.settings = settings or LiveSettings()
         self.builds = BuildService(self.settings)
         self.compiles = CompileService(self.settings)
@@ -352,6 +352,7 @@ class Live:
         self.scheduler = Scheduler(measure_fn, max_age_s=self.settings.measure_max_age_s,
                                    capacity=self.settings.measure_cache, ready=self.ready, compile_fn=compile_fn,
                                    compile_workers=self.settings.compile_workers)
+        self.gpu = LOCAL_GPU  # this process's way to its GPU: worker, queue, name, ceilings
         self.baselines: SingleFlight[tuple, object] = SingleFlight(256)
         self._baseline_started: set = set()
         self._ceilings = None
@@ -369,34 +370,31 @@ class Live:
         """``spec``'s measurement, waiting for it (a lesson's steps, a leaderboard submission,
         a sweep's points); ``on_wait(ahead)`` hears how many measurements are ahead while it
         waits. A failed one raises MeasureError with its sentence."""
-        from .measure import MeasureError
-
         job = self.request(("measure now", threading.get_ident(), time.monotonic()), spec, target, remote)
         deadline = None if timeout is None else time.monotonic() + timeout
         told = None
         while not job.wait(WAIT_REPORT_S):
             if deadline is not None and time.monotonic() > deadline:
-                raise MeasureError(f"The measurement did not finish within {timeout:g} s; it stays queued.")
+                raise measure.MeasureError(f"The measurement did not finish within {timeout:g} s; it stays queued.")
             ahead = self.position(job)
             if on_wait is not None and ahead and ahead != told:
                 on_wait(ahead)
                 told = ahead
         if job.error is not None:
-            raise MeasureError(job.error)
+            raise measure.MeasureError(job.error)
         return job.result
 
     def measurer(self, target: str = "auto", remote=None):
         """``spec -> median µs`` through :meth:`measure_now` for a sweep (a wrong kernel
         raises WrongResult), or None where nothing can measure (no GPU and no tracker)."""
-        from .measure import WrongResult
-
         if remote is None and not self.warm.gpu:
             return None
 
         def latency_us(spec: Spec) -> float:
             result = self.measure_now(spec, target, remote)
             if not result.correct:
-                raise WrongResult(f"The kernel's output is {result.check.describe()}; a wrong kernel gets no latency.")
+                raise measure.WrongResult(f"The kernel's output is {result.check.describe()}; "
+                                          "a wrong kernel gets no latency.")
             return result.median_us
 
         return latency_us
@@ -502,12 +500,10 @@ class Live:
     def _measure_ceilings(self, target: str) -> None:
         """The roofline's ceilings of the local GPU, once, after the warm-up (a few seconds
         of the device's time); measurements from then on carry them."""
-        from . import measure
-
         start = time.time()
-        self._ceilings = measure.ceilings(target)
+        self._ceilings = self.gpu.ceilings(target)
         self.warm.step(f"roofline ceilings {time.time() - start:.1f} s" if self._ceilings is not None else
-                       f"roofline ceilings not measured ({measure.ceilings_error(target)}); published figures shown")
+                       f"roofline ceilings not measured ({self.gpu.ceilings_error(target)}); published figures shown")
 
     def _compile_job(self, job) -> str | None:
         return self.compiles.compile(job.spec, job.target)
@@ -536,10 +532,8 @@ class Live:
     def baseline_now(self, workload):
         """PyTorch's measurement of ``workload`` on the local GPU, waiting for it (once per
         server); raises MeasureError where PyTorch cannot run it."""
-        from . import measure
-
         self.ready.wait()
-        return self.baselines.get((workload,), lambda: measure.baseline(workload))
+        return self.baselines.get((workload,), lambda: self.gpu.baseline(workload, measure.Settings()))
 
     def stats(self) -> dict:
         return {"builds": self.builds.stats(), "measurements": self.scheduler.stats(),
@@ -578,9 +572,6 @@ class WarmUp:
 
 
 def _warm_up_local_gpu(first: Spec | None, target: str, warm: WarmUp) -> str:
-    from . import measure
-    from .targets import local_gpu_target
-
     if local_gpu_target() is None:  # no measuring worker to start on a machine without a GPU
         raise measure.NoDevice("No GPU on this machine: code and diagrams only.")
     report = measure.warm_up(first, target)
@@ -591,8 +582,6 @@ def _warm_up_local_gpu(first: Spec | None, target: str, warm: WarmUp) -> str:
 
 def _measure_job(job):
     """The scheduler's job on the device: the full budget, or the quick one while others wait."""
-    from . import measure
-
     settings = measure.QUICK_SETTINGS if job.quick else measure.Settings()
     result = measure.measure(job.spec, target=job.target, remote=job.remote, settings=settings, library=job.compiled)
     return dataclasses.replace(result, quick=job.quick)

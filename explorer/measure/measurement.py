@@ -25,8 +25,7 @@ from .timing import KernelRun, Timing
 from .worker import COMPILE_LIMIT_S, Job, LocalWorker
 
 LOCAL = "local"  # the queue of this machine's GPU
-_local = LocalWorker()
-_gpu_name: list[str | None] = []  # asked once per process
+CEILINGS_LIMIT_S = 90
 
 
 @dataclass(frozen=True)
@@ -194,27 +193,18 @@ def latency_us(spec: Spec, **options) -> float:
 
 def baseline(workload: Workload, *, settings: Settings | None = None, on_wait: OnWait | None = None) -> Baseline:
     """PyTorch on the local GPU (in the worker), through the same queue."""
-    settings = settings or Settings()
-    with queue_for(LOCAL).turn(on_wait):
-        run: BaselineRun = _local.call(torch_baseline, workload, settings, timeout=COMPILE_LIMIT_S,
-                                       doing="The PyTorch baseline")
-    return Baseline(workload.label(), run.library, run.device, run.check, run.timing, workload.flops,
-                    workload.compulsory_bytes)
+    return LOCAL_GPU.baseline(workload, settings or Settings(), on_wait)
 
 
 def local_gpu() -> str | None:
-    """This machine's GPU name, or None; asked once, in the worker (which has the CUDA
-    library paths that this process may lack)."""
-    if not _gpu_name:
-        _gpu_name.append(_local.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
-    return _gpu_name[0]
+    """This machine's GPU name, or None (asked once, in the worker)."""
+    return LOCAL_GPU.name()
 
 
 def warm_up(first: Spec | None = None, target: str | None = None) -> worker.WarmUpReport:
-    """Start the local measuring worker and warm it up (CUDA, PyTorch, NVRTC),
-    taking the device's turn; raises NoDevice without a GPU."""
-    with queue_for(LOCAL).turn():
-        return _local.call(worker.warm_up, first, target, timeout=COMPILE_LIMIT_S, doing="Warming up the GPU")
+    """Start the local measuring worker and warm it up (CUDA, PyTorch, NVRTC); raises
+    NoDevice without a GPU."""
+    return LOCAL_GPU.warm_up(first, target)
 
 
 def queue_length(remote: Remote | None = None) -> int:
@@ -224,52 +214,87 @@ def queue_length(remote: Remote | None = None) -> int:
 
 def shutdown() -> None:
     """Stop the local worker (it restarts on the next measurement)."""
-    _local.close()
-
-
-def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
-    if remote is not None:  # as many at a time as the tracker has servers for the key
-        return Measurement.of(job.workload, measure_remote(job, remote, on_wait))
-    with queue_for(LOCAL).turn(on_wait):
-        _local.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
-        run = _local.call(worker.run, timeout=job.settings.time_limit_s)
-    measured = _ceilings_of.get(job.target or "auto")  # by ceilings(), if it was asked for
-    if job.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
-        run = dataclasses.replace(run, ceilings=measured)
-    return Measurement.of(job.workload, run)
-
-
-# The local device's ceilings by target name, or the sentence saying why they are missing.
-_ceilings_of: dict[str, Ceilings | str] = {}
-CEILINGS_LIMIT_S = 90
-
-
-def _ensure_ceilings(target: str | None) -> None:
-    """Measure the roofline's ceilings once per process and target (the caller holds the
-    device's turn). If that fails or runs past its limit, it is not tried again and the
-    roofline uses the published figures."""
-    name = target or "auto"
-    if name in _ceilings_of:
-        return
-    try:
-        _ceilings_of[name] = _local.call(worker.ceilings_for, target, timeout=CEILINGS_LIMIT_S,
-                                         doing="Measuring the roofline's ceilings")
-    except ExplorerError as error:
-        _ceilings_of[name] = str(error)
+    LOCAL_GPU.close()
 
 
 def ceilings_error(target: str | None = None) -> str | None:
     """Why the ceilings could not be measured, or None."""
-    found = _ceilings_of.get(target or "auto")
-    return found if isinstance(found, str) else None
+    return LOCAL_GPU.ceilings_error(target)
 
 
 def ceilings(target: str | None = None):
     """The local device's measured ceilings, or None when they could not be measured
     (``ceilings_error`` says why). Measured once, when asked for (bench/ceilings.py, the
-    CLI's roofline): never on a student's knob change. Later measurements in this process
-    carry them."""
-    with queue_for(LOCAL).turn():
-        _ensure_ceilings(target)
-    found = _ceilings_of.get(target or "auto")
-    return found if isinstance(found, Ceilings) else None
+    CLI's roofline, a server after its warm-up): never on a student's knob change. Later
+    measurements in this process carry them."""
+    return LOCAL_GPU.ceilings(target)
+
+
+def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
+    if remote is not None:  # as many at a time as the tracker has servers for the key
+        return Measurement.of(job.workload, measure_remote(job, remote, on_wait))
+    return LOCAL_GPU.measure(job, on_wait)
+
+
+class LocalGPU:
+    """This machine's GPU as a process sees it: the measuring worker (kernels never run in
+    the caller's process), the device's queue (two kernels are never timed at once), its
+    name and its roofline ceilings, each found once. A process has one (``LOCAL_GPU``): the
+    CLI's, a bench script's, and a server's ``Live``, which owns the way to it."""
+
+    def __init__(self):
+        self.worker = LocalWorker()
+        self.queue = queue_for(LOCAL)
+        self._name: list[str | None] = []
+        self._ceilings: dict[str, Ceilings | str] = {}  # by target name: the ceilings, or why they are missing
+
+    def measure(self, job: Job, on_wait: OnWait | None = None) -> Measurement:
+        with self.queue.turn(on_wait):
+            self.worker.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
+            run = self.worker.call(worker.run, timeout=job.settings.time_limit_s)
+        measured = self._ceilings.get(job.target or "auto")  # by ceilings(), if it was asked for
+        if job.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
+            run = dataclasses.replace(run, ceilings=measured)
+        return Measurement.of(job.workload, run)
+
+    def baseline(self, workload: Workload, settings: Settings, on_wait: OnWait | None = None) -> Baseline:
+        with self.queue.turn(on_wait):
+            run: BaselineRun = self.worker.call(torch_baseline, workload, settings, timeout=COMPILE_LIMIT_S,
+                                                doing="The PyTorch baseline")
+        return Baseline(workload.label(), run.library, run.device, run.check, run.timing, workload.flops,
+                        workload.compulsory_bytes)
+
+    def name(self) -> str | None:
+        """The GPU's name, or None; asked once, in the worker (which has the CUDA library
+        paths that this process may lack)."""
+        if not self._name:
+            self._name.append(self.worker.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
+        return self._name[0]
+
+    def warm_up(self, first: Spec | None, target: str | None) -> worker.WarmUpReport:
+        with self.queue.turn():
+            return self.worker.call(worker.warm_up, first, target, timeout=COMPILE_LIMIT_S, doing="Warming up the GPU")
+
+    def ceilings(self, target: str | None = None) -> Ceilings | None:
+        """Measured once per target; if that fails or runs past its limit, it is not tried
+        again and the roofline uses the published figures."""
+        name = target or "auto"
+        with self.queue.turn():
+            if name not in self._ceilings:
+                try:
+                    self._ceilings[name] = self.worker.call(worker.ceilings_for, target, timeout=CEILINGS_LIMIT_S,
+                                                            doing="Measuring the roofline's ceilings")
+                except ExplorerError as error:
+                    self._ceilings[name] = str(error)
+        found = self._ceilings[name]
+        return found if isinstance(found, Ceilings) else None
+
+    def ceilings_error(self, target: str | None = None) -> str | None:
+        found = self._ceilings.get(target or "auto")
+        return found if isinstance(found, str) else None
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+LOCAL_GPU = LocalGPU()
