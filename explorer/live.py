@@ -155,18 +155,38 @@ class SingleFlight(Generic[K, V]):
 class BuildService:
     """Builds for the whole server: once per (spec, target), in parallel processes."""
 
-    def __init__(self, settings: LiveSettings | None = None):
+    def __init__(self, settings: LiveSettings | None = None, *, here_until_ready: bool = False):
         self.settings = settings or LiveSettings()
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
         self._pool = None
         self._pool_lock = threading.Lock()
+        # A server's processes take seconds to start (each imports TVM, all at once on a busy
+        # machine); until :meth:`start` has them ready, this process builds what a page asks
+        # for itself, one build at a time, so the first page never waits for them.
+        self.ready = threading.Event()
+        self._here_until_ready = here_until_ready
+        self._here_lock = threading.Lock()
+        self.built_here = 0
 
     def build(self, spec: Spec, target: str) -> Build:
         """The build of ``spec`` for the target named ``target`` (raises ExplorerError)."""
-        return self._cache.get((spec, target), lambda: self._build_in_pool(spec, target))
+        return self._cache.get((spec, target), lambda: self._build(spec, target))
+
+    def _build(self, spec: Spec, target: str) -> Build:
+        if self._here_until_ready and not self.ready.is_set():
+            return self._build_here(spec, target)
+        return self._build_in_pool(spec, target)
+
+    def _build_here(self, spec: Spec, target: str) -> Build:
+        with self._here_lock:  # the GIL runs one build at a time anyway; TVM's passes need not interleave
+            self.built_here += 1
+            outcome = build_source_only(spec, target)
+        if isinstance(outcome, ExplorerError):
+            raise outcome
+        return outcome
 
     def stats(self) -> dict:
-        return {**self._cache.stats(), "workers": self.settings.build_workers}
+        return {**self._cache.stats(), "workers": self.settings.build_workers, "built in this process": self.built_here}
 
     def start(self) -> None:
         """Start the pool's processes now (each imports TVM, a second or two) rather than
@@ -174,6 +194,7 @@ class BuildService:
         pool = self._executor()
         for future in [pool.submit(_pool_ready) for _ in range(self.settings.build_workers)]:
             future.result()
+        self.ready.set()
 
     def close(self) -> None:
         with self._pool_lock:
@@ -342,7 +363,7 @@ class Live:
 
     def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None):
         self.settings = settings or LiveSettings()
-        self.builds = BuildService(self.settings)
+        self.builds = BuildService(self.settings, here_until_ready=True)
         self.compiles = CompileService(self.settings)
         self.ready = threading.Event()
         self.warm = WarmUp()

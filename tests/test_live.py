@@ -286,3 +286,29 @@ def test_without_a_gpu_nothing_is_built_or_measured_ahead():
         assert not any("lesson steps" in name or "compile" in name for name in steps)
     finally:
         live.close()
+
+
+def test_until_its_processes_are_ready_a_server_builds_in_its_own_process():
+    """The first page of a fresh server shows code at once: while the build processes start
+    (seconds each, all importing TVM at once), the app's process builds what a page asks for;
+    once they are ready, builds go to them."""
+    service = BuildService(LiveSettings(build_workers=1), here_until_ready=True)
+    try:
+        first = service.build(spec_x(4), "auto")
+        assert "__global__" in first.cuda and first.runtime_module is None
+        assert service.built_here == 1 and service._pool is None  # no process was waited for
+        service.start()
+        second = service.build(spec_x(8), "auto")
+        assert "__global__" in second.cuda
+        assert service.built_here == 1 and service.stats()["misses"] == 2
+    finally:
+        service.close()
+
+
+def test_a_build_service_without_the_option_always_uses_its_processes():
+    service = BuildService(LiveSettings(build_workers=1))
+    try:
+        service.build(spec_x(4), "auto")
+        assert service.built_here == 0 and service._pool is not None
+    finally:
+        service.close()
