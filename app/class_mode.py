@@ -33,7 +33,7 @@ def show(where: str) -> None:
 def _banner() -> None:
     classroom.presence.beat(session.session_id(), session.place(), teacher=session.is_teacher())
     try:
-        state = store().class_step()
+        state = store().shared_class_step()
     except (sqlite3.Error, OSError):  # no class file here: no banner, the page still works
         return
     if state is None:

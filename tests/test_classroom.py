@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,19 @@ def test_an_older_schema_is_migrated_with_its_entries(tmp_path):
         set_class_remote(store, "nowhere", "h100")
     set_class_remote(store, "", "")
     assert class_remote(store) is None
+
+
+def test_the_class_step_is_read_once_per_second_for_all_sessions(tmp_path, monkeypatch):
+    store = Store(tmp_path / "c.sqlite3")
+    reads = []
+    real = store.class_step
+    monkeypatch.setattr(store, "class_step", lambda: reads.append(1) or real())
+    with ThreadPoolExecutor(16) as pool:  # sixteen banners at once
+        assert list(pool.map(lambda _: store.shared_class_step(max_age_s=60), range(32))) == [None] * 32
+    assert len(reads) == 1
+    state = store.set_class_step("step", "Shared memory", "/lessons?lesson=l&step=5", lesson="l", step=5)
+    assert store.shared_class_step(max_age_s=60) == state  # a write here is seen at once
+    assert len(reads) == 2
+    Store(tmp_path / "c.sqlite3").clear_class_step()  # another server process's write ...
+    assert store.shared_class_step(max_age_s=60) == state  # ... shows once the read is older than max_age_s
+    assert store.shared_class_step(max_age_s=0) is None and len(reads) == 3

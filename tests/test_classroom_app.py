@@ -167,3 +167,16 @@ def test_the_teacher_hides_an_entry_resets_a_board_and_sets_the_class_gpus(monke
     next(b for b in teacher.button if b.label == "Use these GPUs").click().run()
     assert any(e.label.startswith("Class GPUs: 127.0.0.1:1 key h100") for e in teacher.expander)
     assert "Display name" in [t.label for t in page("views/classroom.py").text_input]
+
+
+def test_the_banners_of_many_sessions_share_one_read_of_the_class_step(monkeypatch):
+    teacher = unlocked_teacher()
+    next(b for b in teacher.button if b.label == "Put the class on this step").click().run()
+    reads = []
+    store = class_mode.store()
+    real = store.class_step
+    monkeypatch.setattr(store, "class_step", lambda: reads.append(1) or real())
+    monkeypatch.setattr(store, "_shared_step", (__import__("time").monotonic(), real()))  # read just now
+    students = [page("views/lessons.py") for _ in range(3)]
+    assert all(banner(s) and banner(s)[0].startswith("The class is on step 1") for s in students)
+    assert reads == []  # served from the server's one read of the last second

@@ -21,6 +21,9 @@ from pathlib import Path
 DB_ENV = "EXPLORER_CLASS_DB"
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "class.sqlite3"
 BUSY_TIMEOUT_S = 30
+# Every student's banner asks for the class step each second; one read per server per this
+# many seconds serves them all (a write from this process is seen at once).
+SHARED_READ_S = 1.0
 
 # One migration per schema version, applied in order; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -103,6 +106,8 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._shared_lock = threading.Lock()
+        self._shared_step: tuple[float, ClassStep | None] | None = None  # (read at, step)
         self._migrate()
 
     # -- connections and schema ---------------------------------------------------------
@@ -153,17 +158,32 @@ class Store:
         row = self.connection().execute("SELECT kind, lesson, step, title, link, set_at FROM class_state").fetchone()
         return ClassStep(*row) if row else None
 
+    def shared_class_step(self, max_age_s: float = SHARED_READ_S) -> ClassStep | None:
+        """The class step as this process read it at most ``max_age_s`` ago: the banners of
+        all sessions share one read (another server process's change shows within that)."""
+        with self._shared_lock:
+            now = time.monotonic()
+            if self._shared_step is None or now - self._shared_step[0] >= max_age_s:
+                self._shared_step = (now, self.class_step())
+            return self._shared_step[1]
+
     def set_class_step(self, kind: str, title: str, link: str, lesson: str | None = None,
                        step: int | None = None) -> ClassStep:
         state = ClassStep(kind, lesson, step, title, link, time.time())
         with self.connection() as conn:
             conn.execute("INSERT OR REPLACE INTO class_state VALUES (1, ?, ?, ?, ?, ?, ?)",
                          (kind, lesson, step, title, link, state.set_at))
+        self._forget_shared_step()
         return state
 
     def clear_class_step(self) -> None:
         with self.connection() as conn:
             conn.execute("DELETE FROM class_state")
+        self._forget_shared_step()
+
+    def _forget_shared_step(self) -> None:
+        with self._shared_lock:
+            self._shared_step = None
 
     def setting(self, name: str) -> str | None:
         row = self.connection().execute("SELECT value FROM class_settings WHERE name = ?", (name,)).fetchone()
