@@ -334,7 +334,10 @@ def _finished_job(spec, slot: str):
         return None
     job = live.scheduler.request(slot, spec, session.target(), session.remote())
     if not job.done:
-        _measuring(job)
+        if poll_interval(live.scheduler.position(job)) == POLL_NEAR_S:
+            _measuring_near(job)
+        else:
+            _measuring_far(job)
         return None
     return job
 
@@ -342,11 +345,23 @@ def _finished_job(spec, slot: str):
 QUICK_NOTE = ("Timed with a short budget (5 repeats) while other students' measurements waited; the server "
               "measures it again in full once the GPU is free, and the next look at this setting shows that.")
 
-# While waiting, a fragment reruns this often (seconds): short next to a warm measurement.
-POLL_S = 0.2
+# While a measurement waits, a fragment reruns to show its place and then the latency:
+# often near the front of the queue (short next to a warm measurement), once a second
+# further back, so that a class waiting behind a long queue costs the server a few script
+# runs a second instead of five per student.
+POLL_NEAR_S = 0.25
+POLL_FAR_S = 1.0
+FAR_AHEAD = 3  # measurements ahead of a job from which its page polls POLL_FAR_S
+WARM_UP_POLL_S = 0.5  # the warm-up takes seconds
 
 
-@st.fragment(run_every=POLL_S)
+def poll_interval(ahead: int | None) -> float:
+    """How often a page waiting for a job with ``ahead`` measurements before it looks again
+    (None: compiling, a second or two)."""
+    return POLL_FAR_S if ahead is not None and ahead >= FAR_AHEAD else POLL_NEAR_S
+
+
+@st.fragment(run_every=WARM_UP_POLL_S)
 def _warming_up(live) -> None:
     if live.warm.done:
         st.rerun()
@@ -355,11 +370,22 @@ def _warming_up(live) -> None:
             "The code and the analyses below are ready; the latency follows.", icon=":material/hourglass_top:")
 
 
-@st.fragment(run_every=POLL_S)
-def _measuring(job) -> None:
-    if job.done:
-        st.rerun()
+@st.fragment(run_every=POLL_NEAR_S)
+def _measuring_near(job) -> None:
+    _measuring(job, POLL_NEAR_S)
+
+
+@st.fragment(run_every=POLL_FAR_S)
+def _measuring_far(job) -> None:
+    _measuring(job, POLL_FAR_S)
+
+
+def _measuring(job, polling_every: float) -> None:
+    """What a job waiting for the GPU is doing; the whole page again once it is done, or
+    once it comes near the front of the queue (to look more often)."""
     ahead = server.live().scheduler.position(job)
+    if job.done or poll_interval(ahead) < polling_every:
+        st.rerun()
     if job.state == "compiling":
         st.info("Compiling the kernel (NVRTC, on the server's compile processes); then the GPU checks and times it…",
                 icon=":material/build:")

@@ -254,6 +254,29 @@ def test_latency_panel_measures_each_setting_once(monkeypatch):
     assert any("Measured just now on Fake GPU" in c.value for c in at.caption)
 
 
+def test_a_page_waiting_far_back_in_the_queue_polls_once_a_second():
+    assert panels.poll_interval(None) == panels.poll_interval(0) == panels.POLL_NEAR_S  # compiling, or being timed
+    assert panels.poll_interval(panels.FAR_AHEAD - 1) == panels.POLL_NEAR_S
+    assert panels.poll_interval(panels.FAR_AHEAD) == panels.poll_interval(20) == panels.POLL_FAR_S == 1.0
+
+
+def test_a_page_behind_a_long_queue_says_its_place_then_shows_its_latency(monkeypatch):
+    gpu_free = threading.Event()
+    fake_measurements(monkeypatch, lambda spec: gpu_free.wait(10) and 640 / spec.knobs.num_thread_x)
+    live = server.live()
+    spec = get_preset("dw-blog-final-96").spec
+    for x in (1, 2, 4, 8):  # four students' measurements ahead of this page's
+        live.request(f"student {x}", spec.with_knobs(num_thread_x=x), "auto")
+    at = app({"preset": "dw-blog-final-96"}).run()
+    assert_clean(at)
+    waiting = [i.value for i in at.info if i.value.startswith("Waiting for the GPU")]
+    assert waiting == ["Waiting for the GPU: 4 measurement(s) ahead of this one (one kernel is timed at a time)."]
+    assert live.position(live.request("test", spec, "auto")) >= panels.FAR_AHEAD  # polled once a second
+    gpu_free.set()
+    settle(at)
+    assert next(m for m in at.metric if m.label == "Latency (median)").value == "40.00 µs"
+
+
 def test_the_measurement_starts_before_the_page_builds_the_setting(monkeypatch):
     measuring = threading.Event()
     fake_measurements(monkeypatch, lambda spec: measuring.set() or 10.0)
