@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
+from . import serve
 from .errors import ExplorerError
 
 EXIT_WRONG = 1
@@ -333,6 +334,11 @@ def cmd_measure(args) -> int:
     return 0 if result.correct else EXIT_WRONG
 
 
+def cmd_serve(args) -> int:
+    extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
+    return serve.serve(args.port, args.address, extra)
+
+
 def _add_spec_args(parser):
     parser.add_argument("preset", help="preset id (python -m explorer presets), or a template's name for its defaults")
     parser.add_argument("--set", action="append", metavar="KNOB=VALUE", help="override a knob; repeatable")
@@ -388,6 +394,12 @@ def make_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("-o", "--output", default=None, help="file to write (default PRESET_schedule.py; - for stdout)")
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("serve", help="start the app server for a class, warm from its first second")
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--address", default="0.0.0.0", help="the address to listen on (default: every interface)")
+    p.add_argument("streamlit_options", nargs=argparse.REMAINDER,
+                   help="after --: more options of `streamlit run`, e.g. -- --server.maxUploadSize 1")
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

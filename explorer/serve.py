@@ -1,0 +1,92 @@
+"""``python -m explorer serve``: the app server for a class, warm from its first second.
+
+Streamlit runs an app's script only when a browser opens it, so a server started with
+``streamlit run`` starts its build processes and warms the GPU when the teacher's first
+page arrives, and that page waits. This launcher starts ``streamlit run app/main.py``,
+waits for its health check, then asks for Streamlit's script health check, which runs the
+app's first page once inside the server: the warm-up (build and compile processes, the
+measuring worker, CUDA, PyTorch, the lesson steps) has begun before anyone connects.
+Nothing here imports streamlit; the server is a child process that this one waits on.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
+HEALTH = "/_stcore/health"
+SCRIPT_HEALTH = "/_stcore/script-health-check"  # runs the app's script once, in the server
+START_TIMEOUT_S = 120
+
+
+def streamlit_command(port: int, address: str, extra: list[str]) -> list[str]:
+    """The ``streamlit run`` command line of the class server (``extra``: more of its options)."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.headless", "true",
+            "--server.port", str(port), "--server.address", address,
+            "--server.scriptHealthCheckEnabled", "true", *extra]
+
+
+def local_url(port: int, address: str) -> str:
+    host = "127.0.0.1" if address in ("", "0.0.0.0", "::") else address
+    return f"http://{host}:{port}"
+
+
+def wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = START_TIMEOUT_S) -> float:
+    """Seconds until ``url`` answers its health check; raises RuntimeError if the server
+    exits or does not answer within ``timeout_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if server.poll() is not None:
+            raise RuntimeError(f"The app server exited with status {server.returncode} before it answered.")
+        try:
+            with urllib.request.urlopen(url + HEALTH, timeout=2) as answer:
+                if answer.status == 200:
+                    return time.monotonic() - start
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"The app server did not answer its health check within {timeout_s:.0f} s.")
+
+
+def warm(url: str, timeout_s: float = START_TIMEOUT_S) -> tuple[bool, str]:
+    """Run the app's first page once inside the server (it starts the warm-up); (ran
+    without an error, what the server said)."""
+    try:
+        with urllib.request.urlopen(url + SCRIPT_HEALTH, timeout=timeout_s) as answer:
+            return answer.status == 200, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return False, error.read().decode(errors="replace") or str(error)
+    except (urllib.error.URLError, OSError) as error:
+        return False, str(error)
+
+
+def serve(port: int, address: str, extra: list[str]) -> int:
+    """Start the server, warm it, report, and wait for it (Ctrl-C or SIGTERM stops it)."""
+    server = subprocess.Popen(streamlit_command(port, address, extra))
+    signal.signal(signal.SIGTERM, lambda *_: server.terminate())
+    url = local_url(port, address)
+    try:
+        healthy_s = wait_healthy(url, server)
+        start = time.monotonic()
+        ok, said = warm(url)
+        first_s = time.monotonic() - start
+        if ok:
+            print(f"Serving {url}: healthy after {healthy_s:.1f} s; the first page ran in {first_s:.1f} s "
+                  "and the warm-up has started.", flush=True)
+        else:
+            print(f"Serving {url}: healthy after {healthy_s:.1f} s, but the first page did not run ({said}); "
+                  "the warm-up starts with the first visitor.", flush=True)
+        return server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        return server.wait()
+    except RuntimeError as error:
+        server.terminate()
+        server.wait()
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
