@@ -10,8 +10,14 @@ session reads the Device page every few seconds (the GPU queue); the server's me
 sampled from its process. With ``--run-log`` it also checks, from the measuring worker's
 log of kernel runs, that no two kernels were ever timed at the same time.
 
+The steps come from ``--lesson NAME`` (repeatable) or ``--links ID,...`` (default: the
+depthwise tutorial's); ``--same-link`` makes every student open the first of them at the
+same moment, reported as a phase of its own. The server is found by the port it listens on
+(or ``--server-pid``); its processes' CPU is sampled with its memory, and the report says
+how many kernels were measured per second and which process limited them.
+
     python bench/classroom.py --url http://localhost:8501 --students 30 --seconds 300 \\
-        --think-time 5 [--server-pid PID] [--run-log /tmp/explorer-kernel-runs.log] [--write LABEL]
+        --think-time 5 [--lesson matmul_modern] [--same-link] [--run-log /tmp/explorer-kernel-runs.log] [--write LABEL]
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import collections
 import contextlib
 import functools
 import json
+import os
 import platform
 import random
 import shlex
@@ -40,6 +47,7 @@ from websockets.sync.client import connect
 from app.widgets import format_value
 from explorer.build import build
 from explorer.errors import ExplorerError
+from explorer.lessons import get_lesson
 from explorer.presets import get_preset
 
 warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
@@ -200,15 +208,21 @@ def _buildable(spec) -> bool:
 
 
 def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random,
-            seen: set, revisit_every: int = 0) -> None:
+            seen: set, revisit_every: int = 0, together: threading.Barrier | None = None) -> None:
+    """One student: open ``me.link`` (with ``together``: at the same moment as the others),
+    then move a knob every ``think`` seconds or so until ``end``."""
     try:
         page = Page(url, timeout=30)
     except Exception as error:  # the server refused or is down
         me.errors.append(f"connect: {error}")
+        if together is not None:
+            together.abort()
         return
     try:
         page.query = urlencode({"preset": me.link})
         spec = get_preset(me.link).spec
+        if together is not None:
+            together.wait()
         started = time.time()
         page.rerun()
         code, latency, _, errors, notice = watch(page, started, min(end, started + 120), want_latency)
@@ -256,11 +270,46 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
         page.close()
 
 
-def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = 2.0) -> None:
-    """Every ``every`` s: the Device page's GPU queue, the server's memory (RSS, MiB)."""
+def server_process(url: str, pid: int | None = None):
+    """The app server's process: the one listening on ``url``'s port, or ``pid``'s (or, when
+    ``pid`` is a wrapper such as ``timeout`` or a shell, the streamlit process below it)."""
     import psutil
 
-    process = psutil.Process(server_pid) if server_pid else None
+    if pid is None:
+        port = urlparse(url).port or 80
+        pid = next((c.pid for c in psutil.net_connections("tcp")
+                    if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid), None)
+        if pid is None:
+            return None
+    process = psutil.Process(pid)
+    for candidate in [process, *process.children(recursive=True)]:
+        if any("streamlit" in part for part in candidate.cmdline()):
+            return candidate
+    return process
+
+
+def cpu_sample(process, previous: dict) -> dict:
+    """Cores used since ``previous`` (pid → (time, cpu seconds)), by part: the app process
+    and the processes it started (build, compile and measuring processes)."""
+    now, used = time.time(), {"app": 0.0, "children": 0.0}
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            times = member.cpu_times()
+        except Exception:  # gone meanwhile
+            continue
+        seconds = times.user + times.system
+        before = previous.get(member.pid)
+        previous[member.pid] = (now, seconds)
+        if before is not None and now > before[0]:
+            used["app" if member.pid == process.pid else "children"] += (seconds - before[1]) / (now - before[0])
+    return used
+
+
+def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = 2.0) -> None:
+    """Every ``every`` s: the Device page's GPU queue, the server's memory (RSS, MiB) and the
+    cores its processes used."""
+    process = server_process(url, server_pid)
+    cpu_seen: dict = {}
     page = Page(url, timeout=30)
     page.rerun()
     for msg in page.read(time.time() + 30):
@@ -276,27 +325,54 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
                 if kind == "metric" and element.metric.label == "GPU queue":
                     queue = element.metric.body
                     break
-            rss = None
+            rss = rss_all = cores = None
             if process is not None:
                 rss = process.memory_info().rss / 2**20
                 rss_all = rss + sum(c.memory_info().rss for c in process.children(recursive=True)) / 2**20
-            samples.append({"t": time.time(), "queue": queue, "rss_mib": rss,
-                            "rss_with_workers_mib": rss_all if process is not None else None})
+                cores = cpu_sample(process, cpu_seen)
+            samples.append({"t": time.time(), "queue": queue, "rss_mib": rss, "rss_with_workers_mib": rss_all,
+                            "cores": cores})
             time.sleep(every)
     finally:
         page.close()
 
 
-def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
-    """(kernel runs in the log since ``since_ns``, pairs that overlapped in time)."""
+def kernel_runs(log_path: str, since_ns: int) -> list[tuple[int, int]]:
+    """(start, end) in ns of each kernel run in the measuring worker's log since ``since_ns``."""
     runs = []
     for line in Path(log_path).read_text().splitlines():
         pid, start, end, *_ = line.split()
         if int(start) >= since_ns:
             runs.append((int(start), int(end)))
-    runs.sort()
+    return sorted(runs)
+
+
+def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
+    """(kernel runs in the log since ``since_ns``, pairs that overlapped in time)."""
+    runs = kernel_runs(log_path, since_ns)
     overlaps = sum(1 for a, b in zip(runs, runs[1:], strict=False) if b[0] < a[1])
     return len(runs), overlaps
+
+
+def gpu_busy(runs: list[tuple[int, int]], seconds: float) -> float:
+    """The share of ``seconds`` during which the measuring worker had a kernel on the GPU."""
+    return sum(end - start for start, end in runs) / 1e9 / seconds if seconds > 0 else 0.0
+
+
+def limiter(app_cores: float, worker_cores: float, worker_capacity: float, busy: float | None) -> str:
+    """Which part of the server limited the class, from what each used (a part at 90% of
+    what it can use is saturated): the app's one Python process, the GPU, or the
+    processes that build and compile."""
+    if app_cores >= 0.9:
+        return (f"the app process ({app_cores:.2f} cores: one Python process runs every session's page, "
+                "so the GIL caps it near one core)")
+    if busy is not None and busy >= 0.9:
+        return f"the GPU (a kernel on it {busy:.0%} of the time)"
+    if worker_capacity and worker_cores >= 0.9 * worker_capacity:
+        return f"the build and compile processes ({worker_cores:.1f} of {worker_capacity:.0f} cores)"
+    busy_text = f", GPU busy {busy:.0%}" if busy is not None else ""
+    return (f"none saturated (app process {app_cores:.2f} cores, other processes {worker_cores:.1f} "
+            f"cores{busy_text}): the class asked for no more")
 
 
 def percentiles(values: list[float]) -> dict:
@@ -307,26 +383,37 @@ def percentiles(values: list[float]) -> dict:
     return {"n": len(values), "p50": statistics.median(ordered), "p95": p95, "max": ordered[-1]}
 
 
+def lesson_links(names: list[str]) -> tuple[str, ...]:
+    """The preset ids of the steps of the lessons ``names``, in order (raises ExplorerError)."""
+    return tuple(dict.fromkeys(step.preset.id for name in names for step in get_lesson(name).steps))
+
+
 def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
-        run_log: str | None = None, seed: int = 0, revisit_every: int = 0) -> dict:
+        run_log: str | None = None, seed: int = 0, revisit_every: int = 0, links: tuple[str, ...] = LINKS,
+        same_link: bool = False) -> dict:
     """``revisit_every`` K > 0: every K-th move of a student moves the last slider back (a
-    setting the server has measured); otherwise every move is a random valid one."""
+    setting the server has measured); otherwise every move is a random valid one.
+    ``same_link``: every student opens ``links[0]`` at the same moment."""
     since_ns = time.time_ns()
-    end = time.time() + seconds
+    started = time.time()
+    end = started + seconds
     rng = random.Random(seed)
-    class_ = [Student(i, LINKS[i % len(LINKS)]) for i in range(students)]
+    class_ = [Student(i, links[0] if same_link else links[i % len(links)]) for i in range(students)]
+    together = threading.Barrier(students, timeout=120) if same_link else None
     samples: list = []
     seen: set = set()  # settings the class has measured (shared: the server's caches are)
     threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(rng.random()),
-                                                      seen, revisit_every)) for s in class_]
+                                                      seen, revisit_every, together)) for s in class_]
     threads.append(threading.Thread(target=observe, args=(url, end, samples, server_pid)))
     for t in threads:
         t.start()
-        time.sleep(0.02)  # a class does not press enter in the same millisecond
+        if not same_link:
+            time.sleep(0.02)  # a class does not press enter in the same millisecond
     for t in threads:
         t.join(seconds + 300)
     report = {
-        "url": url, "students": students, "seconds": seconds, "think_time_s": think,
+        "url": url, "students": students, "seconds": seconds, "think_time_s": think, "links": list(links),
+        "same_link": links[0] if same_link else None, "wall_s": time.time() - started,
         "moves": sum(s.moves for s in class_), "refused": sum(s.refused for s in class_),
         "errors": [e for s in class_ for e in s.errors],
         "open_to_code": percentiles([s.open_s for s in class_ if s.open_s is not None]),
@@ -341,6 +428,13 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     }
     if run_log and Path(run_log).exists():
         report["kernel_runs"], report["overlapping_runs"] = overlapping_runs(run_log, since_ns)
+        report["measurements_per_s"] = report["kernel_runs"] / report["wall_s"]
+        report["gpu_busy"] = gpu_busy(kernel_runs(run_log, since_ns), report["wall_s"])
+    cores = [s["cores"] for s in samples if s.get("cores")]
+    if cores:
+        app, workers = (statistics.mean(c[part] for c in cores) for part in ("app", "children"))
+        report["cores"] = {"app": app, "children": workers}
+        report["limited_by"] = limiter(app, workers, (os.cpu_count() or 1), report.get("gpu_busy"))
     return report
 
 
@@ -367,7 +461,10 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
 
     queue = [s["queue"] for s in report["samples"] if s["queue"]]
     rss = [s["rss_mib"] for s in report["samples"] if s["rss_mib"] is not None]
+    opening = (f"All {report['students']} students opened `{report['same_link']}` at the same moment, then moved "
+               "knobs. " if report.get("same_link") else "")
     lines = [
+        opening +
         f"{report['students']} students, {report['seconds']:.0f} s, a move every ~{report['think_time_s']:g} s each: "
         f"{report['moves']} moves ({report['refused']} refused by the app with a reason), "
         f"{len(report['errors'])} errors.",
@@ -399,10 +496,22 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
                      f"mean {statistics.mean(waiting):.1f}; each student has at most one measurement waiting.")
     if "kernel_runs" in report:
         lines.append(f"Kernel runs in the measuring worker's log: {report['kernel_runs']}, overlapping in time: "
-                     f"{report['overlapping_runs']}.")
+                     f"{report['overlapping_runs']}; {report['measurements_per_s']:.2f} measurements per second, "
+                     f"the GPU busy {report['gpu_busy']:.0%} of the time.")
+    if "limited_by" in report:
+        lines.append(f"Limited by: {report['limited_by']}.")
     if report["errors"]:
         lines.append("Errors: " + "; ".join(sorted(set(report["errors"]))[:5]))
     return "\n".join(lines)
+
+
+def chosen_links(lessons: list[str], links: str | None) -> tuple[str, ...]:
+    """The presets students open: ``links`` (comma-separated ids), else the steps of
+    ``lessons``, else the depthwise tutorial's; an unknown id or lesson raises ExplorerError."""
+    chosen = tuple(filter(None, (part.strip() for part in (links or "").split(",")))) + lesson_links(lessons)
+    for link in chosen:
+        get_preset(link)
+    return tuple(dict.fromkeys(chosen)) or LINKS
 
 
 def main() -> None:
@@ -421,11 +530,20 @@ def main() -> None:
     parser.add_argument("--machine", default=platform.node(), help="the machine, as the table should name it")
     parser.add_argument("--revisit-every", type=int, default=0, metavar="K",
                         help="every K-th move of a student undoes the previous one (a revisit); 0: never on purpose")
+    parser.add_argument("--lesson", action="append", default=[], metavar="NAME",
+                        help="students open this lesson's steps (repeatable); default: the depthwise tutorial's")
+    parser.add_argument("--links", metavar="ID,...", help="students open these presets (comma-separated)")
+    parser.add_argument("--same-link", action="store_true",
+                        help="every student opens the first link at the same moment (a phase of its own)")
     args = parser.parse_args()
     if args.revisit_every < 0:
         parser.error("--revisit-every takes 0 (never on purpose) or a positive number of moves")
+    try:
+        links = chosen_links(args.lesson, args.links)
+    except ExplorerError as error:
+        parser.error(str(error))
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
-                 args.run_log, revisit_every=args.revisit_every)
+                 args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
     text = describe(report, goals)
     print(text)

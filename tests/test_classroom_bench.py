@@ -99,3 +99,35 @@ def test_goals_say_by_how_much_they_were_missed():
     rows = classroom.goal_rows(report, {"knob_to_code.p95": 1.0, "knob_to_latency.p95": 3.0, "open_to_code.p50": 1})
     assert rows[2] == "| knob to code p95 ≤ 1 s | 1.250 s | **missed by 0.250 s** |"
     assert rows[3].endswith("| — | not measured |") and rows[4].endswith("| 0.500 s | met |")
+
+
+def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url):
+    url, pid = server_url
+    report = classroom.run(url, students=4, seconds=4, think=2.0, want_latency=False, links=("dw-blog-final-96",),
+                           same_link=True)
+    assert report["errors"] == [] and report["same_link"] == "dw-blog-final-96"
+    assert report["open_to_code"]["n"] == 4
+    assert classroom.describe(report).startswith("All 4 students opened `dw-blog-final-96` at the same moment")
+    assert report["limited_by"]  # the observer sampled the server's processes
+
+
+def test_the_server_is_found_by_its_port_or_below_a_wrapper(server_url):
+    url, pid = server_url
+    assert classroom.server_process(url).pid == pid
+    assert classroom.server_process(url, os.getpid()).pid == pid  # this test process started it: a wrapper
+
+
+def test_lessons_and_links_choose_the_steps_students_open():
+    assert classroom.chosen_links([], None) == classroom.LINKS
+    assert classroom.chosen_links(["conv2d_modern"], "dw-blog-final-96")[0] == "dw-blog-final-96"
+    assert "conv2d-modern-async" in classroom.chosen_links(["conv2d_modern"], None)
+    with pytest.raises(classroom.ExplorerError, match="No lesson named 'nope'"):
+        classroom.chosen_links(["nope"], None)
+
+
+def test_gpu_busy_and_what_limited_the_class():
+    assert classroom.gpu_busy([(0, 500_000_000), (600_000_000, 1_000_000_000)], 2.0) == 0.45
+    assert classroom.limiter(0.95, 3.0, 16, 0.5).startswith("the app process (0.95 cores")
+    assert classroom.limiter(0.5, 3.0, 16, 0.93) == "the GPU (a kernel on it 93% of the time)"
+    assert classroom.limiter(0.5, 15.0, 16, 0.2).startswith("the build and compile processes (15.0 of 16 cores)")
+    assert classroom.limiter(0.2, 1.0, 16, None).startswith("none saturated")
