@@ -3,9 +3,11 @@
 Pages: Explorer (knobs in, code out), Compare (two settings side by side), Device (the
 GPU or target, compile backend, versions). Every page is a thin script over ``explorer``.
 """
+import time
+
 import streamlit as st
 
-from app import session  # `streamlit run` puts only app/ on the path: `app` is the installed package
+from app import server, session  # `streamlit run` puts only app/ on the path: `app` is the installed package
 
 # The pages live in views/, not pages/: Streamlit treats a pages/ folder next to the main
 # script as an old-style multipage app, and a server's first visitor arriving on a page's
@@ -20,4 +22,8 @@ pages = [
     st.Page("views/device.py", title="Device", icon=":material/developer_board:"),
     st.Page("views/classroom.py", title="Class", icon=":material/groups:"),
 ]
-st.navigation(pages).run()
+cpu_started = time.thread_time()  # this session's script thread: what the page costs the server
+try:
+    st.navigation(pages).run()
+finally:
+    server.live().page_runs.record(time.thread_time() - cpu_started)

@@ -378,6 +378,7 @@ class Live:
         self._baseline_started: set = set()
         self._ceilings = None
         self._lock = threading.Lock()
+        self.page_runs = PageRuns()
 
     # -- the API the pages use --------------------------------------------------------------
 
@@ -558,12 +559,37 @@ class Live:
 
     def stats(self) -> dict:
         return {"builds": self.builds.stats(), "measurements": self.scheduler.stats(),
-                "queues": self.scheduler.queue_lengths(), "baselines": self.baselines.stats()}
+                "queues": self.scheduler.queue_lengths(), "baselines": self.baselines.stats(),
+                "pages": self.page_runs.stats()}
 
     def close(self) -> None:
         self.builds.close()
         self.compiles.close()
         self.scheduler.close()
+
+
+class PageRuns:
+    """What a page run costs the server: the CPU time of each run's script thread (the
+    latest ``window`` runs), which bounds how many students one app process carries."""
+
+    def __init__(self, window: int = 1024):
+        self._lock = threading.Lock()
+        self._recent: deque[float] = deque(maxlen=window)
+        self.count = 0
+
+    def record(self, cpu_s: float) -> None:
+        with self._lock:
+            self._recent.append(cpu_s)
+            self.count += 1
+
+    def stats(self) -> dict:
+        """Runs so far, and the median and 95th percentile of the recent ones' CPU (ms)."""
+        with self._lock:
+            recent = sorted(self._recent)
+        if not recent:
+            return {"runs": self.count, "p50_ms": None, "p95_ms": None}
+        at = lambda q: recent[min(len(recent) - 1, round(q * (len(recent) - 1)))] * 1000  # noqa: E731
+        return {"runs": self.count, "p50_ms": at(0.5), "p95_ms": at(0.95)}
 
 
 class WarmUp:

@@ -86,6 +86,9 @@ def test_device_page():
     assert tvm.__version__ in set(versions["version"])
     assert any("compiling on the compile processes first" in m.help for m in at.metric)
     assert any("measured again in full once the GPU is free" in c.value for c in at.caption)
+    page_cpu = next(m for m in at.metric if m.label == "Page run CPU (p95)")
+    assert page_cpu.value.endswith(" ms") and int(page_cpu.value[:-3]) > 0  # the Explorer's run, at least
+    assert re.search(r"over \d+ runs so far", page_cpu.help)
 
 
 def _first_preset_per_template():

@@ -312,3 +312,15 @@ def test_a_build_service_without_the_option_always_uses_its_processes():
         assert service.built_here == 0 and service._pool is not None
     finally:
         service.close()
+
+
+def test_page_runs_keep_the_cpu_of_the_latest_runs():
+    from explorer.live import PageRuns
+
+    runs = PageRuns(window=20)
+    assert runs.stats() == {"runs": 0, "p50_ms": None, "p95_ms": None}
+    for ms in range(1, 41):  # 1..40 ms; the window keeps 21..40
+        runs.record(ms / 1000)
+    stats = runs.stats()
+    assert stats["runs"] == 40
+    assert stats["p50_ms"] == pytest.approx(31) and stats["p95_ms"] == pytest.approx(39)  # items 10 and 18 of 0..19

@@ -25,6 +25,9 @@ def nvcc_version() -> str:
     return f"{out[-1] if out else '?'} ({path})"
 
 
+PAGE_CPU = "Page run CPU (p95)"
+
+
 def on_target() -> None:
     session.set_target(st.session_state["ui.target"])
 
@@ -87,7 +90,7 @@ else:
                + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
 stats = live.stats()
 builds, measured = stats["builds"], stats["measurements"]
-cols = st.columns(4)
+cols = st.columns(5)
 cols[0].metric("Builds cached", f"{builds['entries']} / {builds['capacity']}",
                help=f"Shared by every session: {builds['hits']} hits, {builds['shared']} waited for a build already "
                     f"running, {builds['misses']} built in {builds['workers']} compile processes.")
@@ -97,6 +100,11 @@ cols[2].metric("GPU queue", f"{measured['running']} running, {measured['waiting'
                help=f"{measured['compiling']} compiling on the compile processes first. One kernel is timed at a "
                     "time per device; each session has at most one measurement waiting.")
 cols[3].metric("PyTorch baselines", f"{stats['baselines']['entries']}")
+pages = stats["pages"]
+cols[4].metric(PAGE_CPU, f"{pages['p95_ms']:.0f} ms" if pages["p95_ms"] is not None else "—",
+               help=f"The server's CPU for one page run (its script thread), 95th percentile of the latest runs; "
+                    f"median {pages['p50_ms'] or 0:.0f} ms over {pages['runs']} runs so far. One app process runs "
+                    "every session's pages on about one core.")
 st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, taken "
            f"only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no GPU time "
            "spent). While students' measurements wait, a kernel is timed with a short budget (5 repeats) and "
