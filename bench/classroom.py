@@ -56,6 +56,7 @@ warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manage
 LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2", "dw-blog-final-96")
 KNOB_PREFIX = "knob:"
 LATENCY = "Latency (median)"
+PAGE_CPU = "Page run CPU (p95)"  # the Device page's figure of what a page run costs the server
 STALE = "now stale"  # the app refused the setting, said why, and kept the last valid one on screen
 
 
@@ -318,12 +319,15 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
     device = next((h for name, h in page.pages.items() if "device" in name.lower()), "")
     try:
         while time.time() < end:
-            queue = None
+            queue = page_cpu = None
             page.rerun(page_hash=device)
             for msg in page.read(time.time() + 5):
                 kind, element = element_of(msg)
                 if kind == "metric" and element.metric.label == "GPU queue":
                     queue = element.metric.body
+                elif kind == "metric" and element.metric.label == PAGE_CPU:
+                    page_cpu = element.metric.body
+                if queue is not None and page_cpu is not None:
                     break
             rss = rss_all = cores = None
             if process is not None:
@@ -331,7 +335,7 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
                 rss_all = rss + sum(c.memory_info().rss for c in process.children(recursive=True)) / 2**20
                 cores = cpu_sample(process, cpu_seen)
             samples.append({"t": time.time(), "queue": queue, "rss_mib": rss, "rss_with_workers_mib": rss_all,
-                            "cores": cores})
+                            "cores": cores, "page_cpu": page_cpu})
             time.sleep(every)
     finally:
         page.close()
@@ -498,6 +502,10 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Kernel runs in the measuring worker's log: {report['kernel_runs']}, overlapping in time: "
                      f"{report['overlapping_runs']}; {report['measurements_per_s']:.2f} measurements per second, "
                      f"the GPU busy {report['gpu_busy']:.0%} of the time.")
+    page_cpu = [s["page_cpu"] for s in report["samples"] if s.get("page_cpu") not in (None, "—")]
+    if page_cpu:
+        lines.append(f"Server CPU per page run (Device page, 95th percentile of the latest runs): {page_cpu[-1]} "
+                     "at the end.")
     if "limited_by" in report:
         lines.append(f"Limited by: {report['limited_by']}.")
     if report["errors"]:

@@ -109,6 +109,7 @@ def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url):
     assert report["open_to_code"]["n"] == 4
     assert classroom.describe(report).startswith("All 4 students opened `dw-blog-final-96` at the same moment")
     assert report["limited_by"]  # the observer sampled the server's processes
+    assert any(s["page_cpu"] and s["page_cpu"].endswith(" ms") for s in report["samples"])
 
 
 def test_the_server_is_found_by_its_port_or_below_a_wrapper(server_url):
