@@ -49,6 +49,7 @@ from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
 from explorer.presets import get_preset
+from explorer.serve import wait_healthy
 
 warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
 
@@ -541,6 +542,9 @@ def main() -> None:
     parser.add_argument("--lesson", action="append", default=[], metavar="NAME",
                         help="students open this lesson's steps (repeatable); default: the depthwise tutorial's")
     parser.add_argument("--links", metavar="ID,...", help="students open these presets (comma-separated)")
+    parser.add_argument("--wait-for-server", type=float, default=0, metavar="S",
+                        help="wait up to S seconds for the server's health check, then connect at once "
+                             "(a server just started: the time to the first code counts from its first answer)")
     parser.add_argument("--same-link", action="store_true",
                         help="every student opens the first link at the same moment (a phase of its own)")
     args = parser.parse_args()
@@ -550,6 +554,12 @@ def main() -> None:
         links = chosen_links(args.lesson, args.links)
     except ExplorerError as error:
         parser.error(str(error))
+    if args.wait_for_server:
+        try:
+            waited = wait_healthy(args.url.rstrip("/"), timeout_s=args.wait_for_server)
+        except RuntimeError as error:
+            parser.error(str(error))
+        print(f"The server answered its health check after {waited:.1f} s; the students connect now.", flush=True)
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
                  args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}

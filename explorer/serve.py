@@ -36,12 +36,12 @@ def local_url(port: int, address: str) -> str:
     return f"http://{host}:{port}"
 
 
-def wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = START_TIMEOUT_S) -> float:
-    """Seconds until ``url`` answers its health check; raises RuntimeError if the server
-    exits or does not answer within ``timeout_s``."""
+def wait_healthy(url: str, server: subprocess.Popen | None = None, timeout_s: float = START_TIMEOUT_S) -> float:
+    """Seconds until ``url`` answers its health check; raises RuntimeError if ``server``
+    (the process serving it, where known) exits or none answers within ``timeout_s``."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
-        if server.poll() is not None:
+        if server is not None and server.poll() is not None:
             raise RuntimeError(f"The app server exited with status {server.returncode} before it answered.")
         try:
             with urllib.request.urlopen(url + HEALTH, timeout=2) as answer:
