@@ -26,6 +26,7 @@ import collections
 import contextlib
 import functools
 import json
+import multiprocessing
 import os
 import platform
 import random
@@ -35,6 +36,7 @@ import sys
 import threading
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlparse
@@ -58,6 +60,7 @@ LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2"
 KNOB_PREFIX = "knob:"
 LATENCY = "Latency (median)"
 PAGE_CPU = "Page run CPU (p95)"  # the Device page's figure of what a page run costs the server
+CONNECT_S = 5.0  # with --same-link, the time the students get to connect before they all open the link
 STALE = "now stale"  # the app refused the setting, said why, and kept the last valid one on screen
 
 
@@ -70,6 +73,7 @@ class Student:
     revisit_s: list = field(default_factory=list)  # ... for a setting the class had seen
     open_s: float | None = None  # link → first code
     first_latency_s: float | None = None  # link → first latency
+    seed: float = 0.0  # of this student's random moves
     moves: int = 0
     refused: int = 0  # settings the app refused with its reason (not errors)
     no_latency: int = 0  # moves whose latency had not come before the next move
@@ -210,21 +214,19 @@ def _buildable(spec) -> bool:
 
 
 def student(url: str, me: Student, end: float, think: float, want_latency: bool, rng: random.Random,
-            seen: set, revisit_every: int = 0, together: threading.Barrier | None = None) -> None:
-    """One student: open ``me.link`` (with ``together``: at the same moment as the others),
-    then move a knob every ``think`` seconds or so until ``end``."""
+            seen: set, revisit_every: int = 0, open_at: float | None = None) -> None:
+    """One student: open ``me.link`` (at the time ``open_at``, where given: the same moment
+    as the others), then move a knob every ``think`` seconds or so until ``end``."""
     try:
         page = Page(url, timeout=30)
     except Exception as error:  # the server refused or is down
         me.errors.append(f"connect: {error}")
-        if together is not None:
-            together.abort()
         return
     try:
         page.query = urlencode({"preset": me.link})
         spec = get_preset(me.link).spec
-        if together is not None:
-            together.wait()
+        if open_at is not None:
+            time.sleep(max(0.0, open_at - time.time()))
         started = time.time()
         page.rerun()
         code, latency, _, errors, notice = watch(page, started, min(end, started + 120), want_latency)
@@ -393,29 +395,48 @@ def lesson_links(names: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(step.preset.id for name in names for step in get_lesson(name).steps))
 
 
+def play(url: str, class_: list[Student], end: float, think: float, want_latency: bool, revisit_every: int = 0,
+         open_at: float | None = None) -> list[Student]:
+    """``class_`` in this process, one thread each, until ``end``; the students, with what they saw."""
+    seen: set = set()  # settings these students saw measured (the server's caches are shared)
+    threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(s.seed),
+                                                      seen, revisit_every, open_at)) for s in class_]
+    for t in threads:
+        t.start()
+        if open_at is None:
+            time.sleep(0.02)  # a class does not press enter in the same millisecond
+    for t in threads:
+        t.join(max(0.0, end - time.time()) + 300)
+    return class_
+
+
+def play_in_processes(processes: int, url: str, class_: list[Student], *args) -> list[Student]:
+    """``play`` with the class shared among ``processes`` processes: one Python process cannot
+    read a hundred students' websockets and check their moves without its own GIL delaying them."""
+    if processes <= 1:
+        return play(url, class_, *args)
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        shares = [pool.submit(play, url, class_[i::processes], *args) for i in range(processes)]
+        return [s for share in shares for s in share.result()]
+
+
 def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
         run_log: str | None = None, seed: int = 0, revisit_every: int = 0, links: tuple[str, ...] = LINKS,
-        same_link: bool = False) -> dict:
+        same_link: bool = False, processes: int = 1) -> dict:
     """``revisit_every`` K > 0: every K-th move of a student moves the last slider back (a
     setting the server has measured); otherwise every move is a random valid one.
-    ``same_link``: every student opens ``links[0]`` at the same moment."""
+    ``same_link``: every student opens ``links[0]`` at the same moment (once all are connected)."""
     since_ns = time.time_ns()
     started = time.time()
     end = started + seconds
     rng = random.Random(seed)
-    class_ = [Student(i, links[0] if same_link else links[i % len(links)]) for i in range(students)]
-    together = threading.Barrier(students, timeout=120) if same_link else None
+    class_ = [Student(i, links[0] if same_link else links[i % len(links)], seed=rng.random()) for i in range(students)]
+    open_at = started + CONNECT_S + 2 * processes if same_link else None
     samples: list = []
-    seen: set = set()  # settings the class has measured (shared: the server's caches are)
-    threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(rng.random()),
-                                                      seen, revisit_every, together)) for s in class_]
-    threads.append(threading.Thread(target=observe, args=(url, end, samples, server_pid)))
-    for t in threads:
-        t.start()
-        if not same_link:
-            time.sleep(0.02)  # a class does not press enter in the same millisecond
-    for t in threads:
-        t.join(seconds + 300)
+    observer = threading.Thread(target=observe, args=(url, end, samples, server_pid))
+    observer.start()
+    class_ = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at)
+    observer.join(60)
     report = {
         "url": url, "students": students, "seconds": seconds, "think_time_s": think, "links": list(links),
         "same_link": links[0] if same_link else None, "wall_s": time.time() - started,
@@ -545,6 +566,9 @@ def main() -> None:
     parser.add_argument("--wait-for-server", type=float, default=0, metavar="S",
                         help="wait up to S seconds for the server's health check, then connect at once "
                              "(a server just started: the time to the first code counts from its first answer)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="share the students among this many processes (a large class: one process's GIL "
+                             "would delay its students' readings)")
     parser.add_argument("--same-link", action="store_true",
                         help="every student opens the first link at the same moment (a phase of its own)")
     args = parser.parse_args()
@@ -561,7 +585,8 @@ def main() -> None:
             parser.error(str(error))
         print(f"The server answered its health check after {waited:.1f} s; the students connect now.", flush=True)
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
-                 args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link)
+                 args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link,
+                 processes=args.processes)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
     text = describe(report, goals)
     print(text)

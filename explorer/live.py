@@ -173,14 +173,19 @@ class BuildService:
         return self._cache.get((spec, target), lambda: self._build(spec, target))
 
     def _build(self, spec: Spec, target: str) -> Build:
-        if self._here_until_ready and not self.ready.is_set():
-            return self._build_here(spec, target)
+        # One build at a time here (the GIL runs one anyway); a build waiting for its turn
+        # goes to the processes as soon as they are ready.
+        while self._here_until_ready and not self.ready.is_set():
+            if self._here_lock.acquire(timeout=0.05):
+                try:
+                    return self._build_here(spec, target)
+                finally:
+                    self._here_lock.release()
         return self._build_in_pool(spec, target)
 
     def _build_here(self, spec: Spec, target: str) -> Build:
-        with self._here_lock:  # the GIL runs one build at a time anyway; TVM's passes need not interleave
-            self.built_here += 1
-            outcome = build_source_only(spec, target)
+        self.built_here += 1
+        outcome = build_source_only(spec, target)
         if isinstance(outcome, ExplorerError):
             raise outcome
         return outcome
