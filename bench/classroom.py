@@ -309,6 +309,14 @@ def cpu_sample(process, previous: dict) -> dict:
     return used
 
 
+def _rss(process) -> int:
+    """A process's resident memory in bytes; 0 when it is gone (a pool restarts its processes)."""
+    try:
+        return process.memory_info().rss
+    except Exception:
+        return 0
+
+
 def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = 2.0) -> None:
     """Every ``every`` s: the Device page's GPU queue, the server's memory (RSS, MiB) and the
     cores its processes used."""
@@ -335,7 +343,7 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
             rss = rss_all = cores = None
             if process is not None:
                 rss = process.memory_info().rss / 2**20
-                rss_all = rss + sum(c.memory_info().rss for c in process.children(recursive=True)) / 2**20
+                rss_all = rss + sum(_rss(c) for c in process.children(recursive=True)) / 2**20
                 cores = cpu_sample(process, cpu_seen)
             samples.append({"t": time.time(), "queue": queue, "rss_mib": rss, "rss_with_workers_mib": rss_all,
                             "cores": cores, "page_cpu": page_cpu})

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The classroom targets on a GPU machine, each against the server as a class meets it, and
+# each table written into docs/benchmarks.md (section classroom-<label>). From the repository
+# root, with the project importable (installed, or on PYTHONPATH):
+#
+#   bash bench/classroom_h100.sh modern RESULTS   # fresh server: the teacher's first page, 30 students on the
+#                                                 # modern lessons for 5 min (with a py-spy profile), then
+#                                                 # 30 students opening one link at once, then one student
+#   bash bench/classroom_h100.sh large RESULTS    # fresh server: 100 students on the 2017 depthwise lesson
+#
+# RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
+set -u
+phase=${1:?modern or large}
+results=${2:?a folder for the results}
+mkdir -p "$results"
+port=8501
+long=${LONG_S:-300}  # the long runs' seconds (shorter only to try the script out)
+url=http://127.0.0.1:$port
+export EXPLORER_RUN_LOG=$results/kernel-runs-$phase.log  # the measuring worker logs each kernel run here
+bench() { python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --machine "${MACHINE:-$(hostname)}" "$@"; }
+
+python -m explorer serve --port $port --address 127.0.0.1 >"$results/server-$phase.log" 2>&1 &
+launcher=$!
+trap 'kill $launcher 2>/dev/null; wait $launcher 2>/dev/null' EXIT
+
+if [ "$phase" = modern ]; then
+  # The teacher's first page, the moment the fresh server answers.
+  bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 \
+        --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write h100-first-page
+  server=$(pgrep -f "streamlit run" | head -1)
+  if command -v py-spy >/dev/null; then  # the app process under 30 students, a minute in the middle of the run
+    (sleep $((long / 3)); py-spy record --pid "$server" --duration $((long / 5)) --rate 100 --gil --nonblocking --format raw \
+       --output "$results/py-spy-30-modern.txt" >"$results/py-spy.log" 2>&1) &
+  fi
+  bench --students 30 --seconds $long --think-time 5 --lesson matmul_modern --lesson conv2d_modern --processes 3 \
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/modern-30.json" --write h100-modern-30
+  bench --students 30 --seconds 25 --same-link --links modern-tensorcore-fp16-4096 --processes 3 \
+        --goal open_to_code.p95=2 --goal open_to_latency.p95=3 --json "$results/same-link-30.json" \
+        --write h100-same-link-30
+  bench --students 1 --seconds 45 --think-time 3 --revisit-every 3 \
+        --goal knob_to_latency_new.p50=0.5 --goal knob_to_latency_revisit.p50=0.05 \
+        --json "$results/one-student.json" --write h100-one-student
+else
+  bench --wait-for-server 120 --students 100 --seconds $long --think-time 5 --processes 5 \
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/large-100.json" --write h100-depthwise-100
+fi
