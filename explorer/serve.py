@@ -28,7 +28,10 @@ def streamlit_command(port: int, address: str, extra: list[str]) -> list[str]:
     """The ``streamlit run`` command line of the class server (``extra``: more of its options)."""
     return [sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.headless", "true",
             "--server.port", str(port), "--server.address", address,
-            "--server.scriptHealthCheckEnabled", "true", *extra]
+            "--server.scriptHealthCheckEnabled", "true",
+            # Streamlit takes a copy that is not in a site-packages folder (a --target install,
+            # PYTHONPATH) for its own development tree, where it refuses --server.port.
+            "--global.developmentMode", "false", *extra]
 
 
 def local_url(port: int, address: str) -> str:

@@ -18,7 +18,8 @@ def test_the_command_runs_the_app_with_the_script_health_check():
     assert command[4] == str(ROOT / "app" / "main.py")
     options = dict(zip(command[5::2], command[6::2], strict=True))
     assert options == {"--server.headless": "true", "--server.port": "8502", "--server.address": "0.0.0.0",
-                       "--server.scriptHealthCheckEnabled": "true", "--server.maxUploadSize": "1"}
+                       "--server.scriptHealthCheckEnabled": "true", "--global.developmentMode": "false",
+                       "--server.maxUploadSize": "1"}
 
 
 def test_the_local_url_of_a_server_on_every_interface_is_loopback():
