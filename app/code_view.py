@@ -1,8 +1,9 @@
-"""Code views: Pygments-highlighted source with line numbers and a copy button, and a
-line diff against another version of the same view.
+"""Code views: highlighted source (explorer.highlight) with line numbers and a copy button,
+and a line diff against another version of the same view.
 
-Highlighting is cached by text, so a cached build re-renders without re-lexing.
-``data-view`` on each block names the view, for the browser test and for linking.
+A server's build processes highlight each build's views once (``Build.views_html``); other
+text is highlighted here, cached by text. ``data-view`` on each block names the view, for
+the browser test and for linking.
 """
 from __future__ import annotations
 
@@ -11,59 +12,16 @@ import functools
 import html
 
 import streamlit as st
-from pygments import highlight as pygments_highlight
 from pygments.formatters import HtmlFormatter
-from pygments.lexer import RegexLexer
-from pygments.lexers import CudaLexer, DiffLexer, PythonLexer
-from pygments.token import Comment, Generic, Keyword, Name, Number, Punctuation, Text, Whitespace
 
 from explorer.errors import ExplorerError
+from explorer.highlight import CSS_CLASS, STYLE, VIEW_LANGUAGES, highlight
 
 from . import session
 
-
-class SassLexer(RegexLexer):
-    """SASS as ``explorer.analysis.sass.sass_text`` writes it: ``// line: CUDA`` comments,
-    labels, predicates; opcodes coloured by what they touch (shared, global, local memory,
-    arithmetic, control), registers and immediates."""
-
-    name = "SASS"
-    tokens = {
-        "root": [
-            (r"//[^\n]*", Comment.Single),
-            (r"\.L\w+:", Name.Label),
-            (r"\s+", Whitespace),
-            (r"@!?U?P\w+", Name.Decorator),
-            (r"(?:FFMA|FADD|FMUL)\b[\w.]*", Name.Function, "operands"),
-            (r"(?:LDS|STS|LDSM)\b[\w.]*", Name.Tag, "operands"),
-            (r"(?:LDG|STG)\b[\w.]*", Name.Class, "operands"),
-            (r"(?:LDL|STL)\b[\w.]*", Generic.Error, "operands"),
-            (r"(?:BRA|BRX|JMP|JMX|BAR|EXIT|RET|CALL|BSSY|BSYNC|WARPSYNC)\b[\w.]*", Keyword, "operands"),
-            (r"[A-Z][\w.]*", Name.Builtin, "operands"),
-        ],
-        "operands": [
-            (r";", Punctuation, "#pop"),
-            (r"\n", Whitespace, "#pop"),
-            (r"`\(\.L\w+\)", Name.Label),
-            (r"\b(?:U?R(?:\d+|Z)|U?P(?:\d+|T)|SR_\w+)\b", Name.Variable),
-            (r"-?0x[0-9a-fA-F]+|\b\d+(?:\.\d+)?\b", Number),
-            (r"\w+|[^\w;\n]", Text),
-        ],
-    }
-
-
-# TVMScript (scheduled and lowered TIR) is Python syntax; the generated kernels are CUDA C++.
-LEXERS = {"python": PythonLexer, "cuda": CudaLexer, "diff": DiffLexer, "sass": SassLexer}
-STYLE = "friendly"
 # The code views of a Build: tab label -> (Build attribute, lexer).
-VIEWS = {
-    "Scheduled TensorIR": ("tensorir", "python"),
-    "Lowered TIR": ("lowered", "python"),
-    "CUDA": ("cuda", "cuda"),
-    "Schedule trace": ("trace", "python"),
-}
-_CSS_CLASS = "tvmhl"
-
+VIEWS = {label: (attribute, VIEW_LANGUAGES[attribute]) for label, attribute in (
+    ("Scheduled TensorIR", "tensorir"), ("Lowered TIR", "lowered"), ("CUDA", "cuda"), ("Schedule trace", "trace"))}
 _FRAME_CSS = """
 .tvm-code { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin-bottom: 0.5rem; }
 .tvm-code-bar { display: flex; justify-content: space-between; align-items: center; gap: 0.5rem;
@@ -82,28 +40,7 @@ _FRAME_CSS = """
 
 @functools.lru_cache(maxsize=1)
 def css() -> str:
-    return _FRAME_CSS + HtmlFormatter(style=STYLE, cssclass=_CSS_CLASS).get_style_defs(f".{_CSS_CLASS}")
-
-
-@functools.lru_cache(maxsize=256)
-def highlight(text: str, language: str, hl_lines: tuple[int, ...] = (), first_line: int = 1) -> str:
-    """HTML of ``text`` with line numbers from ``first_line``; ``hl_lines`` (1-based
-    within ``text``) are marked."""
-    # A diff's own line numbers would mislead: its hunk headers say where the lines are.
-    formatter = HtmlFormatter(style=STYLE, cssclass=_CSS_CLASS, linenos=False if language == "diff" else "inline",
-                              linenostart=first_line, hl_lines=list(hl_lines))
-    return pygments_highlight(text, LEXERS[language](), formatter)
-
-
-def kernels_only(cuda: str) -> tuple[str, int]:
-    """The CUDA source from its first kernel on, and that line's number: TVM's generated
-    file opens with ~55 lines of includes and type aliases that are the same for every
-    kernel."""
-    lines = cuda.splitlines(keepends=True)
-    for number, line in enumerate(lines, start=1):
-        if line.startswith('extern "C" __global__'):
-            return "".join(lines[number - 1:]), number
-    return cuda, 1
+    return _FRAME_CSS + HtmlFormatter(style=STYLE, cssclass=CSS_CLASS).get_style_defs(f".{CSS_CLASS}")
 
 
 def diff(old: str, new: str, old_name: str, new_name: str, context: int = 3) -> str:
@@ -120,8 +57,9 @@ def diff_counts(diff_text: str) -> tuple[int, int]:
 
 
 def block_html(text: str, language: str, view: str, caption: str = "", stale: bool = False,
-               hl_lines: tuple[int, ...] = (), first_line: int = 1) -> str:
-    """One code block: a bar (caption, copy button) over the highlighted text."""
+               hl_lines: tuple[int, ...] = (), first_line: int = 1, highlighted: str | None = None) -> str:
+    """One code block: a bar (caption, copy button) over the highlighted text
+    (``highlighted``, where the build processes already made it)."""
     classes = "tvm-code stale" if stale else "tvm-code"
     copy = ("navigator.clipboard.writeText(this.closest('.tvm-code').querySelector('textarea').value)"
             ".then(() => { this.textContent = 'Copied'; setTimeout(() => { this.textContent = 'Copy'; }, 1500); })")
@@ -129,7 +67,7 @@ def block_html(text: str, language: str, view: str, caption: str = "", stale: bo
         f'<div class="{classes}" data-view="{html.escape(view)}">'
         f'<div class="tvm-code-bar"><span>{html.escape(caption)}</span>'
         f'<button type="button" title="Copy to the clipboard" onclick="{html.escape(copy)}">Copy</button></div>'
-        f'<div class="tvm-code-body">{highlight(text, language, hl_lines, first_line)}</div>'
+        f'<div class="tvm-code-body">{highlighted or highlight(text, language, hl_lines, first_line)}</div>'
         f'<textarea hidden readonly>{html.escape(text)}</textarea></div>'
     )
 
@@ -139,8 +77,9 @@ def show_css() -> None:
 
 
 def show_code(text: str, language: str, view: str, caption: str = "", stale: bool = False,
-              hl_lines: tuple[int, ...] = (), first_line: int = 1) -> None:
-    st.html(block_html(text, language, view, caption, stale, hl_lines, first_line), unsafe_allow_javascript=True)
+              hl_lines: tuple[int, ...] = (), first_line: int = 1, highlighted: str | None = None) -> None:
+    st.html(block_html(text, language, view, caption, stale, hl_lines, first_line, highlighted),
+            unsafe_allow_javascript=True)
 
 
 def show_diff(old: str, new: str, view: str, old_name: str, new_name: str) -> None:

@@ -148,6 +148,9 @@ class Build:
     device_mod: tvm.IRModule | None = field(repr=False)
     runtime_module: object = field(repr=False)
     timings_ms: dict = field(default_factory=dict)
+    # The code views as they show by default, highlighted (explorer.highlight.views_html),
+    # where a server's build process made them; the app highlights what is missing.
+    views_html: dict = field(default_factory=dict, repr=False)
 
     @property
     def target_key(self) -> str:

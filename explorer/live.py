@@ -37,6 +37,7 @@ from typing import Generic, TypeVar
 from . import measure
 from .build import Build, Spec, build
 from .errors import ExplorerError
+from .highlight import views_html
 from .measure.cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .measure.measurement import LOCAL_GPU
 from .measure.scheduler import Scheduler
@@ -220,7 +221,7 @@ class BuildService:
     def _build_in_pool(self, spec: Spec, target: str) -> Build:
         start = time.perf_counter()
         try:
-            outcome = self._executor().submit(build_source_only, spec, target).result()
+            outcome = self._executor().submit(build_source_only, spec, target, True).result()
         except TimeoutError:
             raise ExplorerError(f"Building this setting took longer than {self.settings.build_time_limit_s} s, "
                                 "so it was stopped; try fewer unrolled or smaller loops.") from None
@@ -253,14 +254,21 @@ def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     return os.getpid()
 
 
-def build_source_only(spec: Spec, target: str) -> Build | ExplorerError:
+def build_source_only(spec: Spec, target: str, highlight: bool = False) -> Build | ExplorerError:
     """In a pool process: the build without its runtime module (it cannot cross processes
-    and the app never runs kernels); an ExplorerError comes back as a value, intact."""
+    and the app never runs kernels), with its code views highlighted where ``highlight``
+    (the app's one process then only sends them); an ExplorerError comes back as a value, intact."""
     try:
         built = build(spec, target)
     except ExplorerError as error:
         return error
-    return dataclasses.replace(built, runtime_module=None, timings_ms=dict(built.timings_ms))
+    timings = dict(built.timings_ms)
+    views = {}
+    if highlight:
+        start = time.perf_counter()
+        views = views_html(built)
+        timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
+    return dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
 
 
 # -- kernels compiled for measuring, in a pool of their own ---------------------------------

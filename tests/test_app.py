@@ -14,6 +14,7 @@ from app import code_view, panels, server, widgets
 from explorer import urlstate
 from explorer.build import build, nvcc_path
 from explorer.figures import tries_figure
+from explorer.highlight import kernels_only
 from explorer.presets import all_presets, get_preset
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
@@ -60,7 +61,7 @@ def test_explorer_page_for_every_preset(preset):
     spec = get_preset(preset).spec
     assert at.session_state["spec"] == spec
     assert at.title[0].value == spec.template_def.title
-    assert code_text(at, "cuda") == code_view.kernels_only(build(spec).cuda)[0]
+    assert code_text(at, "cuda") == kernels_only(build(spec).cuda)[0]
     assert param(at, "preset") == preset and param(at, "knob.num_thread_x" if "knob.num_thread_x" in
                                                           at.query_params else "template") is not None
     assert urlstate.from_query({k: param(at, k) for k in at.query_params}) == (spec, preset)
@@ -215,10 +216,16 @@ def test_code_block_escapes_and_numbers_lines():
     assert 'class="linenos">1<' in block and 'class="linenos">2<' in block
 
 
+def test_a_code_block_shows_the_html_the_build_processes_made():
+    block = code_view.block_html("x = 1\n", "python", "tensorir", highlighted="<pre>made elsewhere</pre>")
+    assert '<div class="tvm-code-body"><pre>made elsewhere</pre></div>' in block
+    assert "<textarea hidden readonly>x = 1\n</textarea>" in block  # the copy buffer is the text itself
+
+
 def test_kernels_only_keeps_line_numbers():
     cuda = '#include <x>\nusing t = int;\nextern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n'
-    assert code_view.kernels_only(cuda) == ('extern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n', 3)
-    assert code_view.kernels_only("int x;\n") == ("int x;\n", 1)
+    assert kernels_only(cuda) == ('extern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n', 3)
+    assert kernels_only("int x;\n") == ("int x;\n", 1)
 
 
 def test_diff_counts():

@@ -96,6 +96,17 @@ def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
     assert stats["misses"] == 1 and stats["shared"] + stats["hits"] == 3
 
 
+def test_pool_builds_come_with_their_code_views_highlighted(service):
+    from explorer.highlight import VIEW_LANGUAGES, highlight, view_text
+
+    built = service.build(spec_x(4), "auto")
+    assert set(built.views_html) == set(VIEW_LANGUAGES) and built.timings_ms["highlight"] > 0
+    text, first = view_text(built, "cuda")
+    assert first > 1 and text.startswith('extern "C" __global__')  # the CUDA view starts at the kernel
+    assert built.views_html["cuda"] == highlight(text, "cuda", (), first)
+    assert built.views_html["tensorir"] == highlight(built.tensorir, "python")
+
+
 def test_pool_processes_never_compile_binaries(service):
     """The pool's processes run with TVM's source-only code generation, which the app's
     own process also uses; only the measuring worker drops it."""

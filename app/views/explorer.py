@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import class_mode, code_view, panels, session
 from explorer.export import file_name, snippet
+from explorer.highlight import view_text
 from explorer.presets import get_preset
 
 code_view.show_css()
@@ -78,11 +79,12 @@ for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), st
             code_view.show_diff(getattr(previous.build, attribute), text, attribute, "previous", "now")
         elif attribute == "cuda" and not st.toggle("Show TVM's preamble (includes and type aliases)",
                                                    key="ui.preamble"):
-            kernels, first = code_view.kernels_only(text)
+            kernels, first = view_text(built, attribute)
             code_view.show_code(kernels, language, attribute, f"{label} from line {first} · {spec.workload.label()}",
-                                stale=stale, first_line=first)
+                                stale=stale, first_line=first, highlighted=built.views_html.get(attribute))
         else:
-            code_view.show_code(text, language, attribute, f"{label} · {spec.workload.label()}", stale=stale)
+            code_view.show_code(text, language, attribute, f"{label} · {spec.workload.label()}", stale=stale,
+                                highlighted=built.views_html.get(attribute) if attribute != "cuda" else None)
 for tab, render in zip(tabs[len(code_view.VIEWS):], analyses.values(), strict=False):
     if tab.open:
         with tab:
