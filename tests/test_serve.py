@@ -19,6 +19,7 @@ def test_the_command_runs_the_app_with_the_script_health_check():
     options = dict(zip(command[5::2], command[6::2], strict=True))
     assert options == {"--server.headless": "true", "--server.port": "8502", "--server.address": "0.0.0.0",
                        "--server.scriptHealthCheckEnabled": "true", "--global.developmentMode": "false",
+                       "--server.fileWatcherType": "none",
                        "--server.maxUploadSize": "1"}
 
 
