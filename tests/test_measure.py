@@ -341,3 +341,14 @@ def test_a_pip_cuda_root_without_libcudacxx_is_not_one(tmp_path):
     (root / "include" / "cccl" / "cuda" / "std").mkdir(parents=True)
     (root / "include" / "cccl" / "cuda" / "std" / "cstdint").write_text("")
     assert is_pip_cuda_root(root)
+
+
+def test_the_timed_repeats_fit_the_timing_budget():
+    from explorer.measure.settings import QUICK_SETTINGS, repeats_within
+
+    full = Settings()  # 20 repeats within 2 s
+    assert repeats_within(0.001, full) == 20  # a 1 ms repeat: all twenty
+    assert repeats_within(0.3, full) == 6  # 2 s / 0.3 s
+    assert repeats_within(1.0, full) == repeats_within(10.0, full) == 3  # never fewer than three
+    assert repeats_within(10.0, Settings(repeats=2)) == 2  # nor more than asked for
+    assert repeats_within(0.001, QUICK_SETTINGS) == 5 and repeats_within(0.1, QUICK_SETTINGS) == 3

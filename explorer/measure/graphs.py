@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from .errors import BaselineUnavailable, MeasureError
 from .gate import compare
-from .settings import Settings
+from .settings import Settings, repeats_within
 from .timing import Timing, launches_for
 
 # Ops captured in one graph; a repeat replays the graph as often as it needs.
@@ -86,7 +86,8 @@ def time_cuda_graph(op: Callable, settings: Settings) -> Timing:
     replays = math.ceil(per_repeat / ops_per_graph)
     graph = _capture(op, ops_per_graph)
     launches = ops_per_graph * replays
-    samples_ms = [elapsed / launches for elapsed in _time_graph(graph, replays, settings.repeats)]
+    repeats = repeats_within(probe_ms * 1e-3 * launches, settings)
+    samples_ms = [elapsed / launches for elapsed in _time_graph(graph, replays, repeats)]
     return Timing(tuple(ms * 1e3 for ms in samples_ms), launches)
 
 

@@ -23,6 +23,10 @@ class Settings(Params):
     # At >= 1 ms per repeat, event-timer resolution (~µs) and per-repeat sync cost vanish.
     min_repeat_ms: int = knob(1, "Each repeat launches the kernel enough times to last at least this long.",
                               low=1, high=1000)
+    # A slow kernel's run-to-run spread is small next to its time: a few repeats give a
+    # stable median, and twenty of a 100 ms kernel would hold a class's GPU for seconds.
+    timing_budget_ms: int = knob(2000, "The timed repeats stop once they would take longer than this (at least "
+                                 "3 repeats are timed).", low=1, high=600_000)
     seed: int = knob(0, "Seed of the random inputs (uniform in [-1, 1]).", low=0, high=2**31 - 1)
     roofline: bool = knob(True, "Also place the kernel on the roofline: the device's FP32 peak and bandwidth ceilings, "
                        "measured once per device.")
@@ -31,6 +35,19 @@ class Settings(Params):
                             "that neither side pays a launch from the host.")
 
 
-# While other students' measurements wait: 5 repeats (each still >= 1 ms of launches) give a
-# median within a few percent; the server measures the setting again in full when idle.
-QUICK_SETTINGS = Settings(repeats=5)
+# A kernel this long pays no visible launch cost (a launch is a few µs): a CUDA graph's
+# replay would time it again for nothing.
+GRAPH_UP_TO_US = 500.0
+MIN_REPEATS = 3
+
+# While other students' measurements wait: 5 repeats (each still >= 1 ms of launches), at
+# most a third of a second of them, give a median within a few percent; the server
+# measures the setting again in full when idle.
+QUICK_SETTINGS = Settings(repeats=5, timing_budget_ms=300)
+
+
+def repeats_within(repeat_s: float, settings: Settings) -> int:
+    """Repeats of ``repeat_s`` each that fit the timing budget: ``settings.repeats`` at
+    most, and at least MIN_REPEATS (or all of them, where fewer are asked for)."""
+    fitting = int(settings.timing_budget_ms * 1e-3 // max(repeat_s, 1e-9))
+    return min(settings.repeats, max(MIN_REPEATS, fitting))

@@ -15,7 +15,7 @@ import tvm
 
 from ..analysis.roofline import Ceilings
 from .gate import Check, compare
-from .settings import Settings
+from .settings import Settings, repeats_within
 
 # A kernel faster than ~0.1 µs is an empty one; this bounds the launches per repeat.
 MAX_LAUNCHES_PER_REPEAT = 100_000
@@ -95,7 +95,8 @@ def time_function(module, device, args, settings: Settings) -> Timing:
             break
         number = min(number * 10, MAX_LAUNCHES_PER_REPEAT)
     number = launches_for(per_launch, settings.min_repeat_ms)
-    result = module.time_evaluator("main", device, number=number, repeat=settings.repeats)(*args)
+    repeats = repeats_within(per_launch * number, settings)
+    result = module.time_evaluator("main", device, number=number, repeat=repeats)(*args)
     return Timing.from_seconds(result.results, number)
 
 

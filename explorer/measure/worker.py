@@ -44,7 +44,7 @@ from .cuda_env import binary_process_init, kernel_environment
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
 from .gate import Check, compare, compare_on_gpu, tolerance
 from .graphs import time_tvm_graph
-from .settings import Settings
+from .settings import GRAPH_UP_TO_US, Settings
 from .timing import KernelRun, Timing, device_args, run_checked
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer
@@ -180,7 +180,8 @@ def run() -> KernelRun:
         check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings,
                                     check_output)
         clock.lap("check and time")
-        if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda":
+        if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda" \
+                and timing.median_us <= GRAPH_UP_TO_US:
             graph = _graph_timing(p, args, check_output)
             clock.lap("graph")
     except ExplorerError:
