@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..build import Build, Spec, build, compile_binary
-from ..errors import ExplorerError
+from ..errors import ExplorerError, InvalidKnobs
 from ..targets import WARP_SIZE
 from .ranking import LATENCY_HIDING_WARPS
 from .roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
@@ -37,6 +37,11 @@ LAUNCH_US = 1.2  # an empty kernel launched from a CUDA graph on the H100 (TVM n
 SHARED_WAVEFRONTS_PER_CYCLE = 1  # per SM: 32 banks × 4 bytes
 LSU_ISSUE_PER_CYCLE = 4  # memory instructions an SM issues per cycle (one per sub-partition)
 WIDEST_ACCESS_BYTES = 16  # float4
+SECTOR_BYTES = 32
+OUTPUT_BYTES = 4  # outputs are float32
+# Cycles a load from global memory takes to arrive (an assumption of the model: microbenchmarks
+# of recent GPUs put it at 500-600 cycles when it misses the L1).
+MEMORY_LATENCY_CYCLES = 600
 
 # Published SM counts and FP32 lanes per SM of the GPUs explorer.analysis.roofline has figures
 # for (vendors' datasheets); the clock is derived from the FP32 peak: peak = SMs × lanes × 2 × clock.
@@ -46,10 +51,11 @@ FP32_LANES = {"sm_90": 128, "sm_80": 64, "sm_75": 64, "sm_89": 128}
 RANKING_RULE = (f"Findings are ranked by their estimated cost in µs, largest first; one costing less than "
                 f"{MIN_SHARE:.0%} of the roofline's least time is not shown. Each cost is the extra time its "
                 "rule's model charges (stated with the finding), a static estimate, not a measurement.")
-SUGGESTION_RULE = (f"Each neighbouring setting (one knob moved one allowed step) is built and analysed; a "
-                   f"finding's suggestion is the neighbour that lowers that finding's cost by at least "
+SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest allowed value that builds) is built "
+                   f"and analysed; a finding's suggestion is the neighbour that lowers that finding's cost by at least "
                    f"{MIN_RELIEF:.0%} and has the lowest estimated total (the roofline's least time plus every "
-                   "finding's cost), if that total is below this setting's.")
+                   "finding's cost), if that total is below this setting's; a setting suggested for a higher-ranked "
+                   "finding is left to it.")
 STATIC_NOTE = ("Static evidence only (the build's analyses and the published figures of the target): "
                "no GPU measured this setting.")
 
@@ -62,6 +68,7 @@ class Device:
     """What the cost models need of the GPU."""
 
     name: str
+    arch: int  # compute capability × 10, e.g. 90
     sms: int
     clock_ghz: float
     bandwidth_gbps: float  # the roof that applies to this workload (HBM, or L2 when it fits and is measured)
@@ -116,12 +123,19 @@ class Facts:
     shared: tuple[SharedFact, ...] = ()
     globals: tuple[GlobalFact, ...] = ()
     ffma_share: float | None = None  # FFMA among the kernel's SASS instructions
+    staged_steps: int = 0  # iterations of the loop(s) with a barrier (tiles staged in shared memory), per block
+    async_copies: bool = False  # the kernel copies global → shared with cp.async
     measured_us: float | None = None
     counters: dict = field(default_factory=dict)  # Nsight Compute: metric -> value
 
     @property
     def warps_per_block(self) -> int:
         return -(-self.threads_per_block // WARP_SIZE)
+
+    @property
+    def lanes_used(self) -> float:
+        """Share of each warp's 32 lanes that hold a thread (a block of 8 threads uses 8)."""
+        return self.threads_per_block / (self.warps_per_block * WARP_SIZE)
 
     @property
     def resident_blocks(self) -> int:
@@ -143,7 +157,8 @@ def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | 
     sms = sms or SMS.get(key, SMS["sm_90"])
     lanes = FP32_LANES.get(key, FP32_LANES["sm_90"])
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
-    return Device(ceilings.source, sms, ceilings.fp32_gflops / (sms * lanes * 2), bandwidth, roof)
+    number = int(key[3:]) if key[3:].isdigit() else 90
+    return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * lanes * 2), bandwidth, roof)
 
 
 # -- findings -----------------------------------------------------------------------------
@@ -176,19 +191,23 @@ def _finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cos
 
 def _parallel_cost(f: Facts) -> float:
     """Latency hiding: the roofline's time stretched by too few warps per SM or idle SMs."""
-    share = f.busy_sms * min(1.0, f.warps_per_sm / LATENCY_HIDING_WARPS)
+    share = f.busy_sms * min(1.0, f.warps_per_sm * f.lanes_used / LATENCY_HIDING_WARPS)
     return f.bound_us * (1 / share - 1) if share > 0 else 0.0
 
 
-PARALLEL_COST = (f"the roofline's least time × ({LATENCY_HIDING_WARPS} warps ÷ resident warps per SM, × SMs ÷ busy "
-                 f"SMs) − the roofline's time: fewer than {LATENCY_HIDING_WARPS} warps per SM are taken as too few "
-                 "to hide memory latency")
+PARALLEL_COST = (f"the roofline's least time × ({LATENCY_HIDING_WARPS} warps ÷ resident warps per SM (counting only "
+                 "the lanes that hold a thread), × SMs ÷ busy SMs) − the roofline's time: fewer than "
+                 f"{LATENCY_HIDING_WARPS} warps per SM are taken as too few to hide memory latency")
+
+
+def _full(f: Facts) -> bool:
+    return f.warps_per_sm * f.lanes_used >= LATENCY_HIDING_WARPS
 
 
 def occupancy_rule(f: Facts) -> Finding | None:
     """Too few warps per SM because of what one SM can hold (registers, shared memory, blocks)."""
     grid_blocks = -(-f.blocks // f.device.sms)
-    if f.warps_per_sm >= LATENCY_HIDING_WARPS or f.blocks_per_sm >= grid_blocks:
+    if _full(f) or f.blocks_per_sm >= grid_blocks:
         return None
     evidence = [f"{f.blocks_per_sm} block(s) of {f.threads_per_block} threads fit on an SM, limited by "
                 f"{f.limiter}: {f.warps_per_sm} warps per SM (of {LATENCY_HIDING_WARPS} taken as enough)."]
@@ -203,11 +222,14 @@ def occupancy_rule(f: Facts) -> Finding | None:
 def grid_rule(f: Facts) -> Finding | None:
     """The grid is too small to fill the GPU: too few blocks (or too few warps in them)."""
     grid_blocks = -(-f.blocks // f.device.sms)
-    if f.warps_per_sm >= LATENCY_HIDING_WARPS and f.busy_sms >= 1 or f.blocks_per_sm < grid_blocks:
+    if _full(f) and f.busy_sms >= 1 or f.blocks_per_sm < grid_blocks:
         return None
     evidence = [f"{f.blocks:,} blocks of {f.threads_per_block} threads for {f.device.sms} SMs: "
                 + (f"{f.device.sms - f.blocks} SMs get none." if f.blocks < f.device.sms else
                    f"{grid_blocks} block(s), {f.warps_per_sm} warps per SM (the SM could hold {f.blocks_per_sm}).")]
+    if f.lanes_used < 1:
+        idle = f.warps_per_block * WARP_SIZE - f.threads_per_block
+        evidence.append(f"A block of {f.threads_per_block} threads leaves {idle} of its warps' lanes idle.")
     if f.outputs_per_thread is not None:
         evidence.append(f"Each thread computes {f.outputs_per_thread} output(s).")
     return _finding("grid", f"Too little parallelism for the GPU: {f.blocks:,} blocks of {f.threads_per_block} "
@@ -244,11 +266,11 @@ def coalescing_rule(f: Facts) -> Finding | None:
     ideal = worst.ideal_sectors / worst.requests if worst.requests else 0
     evidence = [f"Worst: {worst.op} {worst.text}, {per_request:.1f} sectors per request where {ideal:.1f} hold "
                 f"its data ({worst.access_bytes} B per lane).",
-                f"{extra * 32 / 1e6:,.2f} MB moved beyond what the warps ask for."]
+                f"{extra * SECTOR_BYTES / 1e6:,.2f} MB moved beyond what the warps ask for."]
     if "l2_hit_rate" in f.counters:
         evidence.append(f"Nsight Compute: L2 hit rate {f.counters['l2_hit_rate']:.0f}%.")
     return _finding("coalescing", f"Global accesses are not coalesced: {per_request:.1f} sectors per request.",
-                    evidence, f.device.bytes_us(extra * 32), COALESCING_COST)
+                    evidence, f.device.bytes_us(extra * SECTOR_BYTES), COALESCING_COST)
 
 
 REUSE_COST = ("loads beyond one per output, as one warp-wide request per 32 loads at one per cycle per SM "
@@ -280,15 +302,31 @@ def spill_rule(f: Facts) -> Finding | None:
                     f.device.bytes_us(f.spill_bytes * threads), SPILL_COST)
 
 
-KERNELS_COST = f"{LAUNCH_US} µs per extra kernel launch, plus the output written and read again at the roof's bandwidth"
+KERNELS_COST = f"{LAUNCH_US} µs per extra kernel launch (the data they pass on is the rewrites finding's)"
 
 
 def kernels_rule(f: Facts) -> Finding | None:
     if f.kernels <= 1:
         return None
     evidence = [f"{f.kernels} kernels: each after the first reads what the one before wrote to global memory."]
-    cost = (f.kernels - 1) * (LAUNCH_US + f.device.bytes_us(2 * 4 * f.outputs))
-    return _finding("kernels", f"{f.kernels} kernels instead of one.", evidence, cost, KERNELS_COST)
+    return _finding("kernels", f"{f.kernels} kernels instead of one.", evidence, (f.kernels - 1) * LAUNCH_US,
+                    KERNELS_COST)
+
+
+REWRITE_COST = "every byte stored beyond the output's own, written and read back at the roof's bandwidth"
+
+
+def rewrite_rule(f: Facts) -> Finding | None:
+    """More bytes stored to global memory than the output holds: partial results accumulated
+    in global memory, or intermediates passed between kernels."""
+    stored = sum(a.ideal_sectors for a in f.globals if a.op == "store") * SECTOR_BYTES
+    output = f.outputs * OUTPUT_BYTES
+    if stored <= output * 1.5:
+        return None
+    evidence = [f"{stored / 1e6:,.2f} MB stored to global memory for an output of {output / 1e6:,.2f} MB "
+                f"({stored / output:.1f}×)."]
+    return _finding("rewrites", f"The output is written {stored / output:.1f} times over: partial results go "
+                    "through global memory.", evidence, f.device.bytes_us(2 * (stored - output)), REWRITE_COST)
 
 
 VECTOR_COST = (f"the extra load instructions a {WIDEST_ACCESS_BYTES}-byte access would save, at "
@@ -308,8 +346,27 @@ def vector_rule(f: Facts) -> Finding | None:
                     f.device.cycles_us(saved / LSU_ISSUE_PER_CYCLE), VECTOR_COST)
 
 
+PIPELINE_COST = (f"one global-memory latency ({MEMORY_LATENCY_CYCLES} cycles, an assumption) per step of the "
+                 "shared-memory loop per wave of blocks: the loads a pipeline would overlap")
+
+
+def pipeline_rule(f: Facts) -> Finding | None:
+    """A loop that stages tiles in shared memory with synchronous copies: every step waits for
+    its loads (on sm_80+ cp.async and a multi-stage pipeline overlap them with the work)."""
+    if not f.staged_steps or f.async_copies or f.device.arch < 80:
+        return None
+    waves = -(-f.blocks // (f.device.sms * f.resident_blocks))
+    evidence = [f"A loop of {f.staged_steps} steps loads tiles into shared memory and waits at a barrier each "
+                "step; no cp.async in the kernel.",
+                f"{waves} wave(s) of {f.device.sms * f.resident_blocks} blocks."]
+    return _finding("pipeline", f"Each of {f.staged_steps} steps waits for its copy to shared memory.", evidence,
+                    f.device.cycles_us(waves * f.device.sms * f.staged_steps * MEMORY_LATENCY_CYCLES),
+                    PIPELINE_COST)
+
+
 RULES: tuple[Callable[[Facts], Finding | None], ...] = (
-    occupancy_rule, grid_rule, bank_conflict_rule, coalescing_rule, reuse_rule, spill_rule, kernels_rule, vector_rule,
+    occupancy_rule, grid_rule, bank_conflict_rule, coalescing_rule, reuse_rule, spill_rule, kernels_rule, rewrite_rule,
+    vector_rule, pipeline_rule,
 )
 
 
@@ -332,36 +389,46 @@ def ranked(findings: Iterable[Finding], bound: float) -> list[Finding]:
 # -- suggestions ----------------------------------------------------------------------------
 
 
-def neighbours(spec: Spec) -> list[tuple[Spec, tuple[tuple[str, str, str], ...]]]:
-    """Every setting one knob away, one allowed step (the next smaller and larger choice, the
-    other value of a switch, each other option, a factor of 2 or the smallest prime moved
-    between two neighbouring levels of a split, ±1 and ×2 or ÷2 in a range). Settings the
+Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
+STEPS_TRIED = 3  # allowed values tried in one direction until one builds
+
+
+def neighbours(spec: Spec) -> list[list[Move]]:
+    """Every setting one knob away, as one list per knob and direction: the next allowed
+    values in that direction, nearest first (a template may refuse the nearest, e.g. fewer
+    rows per block than threads; :func:`diagnose` takes the first that builds). A switch's
+    other value, each other option, the next smaller and larger choice, a range's ±1 and
+    ×2 or ÷2, a split's smallest prime factor moved between neighbouring levels. Values the
     knob dataclass refuses are left out."""
     out = []
     for knob in spec.knobs.specs():
         value = getattr(spec.knobs, knob.name)
-        for new in _steps(knob, value, spec.workload):
-            try:
-                moved = spec.with_knobs(**{knob.name: new})
-            except ExplorerError:
-                continue
-            out.append((moved, ((knob.name, knob.format(value), knob.format(new)),)))
+        for direction in _directions(knob, value):
+            moves = []
+            for new in direction[:STEPS_TRIED]:
+                try:
+                    moves.append((spec.with_knobs(**{knob.name: new}),
+                                  ((knob.name, knob.format(value), knob.format(new)),)))
+                except ExplorerError:
+                    continue
+            if moves:
+                out.append(moves)
     return out
 
 
-def _steps(knob, value, workload) -> list:
+def _directions(knob, value) -> list[list]:
     if knob.kind is bool:
-        return [not value]
+        return [[not value]]
     if knob.kind is str:
-        return [c for c in knob.values() if c != value]
+        return [[c] for c in knob.values() if c != value]
     if knob.kind is tuple:
-        return _split_moves(value)
+        return [[moved] for moved in _split_moves(value)]
     if knob.choices is not None:
         ordered = sorted(knob.choices)
         i = ordered.index(value)
-        return [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        return [list(reversed(ordered[:i])), ordered[i + 1:]]
     near = {value - 1, value + 1, value * 2, value // 2}
-    return sorted(v for v in near if v != value and knob.low <= v <= knob.high)
+    return [[v] for v in sorted(near) if v != value and knob.low <= v <= knob.high]
 
 
 def _split_moves(value: tuple) -> list[tuple]:
@@ -378,8 +445,11 @@ def _split_moves(value: tuple) -> list[tuple]:
     return moves
 
 
-def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]]) -> Suggestion | None:
-    """The suggestion rule (:data:`SUGGESTION_RULE`) for the finding of ``rule``."""
+def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]],
+            taken: Iterable[Spec] = ()) -> Suggestion | None:
+    """The suggestion rule (:data:`SUGGESTION_RULE`) for the finding of ``rule``; settings in
+    ``taken`` (suggested for a higher-ranked finding) are left to that finding."""
+    taken = set(taken)
     now = findings_of(current).get(rule)
     if now is None:
         return None
@@ -389,7 +459,7 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
         found = findings_of(facts).get(rule)
         cost = found.cost_us if found is not None else 0.0
         total = estimated_total(facts)
-        if cost > now.cost_us * (1 - MIN_RELIEF) or total >= total_now:
+        if cost > now.cost_us * (1 - MIN_RELIEF) or total >= total_now or spec in taken:
             continue
         if best is None or (total, cost) < (best.total_us, best.cost_us):
             best = Suggestion(spec, changes, cost, total)
@@ -432,7 +502,18 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     return Facts(device, least, "memory" if memory_us >= least else "compute", len(built.kernels),
                  built.kernels[0].blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
                  occ.limiter, registers, spills, math.prod(workload.output_shape()), outputs_per_thread, loads,
-                 shared, globals_, _ffma_share(built, binary), measured_us, dict(counters or {}))
+                 shared, globals_, _ffma_share(built, binary), _staged_steps(built), "cp.async" in built.cuda,
+                 measured_us, dict(counters or {}))
+
+
+def _staged_steps(built: Build) -> int:
+    """Iterations of the loops whose body has a barrier, in the first kernel (one block's)."""
+    from .accesses import kernel_accesses
+
+    kernel = kernel_accesses(built.device_mod)[0]
+    loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
+             if loop.var in kernel.barrier_loops}
+    return math.prod(loops.values()) if loops else 0
 
 
 def _tiling(built: Build) -> tuple[int | None, float | None]:
@@ -539,32 +620,63 @@ def diagnose(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     found = ranked(findings_of(current).values(), current.bound_us)[:TOP]
     build_fn = build_fn or (lambda spec: build(spec, built.target))
     candidates = _candidates(built.spec, current, ceilings, build_fn, workers) if found else []
-    found = tuple(replace(f, suggestion=suggest(f.rule, current, candidates)) for f in found)
+    suggested: list[Finding] = []
+    for f in found:
+        taken = [s.suggestion.spec for s in suggested if s.suggestion is not None]
+        suggested.append(replace(f, suggestion=suggest(f.rule, current, candidates, taken)))
     notes = [STATIC_NOTE if measured_us is None else
              f"Measured: {measured_us:.2f} µs, {100 * current.bound_us / measured_us:.0f}% of the roofline."]
     if binary is None:
         notes.append("Not compiled to a cubin here: registers, spills and the SASS mix are unknown.")
     notes.append(REGISTER_NOTE)
-    return Diagnosis(built.spec, found, current.bound_us, current.bound, estimated_total(current), measured_us,
-                     len(candidates), None, tuple(notes))
+    return Diagnosis(built.spec, tuple(suggested), current.bound_us, current.bound, estimated_total(current),
+                     measured_us, len(candidates), None, tuple(notes))
 
 
 def _candidates(spec: Spec, current: Facts, ceilings, build_fn, workers: int) -> list[tuple[Spec, tuple, Facts]]:
-    def analysed(item):
-        moved, changes = item
-        try:
-            return moved, changes, facts_of(build_fn(moved), ceilings=ceilings, like=current,
-                                            sms=current.device.sms)
-        except ExplorerError:
-            return None
+    """Each neighbour direction's first setting that builds, with its Facts. A direction the
+    template refuses altogether is tried once more with each other knob the refusal names
+    moved one step as well (async copies that need a second pipeline stage)."""
+    def analysed(moves: list[Move]):
+        refusal = None
+        for moved, changes in moves:
+            try:
+                return _analysed(moved, changes, build_fn(moved), current, ceilings)
+            except InvalidKnobs as error:
+                refusal = refusal or error
+            except ExplorerError:
+                continue
+        for moved, changes in _with_named_knobs(moves[0], refusal):
+            try:
+                return _analysed(moved, changes, build_fn(moved), current, ceilings)
+            except ExplorerError:
+                continue
+        return None
 
-    items = neighbours(spec)
+    paths = neighbours(spec)
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(analysed, items))
+            results = list(pool.map(analysed, paths))
     else:
-        results = [analysed(item) for item in items]
+        results = [analysed(moves) for moves in paths]
     return [r for r in results if r is not None]
+
+
+def _analysed(moved: Spec, changes: tuple, built: Build, current: Facts, ceilings):
+    return moved, changes, facts_of(built, ceilings=ceilings, like=current, sms=current.device.sms)
+
+
+def _with_named_knobs(move: Move, refusal: InvalidKnobs | None) -> list[Move]:
+    """``move`` with one more knob that ``refusal`` names moved to its nearest value."""
+    if refusal is None:
+        return []
+    spec, changes = move
+    out = []
+    for path in neighbours(spec):
+        both, more = path[0]
+        if more[0][0] in refusal.knobs and more[0][0] != changes[0][0]:
+            out.append((both, changes + more))
+    return out
 
 
 def diagnose_spec(spec: Spec, target=None, *, compile: bool = True, **options) -> Diagnosis:
