@@ -191,6 +191,19 @@ def _view_roofline(spec, args):
     return format_roofline(r), {"roofline": r.to_dict()}
 
 
+@view("diagnosis")
+def _view_diagnosis(spec, args):
+    from .analysis.diagnosis import diagnose, format_diagnosis
+    from .build import build, compile_binary
+
+    b = build(spec, args.target)  # a refused setting stops here with its one sentence (exit 2)
+    measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
+    measured = measured if measured is not None and measured.correct else None
+    d = diagnose(b, binary=compile_binary(b), ceilings=measured.ceilings if measured else None,
+                 measured_us=measured.median_us if measured else None)
+    return format_diagnosis(d, f"python -m explorer show {args.preset}"), {"diagnosis": d.to_dict()}
+
+
 def _measured_on_local_gpu(spec):
     """The setting measured on this machine's GPU (its ceilings included), or None without one."""
     from . import measure

@@ -693,7 +693,7 @@ def diagnose_spec(spec: Spec, target=None, *, compile: bool = True, **options) -
 # -- text -----------------------------------------------------------------------------------
 
 
-def format_diagnosis(d: Diagnosis, command: str = "") -> str:
+def format_diagnosis(d: Diagnosis, command: str = "python -m explorer show TEMPLATE") -> str:
     """The diagnosis as text; ``command`` (e.g. ``python -m explorer show PRESET``) prefixes
     each suggestion's command line."""
     if d.refused is not None:
@@ -713,7 +713,7 @@ def format_diagnosis(d: Diagnosis, command: str = "") -> str:
             lines.append("   no single knob move lowers this without raising the estimate")
         else:
             sets = " ".join(f"--set {k}={b}" for k, _, b in s.changes)
-            lines.append(f"   try {s.describe()} (estimate {s.total_us:.2f} µs): {command} {sets}".rstrip())
+            lines.append(f"   try {s.describe()} (estimate {s.total_us:.2f} µs): {command} {sets} --view diagnosis")
     lines.append(f"Ranking: {RANKING_RULE}")
     lines.append(f"Suggestions: {SUGGESTION_RULE} ({d.tried} neighbours built)")
     lines.extend(f"note: {n}" for n in d.notes)
