@@ -50,6 +50,7 @@ if stale:
 panels.metrics(built)
 if not stale:
     diagnosis_panel.panel(built)
+    class_mode.record_move(built.spec)
 if measurable and not stale and built.kernels:
     panels.latency(built)
 previous = session.previous_try(built.spec) if not stale else None
