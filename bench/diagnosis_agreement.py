@@ -34,25 +34,28 @@ BEST_LESSON = "best"  # presets/best.toml: each a search's best point
 TOLERANCE = 0.05  # two times within ±5% are the same speed (explorer.lessons.LessonConfig)
 NO_GPU_EXIT = 3
 
-WHY = {
-    "coalescing": "the model's largest cost is uncoalesced global traffic, and the step fixes something else first",
-    "reuse": "the model charges loads per output, which the step does not change",
-    "grid": "the model charges too few warps per SM, which the step does not address",
-    "occupancy": "the model charges the occupancy limit, which the step does not address",
-    "bank-conflicts": "the model's largest cost is bank conflicts, which the step does not address",
-    "pipeline": "the step overlaps copies, which the diagnosis ranks below other costs",
-}
+def _source_only() -> None:
+    """In a diagnosing process: CUDA source only (a GPU machine would compile every neighbour's
+    binary while building it); registers still come from the cubin explorer.analysis.sass compiles."""
+    from explorer.measure.cuda_env import SOURCE_ONLY
+
+    os.environ[SOURCE_ONLY] = "1"
 
 
 def _diagnosis(spec):
     return diagnose_spec(spec)
 
 
+def diagnosing(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(workers, initializer=_source_only)
+
+
 def grade(workers: int, progress) -> list[A.StepGrade]:
     """Every lesson step, graded; the graded steps' diagnoses run in ``workers`` processes."""
     steps = [(lesson, step) for lesson in lessons() for step in lesson.steps[1:]]
-    wanted = list(dict.fromkeys(step.previous.spec for _, step in steps if not A.why_not_graded(step)))
-    with ProcessPoolExecutor(workers) as pool:
+    wanted = list(dict.fromkeys(step.previous.spec for _, step in steps
+                                if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)))
+    with diagnosing(workers) as pool:
         diagnoses = dict(zip(wanted, pool.map(_diagnosis, wanted), strict=True))
     grades = [A.grade_step(lesson.id, step, diagnoses.get(step.previous.spec)) for lesson, step in steps]
     for g in grades:
@@ -66,19 +69,23 @@ def _changes(changes) -> str:
 
 
 def explanation(g: A.StepGrade) -> str:
-    """Why a graded step disagrees, in one sentence read from the grade."""
+    """Why a graded step disagrees, read from the grade: what the diagnosis ranks first and
+    what it suggests instead of the step's knobs."""
     if not g.suggestions:
-        return "no single-knob move lowers the static estimate, so the diagnosis suggests nothing"
-    if g.lesson == BEST_LESSON:
-        return "the step is a search's best for a new workload shape, not a move from the previous step's setting"
-    reason = WHY.get(g.findings[0], "the step's knob is not among the two cheapest fixes the model finds")
+        return (f"the diagnosis finds {', '.join(g.findings) or 'nothing'} but no single-knob move that lowers "
+                "its static estimate, so it suggests nothing")
+    knobs = ", ".join(dict.fromkeys(k for k, _, _ in g.changes))
+    text = (f"the diagnosis ranks {g.findings[0]} first and suggests {' and '.join(g.suggestions)}; "
+            f"neither moves {knobs} the step's way")
     if len(g.changes) > 2:
-        reason += f"; the step changes {len(g.changes)} knobs at once"
-    return reason
+        text += f" (the step changes {len(g.changes)} knobs at once)"
+    return text
 
 
 def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     agreeing, graded = A.agreement_share(grades)
+    knob_steps = [g for g in grades if g.not_graded in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
+    all_knob_steps, all_agreeing = len(knob_steps), sum(g.agrees for g in knob_steps)
     per_lesson = defaultdict(list)
     for g in grades:
         per_lesson[g.lesson].append(g)
@@ -93,9 +100,11 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
         "",
         f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
-        f"(published figures; no GPU); {seconds:.0f} s.",
+        f"(its published figures: static evidence only); {seconds:.0f} s.",
         "",
-        f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).**" if graded else "No graded step.",
+        f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).** Counting also the steps a "
+        f"search found for another workload and those the tutorial marks slower: {all_agreeing} of {all_knob_steps} "
+        f"knob steps ({all_agreeing / all_knob_steps:.0%}).",
         "",
         "| lesson | steps | graded | agree | share |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -103,14 +112,13 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for lesson, rows in per_lesson.items():
         a, n = A.agreement_share(rows)
         lines.append(f"| {lesson} | {len(rows)} | {n} | {a} | {f'{a / n:.0%}' if n else '—'} |")
-    lines += ["", "## Every graded step", "", "| lesson | step | changes | top two suggestions at the step before | "
-              "agrees |", "| --- | ---: | --- | --- | --- |"]
-    for g in grades:
-        if g.graded:
-            verdict = f"yes (#{g.agreeing})" if g.agrees else "no"
-            lines.append(f"| {g.lesson} | {g.step} {g.after} | {_changes(g.changes)} | "
-                         f"{'; '.join(g.suggestions) or '—'} | {verdict} |")
-    lines += ["", "## Disagreements", ""]
+    lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | top two suggestions at the step "
+              "before | agrees |", "| --- | ---: | --- | --- | --- |"]
+    for g in knob_steps:
+        verdict = (f"yes (#{g.agreeing})" if g.agrees else "no") + ("" if g.graded else f"; not graded: {g.not_graded}")
+        lines.append(f"| {g.lesson} | {g.step} {g.after} | {_changes(g.changes)} | "
+                     f"{'; '.join(g.suggestions) or '—'} | {verdict} |")
+    lines += ["", "## Disagreements among the graded steps", ""]
     for g in grades:
         if g.graded and not g.agrees:
             lines.append(f"- **{g.lesson} step {g.step}** ({g.before} → {g.after}: {_changes(g.changes)}): "
@@ -146,39 +154,44 @@ def _compile(spec, directory):
     return result if isinstance(result, str) else None
 
 
-def try_on_gpu(workers: int, progress) -> list[dict]:
-    """Each preset beside its top suggestion, measured on the local GPU (short budget)."""
+def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
+    """Each preset beside its top suggestion, measured on the local GPU (10 repeats), until
+    the ``deadline`` (a ``time.time()``); what is left says so."""
     from explorer.measure import Settings, measure
 
     presets = presets_to_try()
+    with diagnosing(workers) as pool:
+        tops = [d.suggestions(1) for d in pool.map(_diagnosis, [p.spec for p in presets])]
+    progress(f"diagnosed {len(presets)} presets")
+    pairs = [(p.spec, top[0].spec) for p, top in zip(presets, tops, strict=True) if top]
+    specs = list(dict.fromkeys(spec for pair in pairs for spec in pair))
+    directory = tempfile.mkdtemp(prefix="diagnosis-libraries-")
     with ProcessPoolExecutor(workers) as pool:
-        diagnoses = list(pool.map(_diagnosis, [p.spec for p in presets]))
-        tops = [d.suggestions(1) for d in diagnoses]
-        specs = list(dict.fromkeys([p.spec for p in presets] + [t[0].spec for t in tops if t]))
-        directory = tempfile.mkdtemp(prefix="diagnosis-libraries-")
         libraries = dict(zip(specs, pool.map(_compile, specs, [directory] * len(specs)), strict=True))
-    settings = Settings(repeats=10)
+    progress(f"compiled {len(specs)} kernels")
     times = {}
     for spec in specs:
+        if time.time() > deadline:
+            break
         try:
-            result = measure(spec, settings=settings, library=libraries[spec])
+            result = measure(spec, settings=Settings(repeats=10), library=libraries[spec])
             times[spec] = result.median_us if result.correct else None
         except Exception as error:  # one kernel's failure must not end the run; its row says so
             progress(f"no time: {error}")
             times[spec] = None
-    rows = []
-    for preset, top in zip(presets, tops, strict=True):
-        suggestion = top[0] if top else None
-        row = {"preset": preset.id, "us": times.get(preset.spec),
-               "suggestion": suggestion.describe() if suggestion else None,
-               "suggested_us": times.get(suggestion.spec) if suggestion else None}
-        if row["us"] and row["suggested_us"]:
-            ratio = row["us"] / row["suggested_us"]
-            row["verdict"] = "faster" if ratio >= 1 + TOLERANCE else "slower" if ratio <= 1 - TOLERANCE else "same"
-            row["speedup"] = ratio
-        rows.append(row)
-        progress(f"{preset.id}: {row.get('verdict', 'not compared')}")
-    return rows
+    return [_row(preset, top[0] if top else None, times) for preset, top in zip(presets, tops, strict=True)]
+
+
+def _row(preset, suggestion, times: dict) -> dict:
+    row = {"preset": preset.id, "us": times.get(preset.spec),
+           "suggestion": suggestion.describe() if suggestion else None,
+           "suggested_us": times.get(suggestion.spec) if suggestion else None,
+           "measured": preset.spec in times and (suggestion is None or suggestion.spec in times)}
+    if row["us"] and row["suggested_us"]:
+        ratio = row["us"] / row["suggested_us"]
+        row["verdict"] = "faster" if ratio >= 1 + TOLERANCE else "slower" if ratio <= 1 - TOLERANCE else "same"
+        row["speedup"] = ratio
+    return row
 
 
 def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str:
@@ -201,7 +214,8 @@ def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str
         us = f"{r['us']:.2f}" if r["us"] else "—"
         sus = f"{r['suggested_us']:.2f}" if r.get("suggested_us") else "—"
         verdict = (f"{r['verdict']} ({r['speedup']:.2f}×)" if "verdict" in r else
-                   "no suggestion" if r["suggestion"] is None else "not measured")
+                   "no suggestion" if r["suggestion"] is None else
+                   "not measured (time budget)" if not r["measured"] else "no correct time")
         lines.append(f"| {r['preset']} | {us} | {r['suggestion'] or '—'} | {sus} | {verdict} |")
     return "\n".join(lines) + "\n"
 
@@ -211,6 +225,9 @@ def main(argv=None) -> int:
     parser.add_argument("--write", action="store_true", help="write docs/diagnosis.md")
     parser.add_argument("--try-on-gpu", action="store_true",
                         help="also measure each preset beside its top suggestion on this machine's GPU")
+    parser.add_argument("--max-minutes", type=float, default=3.5,
+                        help="with --try-on-gpu: stop measuring this long after the start (the rest is listed as "
+                             "not measured)")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
                         help="processes that diagnose and compile")
     args = parser.parse_args(argv)
@@ -229,7 +246,8 @@ def main(argv=None) -> int:
         device = tvm.cuda(0).device_name
         begun = time.time()
         command = "python bench/diagnosis_agreement.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        section = gpu_text(try_on_gpu(args.workers, progress), device, time.time() - begun, command)
+        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress)
+        section = gpu_text(rows, device, time.time() - begun, command)
         text += "\n" + section
         if args.write:
             sys.path.insert(0, str(Path(__file__).resolve().parent))

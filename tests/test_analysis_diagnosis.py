@@ -178,8 +178,11 @@ def test_which_steps_are_graded():
     assert agreement.why_not_graded(steps["dw-blog-channel-32"]) == agreement.WORKLOAD_ONLY
     assert agreement.why_not_graded(steps["dw-blog-threads-case4"]) == agreement.SLOWER_ON_PURPOSE
     assert agreement.why_not_graded(steps["dw-blog-vthread-case2"]) == ""
+    assert agreement.why_not_graded(steps["dw-blog-unfused-96"]) == agreement.SLOWER_ON_PURPOSE  # than final-96
     modern = {s.preset.id: s for s in get_lesson("matmul_modern").steps}
     assert agreement.why_not_graded(modern["modern-async-1024"]) == agreement.NEW_TEMPLATE
+    best = {s.preset.id: s for s in get_lesson("best").steps}
+    assert agreement.why_not_graded(best["best-dw-64"]) == agreement.SEARCHED
 
 
 def test_grading_takes_the_top_two_suggestions():
@@ -196,3 +199,24 @@ def test_grading_takes_the_top_two_suggestions():
     graded = agreement.lesson_agreement([get_lesson("depthwise_blog")], diagnose=lambda spec: late)
     assert not next(g for g in graded if g.after == "dw-blog-vthread-case2").agrees
     assert agreement.agreement_share(graded)[1] == sum(g.graded for g in graded) > 0
+
+
+# -- bench/diagnosis_agreement.py, without a GPU ---------------------------------------------
+
+
+def test_the_gpu_half_tries_presets_that_are_not_a_searchs_best():
+    import diagnosis_agreement as bench  # bench/ (pytest's pythonpath)
+
+    tried = bench.presets_to_try()
+    best = {step.preset.spec for step in get_lesson("best").steps}
+    assert tried and not any(p.spec in best for p in tried)
+    assert len({p.spec for p in tried}) == len(tried)
+    spec = get_preset("dw-blog-final-96").spec
+    suggestion = dx.Suggestion(spec.with_knobs(num_thread_x=8), (("num_thread_x", "16", "8"),), 0, 0)
+    preset = get_preset("dw-blog-final-96")
+    assert bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 12.0})["verdict"] == "slower"
+    assert bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 8.0})["speedup"] == pytest.approx(1.25)
+    assert not bench._row(preset, suggestion, {spec: 10.0})["measured"]  # stopped by the time budget
+    text = bench.gpu_text([bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 12.0})], "GPU", 1, "cmd")
+    assert "faster for 0 of 1 presets" in text and "| dw-blog-final-96 | 10.00 | num_thread_x 16 → 8 | 12.00 | " \
+        "slower (0.83×) |" in text

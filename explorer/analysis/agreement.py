@@ -3,10 +3,12 @@ diagnosis at step k rank the change step k+1 makes among its top two suggestions
 
 A suggestion *agrees* with a step when it moves a knob the step changes, the same way: to
 the same value (a switch, an option) or in the same direction (a number; a split's factors,
-level by level). A step is *graded* when it keeps the template and changes at least one
-knob, and the tutorial does not mark it slower than the step before (a step that shows a
-slower setting on purpose, e.g. the thread table's bad cases, is not advice to follow).
-Other steps are listed with the reason they are not graded.
+towards its inner levels or its outer ones). A step is *graded* when it keeps the template
+and changes at least one knob, the tutorial does not mark it slower than an earlier step (a
+step that shows a slower setting on purpose, e.g. the thread table's bad cases, is not
+advice to follow), and it is not a search's best for another workload (a preset with a
+``found_by`` command was searched for its own shape, not made from the step before). Other steps
+are listed with the reason they are not graded.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ TOP_SUGGESTIONS = 2
 SLOWER = ("slower", "fewer_gflops")
 
 NEW_TEMPLATE = "changes the template"
+SEARCHED = "a search's best for another workload, not a change made to the step before"
 WORKLOAD_ONLY = "changes only the workload"
 SLOWER_ON_PURPOSE = "shows a slower setting on purpose"
 FIRST_STEP = "first step"
@@ -85,8 +88,10 @@ def why_not_graded(step: Step) -> str:
         return NEW_TEMPLATE
     if not step.changed_knobs:
         return WORKLOAD_ONLY
-    if any(c.other == step.previous.id and c.expect in SLOWER for c in step.preset.compare):
+    if any(c.expect in SLOWER for c in step.preset.compare):
         return SLOWER_ON_PURPOSE
+    if step.preset.found_by and step.changed_shape:
+        return SEARCHED
     return ""
 
 
@@ -97,11 +102,11 @@ def grade_step(lesson: str, step: Step, diagnosis: Diagnosis | None) -> StepGrad
                     for name in step.changed_knobs) if before.template == after.template else ()
     base = dict(lesson=lesson, step=step.number, before=step.previous.id, after=step.preset.id, changes=changes)
     reason = why_not_graded(step)
-    if reason or diagnosis is None:
+    if diagnosis is None or not changes:  # a step not graded may still be compared, for the record
         return StepGrade(**base, not_graded=reason)
     top = diagnosis.suggestions(TOP_SUGGESTIONS)
     rank = next((i for i, s in enumerate(top, start=1) if agrees(before, after, s.spec)), None)
-    return StepGrade(**base, not_graded="", suggestions=tuple(s.describe() for s in top), agreeing=rank,
+    return StepGrade(**base, not_graded=reason, suggestions=tuple(s.describe() for s in top), agreeing=rank,
                      findings=tuple(f.rule for f in diagnosis.findings))
 
 
