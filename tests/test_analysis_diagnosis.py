@@ -220,3 +220,20 @@ def test_the_gpu_half_tries_presets_that_are_not_a_searchs_best():
     text = bench.gpu_text([bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 12.0})], "GPU", 1, "cmd")
     assert "faster for 0 of 1 presets" in text and "| dw-blog-final-96 | 10.00 | num_thread_x 16 → 8 | 12.00 | " \
         "slower (0.83×) |" in text
+
+
+def test_nsight_compute_counters_are_quoted_beside_the_static_evidence():
+    from pathlib import Path
+
+    from explorer.analysis import ncu
+
+    capture = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()
+    (launch,) = ncu.parse_ncu_csv(capture)
+    counters = dx.counters_of(launch)
+    assert counters["bank_conflicts"] == 11_520 + 1 and counters["achieved_occupancy"] == pytest.approx(24.61)
+    assert counters["duration_us"] == pytest.approx(7.552)
+    column = SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000)
+    found = dx.bank_conflict_rule(facts(shared=(column,), counters=counters))
+    assert found.evidence[-1] == "Nsight Compute: 11,521 bank conflicts."
+    occupied = dx.occupancy_rule(facts(blocks_per_sm=1, limiter="registers", counters=counters))
+    assert occupied.evidence[-1] == "Nsight Compute: achieved occupancy 25%."

@@ -466,6 +466,30 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
     return best
 
 
+# -- Nsight Compute's counters ------------------------------------------------------------
+
+L2_HIT_RATE = "lts__t_sector_hit_rate.pct"
+
+
+def ncu_metrics() -> tuple[str, ...]:
+    """The counters the diagnosis reads (``explorer.analysis.ncu.profile(spec, metrics=...)``)."""
+    from . import ncu
+
+    return (*ncu.PANEL_METRICS, L2_HIT_RATE)
+
+
+def counters_of(launch) -> dict:
+    """An ``explorer.analysis.ncu.KernelCounters`` launch → the counters the rules quote."""
+    from . import ncu
+
+    metrics = launch.metrics
+    conflicts = [launch.get(op, "conflicts") for op in ("load", "store")]
+    out = {"achieved_occupancy": metrics.get(ncu.OCCUPANCY), "l2_hit_rate": metrics.get(L2_HIT_RATE),
+           "bank_conflicts": sum(conflicts) if None not in conflicts else None,
+           "duration_us": metrics[ncu.DURATION] / 1e3 if metrics.get(ncu.DURATION) is not None else None}
+    return {name: value for name, value in out.items() if value is not None}
+
+
 # -- facts of a build -----------------------------------------------------------------------
 
 
@@ -628,6 +652,8 @@ def diagnose(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
              f"Measured: {measured_us:.2f} µs, {100 * current.bound_us / measured_us:.0f}% of the roofline."]
     if binary is None:
         notes.append("Not compiled to a cubin here: registers, spills and the SASS mix are unknown.")
+    if counters:
+        notes.append("Nsight Compute profiled one launch: its counters are quoted beside the static evidence.")
     notes.append(REGISTER_NOTE)
     return Diagnosis(built.spec, tuple(suggested), current.bound_us, current.bound, estimated_total(current),
                      measured_us, len(candidates), None, tuple(notes))
