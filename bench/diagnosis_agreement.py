@@ -82,29 +82,22 @@ def explanation(g: A.StepGrade) -> str:
     return text
 
 
-def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
+def _knob_steps(grades: list[A.StepGrade]) -> list[A.StepGrade]:
+    return [g for g in grades if g.not_graded in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
+
+
+def agreement_summary(grades: list[A.StepGrade]) -> list[str]:
+    """The headline and the table per lesson (also docs/lessons-h100.md's)."""
     agreeing, graded = A.agreement_share(grades)
-    knob_steps = [g for g in grades if g.not_graded in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
-    all_knob_steps, all_agreeing = len(knob_steps), sum(g.agrees for g in knob_steps)
+    knob_steps = _knob_steps(grades)
+    all_agreeing = sum(g.agrees for g in knob_steps)
     per_lesson = defaultdict(list)
     for g in grades:
         per_lesson[g.lesson].append(g)
     lines = [
-        "# The diagnosis, graded against the lessons",
-        "",
-        "Each lesson is a sequence of settings. For each step k → k+1 the diagnosis of step k (static evidence "
-        "only, `python -m explorer show <preset> --view diagnosis`) is asked for its top two suggestions; the "
-        "step **agrees** when one of them moves a knob that step k+1 changes, the same way (to the same value, "
-        "or in the same direction; a split's factors towards its inner or outer levels). A step is graded when it "
-        "keeps the template and changes a knob, and the tutorial does not mark it slower than the step before.",
-        "",
-        f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
-        f"(its published figures: static evidence only); {seconds:.0f} s.",
-        "",
         f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).** Counting also the steps a "
-        f"search found for another workload and those the tutorial marks slower: {all_agreeing} of {all_knob_steps} "
-        f"knob steps ({all_agreeing / all_knob_steps:.0%}).",
+        f"search found for another workload and those the tutorial marks slower: {all_agreeing} of "
+        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}).",
         "",
         "| lesson | steps | graded | agree | share |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -112,6 +105,28 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for lesson, rows in per_lesson.items():
         a, n = A.agreement_share(rows)
         lines.append(f"| {lesson} | {len(rows)} | {n} | {a} | {f'{a / n:.0%}' if n else '—'} |")
+    return lines
+
+
+def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
+    knob_steps = _knob_steps(grades)
+    lines = [
+        "# The diagnosis, graded against the lessons",
+        "",
+        "Each lesson is a sequence of settings. For each step k → k+1 the diagnosis of step k (static evidence "
+        "only, `python -m explorer show <preset> --view diagnosis`) is asked for its top two suggestions; the "
+        "step **agrees** when one of them moves a knob that step k+1 changes, the same way (to the same value, "
+        "or in the same direction; a split's factors towards its inner or outer levels). A step is graded when it "
+        "keeps the template and changes a knob, the tutorial does not mark it slower than an earlier step (it shows "
+        "a slower setting on purpose), and it is not a search's best for another workload (a preset with a "
+        "`found_by` command, searched for its own shape rather than made from the step before).",
+        "",
+        f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
+        f"(its published figures: static evidence only); {seconds:.0f} s.",
+        "",
+    ]
+    lines += agreement_summary(grades)
     lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | top two suggestions at the step "
               "before | agrees |", "| --- | ---: | --- | --- | --- |"]
     for g in knob_steps:
@@ -235,6 +250,7 @@ def main(argv=None) -> int:
     started = time.time()
     grades = grade(args.workers, progress)
     text = agreement_text(grades, time.time() - started)
+    section = ""
     if args.try_on_gpu:
         from explorer.targets import local_gpu_target
 
@@ -249,16 +265,18 @@ def main(argv=None) -> int:
         rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress)
         section = gpu_text(rows, device, time.time() - begun, command)
         text += "\n" + section
-        if args.write:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from docs_section import write_section
-
-            write_section("diagnosis", section, LESSONS_DOC)
     agreeing, graded = A.agreement_share(grades)
     print(f"{agreeing} of {graded} graded steps agree; {time.time() - started:.0f} s")
     if args.write:
         DOC.write_text(text)
-        print(f"wrote {DOC.relative_to(ROOT)}")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from docs_section import write_section
+
+        lessons_section = "\n".join(["## The diagnosis, graded against the lessons", "",
+                                      "Static evidence only (`python bench/diagnosis_agreement.py --write`; each step "
+                                      "in `docs/diagnosis.md`):", "", *agreement_summary(grades)])
+        write_section("diagnosis", lessons_section + ("\n\n" + section if args.try_on_gpu else ""), LESSONS_DOC)
+        print(f"wrote {DOC.relative_to(ROOT)} and a section of {LESSONS_DOC.relative_to(ROOT)}")
     else:
         print(text)
     return 0
