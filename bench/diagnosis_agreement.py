@@ -76,7 +76,7 @@ def explanation(g: A.StepGrade) -> str:
                 "its static estimate, so it suggests nothing")
     knobs = ", ".join(dict.fromkeys(k for k, _, _ in g.changes))
     text = (f"the diagnosis ranks {g.findings[0]} first and suggests {' and '.join(g.suggestions)}; "
-            f"neither moves {knobs} the step's way")
+            f"{'neither moves' if len(g.suggestions) > 1 else 'that does not move'} {knobs} the step's way")
     if len(g.changes) > 2:
         text += f" (the step changes {len(g.changes)} knobs at once)"
     return text

@@ -5,13 +5,13 @@ The analyses of one build are first reduced to :class:`Facts`, plain numbers (oc
 its limiter, registers and spills, bank conflicts per shared access, sectors per global
 access, work per thread, the roofline's least time, the SASS mix, Nsight Compute's counters
 when given). Each *rule* is a small pure function of Facts that returns a :class:`Finding`
-or None, with the cost its model charges in µs (see each rule's ``COST`` sentence).
+or None, with the cost its model charges in µs (each rule's ``*_COST`` sentence says how).
 
 **Ranking** (:data:`RANKING_RULE`): findings are ordered by estimated cost, largest first;
 one below ``MIN_SHARE`` of the roofline's least time is dropped.
 
-**Suggestions** (:data:`SUGGESTION_RULE`): every neighbouring setting, one knob moved one
-allowed step (:func:`neighbours`), is built and reduced to Facts. A finding's suggestion is
+**Suggestions** (:data:`SUGGESTION_RULE`): every neighbouring setting, one knob moved to
+its nearest allowed value that builds (:func:`neighbours`), is built and reduced to Facts. A finding's suggestion is
 the neighbour that lowers that finding's own cost by at least ``MIN_RELIEF`` and has the
 lowest estimated total (the roofline's least time plus every finding's cost), provided that
 total is below the current setting's. The estimate is a static model, not a time: the app
@@ -33,7 +33,7 @@ from .roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
 MIN_SHARE = 0.05  # findings costing less than this share of the roofline's least time are not shown
 MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this share
 TOP = 4  # findings shown
-LAUNCH_US = 1.2  # an empty kernel launched from a CUDA graph on the H100 (TVM notes), per extra kernel
+LAUNCH_US = 1.2  # an empty kernel launched from a CUDA graph costs about this on an H100, per extra kernel
 SHARED_WAVEFRONTS_PER_CYCLE = 1  # per SM: 32 banks × 4 bytes
 LSU_ISSUE_PER_CYCLE = 4  # memory instructions an SM issues per cycle (one per sub-partition)
 WIDEST_ACCESS_BYTES = 16  # float4
@@ -127,6 +127,7 @@ class Facts:
     async_copies: bool = False  # the kernel copies global → shared with cp.async
     measured_us: float | None = None
     counters: dict = field(default_factory=dict)  # Nsight Compute: metric -> value
+    tensor_cores: bool = False  # 16-bit inputs: mma on the tensor cores, and only the memory roof is known
 
     @property
     def warps_per_block(self) -> int:
@@ -278,8 +279,9 @@ REUSE_COST = ("loads beyond one per output, as one warp-wide request per 32 load
 
 
 def reuse_rule(f: Facts) -> Finding | None:
-    """Little work per thread: each output needs many loads that a larger thread tile shares."""
-    if f.loads_per_output is None or f.loads_per_output <= 1:
+    """Little work per thread: each output needs many loads that a larger thread tile shares.
+    Not for tensor cores, whose warps load whole fragments (a thread's footprint says nothing)."""
+    if f.loads_per_output is None or f.loads_per_output <= 1 or f.tensor_cores:
         return None
     extra = (f.loads_per_output - 1) * f.outputs / WARP_SIZE
     evidence = [f"Each thread computes {f.outputs_per_thread} output(s) and loads {f.loads_per_output:.2f} inputs "
@@ -509,8 +511,9 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     ceilings = ceilings or published_ceilings(arch)
     device = device_for(arch, ceilings, workload.compulsory_bytes, sms)
     memory_us = device.bytes_us(workload.compulsory_bytes)
-    least = memory_us if no_roofline_reason(workload) else bound_us(ceilings, workload.flops,
-                                                                   workload.compulsory_bytes)
+    no_compute_roof = no_roofline_reason(workload) is not None  # 16-bit inputs run on the tensor cores
+    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes)
+    bound = "memory" if memory_us >= least else "compute"
     kernel = analyze_resources(built, binary).kernels[0]
     outputs_per_thread, loads = _tiling(built)
     registers = kernel.registers if isinstance(kernel.registers, int) else None
@@ -523,11 +526,11 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                    for k in analyze_banks(built).kernels for a in k.accesses if not a.not_modelled)
     globals_ = tuple(GlobalFact(a.text, a.op, a.access_bytes, a.requests, a.sectors, a.ideal_sectors)
                      for a in analyze_coalescing(built).accesses if not a.not_modelled)
-    return Facts(device, least, "memory" if memory_us >= least else "compute", len(built.kernels),
+    return Facts(device, least, bound, len(built.kernels),
                  built.kernels[0].blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
                  occ.limiter, registers, spills, math.prod(workload.output_shape()), outputs_per_thread, loads,
                  shared, globals_, _ffma_share(built, binary), _staged_steps(built), "cp.async" in built.cuda,
-                 measured_us, dict(counters or {}))
+                 measured_us, dict(counters or {}), no_compute_roof)
 
 
 def _staged_steps(built: Build) -> int:
@@ -652,6 +655,9 @@ def diagnose(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
              f"Measured: {measured_us:.2f} µs, {100 * current.bound_us / measured_us:.0f}% of the roofline."]
     if binary is None:
         notes.append("Not compiled to a cubin here: registers, spills and the SASS mix are unknown.")
+    if current.tensor_cores:
+        notes.append("16-bit inputs run on the tensor cores, whose peak is not measured here: the roofline's least "
+                     "time is the memory roof's.")
     if counters:
         notes.append("Nsight Compute profiled one launch: its counters are quoted beside the static evidence.")
     notes.append(REGISTER_NOTE)
