@@ -237,3 +237,14 @@ def test_nsight_compute_counters_are_quoted_beside_the_static_evidence():
     assert found.evidence[-1] == "Nsight Compute: 11,521 bank conflicts."
     occupied = dx.occupancy_rule(facts(blocks_per_sm=1, limiter="registers", counters=counters))
     assert occupied.evidence[-1] == "Nsight Compute: achieved occupancy 25%."
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_diagnosis_places_the_measured_setting(capsys):
+    assert main(["show", "dw-blog-channel-96", "--view", "diagnosis", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["diagnosis"]
+    assert data["evidence"] == "measured"
+    roofline = data["roofline"]
+    assert roofline["measured_us"] > roofline["least_us"] > 0
+    assert 0 < roofline["percent_of_roofline"] < 100
+    assert data["findings"] and any(f["suggestion"] for f in data["findings"])
