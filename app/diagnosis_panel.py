@@ -4,8 +4,9 @@ it (explorer.analysis.diagnosis). On a server that measures, the suggestions can
 through the server's one queue as background work (behind every student's own
 measurement), and each shows whether it was faster, and by how much.
 
-A diagnosis builds every neighbouring setting (on the server's build processes), so it
-runs once per setting for the whole server, in a thread, while the page polls."""
+A diagnosis builds every neighbouring setting on the server's build processes, so it runs
+once per setting for the whole server, one at a time and on at most half the build processes
+(the students' own pages keep the other half), in a thread, while the page polls."""
 from __future__ import annotations
 
 import threading
@@ -30,7 +31,7 @@ TRY_SLOT = "diagnosis"  # background requests carry no session: nobody waits for
 
 _jobs: OrderedDict[tuple, Future] = OrderedDict()
 _lock = threading.Lock()
-_pool = ThreadPoolExecutor(2, thread_name_prefix="diagnosis")
+_pool = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
 
 
 def job(spec: Spec, target: str) -> Future:
@@ -60,7 +61,8 @@ def _diagnose(spec: Spec, target: str) -> Diagnosis:
     measured = measured if getattr(measured, "correct", False) else None
     return diagnose(built, binary=binary, ceilings=measured.ceilings if measured else None,
                     measured_us=measured.median_us if measured else None,
-                    build_fn=lambda other: server.build(other, target), workers=live.settings.build_workers)
+                    build_fn=lambda other: server.build(other, target),
+                    workers=max(1, live.settings.build_workers // 2))
 
 
 def panel(built: Build) -> None:
