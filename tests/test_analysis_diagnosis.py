@@ -73,6 +73,15 @@ def test_idle_lanes_count_against_parallelism():
     assert "31 of its warps' lanes idle" in dx.grid_rule(f).evidence[1]
 
 
+def test_threads_whose_tile_lies_outside_the_output_do_not_hide_latency():
+    # 200 blocks: 2 per SM, 16 warps; tiles of 2 outputs per thread for 1 output's worth of work each.
+    f = facts(blocks=200, outputs_per_thread=2, stage_outputs=200 * 256)
+    assert f.useful == 0.5 and f.warps_per_sm == 16
+    found = dx.grid_rule(f)
+    assert found.cost_us == pytest.approx(10.0 * (16 / (16 * 0.5) - 1))
+    assert "50% of the threads' tiles fall outside the output" in found.evidence[1]
+
+
 def test_spills_cost_their_bytes_for_every_thread():
     found = dx.spill_rule(facts(spill_bytes=64, blocks=100, threads_per_block=128))
     assert found.cost_us == pytest.approx(64 * 100 * 128 / 1e6)

@@ -128,6 +128,7 @@ class Facts:
     measured_us: float | None = None
     counters: dict = field(default_factory=dict)  # Nsight Compute: metric -> value
     tensor_cores: bool = False  # 16-bit inputs: mma on the tensor cores, and only the memory roof is known
+    stage_outputs: int = 0  # outputs of the compute stage (partial sums included), 0 when unknown
 
     @property
     def warps_per_block(self) -> int:
@@ -137,6 +138,14 @@ class Facts:
     def lanes_used(self) -> float:
         """Share of each warp's 32 lanes that hold a thread (a block of 8 threads uses 8)."""
         return self.threads_per_block / (self.warps_per_block * WARP_SIZE)
+
+    @property
+    def useful(self) -> float:
+        """Share of the launched threads' tiles that hold an output (a tile larger than the
+        output leaves threads with nothing to compute)."""
+        if not self.stage_outputs or not self.outputs_per_thread:
+            return 1.0
+        return min(1.0, self.stage_outputs / (self.blocks * self.threads_per_block * self.outputs_per_thread))
 
     @property
     def resident_blocks(self) -> int:
@@ -192,17 +201,17 @@ def _finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cos
 
 def _parallel_cost(f: Facts) -> float:
     """Latency hiding: the roofline's time stretched by too few warps per SM or idle SMs."""
-    share = f.busy_sms * min(1.0, f.warps_per_sm * f.lanes_used / LATENCY_HIDING_WARPS)
+    share = f.busy_sms * min(1.0, f.warps_per_sm * f.lanes_used * f.useful / LATENCY_HIDING_WARPS)
     return f.bound_us * (1 / share - 1) if share > 0 else 0.0
 
 
 PARALLEL_COST = (f"the roofline's least time × ({LATENCY_HIDING_WARPS} warps ÷ resident warps per SM (counting only "
-                 "the lanes that hold a thread), × SMs ÷ busy SMs) − the roofline's time: fewer than "
-                 f"{LATENCY_HIDING_WARPS} warps per SM are taken as too few to hide memory latency")
+                 "the lanes that hold a thread with outputs to compute), × SMs ÷ busy SMs) − the roofline's time: "
+                 f"fewer than {LATENCY_HIDING_WARPS} warps per SM are taken as too few to hide memory latency")
 
 
 def _full(f: Facts) -> bool:
-    return f.warps_per_sm * f.lanes_used >= LATENCY_HIDING_WARPS
+    return f.warps_per_sm * f.lanes_used * f.useful >= LATENCY_HIDING_WARPS
 
 
 def occupancy_rule(f: Facts) -> Finding | None:
@@ -231,6 +240,9 @@ def grid_rule(f: Facts) -> Finding | None:
     if f.lanes_used < 1:
         idle = f.warps_per_block * WARP_SIZE - f.threads_per_block
         evidence.append(f"A block of {f.threads_per_block} threads leaves {idle} of its warps' lanes idle.")
+    if f.useful < 1:
+        evidence.append(f"{1 - f.useful:.0%} of the threads' tiles fall outside the output: the tile is larger "
+                        "than the output.")
     if f.outputs_per_thread is not None:
         evidence.append(f"Each thread computes {f.outputs_per_thread} output(s).")
     return _finding("grid", f"Too little parallelism for the GPU: {f.blocks:,} blocks of {f.threads_per_block} "
@@ -515,7 +527,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes)
     bound = "memory" if memory_us >= least else "compute"
     kernel = analyze_resources(built, binary).kernels[0]
-    outputs_per_thread, loads = _tiling(built)
+    outputs_per_thread, loads, stage_outputs = _tiling(built)
     registers = kernel.registers if isinstance(kernel.registers, int) else None
     spills = kernel.spill_bytes if isinstance(kernel.spill_bytes, int) else None
     occ = kernel.occupancy
@@ -530,7 +542,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  built.kernels[0].blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
                  occ.limiter, registers, spills, math.prod(workload.output_shape()), outputs_per_thread, loads,
                  shared, globals_, _ffma_share(built, binary), _staged_steps(built), "cp.async" in built.cuda,
-                 measured_us, dict(counters or {}), no_compute_roof)
+                 measured_us, dict(counters or {}), no_compute_roof, stage_outputs)
 
 
 def _staged_steps(built: Build) -> int:
@@ -543,14 +555,16 @@ def _staged_steps(built: Build) -> int:
     return math.prod(loops.values()) if loops else 0
 
 
-def _tiling(built: Build) -> tuple[int | None, float | None]:
+def _tiling(built: Build) -> tuple[int | None, float | None, int]:
+    """(outputs per thread, loads per output, outputs of the compute stage) from the tiling."""
     from .tiling import analyze_tiling
 
     try:
         tiling = analyze_tiling(built)
     except ExplorerError:
-        return None, None
-    return tiling.outputs_per_thread, sum(f.loads_per_output for f in tiling.footprints) or None
+        return None, None, 0
+    return (tiling.outputs_per_thread, sum(f.loads_per_output for f in tiling.footprints) or None,
+            math.prod(tiling.output_shape))
 
 
 def _estimated_registers(like: Facts, outputs_per_thread: int | None) -> tuple[int, int | None]:
