@@ -257,3 +257,36 @@ def test_on_a_gpu_the_diagnosis_places_the_measured_setting(capsys):
     assert roofline["measured_us"] > roofline["least_us"] > 0
     assert 0 < roofline["percent_of_roofline"] < 100
     assert data["findings"] and any(f["suggestion"] for f in data["findings"])
+
+
+# -- global coalescing (explorer.analysis.coalescing) ------------------------------------------
+
+
+def test_sectors_per_request_of_hand_made_warps():
+    import numpy as np
+
+    from explorer.analysis.coalescing import request_sectors
+
+    lanes = np.arange(32)
+    active = np.ones((1, 32), bool)
+
+    def sectors(element, words=1):
+        word = (element * words)[None, :, None] + np.arange(words)
+        return tuple(int(v[0]) for v in request_sectors(word, active))
+
+    assert sectors(lanes) == (4, 4)  # consecutive floats: 128 bytes
+    assert sectors(lanes * 32) == (32, 4)  # a float each 128 bytes apart: 32 sectors for 4 sectors' worth
+    assert sectors(lanes * 0) == (1, 1)  # every lane the same float: a broadcast
+    assert sectors(lanes, words=4) == (16, 16)  # float4s: 512 bytes
+
+
+def test_an_uncoalesced_store_in_a_real_build():
+    from explorer.analysis.coalescing import analyze_coalescing
+    from explorer.build import build
+
+    # Threads (y, x) = (32, 1): a warp's lanes are 32 rows, each writing its own row of outputs.
+    report = analyze_coalescing(build(get_preset("dw-blog-threads-case4").spec))
+    (store,) = report.of("store")
+    assert store.sectors_per_request == 32 and store.excess == 8
+    loads = {a.buffer: a for a in report.of("load")}
+    assert loads["Filter"].excess == 1
