@@ -65,8 +65,9 @@ def _diagnose(spec: Spec, target: str) -> Diagnosis:
                     workers=max(1, live.settings.build_workers // 2))
 
 
-def panel(built: Build) -> None:
-    """The diagnosis at the top of the Explorer page (never blocks the page)."""
+def panel(built: Build, preset: str | None = None) -> None:
+    """The diagnosis at the top of the Explorer page (never blocks the page); its links start
+    from ``preset`` (default: the session's)."""
     if not built.kernels:
         return
     with st.container(border=True):
@@ -82,7 +83,7 @@ def panel(built: Build) -> None:
         except Exception as error:  # a bug in one rule must not take the page down; it says what happened
             st.caption(f"Diagnosis failed: {summary_line(error)}")
             return
-        show(diagnosis)
+        show(diagnosis, preset or session.preset_id())
 
 
 @st.fragment(run_every=POLL_S)
@@ -92,7 +93,7 @@ def _diagnosing(future: Future) -> None:
     st.caption("Diagnosing this setting: building its neighbouring settings to find what limits it…")
 
 
-def show(d: Diagnosis) -> None:
+def show(d: Diagnosis, preset: str | None = None) -> None:
     evidence = "static evidence only, no GPU measured this setting" if d.static else \
         f"measured {d.measured_us:.2f} µs, {100 * d.bound_us / d.measured_us:.0f}% of the roofline"
     st.markdown(f"**What limits this setting** — {evidence}; the roofline allows {d.bound_us:.2f} µs "
@@ -111,7 +112,7 @@ def show(d: Diagnosis) -> None:
         else:
             left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."
                          + (f" {tried[s.spec]}" if s.spec in tried else ""))
-            link = "./?" + urlencode(urlstate.to_query(s.spec, session.preset_id()))
+            link = "./?" + urlencode(urlstate.to_query(s.spec, preset))
             right.link_button("Open this setting", link, icon=":material/open_in_new:", width="stretch")
         with left.expander("Evidence"):
             st.markdown("\n".join(f"- {line}" for line in found.evidence) + f"\n\nCost: {found.cost_rule}.")

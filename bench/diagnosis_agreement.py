@@ -68,15 +68,22 @@ def _changes(changes) -> str:
     return ", ".join(f"{k} {a} → {b}" for k, a, b in changes) or "—"
 
 
+def _findings(g: A.StepGrade) -> str:
+    return ", ".join(f"{rule} ({cost:.2f} µs)" for rule, cost in zip(g.findings, g.costs, strict=True)) or "none"
+
+
 def explanation(g: A.StepGrade) -> str:
     """Why a graded step disagrees, read from the grade: what the diagnosis ranks first and
     what it suggests instead of the step's knobs."""
     if not g.suggestions:
-        return (f"the diagnosis finds {', '.join(g.findings) or 'nothing'} but no single-knob move that lowers "
+        return ("the diagnosis finds no single-knob move that lowers "
                 "its static estimate, so it suggests nothing")
     knobs = ", ".join(dict.fromkeys(k for k, _, _ in g.changes))
-    text = (f"the diagnosis ranks {g.findings[0]} first and suggests {' and '.join(g.suggestions)}; "
+    text = (f"the diagnosis ranks {g.findings[0]} first ({g.costs[0]:.2f} µs in its model) and suggests "
+            f"{' and '.join(g.suggestions)}; "
             f"{'neither moves' if len(g.suggestions) > 1 else 'that does not move'} {knobs} the step's way")
+    if g.agreeing_later is not None:
+        text += f"; the step's move is its suggestion #{g.agreeing_later}"
     if len(g.changes) > 2:
         text += f" (the step changes {len(g.changes)} knobs at once)"
     return text
@@ -137,7 +144,7 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for g in grades:
         if g.graded and not g.agrees:
             lines.append(f"- **{g.lesson} step {g.step}** ({g.before} → {g.after}: {_changes(g.changes)}): "
-                         f"findings {', '.join(g.findings) or 'none'}; {explanation(g)}.")
+                         f"findings {_findings(g)}; {explanation(g)}.")
     lines += ["", "## Steps not graded", ""]
     for g in grades:
         if not g.graded:

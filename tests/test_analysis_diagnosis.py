@@ -206,7 +206,8 @@ def test_grading_takes_the_top_two_suggestions():
     assert agreement.grade_step("depthwise_blog", step, diagnosis({"unroll": True}, {"num_vthread_x": 2})).agreeing == 2
     late = diagnosis({"unroll": True}, {"num_thread_x": 16}, {"num_vthread_x": 2})
     graded = agreement.lesson_agreement([get_lesson("depthwise_blog")], diagnose=lambda spec: late)
-    assert not next(g for g in graded if g.after == "dw-blog-vthread-case2").agrees
+    late_step = next(g for g in graded if g.after == "dw-blog-vthread-case2")
+    assert not late_step.agrees and late_step.agreeing_later == 3 and late_step.costs == (1.0, 1.0, 1.0)
     assert agreement.agreement_share(graded)[1] == sum(g.graded for g in graded) > 0
 
 

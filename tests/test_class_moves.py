@@ -69,5 +69,7 @@ def test_the_class_page_shows_the_steps_findings_and_what_the_students_moved_nex
     text = " ".join(m.value for m in teacher.markdown)
     assert "Most moved next: **num_thread_x** (2 student(s))." in text, text[:300]
     assert "What limits this setting" in text
+    links = [b.proto.url for b in teacher.get("link_button") if b.value == "Open this setting"]
+    assert links and all("preset=dw-blog-final-96" in url and "knob." in url for url in links)
     table = next(d.value for d in teacher.dataframe if "knob" in d.value.columns)
     assert table.set_index("knob")["students who moved it"].to_dict() == {"num_thread_x": 2, "num_thread_y": 1}

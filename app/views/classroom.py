@@ -92,7 +92,8 @@ def step_diagnosis(state: classroom.ClassStep) -> None:
         except ExplorerError as error:
             st.caption(str(error))
             return
-        diagnosis_panel.panel(built)
+        preset = L.get_lesson(state.lesson).step(state.step).preset.id if state.kind == "step" else None
+        diagnosis_panel.panel(built, preset)
 
 
 def class_gpus(store: classroom.Store) -> None:

@@ -41,6 +41,8 @@ class StepGrade:
     suggestions: tuple[str, ...] = ()  # the top suggestions at step k, described
     agreeing: int | None = None  # rank (1, 2) of the suggestion that agrees, None if none
     findings: tuple[str, ...] = ()  # the findings at step k, by rule
+    costs: tuple[float, ...] = ()  # their estimated costs, µs
+    agreeing_later: int | None = None  # rank of an agreeing suggestion beyond the top two, if any
 
     @property
     def graded(self) -> bool:
@@ -104,10 +106,14 @@ def grade_step(lesson: str, step: Step, diagnosis: Diagnosis | None) -> StepGrad
     reason = why_not_graded(step)
     if diagnosis is None or not changes:  # a step not graded may still be compared, for the record
         return StepGrade(**base, not_graded=reason)
-    top = diagnosis.suggestions(TOP_SUGGESTIONS)
-    rank = next((i for i, s in enumerate(top, start=1) if agrees(before, after, s.spec)), None)
-    return StepGrade(**base, not_graded=reason, suggestions=tuple(s.describe() for s in top), agreeing=rank,
-                     findings=tuple(f.rule for f in diagnosis.findings))
+    every = diagnosis.suggestions(len(diagnosis.findings))
+    rank = next((i for i, s in enumerate(every, start=1) if agrees(before, after, s.spec)), None)
+    top = every[:TOP_SUGGESTIONS]
+    return StepGrade(**base, not_graded=reason, suggestions=tuple(s.describe() for s in top),
+                     agreeing=rank if rank is not None and rank <= TOP_SUGGESTIONS else None,
+                     findings=tuple(f.rule for f in diagnosis.findings),
+                     costs=tuple(round(f.cost_us, 2) for f in diagnosis.findings),
+                     agreeing_later=rank if rank is not None and rank > TOP_SUGGESTIONS else None)
 
 
 def lesson_agreement(lessons: Iterable[Lesson], diagnose: Callable[[Spec], Diagnosis] = diagnose_spec,
