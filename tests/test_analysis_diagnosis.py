@@ -88,11 +88,12 @@ def test_spills_cost_their_bytes_for_every_thread():
 
 
 def test_an_output_written_many_times_over():
-    # 2.56 M outputs of 4 bytes, stored in 8× the sectors: accumulated in global memory.
-    stores = GlobalFact("C[i]", "store", 4, 80_000, 2_560_000, 2_560_000)
+    # 2.56 M outputs of 4 bytes, each stored 8 times: accumulated in global memory.
+    stored = 8 * 2_560_000 * 4
+    stores = GlobalFact("C[i]", "store", 4, 640_000, stored // 32, stored // 32, stored)
     found = dx.rewrite_rule(facts(globals=(stores,)))
     assert "8.0 times" in found.title
-    assert found.cost_us == pytest.approx(2 * (2_560_000 * 32 - 2_560_000 * 4) / 1e6)
+    assert found.cost_us == pytest.approx(2 * (stored - 2_560_000 * 4) / 1e6)
 
 
 def test_synchronous_copies_in_a_staged_loop_on_sm80():
@@ -275,10 +276,10 @@ def test_sectors_per_request_of_hand_made_warps():
         word = (element * words)[None, :, None] + np.arange(words)
         return tuple(int(v[0]) for v in request_sectors(word, active))
 
-    assert sectors(lanes) == (4, 4)  # consecutive floats: 128 bytes
-    assert sectors(lanes * 32) == (32, 4)  # a float each 128 bytes apart: 32 sectors for 4 sectors' worth
-    assert sectors(lanes * 0) == (1, 1)  # every lane the same float: a broadcast
-    assert sectors(lanes, words=4) == (16, 16)  # float4s: 512 bytes
+    assert sectors(lanes) == (4, 4, 128)  # consecutive floats: 128 bytes
+    assert sectors(lanes * 32) == (32, 4, 128)  # a float each 128 bytes apart: 32 sectors for 4 sectors' worth
+    assert sectors(lanes * 0) == (1, 1, 4)  # every lane the same float: a broadcast
+    assert sectors(lanes, words=4) == (16, 16, 512)  # float4s: 512 bytes
 
 
 def test_an_uncoalesced_store_in_a_real_build():

@@ -41,6 +41,7 @@ class GlobalAccess:
     requests: int  # warp-level executions with an active lane, whole launch
     sectors: int  # 32-byte sectors those requests touch
     ideal_sectors: int  # the distinct bytes they ask for, in sectors
+    ideal_bytes: int = 0  # the distinct bytes they ask for (4-byte words)
     not_modelled: str = ""
 
     @property
@@ -74,17 +75,17 @@ def distinct_per_row(keys: np.ndarray, active: np.ndarray) -> np.ndarray:
     return distinct.sum(axis=1)
 
 
-def request_sectors(words: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def request_sectors(words: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Word addresses (…, 32 lanes, words per lane) and activity (…, 32) of requests →
-    (sectors touched, ideal sectors), each shaped like the leading axes."""
+    (sectors touched, ideal sectors, distinct bytes), each shaped like the leading axes."""
     lead = active.shape[:-1]
     per_lane = words.shape[-1]
     rows = math.prod(lead)
     flat_words = words.reshape(rows, -1)
     flat_active = np.repeat(active.reshape(rows, -1), per_lane, axis=1)
     sectors = distinct_per_row(flat_words // (SECTOR_BYTES // WORD_BYTES), flat_active)
-    ideal = -(-distinct_per_row(flat_words, flat_active) * WORD_BYTES // SECTOR_BYTES)
-    return sectors.reshape(lead), ideal.reshape(lead)
+    nbytes = distinct_per_row(flat_words, flat_active) * WORD_BYTES
+    return sectors.reshape(lead), (-(-nbytes // SECTOR_BYTES)).reshape(lead), nbytes.reshape(lead)
 
 
 def analyze_global_access(access: SharedAccess, kernel: KernelAccesses, row_budget: int = ROW_BUDGET) -> GlobalAccess:
@@ -101,10 +102,11 @@ def analyze_global_access(access: SharedAccess, kernel: KernelAccesses, row_budg
         rng = np.random.default_rng(SAMPLE_SEED)
         context_ids = np.sort(rng.choice(model.contexts, size=max(1, row_budget // len(warps)), replace=False))
     words, active, _ = model.evaluate(context_ids, warps)
-    sectors, ideal = request_sectors(words, active)
+    sectors, ideal, nbytes = request_sectors(words, active)
     scale = model.repeats * model.contexts / len(context_ids)
     return GlobalAccess(**base, requests=int(round(active.any(axis=-1).sum() * scale)),
-                        sectors=int(round(sectors.sum() * scale)), ideal_sectors=int(round(ideal.sum() * scale)))
+                        sectors=int(round(sectors.sum() * scale)), ideal_sectors=int(round(ideal.sum() * scale)),
+                        ideal_bytes=int(round(nbytes.sum() * scale)))
 
 
 @functools.lru_cache(maxsize=64)

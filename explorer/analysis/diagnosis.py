@@ -99,6 +99,7 @@ class GlobalFact:
     requests: int
     sectors: int
     ideal_sectors: int
+    ideal_bytes: int = 0  # the distinct bytes the lanes ask for
 
 
 @dataclass(frozen=True)
@@ -327,13 +328,14 @@ def kernels_rule(f: Facts) -> Finding | None:
                     KERNELS_COST)
 
 
-REWRITE_COST = "every byte stored beyond the output's own, written and read back at the roof's bandwidth"
+REWRITE_COST = ("every byte stored beyond the output's own, written and read back at the roof's bandwidth (the "
+                "sectors a store wastes are the coalescing finding's)")
 
 
 def rewrite_rule(f: Facts) -> Finding | None:
     """More bytes stored to global memory than the output holds: partial results accumulated
     in global memory, or intermediates passed between kernels."""
-    stored = sum(a.ideal_sectors for a in f.globals if a.op == "store") * SECTOR_BYTES
+    stored = sum(a.ideal_bytes for a in f.globals if a.op == "store")
     output = f.outputs * OUTPUT_BYTES
     if stored <= output * 1.5:
         return None
@@ -536,7 +538,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
         occ = occupancy(sm_limits(arch)[0], kernel.threads_per_block, kernel.shared_bytes, registers)
     shared = tuple(SharedFact(a.text, a.op, a.max_degree, a.wavefronts, a.conflicts)
                    for k in analyze_banks(built).kernels for a in k.accesses if not a.not_modelled)
-    globals_ = tuple(GlobalFact(a.text, a.op, a.access_bytes, a.requests, a.sectors, a.ideal_sectors)
+    globals_ = tuple(GlobalFact(a.text, a.op, a.access_bytes, a.requests, a.sectors, a.ideal_sectors, a.ideal_bytes)
                      for a in analyze_coalescing(built).accesses if not a.not_modelled)
     return Facts(device, least, bound, len(built.kernels),
                  built.kernels[0].blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
