@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import multiprocessing
 import os
 import platform
 import shlex
@@ -46,8 +47,13 @@ def _diagnosis(spec):
     return diagnose_spec(spec)
 
 
+def processes(workers: int, initializer=None) -> ProcessPoolExecutor:
+    """Fresh processes (spawned, not forked: this one may have initialised CUDA)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=initializer)
+
+
 def diagnosing(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(workers, initializer=_source_only)
+    return processes(workers, _source_only)
 
 
 def grade(workers: int, progress) -> list[A.StepGrade]:
@@ -188,7 +194,7 @@ def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
     pairs = [(p.spec, top[0].spec) for p, top in zip(presets, tops, strict=True) if top]
     specs = list(dict.fromkeys(spec for pair in pairs for spec in pair))
     directory = tempfile.mkdtemp(prefix="diagnosis-libraries-")
-    with ProcessPoolExecutor(workers) as pool:
+    with processes(workers) as pool:
         libraries = dict(zip(specs, pool.map(_compile, specs, [directory] * len(specs)), strict=True))
     progress(f"compiled {len(specs)} kernels")
     times = {}
