@@ -85,7 +85,7 @@ def explanation(g: A.StepGrade) -> str:
         return ("the diagnosis finds no single-knob move that lowers "
                 "its static estimate, so it suggests nothing")
     knobs = ", ".join(dict.fromkeys(k for k, _, _ in g.changes))
-    text = (f"the diagnosis ranks {g.findings[0]} first ({g.costs[0]:.2f} µs in its model) and suggests "
+    text = (f"the diagnosis ranks {g.findings[0]} first and suggests "
             f"{' and '.join(g.suggestions)}; "
             f"{'neither moves' if len(g.suggestions) > 1 else 'that does not move'} {knobs} the step's way")
     if g.agreeing_later is not None:
