@@ -260,16 +260,17 @@ def main(argv=None) -> int:
                         help="processes that diagnose and compile")
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    started = time.time()
-    grades = grade(args.workers, progress)
-    text = agreement_text(grades, time.time() - started)
-    section = ""
     if args.try_on_gpu:
         from explorer.targets import local_gpu_target
 
         if local_gpu_target() is None:
             print("error: --try-on-gpu needs a local CUDA GPU.", file=sys.stderr)
             return NO_GPU_EXIT
+    started = time.time()
+    grades = grade(args.workers, progress)
+    text = agreement_text(grades, time.time() - started)
+    section = ""
+    if args.try_on_gpu:
         import tvm
 
         device = tvm.cuda(0).device_name

@@ -292,3 +292,24 @@ def test_an_uncoalesced_store_in_a_real_build():
     assert store.sectors_per_request == 32 and store.excess == 8
     loads = {a.buffer: a for a in report.of("load")}
     assert loads["Filter"].excess == 1
+
+
+def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch):
+    import diagnosis_agreement as bench
+    from live_fakes import fake_measurement
+
+    import explorer.measure
+
+    presets = [get_preset("dw-blog-channel-96"), get_preset("dw-blog-threads-case4")]
+    monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
+    measured = []
+
+    def stand_in(spec, settings=None, library=None, **_):
+        measured.append(spec)
+        return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
+
+    monkeypatch.setattr(explorer.measure, "measure", stand_in)
+    rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
+    assert [r["preset"] for r in rows] == [p.id for p in presets]
+    assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
+    assert len(measured) == len(set(measured)) >= 3
