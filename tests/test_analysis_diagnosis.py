@@ -248,6 +248,11 @@ def test_nsight_compute_counters_are_quoted_beside_the_static_evidence():
     assert found.evidence[-1] == "Nsight Compute: 11,521 bank conflicts."
     occupied = dx.occupancy_rule(facts(blocks_per_sm=1, limiter="registers", counters=counters))
     assert occupied.evidence[-1] == "Nsight Compute: achieved occupancy 25%."
+    stalled = ncu.KernelCounters(0, "main_kernel", "", "", {dx.STALL_METRIC.format("mio_throttle"): 57.07})
+    assert dx.counters_of(stalled) == {"stall_mio_throttle": 57.07}
+    found = dx.bank_conflict_rule(facts(shared=(column,), counters=dx.counters_of(stalled)))
+    assert found.evidence[-1] == ("Nsight Compute: warps stalled on the shared-memory pipe (mio_throttle) 57% of "
+                                  "the time.")
 
 
 @pytest.mark.gpu

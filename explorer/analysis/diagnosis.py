@@ -226,6 +226,7 @@ def occupancy_rule(f: Facts) -> Finding | None:
         evidence.append(f"{f.registers} registers per thread; {f.shared_bytes:,} B of shared memory per block.")
     if "achieved_occupancy" in f.counters:
         evidence.append(f"Nsight Compute: achieved occupancy {f.counters['achieved_occupancy']:.0f}%.")
+    evidence += stall_evidence(f, "long_scoreboard")
     return _finding("occupancy", f"Occupancy is limited by {f.limiter}: {f.warps_per_sm} warps per SM.", evidence,
                     _parallel_cost(f), PARALLEL_COST)
 
@@ -264,6 +265,7 @@ def bank_conflict_rule(f: Facts) -> Finding | None:
                 f"({conflicts / wavefronts:.0%})."]
     if "bank_conflicts" in f.counters:
         evidence.append(f"Nsight Compute: {f.counters['bank_conflicts']:,.0f} bank conflicts.")
+    evidence += stall_evidence(f, "mio_throttle", "short_scoreboard")
     return _finding("bank-conflicts", f"Shared-memory bank conflicts: up to {worst.max_degree}-way.", evidence,
                     f.device.cycles_us(conflicts / SHARED_WAVEFRONTS_PER_CYCLE), BANK_COST)
 
@@ -283,6 +285,7 @@ def coalescing_rule(f: Facts) -> Finding | None:
                 f"{extra * SECTOR_BYTES / 1e6:,.2f} MB moved beyond what the warps ask for."]
     if "l2_hit_rate" in f.counters:
         evidence.append(f"Nsight Compute: L2 hit rate {f.counters['l2_hit_rate']:.0f}%.")
+    evidence += stall_evidence(f, "long_scoreboard", "lg_throttle")
     return _finding("coalescing", f"Global accesses are not coalesced: {per_request:.1f} sectors per request.",
                     evidence, f.device.bytes_us(extra * SECTOR_BYTES), COALESCING_COST)
 
@@ -312,7 +315,8 @@ def spill_rule(f: Facts) -> Finding | None:
     if not f.spill_bytes:
         return None
     threads = f.blocks * f.threads_per_block
-    evidence = [f"{f.spill_bytes} bytes of spill stores and loads per thread ({f.registers} registers)."]
+    evidence = [f"{f.spill_bytes} bytes of spill stores and loads per thread ({f.registers} registers).",
+                *stall_evidence(f, "lg_throttle")]
     return _finding("spills", f"Registers spill to local memory: {f.spill_bytes} bytes per thread.", evidence,
                     f.device.bytes_us(f.spill_bytes * threads), SPILL_COST)
 
@@ -374,7 +378,8 @@ def pipeline_rule(f: Facts) -> Finding | None:
     waves = -(-f.blocks // (f.device.sms * f.resident_blocks))
     evidence = [f"A loop of {f.staged_steps} steps loads tiles into shared memory and waits at a barrier each "
                 "step; no cp.async in the kernel.",
-                f"{waves} wave(s) of {f.device.sms * f.resident_blocks} blocks."]
+                f"{waves} wave(s) of {f.device.sms * f.resident_blocks} blocks.",
+                *stall_evidence(f, "long_scoreboard", "barrier")]
     return _finding("pipeline", f"Each of {f.staged_steps} steps waits for its copy to shared memory.", evidence,
                     f.device.cycles_us(waves * f.device.sms * f.staged_steps * MEMORY_LATENCY_CYCLES),
                     PIPELINE_COST)
@@ -485,13 +490,19 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
 # -- Nsight Compute's counters ------------------------------------------------------------
 
 L2_HIT_RATE = "lts__t_sector_hit_rate.pct"
+# Warp stall reasons (share of the active warps' cycles stalled on each), and what they wait for.
+STALLS = {
+    "long_scoreboard": "global or local memory", "lg_throttle": "the global/local load queue",
+    "barrier": "a barrier", "mio_throttle": "the shared-memory pipe", "short_scoreboard": "shared memory",
+}
+STALL_METRIC = "smsp__warp_issue_stalled_{}_per_warp_active.pct"
 
 
 def ncu_metrics() -> tuple[str, ...]:
     """The counters the diagnosis reads (``explorer.analysis.ncu.profile(spec, metrics=...)``)."""
     from . import ncu
 
-    return (*ncu.PANEL_METRICS, L2_HIT_RATE)
+    return (*ncu.PANEL_METRICS, L2_HIT_RATE, *(STALL_METRIC.format(reason) for reason in STALLS))
 
 
 def counters_of(launch) -> dict:
@@ -502,8 +513,15 @@ def counters_of(launch) -> dict:
     conflicts = [launch.get(op, "conflicts") for op in ("load", "store")]
     out = {"achieved_occupancy": metrics.get(ncu.OCCUPANCY), "l2_hit_rate": metrics.get(L2_HIT_RATE),
            "bank_conflicts": sum(conflicts) if None not in conflicts else None,
-           "duration_us": metrics[ncu.DURATION] / 1e3 if metrics.get(ncu.DURATION) is not None else None}
+           "duration_us": metrics[ncu.DURATION] / 1e3 if metrics.get(ncu.DURATION) is not None else None,
+           **{f"stall_{reason}": metrics.get(STALL_METRIC.format(reason)) for reason in STALLS}}
     return {name: value for name, value in out.items() if value is not None}
+
+
+def stall_evidence(f: Facts, *reasons: str) -> list[str]:
+    """Nsight Compute's stall reasons that bear on a finding, as evidence lines."""
+    return [f"Nsight Compute: warps stalled on {STALLS[r]} ({r}) {f.counters[f'stall_{r}']:.0f}% of the time."
+            for r in reasons if f"stall_{r}" in f.counters]
 
 
 # -- facts of a build -----------------------------------------------------------------------
