@@ -318,3 +318,15 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch):
     assert [r["preset"] for r in rows] == [p.id for p in presets]
     assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
     assert len(measured) == len(set(measured)) >= 3
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_with_ncu_the_diagnosis_quotes_the_counters(capsys):
+    from explorer.analysis import ncu
+
+    if ncu.ncu_path() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    assert main(["show", "dw-blog-threads-case4", "--view", "diagnosis", "--ncu", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["diagnosis"]
+    assert any("Nsight Compute profiled one launch" in note for note in data["notes"])
+    assert any(line.startswith("Nsight Compute: ") for f in data["findings"] for line in f["evidence"])
