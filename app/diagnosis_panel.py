@@ -27,7 +27,6 @@ POLL_S = 0.5
 KEEP = 256  # diagnoses kept for the whole server
 WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
 SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.LessonConfig)
-TRY_SLOT = "diagnosis"  # background requests carry no session: nobody waits for them
 
 _jobs: OrderedDict[tuple, Future] = OrderedDict()
 _lock = threading.Lock()
@@ -35,12 +34,15 @@ _pool = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
 
 
 def job(spec: Spec, target: str) -> Future:
-    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session."""
-    key = (spec, target)
+    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
+    and again once the setting has been measured (then it is placed on the measured roofline)."""
+    measured = server.live().result(spec, target)
+    measured = measured if getattr(measured, "correct", False) else None
+    key = (spec, target, measured.median_us if measured else None)
     with _lock:
         future = _jobs.get(key)
         if future is None or future.cancelled():
-            future = _jobs[key] = _pool.submit(_diagnose, spec, target)
+            future = _jobs[key] = _pool.submit(_diagnose, spec, target, measured)
             while len(_jobs) > KEEP:
                 _jobs.popitem(last=False)
             waiting = [f for f in _jobs.values() if not f.running() and not f.done()]
@@ -50,15 +52,13 @@ def job(spec: Spec, target: str) -> Future:
         return future
 
 
-def _diagnose(spec: Spec, target: str) -> Diagnosis:
+def _diagnose(spec: Spec, target: str, measured) -> Diagnosis:
     live = server.live()
     built = server.build(spec, target)
     try:
         binary = compile_binary(built)
     except ExplorerError:
         binary = None  # registers unknown: the diagnosis says so
-    measured = live.result(spec, target)
-    measured = measured if getattr(measured, "correct", False) else None
     return diagnose(built, binary=binary, ceilings=measured.ceilings if measured else None,
                     measured_us=measured.median_us if measured else None,
                     build_fn=lambda other: server.build(other, target),

@@ -59,6 +59,9 @@ def test_tried_suggestions_say_faster_or_slower(monkeypatch):
     # The stand-in GPU: 40 µs for the setting, 20 µs for the first suggestion, 50 µs for the others.
     calls = fake_measurements(monkeypatch, lambda s: 40.0 if s == spec else 20.0 if s == faster else 50.0)
     at = settle(diagnosed({"preset": PRESET}))
+    diagnosis_panel.job(spec, "auto").result(timeout=300)  # measured now: placed on the measured roofline
+    at.run()
+    assert any("measured 40.00 µs" in m.value for m in at.markdown)
     at.button(key="ui.diagnosis.try").click().run()
     at = settle(at)
     at = settle(at)
