@@ -45,6 +45,18 @@ def _banner() -> None:
     right.link_button("Open it", state.link, icon=":material/open_in_new:", width="stretch")
 
 
+def record_move(current) -> None:
+    """Count this session's move away from the class's step (the Class page shows the knobs
+    the students moved next)."""
+    try:
+        state = store().class_step()
+    except (sqlite3.Error, OSError):
+        return
+    previous = session.previous_try(current)
+    if state is not None and previous is not None:
+        classroom.moves.record(session.session_id(), state, previous.spec, current)
+
+
 def can_submit() -> bool:
     """Whether this server can measure a submission (a GPU here or an RPC tracker)."""
     from app import panels

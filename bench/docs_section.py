@@ -22,3 +22,12 @@ def write_section(name: str, text: str, path: Path = BENCHMARKS) -> None:
         updated = current.rstrip("\n") + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(updated)
+
+
+def read_section(name: str, path: Path = BENCHMARKS) -> str | None:
+    """The text of section ``name`` of ``path`` with its markers, or None."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    current = path.read_text() if path.exists() else ""
+    if start not in current or end not in current:
+        return None
+    return start + current.split(start, 1)[1].split(end, 1)[0] + end

@@ -211,7 +211,10 @@ def main(argv=None) -> int:
     }
     text = render(lessons, measured, torch_us, R.local_sm_count(), header, args.target)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    from docs_section import read_section
+
+    kept = read_section("diagnosis", args.out)  # bench/diagnosis_agreement.py's section stays
+    args.out.write_text(text + (f"\n{kept}\n" if kept else ""))
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = {"header": header, "presets": {pid: {**{k: v for k, v in vars(m).items() if k != "evidence"},
                                                "blocks": m.blocks} for pid, m in measured.items()},

@@ -192,6 +192,26 @@ def _view_roofline(spec, args):
     return format_roofline(r), {"roofline": r.to_dict()}
 
 
+@view("diagnosis")
+def _view_diagnosis(spec, args):
+    from .analysis.diagnosis import diagnose, format_diagnosis
+    from .build import build, compile_binary
+
+    b = build(spec, args.target)  # a refused setting stops here with its one sentence (exit 2)
+    measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
+    measured = measured if measured is not None and measured.correct else None
+    counters = None
+    if args.ncu:  # one launch profiled by Nsight Compute on this machine's GPU
+        from .analysis import ncu
+        from .analysis.diagnosis import counters_of, ncu_metrics
+
+        launch = ncu.launch_of(ncu.profile(spec, metrics=ncu_metrics()), b.kernels[0].name)
+        counters = counters_of(launch) if launch is not None else None
+    d = diagnose(b, binary=compile_binary(b), ceilings=measured.ceilings if measured else None,
+                 measured_us=measured.median_us if measured else None, counters=counters)
+    return format_diagnosis(d, f"python -m explorer show {args.preset}"), {"diagnosis": d.to_dict()}
+
+
 def _measured_on_local_gpu(spec):
     """The setting measured on this machine's GPU (its ceilings included), or None without one."""
     from . import measure
@@ -360,7 +380,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--view", required=True, choices=sorted(VIEWS))
     p.add_argument("--json", action="store_true")
     p.add_argument("--ncu", action="store_true",
-                   help="with --view banks: measure the counters with Nsight Compute (GPU)")
+                   help="with --view banks or diagnosis: measure the counters with Nsight Compute (GPU)")
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("sweep", help="build (and measure) every combination of some knobs; rank them")
     _add_spec_args(p)

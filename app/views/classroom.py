@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app import class_mode, server, session
+from app import class_mode, diagnosis_panel, server, session
 from explorer import classroom, urlstate
 from explorer import lessons as L
 from explorer.errors import ExplorerError
@@ -67,8 +67,33 @@ def teacher_controls(store: classroom.Store) -> None:
         store.clear_class_step()
     state = store.class_step()
     st.markdown(f"Now: **{state.banner()}**" if state else "Now: no step set; students explore freely.")
+    if state is not None:
+        step_diagnosis(state)
     students()
     class_gpus(store)
+
+
+def step_diagnosis(state: classroom.ClassStep) -> None:
+    """For the class's step: what limits it (the Explorer's diagnosis) and the knobs the
+    students moved next from it."""
+    spec = classroom.moves.class_spec(state)
+    if spec is None:
+        return
+    with st.expander("What limits this step, and what the students moved next", expanded=True):
+        moved = classroom.moves.most_moved(state)
+        if moved:
+            knob, count = moved[0]
+            st.markdown(f"Most moved next: **{knob}** ({count} student(s)).")
+            st.dataframe(pd.DataFrame(moved, columns=["knob", "students who moved it"]), hide_index=True)
+        else:
+            st.caption("No student has moved a knob away from this step yet.")
+        try:
+            built = server.build(spec, session.target())
+        except ExplorerError as error:
+            st.caption(str(error))
+            return
+        preset = L.get_lesson(state.lesson).step(state.step).preset.id if state.kind == "step" else None
+        diagnosis_panel.panel(built, preset)
 
 
 def class_gpus(store: classroom.Store) -> None:

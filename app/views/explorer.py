@@ -3,7 +3,7 @@ import functools
 
 import streamlit as st
 
-from app import class_mode, code_view, panels, session
+from app import class_mode, code_view, diagnosis_panel, panels, session
 from explorer.export import file_name, snippet
 from explorer.highlight import view_text
 from explorer.presets import get_preset
@@ -49,6 +49,9 @@ if stale:
     st.warning(f"Below: the last valid setting, now stale. Since then: {session.describe_change(built.spec, spec)}.")
 
 panels.metrics(built)
+if not stale:
+    diagnosis_panel.panel(built)
+    class_mode.record_move(built.spec)
 if measurable and not stale and built.kernels:
     panels.latency(built)
 previous = session.previous_try(built.spec) if not stale else None

@@ -10,4 +10,8 @@
 - :mod:`.ncu` — Nsight Compute's counters for the same kernel, beside the bank model.
 - :mod:`.roofline` — arithmetic intensity, the device's ceilings (measured or published),
   attainable performance and where a setting sits.
+- :mod:`.coalescing` — 32-byte sectors per global load and store against the ideal.
+- :mod:`.diagnosis` — the few findings that most limit a setting, ranked by estimated cost,
+  each with its evidence and the neighbouring setting that addresses it.
+- :mod:`.agreement` — the diagnosis graded against the lessons' steps.
 """

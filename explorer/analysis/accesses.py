@@ -82,11 +82,12 @@ class KernelAccesses:
     barrier_loops: set = field(default_factory=set)  # loop variables whose body has a barrier
 
 
-def kernel_accesses(device_mod: tvm.IRModule) -> list[KernelAccesses]:
-    """The shared accesses of every kernel of a lowered device module, by kernel name."""
+def kernel_accesses(device_mod: tvm.IRModule, scopes: tuple[str, ...] = SHARED_SCOPES) -> list[KernelAccesses]:
+    """The accesses of buffers in ``scopes`` (shared memory by default) of every kernel of a
+    lowered device module, by kernel name."""
     out = []
     for gv, func in sorted(device_mod.functions.items(), key=lambda item: item[0].name_hint):
-        collector = _Collector(gv.name_hint, loop_heights(func.body))
+        collector = _Collector(gv.name_hint, loop_heights(func.body), scopes)
         collector.stmt(func.body, (), ())
         out.append(collector.result())
     return out
@@ -108,8 +109,9 @@ def loop_heights(body) -> dict:
 
 
 class _Collector:
-    def __init__(self, kernel: str, heights: dict):
+    def __init__(self, kernel: str, heights: dict, scopes: tuple[str, ...] = SHARED_SCOPES):
         self.kernel = kernel
+        self.scopes = scopes
         self.heights = heights
         self.epoch = 0
         self.barrier_loops: set = set()
@@ -165,7 +167,7 @@ class _Collector:
             self.expr(s.value, loops, guards)
             for index in s.indices:
                 self.expr(index, loops, guards)
-            if _is_shared(s.buffer):
+            if s.buffer.scope() in self.scopes:
                 self.record("store", s.buffer, s.indices, loops, guards)
                 self.region = {k: v for k, v in self.region.items() if k[0] != str(s.buffer.name)}
         elif isinstance(s, tirx.Evaluate):
@@ -183,7 +185,7 @@ class _Collector:
         if isinstance(e, BufferLoad):
             for index in e.indices:
                 self.expr(index, loops, guards)
-            if _is_shared(e.source):
+            if e.source.scope() in self.scopes:
                 self.record("load", e.source, e.indices, loops, guards)
             return
         if isinstance(e, tvm.ir.Call) and op_name(e) == "if_then_else":
@@ -225,10 +227,6 @@ class _Collector:
 def guard_key(guards: tuple) -> tuple:
     """Guards as a dict key, compared by structure (cheaper than printing them)."""
     return tuple((StructuralKey(cond), want) for cond, want in guards)
-
-
-def _is_shared(buffer) -> bool:
-    return buffer.scope() in SHARED_SCOPES
 
 
 def _flat_index(buffer, indices) -> tuple[object, int]:

@@ -7,8 +7,9 @@ submit their schedules to a leaderboard that lasts (one SQLite file).
   the normal measurement queue), :func:`board` (each student's best per device).
 - ``teacher.py``: the teacher's token (``EXPLORER_TEACHER_TOKEN``), compared in constant time.
 - ``presence.py``: who is connected and on which step (this process only).
+- ``moves.py``: which knobs the students moved next from the class's step (this process only).
 """
-from . import presence
+from . import moves, presence
 from .leaderboard import (
                           InvalidName,
                           Place,
@@ -25,6 +26,6 @@ from .teacher import TOKEN_ENV, is_teacher, token_configured
 
 __all__ = [
     "ClassStep", "DB_ENV", "Entry", "InvalidName", "Place", "Store", "SubmissionRefused", "TOKEN_ENV", "board",
-    "class_remote", "default_path", "is_teacher", "measure_for_board", "open_store", "presence", "set_class_remote",
-    "submit", "token_configured", "validate_name",
+    "class_remote", "default_path", "is_teacher", "measure_for_board", "moves", "open_store", "presence",
+    "set_class_remote", "submit", "token_configured", "validate_name",
 ]

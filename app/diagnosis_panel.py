@@ -1,0 +1,182 @@
+"""The Explorer's diagnosis panel: the few findings that most limit the current setting,
+ranked, each with its evidence, its estimated cost and a link to the setting that addresses
+it (explorer.analysis.diagnosis). On a server that measures, the suggestions can be tried
+through the server's one queue as background work (behind every student's own
+measurement), and each shows whether it was faster, and by how much.
+
+A diagnosis builds every neighbouring setting on the server's build processes, so it runs
+once per setting for the whole server, one at a time and on at most half the build processes
+(the students' own pages keep the other half), in a thread, while the page polls."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from explorer import urlstate
+from explorer.analysis.diagnosis import Diagnosis, diagnose
+from explorer.build import Build, Spec, compile_binary
+from explorer.errors import ExplorerError, summary_line
+
+from . import server, session
+
+POLL_S = 0.5
+KEEP = 256  # diagnoses kept for the whole server
+WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
+SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.LessonConfig)
+
+_jobs: OrderedDict[tuple, Future] = OrderedDict()
+_lock = threading.Lock()
+_pool = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
+
+
+def job(spec: Spec, target: str) -> Future:
+    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
+    and again once the setting has been measured (then it is placed on the measured roofline)."""
+    measured = server.live().result(spec, target)
+    measured = measured if getattr(measured, "correct", False) else None
+    key = (spec, target, measured.median_us if measured else None)
+    with _lock:
+        future = _jobs.get(key)
+        if future is None or future.cancelled():
+            future = _jobs[key] = _pool.submit(_diagnose, spec, target, measured)
+            while len(_jobs) > KEEP:
+                _jobs.popitem(last=False)
+            waiting = [f for f in _jobs.values() if not f.running() and not f.done()]
+            for stale in waiting[:-WAITING]:
+                stale.cancel()  # asked for again, it starts again
+        _jobs.move_to_end(key)
+        return future
+
+
+def _diagnose(spec: Spec, target: str, measured) -> Diagnosis:
+    live = server.live()
+    built = server.build(spec, target)
+    try:
+        binary = compile_binary(built)
+    except ExplorerError:
+        binary = None  # registers unknown: the diagnosis says so
+    return diagnose(built, binary=binary, ceilings=measured.ceilings if measured else None,
+                    measured_us=measured.median_us if measured else None,
+                    build_fn=lambda other: server.build(other, target),
+                    workers=max(1, live.settings.build_workers // 2))
+
+
+def panel(built: Build, preset: str | None = None) -> None:
+    """The diagnosis at the top of the Explorer page (never blocks the page); its links start
+    from ``preset`` (default: the session's)."""
+    if not built.kernels:
+        return
+    with st.container(border=True):
+        future = job(built.spec, session.target())
+        if not future.done():
+            _diagnosing(future)
+            return
+        try:
+            diagnosis = future.result()
+        except ExplorerError as error:
+            st.caption(f"Diagnosis: {error}")
+            return
+        except Exception as error:  # a bug in one rule must not take the page down; it says what happened
+            st.caption(f"Diagnosis failed: {summary_line(error)}")
+            return
+        show(diagnosis, preset or session.preset_id())
+
+
+@st.fragment(run_every=POLL_S)
+def _diagnosing(future: Future) -> None:
+    if future.done():
+        st.rerun()
+    st.caption("Diagnosing this setting: building its neighbouring settings to find what limits it…")
+
+
+def show(d: Diagnosis, preset: str | None = None) -> None:
+    evidence = "static evidence only, no GPU measured this setting" if d.static else \
+        f"measured {d.measured_us:.2f} µs, {100 * d.bound_us / d.measured_us:.0f}% of the roofline"
+    st.markdown(f"**What limits this setting** — {evidence}; the roofline allows {d.bound_us:.2f} µs "
+                f"({d.bound}-bound).")
+    if not d.findings:
+        st.caption("No finding costs more than a few percent of the roofline's time.")
+        return
+    tried = _tried(d)
+    for rank, found in enumerate(d.findings, start=1):
+        left, right = st.columns([4, 1], vertical_alignment="center")
+        share = f", {100 * found.cost_us / d.bound_us:.0f}% of the roofline's time" if d.bound_us else ""
+        left.markdown(f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
+        s = found.suggestion
+        if s is None:
+            left.caption("No single knob move lowers this without raising the estimate.")
+        else:
+            left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."
+                         + (f" {tried[s.spec]}" if s.spec in tried else ""))
+            link = "./?" + urlencode(urlstate.to_query(s.spec, preset))
+            right.link_button("Open this setting", link, icon=":material/open_in_new:", width="stretch")
+        with left.expander("Evidence"):
+            st.markdown("\n".join(f"- {line}" for line in found.evidence) + f"\n\nCost: {found.cost_rule}.")
+    _try_button(d, tried)
+
+
+# -- trying the suggestions on the GPU ------------------------------------------------------
+
+
+def _suggested(d: Diagnosis) -> list[Spec]:
+    return [s.spec for s in d.suggestions(len(d.findings))]
+
+
+def _tried(d: Diagnosis) -> dict[Spec, str]:
+    """What the server's measurements say of each suggestion so far (none asked for here)."""
+    from app import panels
+
+    if not panels.can_measure():
+        return {}
+    live, target, remote = server.live(), session.target(), session.remote()
+    now = live.result(d.spec, target, remote)
+    if not getattr(now, "correct", False):
+        return {}
+    out = {}
+    for spec in _suggested(d):
+        result = live.result(spec, target, remote)
+        if result is not None:
+            out[spec] = verdict(now.median_us, result.median_us if result.correct else None)
+    return out
+
+
+def verdict(now_us: float, suggested_us: float | None) -> str:
+    """One sentence on a tried suggestion: faster, slower (shown as such) or the same speed."""
+    if suggested_us is None:
+        return "Tried on the GPU: its result was wrong."
+    ratio = now_us / suggested_us
+    if ratio >= 1 + SAME_SPEED:
+        return f"Tried on the GPU: faster, {suggested_us:.2f} µs ({ratio:.2f}× this setting's speed)."
+    if ratio <= 1 - SAME_SPEED:
+        return f"Tried on the GPU: slower, {suggested_us:.2f} µs ({1 / ratio:.2f}× this setting's time)."
+    return f"Tried on the GPU: the same speed, {suggested_us:.2f} µs."
+
+
+def _try_button(d: Diagnosis, tried: dict) -> None:
+    from app import panels
+
+    if not panels.can_measure():
+        return
+    asked = session.memo("diagnosis.tries")  # setting -> the background jobs this session asked for
+    pending = [spec for spec in _suggested(d) if spec not in tried]
+    if pending and d.spec not in asked and st.button(
+            "Try the suggestions on the GPU", key="ui.diagnosis.try", icon=":material/science:",
+            help="Each suggested setting is measured through the server's queue, behind every student's own "
+                 "measurement, then shown here as faster or slower than this one."):
+        live, target, remote = server.live(), session.target(), session.remote()
+        asked[d.spec] = [live.request(None, spec, target, remote, background=True) for spec in [d.spec, *pending]]
+    jobs = asked.get(d.spec, ())
+    if any(not j.done for j in jobs):
+        _trying(jobs)
+
+
+@st.fragment(run_every=POLL_S)
+def _trying(jobs) -> None:
+    if all(j.done for j in jobs):
+        st.rerun()
+    waiting = sum(not j.done for j in jobs)
+    st.caption(f"Trying the suggestions: {waiting} measurement(s) waiting behind the students' own…")

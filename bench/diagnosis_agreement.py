@@ -1,0 +1,300 @@
+"""Grade the diagnosis against the lessons and write docs/diagnosis.md.
+
+    python bench/diagnosis_agreement.py --write            # CPU: lesson agreement (docs/diagnosis.md)
+    python bench/diagnosis_agreement.py --try-on-gpu --write
+        # GPU: also measure each shipped preset that is not a search's best beside its top
+        # suggestion; the table goes into docs/diagnosis.md and docs/lessons-h100.md
+
+For each step k → k+1 of every lesson, the diagnosis of step k (static evidence only) is
+asked for its top two suggestions; the step agrees when one of them moves a knob that step
+k+1 changes, the same way (explorer.analysis.agreement). Diagnoses run in parallel processes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from explorer.analysis import agreement as A
+from explorer.analysis.diagnosis import RANKING_RULE, SUGGESTION_RULE, diagnose_spec
+from explorer.lessons import lessons
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "diagnosis.md"
+LESSONS_DOC = ROOT / "docs" / "lessons-h100.md"
+BEST_LESSON = "best"  # presets/best.toml: each a search's best point
+TOLERANCE = 0.05  # two times within ±5% are the same speed (explorer.lessons.LessonConfig)
+NO_GPU_EXIT = 3
+
+def _source_only() -> None:
+    """In a diagnosing process: CUDA source only (a GPU machine would compile every neighbour's
+    binary while building it); registers still come from the cubin explorer.analysis.sass compiles."""
+    from explorer.measure.cuda_env import SOURCE_ONLY
+
+    os.environ[SOURCE_ONLY] = "1"
+
+
+def _diagnosis(spec):
+    return diagnose_spec(spec)
+
+
+def processes(workers: int, initializer=None) -> ProcessPoolExecutor:
+    """Fresh processes (spawned, not forked: this one may have initialised CUDA)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=initializer)
+
+
+def diagnosing(workers: int) -> ProcessPoolExecutor:
+    return processes(workers, _source_only)
+
+
+def grade(workers: int, progress) -> list[A.StepGrade]:
+    """Every lesson step, graded; the graded steps' diagnoses run in ``workers`` processes."""
+    steps = [(lesson, step) for lesson in lessons() for step in lesson.steps[1:]]
+    wanted = list(dict.fromkeys(step.previous.spec for _, step in steps
+                                if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)))
+    with diagnosing(workers) as pool:
+        diagnoses = dict(zip(wanted, pool.map(_diagnosis, wanted), strict=True))
+    grades = [A.grade_step(lesson.id, step, diagnoses.get(step.previous.spec)) for lesson, step in steps]
+    for g in grades:
+        if g.graded:
+            progress(f"{'agrees' if g.agrees else 'differs'}: {g.lesson} step {g.step} ({g.after})")
+    return grades
+
+
+def _changes(changes) -> str:
+    return ", ".join(f"{k} {a} → {b}" for k, a, b in changes) or "—"
+
+
+def _findings(g: A.StepGrade) -> str:
+    return ", ".join(f"{rule} ({cost:.2f} µs)" for rule, cost in zip(g.findings, g.costs, strict=True)) or "none"
+
+
+def explanation(g: A.StepGrade) -> str:
+    """Why a graded step disagrees, read from the grade: what the diagnosis ranks first and
+    what it suggests instead of the step's knobs."""
+    if not g.suggestions:
+        return ("the diagnosis finds no single-knob move that lowers "
+                "its static estimate, so it suggests nothing")
+    knobs = ", ".join(dict.fromkeys(k for k, _, _ in g.changes))
+    text = (f"the diagnosis ranks {g.findings[0]} first and suggests "
+            f"{' and '.join(g.suggestions)}; "
+            f"{'neither moves' if len(g.suggestions) > 1 else 'that does not move'} {knobs} the step's way")
+    if g.agreeing_later is not None:
+        text += f"; the step's move is its suggestion #{g.agreeing_later}"
+    if len(g.changes) > 2:
+        text += f" (the step changes {len(g.changes)} knobs at once)"
+    return text
+
+
+def _knob_steps(grades: list[A.StepGrade]) -> list[A.StepGrade]:
+    return [g for g in grades if g.not_graded in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
+
+
+def agreement_summary(grades: list[A.StepGrade]) -> list[str]:
+    """The headline and the table per lesson (also docs/lessons-h100.md's)."""
+    agreeing, graded = A.agreement_share(grades)
+    knob_steps = _knob_steps(grades)
+    all_agreeing = sum(g.agrees for g in knob_steps)
+    per_lesson = defaultdict(list)
+    for g in grades:
+        per_lesson[g.lesson].append(g)
+    lines = [
+        f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).** Counting also the steps a "
+        f"search found for another workload and those the tutorial marks slower: {all_agreeing} of "
+        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}).",
+        "",
+        "| lesson | steps | graded | agree | share |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for lesson, rows in per_lesson.items():
+        a, n = A.agreement_share(rows)
+        lines.append(f"| {lesson} | {len(rows)} | {n} | {a} | {f'{a / n:.0%}' if n else '—'} |")
+    return lines
+
+
+def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
+    knob_steps = _knob_steps(grades)
+    lines = [
+        "# The diagnosis, graded against the lessons",
+        "",
+        "Each lesson is a sequence of settings. For each step k → k+1 the diagnosis of step k (static evidence "
+        "only, `python -m explorer show <preset> --view diagnosis`) is asked for its top two suggestions; the "
+        "step **agrees** when one of them moves a knob that step k+1 changes, the same way (to the same value, "
+        "or in the same direction; a split's factors towards its inner or outer levels). A step is graded when it "
+        "keeps the template and changes a knob, the tutorial does not mark it slower than an earlier step (it shows "
+        "a slower setting on purpose), and it is not a search's best for another workload (a preset with a "
+        "`found_by` command, searched for its own shape rather than made from the step before).",
+        "",
+        f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
+        f"(its published figures: static evidence only); {seconds:.0f} s.",
+        "",
+    ]
+    lines += agreement_summary(grades)
+    lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | top two suggestions at the step "
+              "before | agrees |", "| --- | ---: | --- | --- | --- |"]
+    for g in knob_steps:
+        verdict = (f"yes (#{g.agreeing})" if g.agrees else "no") + ("" if g.graded else f"; not graded: {g.not_graded}")
+        lines.append(f"| {g.lesson} | {g.step} {g.after} | {_changes(g.changes)} | "
+                     f"{'; '.join(g.suggestions) or '—'} | {verdict} |")
+    lines += ["", "## Disagreements among the graded steps", ""]
+    for g in grades:
+        if g.graded and not g.agrees:
+            lines.append(f"- **{g.lesson} step {g.step}** ({g.before} → {g.after}: {_changes(g.changes)}): "
+                         f"findings {_findings(g)}; {explanation(g)}.")
+    lines += ["", "## Steps not graded", ""]
+    for g in grades:
+        if not g.graded:
+            lines.append(f"- {g.lesson} step {g.step} ({g.after}): {g.not_graded}.")
+    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}", ""]
+    return "\n".join(lines)
+
+
+# -- the GPU half ----------------------------------------------------------------------------
+
+
+def presets_to_try() -> list:
+    """Shipped presets that are not a search's best (presets/best.toml), one per setting."""
+    best = {step.preset.spec for lesson in lessons() if lesson.id == BEST_LESSON for step in lesson.steps}
+    seen, out = set(), []
+    for lesson in lessons():
+        for step in lesson.steps:
+            spec = step.preset.spec
+            if lesson.id != BEST_LESSON and spec not in best and spec not in seen:
+                seen.add(spec)
+                out.append(step.preset)
+    return out
+
+
+def _compile(spec, directory):
+    from explorer.live import compile_library
+
+    result = compile_library(spec, "auto", directory)
+    return result if isinstance(result, str) else None
+
+
+def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
+    """Each preset beside its top suggestion, measured on the local GPU (10 repeats), until
+    the ``deadline`` (a ``time.time()``); what is left says so."""
+    from explorer.measure import Settings, measure
+
+    presets = presets_to_try()
+    with diagnosing(workers) as pool:
+        tops = [d.suggestions(1) for d in pool.map(_diagnosis, [p.spec for p in presets])]
+    progress(f"diagnosed {len(presets)} presets")
+    pairs = [(p.spec, top[0].spec) for p, top in zip(presets, tops, strict=True) if top]
+    specs = list(dict.fromkeys(spec for pair in pairs for spec in pair))
+    directory = tempfile.mkdtemp(prefix="diagnosis-libraries-")
+    with processes(workers) as pool:
+        libraries = dict(zip(specs, pool.map(_compile, specs, [directory] * len(specs)), strict=True))
+    progress(f"compiled {len(specs)} kernels")
+    times = {}
+    for spec in specs:
+        if time.time() > deadline:
+            break
+        try:
+            result = measure(spec, settings=Settings(repeats=10), library=libraries[spec])
+            times[spec] = result.median_us if result.correct else None
+        except Exception as error:  # one kernel's failure must not end the run; its row says so
+            progress(f"no time: {error}")
+            times[spec] = None
+    return [_row(preset, top[0] if top else None, times) for preset, top in zip(presets, tops, strict=True)]
+
+
+def _row(preset, suggestion, times: dict) -> dict:
+    row = {"preset": preset.id, "us": times.get(preset.spec),
+           "suggestion": suggestion.describe() if suggestion else None,
+           "suggested_us": times.get(suggestion.spec) if suggestion else None,
+           "measured": preset.spec in times and (suggestion is None or suggestion.spec in times)}
+    if row["us"] and row["suggested_us"]:
+        ratio = row["us"] / row["suggested_us"]
+        row["verdict"] = "faster" if ratio >= 1 + TOLERANCE else "slower" if ratio <= 1 - TOLERANCE else "same"
+        row["speedup"] = ratio
+    return row
+
+
+def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str:
+    compared = [r for r in rows if "verdict" in r]
+    faster = sum(r["verdict"] == "faster" for r in compared)
+    lines = [
+        "## The top suggestion, tried on the GPU",
+        "",
+        f"`{command}` on {device}, {datetime.date.today().isoformat()}, {seconds:.0f} s: each shipped preset that "
+        "is not a search's best beside the diagnosis's top suggestion, both checked against NumPy and timed "
+        f"(median of 10 repeats); within ±{TOLERANCE:.0%} counts as the same speed.",
+        "",
+        f"**The top suggestion is faster for {faster} of {len(compared)} presets"
+        + (f" ({faster / len(compared):.0%})**." if compared else "**."),
+        "",
+        "| preset | µs | top suggestion | µs | verdict |",
+        "| --- | ---: | --- | ---: | --- |",
+    ]
+    for r in rows:
+        us = f"{r['us']:.2f}" if r["us"] else "—"
+        sus = f"{r['suggested_us']:.2f}" if r.get("suggested_us") else "—"
+        verdict = (f"{r['verdict']} ({r['speedup']:.2f}×)" if "verdict" in r else
+                   "no suggestion" if r["suggestion"] is None else
+                   "not measured (time budget)" if not r["measured"] else "no correct time")
+        lines.append(f"| {r['preset']} | {us} | {r['suggestion'] or '—'} | {sus} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="write docs/diagnosis.md")
+    parser.add_argument("--try-on-gpu", action="store_true",
+                        help="also measure each preset beside its top suggestion on this machine's GPU")
+    parser.add_argument("--max-minutes", type=float, default=3.5,
+                        help="with --try-on-gpu: stop measuring this long after the start (the rest is listed as "
+                             "not measured)")
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                        help="processes that diagnose and compile")
+    args = parser.parse_args(argv)
+    progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    if args.try_on_gpu:
+        from explorer.targets import local_gpu_target
+
+        if local_gpu_target() is None:
+            print("error: --try-on-gpu needs a local CUDA GPU.", file=sys.stderr)
+            return NO_GPU_EXIT
+    started = time.time()
+    grades = grade(args.workers, progress)
+    text = agreement_text(grades, time.time() - started)
+    section = ""
+    if args.try_on_gpu:
+        import tvm
+
+        device = tvm.cuda(0).device_name
+        begun = time.time()
+        command = "python bench/diagnosis_agreement.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress)
+        section = gpu_text(rows, device, time.time() - begun, command)
+        text += "\n" + section
+    agreeing, graded = A.agreement_share(grades)
+    print(f"{agreeing} of {graded} graded steps agree; {time.time() - started:.0f} s")
+    if args.write:
+        DOC.write_text(text)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from docs_section import write_section
+
+        lessons_section = "\n".join(["## The diagnosis, graded against the lessons", "",
+                                      "Static evidence only (`python bench/diagnosis_agreement.py --write`; each step "
+                                      "in `docs/diagnosis.md`):", "", *agreement_summary(grades)])
+        write_section("diagnosis", lessons_section + ("\n\n" + section if args.try_on_gpu else ""), LESSONS_DOC)
+        print(f"wrote {DOC.relative_to(ROOT)} and a section of {LESSONS_DOC.relative_to(ROOT)}")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The diagnosis: each rule on hand-built Facts with a known answer, the ranking and the
+suggestion rules, neighbours, refusals, the lesson agreement and the CLI's JSON shape."""
+import json
+
+import pytest
+
+from explorer.analysis import agreement
+from explorer.analysis import diagnosis as dx
+from explorer.analysis.diagnosis import Device, Facts, GlobalFact, SharedFact
+from explorer.cli import main
+from explorer.lessons import get_lesson
+from explorer.presets import get_preset
+
+# 100 SMs at 2 GHz: one cycle on every SM is 1 / (100 × 2e3) µs; 1000 GB/s: 1e6 bytes per µs.
+DEVICE = Device("test GPU", 90, 100, 2.0, 1000.0, "HBM")
+
+
+def facts(**changes) -> Facts:
+    """A healthy setting: 10,000 blocks of 256 threads, 8 blocks per SM, nothing wrong."""
+    base = dict(device=DEVICE, bound_us=10.0, bound="memory", kernels=1, blocks=10_000, threads_per_block=256,
+                shared_bytes=4096, blocks_per_sm=8, limiter="threads", registers=32, spill_bytes=0,
+                outputs=2_560_000, outputs_per_thread=1, loads_per_output=1.0)
+    return Facts(**{**base, **changes})
+
+
+def test_a_healthy_setting_has_no_finding():
+    assert dx.findings_of(facts()) == {}
+    assert dx.estimated_total(facts()) == 10.0
+
+
+def test_an_uncoalesced_load_costs_its_extra_sectors_at_the_roof():
+    # Lanes read floats 32 apart: 32 sectors per request where 4 hold the data.
+    strided = GlobalFact("A[tx * 32]", "load", 4, 1000, 32_000, 4000)
+    found = dx.coalescing_rule(facts(globals=(strided,)))
+    assert found.rule == "coalescing"
+    assert "32.0 sectors per request" in found.title and "where 4.0 hold" in found.evidence[0]
+    assert found.cost_us == pytest.approx(28_000 * 32 / 1e6)
+    assert dx.coalescing_rule(facts(globals=(GlobalFact("A[tx]", "load", 4, 1000, 4000, 4000),))) is None
+
+
+def test_a_32_way_bank_conflict_costs_a_cycle_per_extra_wavefront():
+    column = SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000)
+    found = dx.bank_conflict_rule(facts(shared=(column,)))
+    assert "32-way" in found.title
+    assert found.cost_us == pytest.approx(31_000 / (100 * 2.0 * 1e3))
+    assert dx.bank_conflict_rule(facts(shared=(SharedFact("S[tx]", "load", 1, 1000, 0),))) is None
+
+
+def test_register_limited_occupancy():
+    # One block of 8 warps per SM where the grid would give it 100: 8 warps of 16.
+    f = facts(blocks_per_sm=1, limiter="registers", registers=200)
+    found = dx.occupancy_rule(f)
+    assert found.title == "Occupancy is limited by registers: 8 warps per SM."
+    assert "200 registers per thread" in found.evidence[1]
+    assert found.cost_us == pytest.approx(10.0 * (16 / 8 - 1))
+    assert dx.grid_rule(f) is None
+
+
+def test_a_tile_too_large_leaves_sms_idle():
+    # 50 blocks for 100 SMs, 8 warps each: half the SMs busy, each with half the warps it needs.
+    f = facts(blocks=50, outputs_per_thread=200)
+    found = dx.grid_rule(f)
+    assert "50 blocks of 256 threads" in found.title and "50 SMs get none" in found.evidence[0]
+    assert found.cost_us == pytest.approx(10.0 * (1 / (0.5 * 0.5) - 1))
+    assert dx.occupancy_rule(f) is None
+
+
+def test_idle_lanes_count_against_parallelism():
+    # Blocks of one thread: each warp has 1 of 32 lanes busy.
+    # 3,200 blocks give each SM the 32 blocks it can hold: 32 warps, one lane each.
+    f = facts(threads_per_block=1, blocks=3200, blocks_per_sm=32, limiter="blocks")
+    assert dx.grid_rule(f).cost_us == pytest.approx(10.0 * (16 / (32 / 32) - 1))
+    assert "31 of its warps' lanes idle" in dx.grid_rule(f).evidence[1]
+
+
+def test_threads_whose_tile_lies_outside_the_output_do_not_hide_latency():
+    # 200 blocks: 2 per SM, 16 warps; tiles of 2 outputs per thread for 1 output's worth of work each.
+    f = facts(blocks=200, outputs_per_thread=2, stage_outputs=200 * 256)
+    assert f.useful == 0.5 and f.warps_per_sm == 16
+    found = dx.grid_rule(f)
+    assert found.cost_us == pytest.approx(10.0 * (16 / (16 * 0.5) - 1))
+    assert "50% of the threads' tiles fall outside the output" in found.evidence[1]
+
+
+def test_spills_cost_their_bytes_for_every_thread():
+    found = dx.spill_rule(facts(spill_bytes=64, blocks=100, threads_per_block=128))
+    assert found.cost_us == pytest.approx(64 * 100 * 128 / 1e6)
+
+
+def test_an_output_written_many_times_over():
+    # 2.56 M outputs of 4 bytes, each stored 8 times: accumulated in global memory.
+    stored = 8 * 2_560_000 * 4
+    stores = GlobalFact("C[i]", "store", 4, 640_000, stored // 32, stored // 32, stored)
+    found = dx.rewrite_rule(facts(globals=(stores,)))
+    assert "8.0 times" in found.title
+    assert found.cost_us == pytest.approx(2 * (stored - 2_560_000 * 4) / 1e6)
+
+
+def test_synchronous_copies_in_a_staged_loop_on_sm80():
+    f = facts(staged_steps=64, blocks=100 * 8)
+    found = dx.pipeline_rule(f)
+    assert found.cost_us == pytest.approx(64 * 600 / (2.0 * 1e3))  # one wave
+    assert dx.pipeline_rule(facts(staged_steps=64, async_copies=True)) is None
+
+
+def test_ranking_is_by_cost_and_drops_the_negligible():
+    big, small, tiny = (dx.Finding(name, name, (), cost, "") for name, cost in (("a", 5.0), ("b", 1.0), ("c", 0.4)))
+    assert [f.rule for f in dx.ranked([small, tiny, big], bound=10.0)] == ["a", "b"]
+
+
+def test_a_suggestion_lowers_its_finding_and_the_total():
+    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    worse_elsewhere = facts(shared=(), blocks=10)  # no conflicts, but an idle GPU
+    better = facts(shared=(SharedFact("S[tx * 33]", "load", 1, 1000, 0),))
+    spec = get_preset("dw-blog-final-96").spec
+    first, second = spec.with_knobs(unroll=True), spec.with_knobs(num_thread_x=8)
+    candidates = [(first, (("unroll", "false", "true"),), worse_elsewhere),
+                  (second, (("num_thread_x", "16", "8"),), better)]
+    chosen = dx.suggest("bank-conflicts", conflicted, candidates)
+    assert chosen.spec == second and chosen.describe() == "num_thread_x 16 → 8" and chosen.cost_us == 0
+    assert dx.suggest("bank-conflicts", conflicted, candidates, taken=[second]) is None
+    assert dx.suggest("coalescing", conflicted, candidates) is None  # no such finding
+
+
+def test_neighbours_move_one_knob_to_its_nearest_values():
+    spec = get_preset("dw-blog-final-96").spec  # num_thread_x 16 of 1, 2, 4, ..., unroll false
+    paths = {moves[0][1][0][:2] + (moves[0][1][0][2],): [m[1][0][2] for m in moves] for moves in dx.neighbours(spec)}
+    assert paths[("unroll", "false", "true")] == ["true"]
+    assert paths[("num_thread_x", "16", "32")][:2] == ["32", "64"]
+    assert paths[("num_thread_x", "16", "8")][:2] == ["8", "4"]
+
+
+def test_split_moves_shift_the_smallest_prime_factor_between_neighbouring_levels():
+    assert dx._split_moves((6, 1, 4)) == [(3, 2, 4), (6, 2, 2)]
+    assert dx._split_moves((1, 1)) == []
+
+
+def test_a_refused_setting_gets_its_sentence_only(capsys):
+    spec = get_preset("dw-blog-final-96").spec.with_knobs(num_thread_x=64)  # 64 × 2 threads for 32 columns
+    d = dx.diagnose_spec(spec, compile=False)
+    assert d.findings == () and "some threads would have no output" in d.refused
+    assert dx.format_diagnosis(d) == d.refused
+    assert main(["show", "dw-blog-final-96", "--view", "diagnosis", "--set", "num_thread_x=64"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_cli_json_shape(capsys):
+    assert main(["show", "dw-blog-channel-96", "--view", "diagnosis", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["diagnosis"]
+    assert set(data) == {"knobs", "evidence", "refused", "roofline", "estimate_us", "neighbours_tried", "findings",
+                         "ranking_rule", "suggestion_rule", "notes"}
+    assert data["evidence"] == "static" and data["refused"] is None
+    assert set(data["roofline"]) == {"least_us", "bound", "measured_us", "percent_of_roofline"}
+    finding = data["findings"][0]
+    assert set(finding) == {"rank", "rule", "title", "evidence", "cost_us", "cost_percent_of_roofline", "cost_rule",
+                            "suggestion"}
+    costs = [f["cost_us"] for f in data["findings"]]
+    assert costs == sorted(costs, reverse=True) and [f["rank"] for f in data["findings"]] == list(
+        range(1, len(costs) + 1))
+    suggestion = next(f["suggestion"] for f in data["findings"] if f["suggestion"])
+    assert set(suggestion) == {"changes", "set", "query", "cost_us", "estimate_us"}
+    change = suggestion["changes"][0]
+    assert suggestion["query"]["knob." + change["knob"]] == change["to"] and suggestion["set"][0].startswith(
+        change["knob"] + "=")
+
+
+# -- lesson agreement -----------------------------------------------------------------------
+
+
+def test_same_move():
+    assert agreement.same_move(8, 16, 32) and not agreement.same_move(8, 4, 32)
+    assert agreement.same_move(False, True, True) and not agreement.same_move("shared", "none", "local")
+    # A split's factors moving inwards, to whichever inner level, go the same way.
+    assert agreement.same_move((7, 1, 1, 1), (1, 7, 1, 1), (1, 1, 7, 1))
+    assert not agreement.same_move((1, 7, 1, 1), (7, 1, 1, 1), (1, 1, 7, 1))
+
+
+def test_agrees_when_a_suggestion_moves_a_changed_knob_the_same_way():
+    before = get_preset("dw-blog-vthread-case1").spec
+    after = get_preset("dw-blog-vthread-case2").spec  # num_vthread_x 1 → 4
+    assert agreement.agrees(before, after, before.with_knobs(num_vthread_x=2))
+    assert not agreement.agrees(before, after, before.with_knobs(num_thread_x=16))
+
+
+def test_which_steps_are_graded():
+    steps = {s.preset.id: s for s in get_lesson("depthwise_blog").steps}
+    assert agreement.why_not_graded(steps["dw-blog-channel-21"]) == agreement.FIRST_STEP
+    assert agreement.why_not_graded(steps["dw-blog-channel-32"]) == agreement.WORKLOAD_ONLY
+    assert agreement.why_not_graded(steps["dw-blog-threads-case4"]) == agreement.SLOWER_ON_PURPOSE
+    assert agreement.why_not_graded(steps["dw-blog-vthread-case2"]) == ""
+    assert agreement.why_not_graded(steps["dw-blog-unfused-96"]) == agreement.SLOWER_ON_PURPOSE  # than final-96
+    modern = {s.preset.id: s for s in get_lesson("matmul_modern").steps}
+    assert agreement.why_not_graded(modern["modern-async-1024"]) == agreement.NEW_TEMPLATE
+    best = {s.preset.id: s for s in get_lesson("best").steps}
+    assert agreement.why_not_graded(best["best-dw-64"]) == agreement.SEARCHED
+
+
+def test_grading_takes_the_top_two_suggestions():
+    step = {s.preset.id: s for s in get_lesson("depthwise_blog").steps}["dw-blog-vthread-case2"]
+    before = step.previous.spec
+
+    def diagnosis(*moves):
+        found = tuple(dx.Finding(f"r{i}", "", (), 1.0, "", dx.Suggestion(before.with_knobs(**m), (), 0, 0))
+                      for i, m in enumerate(moves))
+        return dx.Diagnosis(before, found)
+
+    assert agreement.grade_step("depthwise_blog", step, diagnosis({"unroll": True}, {"num_vthread_x": 2})).agreeing == 2
+    late = diagnosis({"unroll": True}, {"num_thread_x": 16}, {"num_vthread_x": 2})
+    graded = agreement.lesson_agreement([get_lesson("depthwise_blog")], diagnose=lambda spec: late)
+    late_step = next(g for g in graded if g.after == "dw-blog-vthread-case2")
+    assert not late_step.agrees and late_step.agreeing_later == 3 and late_step.costs == (1.0, 1.0, 1.0)
+    assert agreement.agreement_share(graded)[1] == sum(g.graded for g in graded) > 0
+
+
+# -- bench/diagnosis_agreement.py, without a GPU ---------------------------------------------
+
+
+def test_the_gpu_half_tries_presets_that_are_not_a_searchs_best():
+    import diagnosis_agreement as bench  # bench/ (pytest's pythonpath)
+
+    tried = bench.presets_to_try()
+    best = {step.preset.spec for step in get_lesson("best").steps}
+    assert tried and not any(p.spec in best for p in tried)
+    assert len({p.spec for p in tried}) == len(tried)
+    spec = get_preset("dw-blog-final-96").spec
+    suggestion = dx.Suggestion(spec.with_knobs(num_thread_x=8), (("num_thread_x", "16", "8"),), 0, 0)
+    preset = get_preset("dw-blog-final-96")
+    assert bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 12.0})["verdict"] == "slower"
+    assert bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 8.0})["speedup"] == pytest.approx(1.25)
+    assert not bench._row(preset, suggestion, {spec: 10.0})["measured"]  # stopped by the time budget
+    text = bench.gpu_text([bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 12.0})], "GPU", 1, "cmd")
+    assert "faster for 0 of 1 presets" in text and "| dw-blog-final-96 | 10.00 | num_thread_x 16 → 8 | 12.00 | " \
+        "slower (0.83×) |" in text
+
+
+def test_nsight_compute_counters_are_quoted_beside_the_static_evidence():
+    from pathlib import Path
+
+    from explorer.analysis import ncu
+
+    capture = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()
+    (launch,) = ncu.parse_ncu_csv(capture)
+    counters = dx.counters_of(launch)
+    assert counters["bank_conflicts"] == 11_520 + 1 and counters["achieved_occupancy"] == pytest.approx(24.61)
+    assert counters["duration_us"] == pytest.approx(7.552)
+    column = SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000)
+    found = dx.bank_conflict_rule(facts(shared=(column,), counters=counters))
+    assert found.evidence[-1] == "Nsight Compute: 11,521 bank conflicts."
+    occupied = dx.occupancy_rule(facts(blocks_per_sm=1, limiter="registers", counters=counters))
+    assert occupied.evidence[-1] == "Nsight Compute: achieved occupancy 25%."
+    stalled = ncu.KernelCounters(0, "main_kernel", "", "", {dx.STALL_METRIC.format("mio_throttle"): 57.07})
+    assert dx.counters_of(stalled) == {"stall_mio_throttle": 57.07}
+    found = dx.bank_conflict_rule(facts(shared=(column,), counters=dx.counters_of(stalled)))
+    assert found.evidence[-1] == ("Nsight Compute: warps stalled on the shared-memory pipe (mio_throttle) 57% of "
+                                  "the time.")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_diagnosis_places_the_measured_setting(capsys):
+    assert main(["show", "dw-blog-channel-96", "--view", "diagnosis", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["diagnosis"]
+    assert data["evidence"] == "measured"
+    roofline = data["roofline"]
+    assert roofline["measured_us"] > roofline["least_us"] > 0
+    assert 0 < roofline["percent_of_roofline"] < 100
+    assert data["findings"] and any(f["suggestion"] for f in data["findings"])
+
+
+# -- global coalescing (explorer.analysis.coalescing) ------------------------------------------
+
+
+def test_sectors_per_request_of_hand_made_warps():
+    import numpy as np
+
+    from explorer.analysis.coalescing import request_sectors
+
+    lanes = np.arange(32)
+    active = np.ones((1, 32), bool)
+
+    def sectors(element, words=1):
+        word = (element * words)[None, :, None] + np.arange(words)
+        return tuple(int(v[0]) for v in request_sectors(word, active))
+
+    assert sectors(lanes) == (4, 4, 128)  # consecutive floats: 128 bytes
+    assert sectors(lanes * 32) == (32, 4, 128)  # a float each 128 bytes apart: 32 sectors for 4 sectors' worth
+    assert sectors(lanes * 0) == (1, 1, 4)  # every lane the same float: a broadcast
+    assert sectors(lanes, words=4) == (16, 16, 512)  # float4s: 512 bytes
+
+
+def test_an_uncoalesced_store_in_a_real_build():
+    from explorer.analysis.coalescing import analyze_coalescing
+    from explorer.build import build
+
+    # Threads (y, x) = (32, 1): a warp's lanes are 32 rows, each writing its own row of outputs.
+    report = analyze_coalescing(build(get_preset("dw-blog-threads-case4").spec))
+    (store,) = report.of("store")
+    assert store.sectors_per_request == 32 and store.excess == 8
+    loads = {a.buffer: a for a in report.of("load")}
+    assert loads["Filter"].excess == 1
+
+
+def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch):
+    import diagnosis_agreement as bench
+    from live_fakes import fake_measurement
+
+    import explorer.measure
+
+    presets = [get_preset("dw-blog-channel-96"), get_preset("dw-blog-threads-case4")]
+    monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
+    measured = []
+
+    def stand_in(spec, settings=None, library=None, **_):
+        measured.append(spec)
+        return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
+
+    monkeypatch.setattr(explorer.measure, "measure", stand_in)
+    rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
+    assert [r["preset"] for r in rows] == [p.id for p in presets]
+    assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
+    assert len(measured) == len(set(measured)) >= 3
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_with_ncu_the_diagnosis_quotes_the_counters(capsys):
+    from explorer.analysis import ncu
+
+    if ncu.ncu_path() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    assert main(["show", "dw-blog-threads-case4", "--view", "diagnosis", "--ncu", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["diagnosis"]
+    assert any("Nsight Compute profiled one launch" in note for note in data["notes"])
+    assert any(line.startswith("Nsight Compute: ") for f in data["findings"] for line in f["evidence"])
