@@ -4,65 +4,32 @@ it (explorer.analysis.diagnosis). On a server that measures, the suggestions can
 through the server's one queue as background work (behind every student's own
 measurement), and each shows whether it was faster, and by how much.
 
-A diagnosis builds every neighbouring setting on the server's build processes, so it runs
-once per setting for the whole server, one at a time and on at most half the build processes
-(the students' own pages keep the other half), in a thread, while the page polls."""
+A diagnosis builds every neighbouring setting: the server computes it once per setting, in
+one of its build processes (explorer.diagnoses), while the page polls."""
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from urllib.parse import urlencode
 
 import streamlit as st
 
 from explorer import urlstate
-from explorer.analysis.diagnosis import Diagnosis, diagnose
-from explorer.build import Build, Spec, compile_binary
+from explorer.analysis.diagnosis import Diagnosis
+from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
-from . import server, session
+from . import panels, server, session
 
-POLL_S = 0.5
-KEEP = 256  # diagnoses kept for the whole server
-WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
+POLL_S = 1.0  # a diagnosis takes seconds
 SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.LessonConfig)
-
-_jobs: OrderedDict[tuple, Future] = OrderedDict()
-_lock = threading.Lock()
-_pool = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
 
 
 def job(spec: Spec, target: str) -> Future:
     """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
     and again once the setting has been measured (then it is placed on the measured roofline)."""
-    measured = server.live().result(spec, target)
-    measured = measured if getattr(measured, "correct", False) else None
-    key = (spec, target, measured.median_us if measured else None)
-    with _lock:
-        future = _jobs.get(key)
-        if future is None or future.cancelled():
-            future = _jobs[key] = _pool.submit(_diagnose, spec, target, measured)
-            while len(_jobs) > KEEP:
-                _jobs.popitem(last=False)
-            waiting = [f for f in _jobs.values() if not f.running() and not f.done()]
-            for stale in waiting[:-WAITING]:
-                stale.cancel()  # asked for again, it starts again
-        _jobs.move_to_end(key)
-        return future
-
-
-def _diagnose(spec: Spec, target: str, measured) -> Diagnosis:
     live = server.live()
-    built = server.build(spec, target)
-    try:
-        binary = compile_binary(built)
-    except ExplorerError:
-        binary = None  # registers unknown: the diagnosis says so
-    return diagnose(built, binary=binary, ceilings=measured.ceilings if measured else None,
-                    measured_us=measured.median_us if measured else None,
-                    build_fn=lambda other: server.build(other, target),
-                    workers=max(1, live.settings.build_workers // 2))
+    measured = live.result(spec, target)
+    return live.diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None)
 
 
 def panel(built: Build, preset: str | None = None) -> None:
@@ -128,8 +95,6 @@ def _suggested(d: Diagnosis) -> list[Spec]:
 
 def _tried(d: Diagnosis) -> dict[Spec, str]:
     """What the server's measurements say of each suggestion so far (none asked for here)."""
-    from app import panels
-
     if not panels.can_measure():
         return {}
     live, target, remote = server.live(), session.target(), session.remote()
@@ -157,8 +122,6 @@ def verdict(now_us: float, suggested_us: float | None) -> str:
 
 
 def _try_button(d: Diagnosis, tried: dict) -> None:
-    from app import panels
-
     if not panels.can_measure():
         return
     asked = session.memo("diagnosis.tries")  # setting -> the background jobs this session asked for

@@ -36,6 +36,7 @@ from typing import Generic, TypeVar
 
 from . import measure
 from .build import Build, Spec, build
+from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
 from .highlight import views_html
 from .measure.cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
@@ -218,18 +219,24 @@ class BuildService:
                                                initializer=_pool_init, initargs=(ROOT,))
             return self._pool
 
-    def _build_in_pool(self, spec: Spec, target: str) -> Build:
-        start = time.perf_counter()
+    def run(self, function, *args, doing: str = "Building this setting"):
+        """``function(*args)`` in a build process (it returns an ExplorerError as a value);
+        raises ExplorerError with the sentence for a process that ran too long or crashed."""
         try:
-            outcome = self._executor().submit(build_source_only, spec, target, True).result()
+            outcome = self._executor().submit(function, *args).result()
         except TimeoutError:
-            raise ExplorerError(f"Building this setting took longer than {self.settings.build_time_limit_s} s, "
+            raise ExplorerError(f"{doing} took longer than {self.settings.build_time_limit_s} s, "
                                 "so it was stopped; try fewer unrolled or smaller loops.") from None
         except ChildProcessError:
             raise ExplorerError("The compile process crashed on this setting; it was restarted. "
                                 "Try another setting.") from None
         if isinstance(outcome, ExplorerError):
             raise outcome
+        return outcome
+
+    def _build_in_pool(self, spec: Spec, target: str) -> Build:
+        start = time.perf_counter()
+        outcome = self.run(build_source_only, spec, target, True)
         outcome.timings_ms["pool round trip"] = round((time.perf_counter() - start) * 1000
                                                       - sum(outcome.timings_ms.values()), 2)
         return outcome
@@ -368,6 +375,7 @@ class Live:
     :meth:`request` (the page's latency, never blocking), :meth:`measure_now` (a lesson's
     steps, a submission, a sweep), :meth:`result`, :meth:`position`, :meth:`baseline`,
     :meth:`ceilings` and :meth:`stats`; nothing else in the app reaches the measuring worker.
+    ``diagnoses`` computes each setting's diagnosis once, in a build process.
 
     :meth:`start` returns at once; in the background it starts the build and compile
     processes, warms the GPU (the measuring worker, CUDA, PyTorch, NVRTC's precompiled header),
@@ -392,6 +400,8 @@ class Live:
         self._ceilings = None
         self._lock = threading.Lock()
         self.page_runs = PageRuns()
+        self.diagnoses = Diagnoses(lambda *args: self.builds.run(diagnose_in_process, *args,
+                                                                 doing="Diagnosing this setting"))
 
     # -- the API the pages use --------------------------------------------------------------
 
@@ -576,6 +586,7 @@ class Live:
                 "pages": self.page_runs.stats()}
 
     def close(self) -> None:
+        self.diagnoses.close()
         self.builds.close()
         self.compiles.close()
         self.scheduler.close()

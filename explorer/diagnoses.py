@@ -1,0 +1,69 @@
+"""The server's diagnoses (explorer.analysis.diagnosis), once per setting for every session.
+
+A diagnosis builds and analyses every neighbouring setting (seconds of CPU): it runs whole
+in one of the server's build processes, so the app's one process, which runs every
+student's page, only receives the result. One runs at a time, so the students' own pages
+keep the other build processes; a setting the class has moved on from is dropped before it
+starts.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from .analysis.diagnosis import Diagnosis, diagnose_spec
+from .build import Spec
+from .errors import ExplorerError
+
+KEEP = 256  # diagnoses kept for the whole server (a few KB each)
+WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
+
+
+def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
+    """In a build process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value."""
+    try:
+        return diagnose_spec(spec, target, ceilings=ceilings, measured_us=measured_us)
+    except ExplorerError as error:
+        return error
+
+
+class Diagnoses:
+    """Diagnoses by (spec, target, measured µs): ``run(spec, target, ceilings, measured_us)``
+    computes one (a build process's :func:`diagnose_in_process`, or a stand-in in tests)."""
+
+    def __init__(self, run: Callable[..., Diagnosis | ExplorerError]):
+        self._run = run
+        self._jobs: OrderedDict[tuple, Future] = OrderedDict()
+        self._lock = threading.Lock()
+        self._one_at_a_time = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
+
+    def get(self, spec: Spec, target: str, measured=None) -> Future:
+        """The diagnosis of ``spec`` (placed on ``measured``'s roofline, a correct measurement,
+        where given): started once and shared; the future's result raises an ExplorerError
+        for a setting that cannot be built."""
+        measured_us = measured.median_us if measured is not None else None
+        key = (spec, target, measured_us)
+        with self._lock:
+            future = self._jobs.get(key)
+            if future is None or future.cancelled():
+                ceilings = measured.ceilings if measured is not None else None
+                future = self._jobs[key] = self._one_at_a_time.submit(self._diagnose, spec, target, ceilings,
+                                                                      measured_us)
+                while len(self._jobs) > KEEP:
+                    self._jobs.popitem(last=False)
+                waiting = [f for f in self._jobs.values() if not f.running() and not f.done()]
+                for stale in waiting[:-WAITING]:
+                    stale.cancel()  # asked for again, it starts again
+            self._jobs.move_to_end(key)
+            return future
+
+    def _diagnose(self, spec: Spec, target: str, ceilings, measured_us) -> Diagnosis:
+        outcome = self._run(spec, target, ceilings, measured_us)
+        if isinstance(outcome, ExplorerError):
+            raise outcome
+        return outcome
+
+    def close(self) -> None:
+        self._one_at_a_time.shutdown(wait=False, cancel_futures=True)

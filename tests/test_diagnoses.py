@@ -1,0 +1,48 @@
+"""The server's diagnoses (explorer.diagnoses): one per setting for every session, one at a
+time, settings left behind dropped before they start, a refusal raised to the caller."""
+import threading
+
+import pytest
+
+from explorer.diagnoses import WAITING, Diagnoses
+from explorer.errors import ExplorerError
+from explorer.presets import get_preset
+
+SPEC = get_preset("dw-blog-final-96").spec
+
+
+def spec_x(x: int):
+    return SPEC.with_knobs(num_thread_x=x)
+
+
+def test_sessions_share_one_diagnosis_and_they_run_one_at_a_time():
+    gate, running, ran = threading.Event(), [], []
+
+    def run(spec, target, ceilings, measured_us):
+        running.append(spec)
+        assert len(running) - len(ran) == 1  # never two at once
+        gate.wait(10)
+        ran.append(spec)
+        return f"diagnosis of {spec.knobs.num_thread_x}"
+
+    service = Diagnoses(run)
+    try:
+        first = service.get(spec_x(8), "auto")
+        assert service.get(spec_x(8), "auto") is first  # a second session shares it
+        later = [service.get(spec_x(x), "auto") for x in (1, 2, 4, 16, 32)]  # five wait behind the first
+        gate.set()
+        assert first.result(10) == "diagnosis of 8"
+        assert [f.cancelled() for f in later] == [True] * (len(later) - WAITING) + [False] * WAITING
+        assert later[-1].result(10) == "diagnosis of 32"
+        assert service.get(spec_x(1), "auto").result(10) == "diagnosis of 1"  # asked again: it starts again
+    finally:
+        service.close()
+
+
+def test_a_refused_setting_raises_its_sentence():
+    service = Diagnoses(lambda *args: ExplorerError("Too many threads in a block."))
+    try:
+        with pytest.raises(ExplorerError, match="Too many threads"):
+            service.get(SPEC, "auto").result(10)
+    finally:
+        service.close()
