@@ -172,7 +172,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     start = time.perf_counter()
     host_target = tvm.target.Target(target, host="llvm") if is_cuda(target) else target
     try:
-        host_mod, device_mods = lower(sch.mod, host_target)
+        host_mod, device_mods = lower(sch.mod, host_target, template.pipeline)
     except ExplorerError:
         raise
     except Exception as error:  # lowering errors come as TVMError/RuntimeError
@@ -202,12 +202,12 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     )
 
 
-def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModule, dict]:
-    """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
+def lower(mod: tvm.IRModule, host_target: tvm.target.Target, name: str = "default") -> tuple[tvm.IRModule, dict]:
+    """TVM's TIR pipeline ``name`` (TVM 0.27 has no ``tvm.lower``): (host module, {target:
     device module}) just before code generation. Also used by tests on hand-made TIR."""
     with tvm.transform.PassContext(config=lowering_config(mod)):
         mod = tirx.transform.BindTarget(host_target)(mod)
-        pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
+        pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline(name)
         mod = pipeline(mod)
         host_mod, device_mods = _tir_build.split_host_device_mods(mod)
         host_mod = finalize_host()(host_mod)

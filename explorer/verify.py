@@ -29,6 +29,9 @@ def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.T
     """Structural checks on the scheduled TensorIR."""
     if is_cuda(target):
         _check_async_copy_arch(template, mod, target)
+        if template.archs and str(target.arch) not in template.archs:
+            raise InvalidKnobs(f"This template's instructions exist only on {', '.join(template.archs)} "
+                               f"(Hopper GPUs such as the H100), not on {target.arch}: choose such a target.")
     root = mod["main"].body
     kernels = children_of_root(root)
     for kernel in kernels:
