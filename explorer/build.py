@@ -161,8 +161,8 @@ def build(spec: Spec, target: str | tvm.target.Target | None = None) -> Build:
 
 @functools.lru_cache(maxsize=128)
 def _build_cached(spec: Spec, target_json: str) -> Build:
-    target = tvm.target.Target(target_json)
     template = spec.template_def
+    target = arch_target(template, tvm.target.Target(target_json))
     timings = {}
     start = time.perf_counter()
     sch = template.apply(spec.workload, spec.knobs)
@@ -200,6 +200,15 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         runtime_module=runtime_module,
         timings_ms=timings,
     )
+
+
+def arch_target(template: Template, target: tvm.target.Target) -> tvm.target.Target:
+    """``target`` with the architecture-specific instruction set a template needs where the GPU
+    has it: a Hopper found on the machine reports sm_90, wgmma and setmaxnreg need sm_90a."""
+    arch = str(target.attrs.get("arch", "")) if is_cuda(target) else ""
+    if f"{arch}a" not in template.archs:
+        return target
+    return tvm.target.Target({**dict(target.export()), "arch": f"{arch}a"})
 
 
 def lower(mod: tvm.IRModule, host_target: tvm.target.Target, name: str = "default") -> tuple[tvm.IRModule, dict]:

@@ -22,7 +22,7 @@ import textwrap
 import tvm
 from tvm.s_tir import Schedule
 
-from .build import Spec, lowering_config
+from .build import Spec, arch_target, lowering_config
 from .errors import ExplorerError
 from .schedules import tensor_intrinsics
 from .targets import resolve_target
@@ -198,7 +198,7 @@ def main():
     print(f"# {TITLE}")
     print(Kernel.script())
     device = tvm.cuda(0)
-    target = tvm.target.Target.from_device(device) if device.exist else tvm.target.Target(TARGET)
+    target = tvm.target.Target(TARGET)  # wgmma and TMA need sm_90a, the H100's own instruction set
     executable = tvm.compile(Kernel, target=tvm.target.Target(target, host="llvm"), tir_pipeline="tirx")
     print(executable.mod.imports[0].inspect_source("cuda"))
     if not device.exist:
@@ -237,14 +237,14 @@ def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Targe
     """The standalone script of a template written in TIRx: the kernel module as TVM prints it
     (it parses back to the same module), compiled with TVM's TIRx pipeline and checked against
     NumPy in float64."""
-    target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
+    target = arch_target(spec.template_def, target if isinstance(target, tvm.target.Target) else resolve_target(target))
     workload = spec.workload
     imports, code = module_script(mod, "Kernel")
     constants = "\n".join([
         f"TITLE = {(title or workload.label())!r}",
         f"LABEL = {workload.label()!r}",
         f"# Made with template '{spec.template}' and knobs {spec.knobs.to_dict()!r}.",
-        f"TARGET = {str(target)!r}  # used for the CUDA source when there is no GPU",
+        f"TARGET = {str(target)!r}",
         f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
         f"FLOPS = {workload.flops!r}",
