@@ -43,6 +43,21 @@ from tvm.s_tir import dlight as dl
 
 '''
 
+# The end of every script: NumPy's name for an input type, and the entry point.
+_TAIL = '''
+
+def numpy_dtype(name):
+    if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
 _KERNEL_HEADER = '''\
 #!/usr/bin/env python3
 """A TVM kernel exported by the TVM schedule explorer (python -m explorer export).
@@ -92,17 +107,6 @@ def reference(target):
         module = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(Workload)
     return tvm.compile(module, target=tvm.target.Target(target, host="llvm")).jit()
 
-
-def numpy_dtype(name):
-    if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(name)
-
-
-if __name__ == "__main__":
-    main()
 '''
 
 
@@ -143,7 +147,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         + '    """The schedule, as TVM prints its trace: one primitive per line."""\n'
         + "    sch = Schedule(module)\n"
         + steps + "\n    return sch\n"
-        + _MAIN
+        + _MAIN + _TAIL
     )
     ast.parse(code)  # a generated script that does not parse is a bug here, not the user's
     return code
@@ -218,17 +222,6 @@ def main():
     print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
           f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
 
-
-def numpy_dtype(name):
-    if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(name)
-
-
-if __name__ == "__main__":
-    main()
 '''
 
 
@@ -251,7 +244,7 @@ def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Targe
         f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
     ])
     code = (_KERNEL_HEADER + constants + "\n\n" + imports + "\n\n\n# The kernel in TVM's TIRx dialect.\n" + code
-            + _KERNEL_MAIN)
+            + _KERNEL_MAIN + _TAIL)
     ast.parse(code)
     return code
 
