@@ -49,7 +49,9 @@ SHARED_LIMIT = 227 * 1024  # dynamic shared memory a block may opt in to on the 
 PERSISTENT_BLOCKS = 132  # the H100 SXM's SMs: one block each when tiles are persistent
 RASTER_GROUP = 8  # rows of tiles visited together, so that concurrent blocks share tiles in L2
 PRODUCER_REGISTERS = 40  # setmaxnreg: what the copying warpgroup keeps
-CONSUMER_REGISTERS = {1: 240, 2: 232}  # ... and what the multiplying ones get (all fit in 64 K registers)
+# ... and what the multiplying ones get: at least what the compiler gave every thread (up to 255 for
+# 256 threads, 168 for 384), and all together within the SM's 64 K registers.
+CONSUMER_REGISTERS = {1: 256, 2: 232}
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
 
 
@@ -275,6 +277,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                         g = T.meta_var(it * KT + kt)
                         s = T.meta_var(g % STAGES)
                         T.cuda.mbarrier_wait(full.ptr_to([s]), g // STAGES % 2)
+                        T.cuda.warp_sync()  # .aligned: the warp's threads (one of them may have copied) together
                         T.ptx.wgmma.fence.sync.aligned()
                         T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc[0]),
                                                               A_smem.ptr_to([s, 0, wg * MT * WGMMA_M, 0]), 1, SBO, SW)
