@@ -30,7 +30,7 @@ from .schedules import get_template
 from .schedules.common import Template
 from .targets import WARP_SIZE, is_cuda, resolve_target
 from .tir_walk import walk
-from .verify import has_async_copies, shared_bytes, verify_device, verify_scheduled
+from .verify import has_async_copies, pooled_shared_bytes, shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
 
 _tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
@@ -194,7 +194,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         trace=str(sch.trace),
         lowered=(device_mod if device_mod is not None else host_mod).script(),
         cuda=cuda,
-        kernels=_kernels(device_mod) if device_mod is not None else (),
+        kernels=_kernels(device_mod, pooled_shared_bytes(sch.mod)) if device_mod is not None else (),
         schedule_mod=sch.mod,
         device_mod=device_mod,
         runtime_module=runtime_module,
@@ -243,7 +243,7 @@ def pass_config(mod: tvm.IRModule) -> dict:
     return {"tirx.use_async_copy": True, **({} if warp_memory else {"tirx.disable_storage_rewrite": True})}
 
 
-def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
+def _kernels(device_mod: tvm.IRModule, pooled: int = 0) -> tuple[Kernel, ...]:
     out = []
     for gv, func in device_mod.functions.items():
         extents: dict[str, int] = {}
@@ -251,7 +251,7 @@ def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
                 extents[str(stmt.node.thread_tag)] = int(stmt.value)
         dims = lambda prefix, extents=extents: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
-        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func)))
+        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func) + pooled))
     return tuple(sorted(out, key=lambda k: k.name))
 
 

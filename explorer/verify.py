@@ -131,6 +131,14 @@ def shared_bytes(func: tirx.PrimFunc) -> int:
     return sum(a.bytes for a in allocations(func) if a.scope in ("shared", "shared.dyn"))
 
 
+def pooled_shared_bytes(mod: tvm.IRModule) -> int:
+    """Shared memory a TIRx kernel declares for its pool (``T.SMEMPool``): lowering turns the
+    declaration into a launch parameter, so the lowered device function no longer shows it."""
+    return max((int(stmt.value) for func in mod.functions.values() if isinstance(func, tirx.PrimFunc)
+                for stmt, _ in walk(func.body)
+                if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "tirx.dyn_smem_bytes"), default=0)
+
+
 def dynamic_shared_bytes(func: tirx.PrimFunc) -> int:
     return sum(a.bytes for a in allocations(func) if a.scope == "shared.dyn")
 

@@ -52,6 +52,8 @@ def test_bfloat16_changes_only_the_operand_type():
 def test_launch_follows_the_knobs(knobs, threads, blocks):
     (kernel,) = hopper(**knobs).kernels
     assert (kernel.threads_per_block, kernel.blocks) == (threads, blocks)
+    # The pool the kernel declares: its A and B buffers and two mbarriers per stage.
+    assert kernel.shared_bytes == check_knobs(FP16, MatmulHopperKnobs(**knobs)).shared_bytes
 
 
 def test_without_warp_specialization_no_registers_move():
