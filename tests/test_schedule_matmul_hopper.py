@@ -95,9 +95,9 @@ def test_targets_without_wgmma_are_refused():
 @pytest.mark.parametrize("knobs", [{}, {"warp_specialize": False, "persistent": True},
                                    {"swizzle": "64B", "consumers": 1, "block_n": 128, "stages": 3}])
 def test_nvrtc_compiles_it_for_sm_90a_without_spills(knobs):
-    text, usage = sass.disassemble(sass.compile_cubin(hopper(**knobs).cuda, "sm_90a"))
-    assert "HGMMA.64x" in text and "UTMALDG.2D" in text  # wgmma and TMA in the machine code
-    assert "STACK:0" in usage and "LOCAL:0" in usage
+    (kernel,) = sass.analyze_source(hopper(**knobs).cuda, "sm_90a").kernels
+    assert kernel.mix.hgmma > 0 and kernel.mix.tma > 0 and kernel.mix.hmma == 0  # wgmma and TMA in the machine code
+    assert kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0 and kernel.registers <= 255
 
 
 def test_cli_shows_the_cuda(capsys):
