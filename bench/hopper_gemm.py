@@ -2,7 +2,8 @@
 
     python bench/hopper_gemm.py [--size 4096] [--only NAME ...] [--no-write]
 
-For each knob setting below, at size³ in fp16 or bf16: builds the kernel, checks it against
+First the tensor cores' peak per input type (a wgmma chain: the roof). Then for each knob
+setting below, at size³ in fp16 or bf16: builds the kernel, checks it against
 PyTorch's float32 product of the same inputs (TF32 off), then times it (TVM's time_evaluator,
 median of 5 repeats of 20 launches) and torch.matmul in the input type (CUDA events, the same
 count). Each setting runs in its own process with a time limit, so one that fails to build,
@@ -31,8 +32,21 @@ SETTINGS = {
 }
 
 
+# The tensor cores' peak per input type (a wgmma chain, explorer/measure/tensor_roof.py): the roof.
+PEAKS = {"tensor-core-peak-fp16": "float16", "tensor-core-peak-bf16": "bfloat16"}
+
+
+def run_peak(name: str) -> dict:
+    from explorer.measure.ceilings import CEILING_SETTINGS
+    from explorer.measure.tensor_roof import measure_tensor_tflops
+
+    return {"setting": name, "dtype": PEAKS[name], "peak_tflops": measure_tensor_tflops(PEAKS[name], CEILING_SETTINGS)}
+
+
 def run_one(name: str, size: int) -> dict:
     """Build, check and time one setting in this process; return its row."""
+    if name in PEAKS:
+        return run_peak(name)
     import numpy as np
     import torch
     import tvm
@@ -108,6 +122,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         if "error" in r:
             out.append(f"{r['setting']:30} FAILED: {r['error']}")
+        elif "peak_tflops" in r:
+            out.append(f"{r['setting']:30} {r['dtype']:9} {'':9} {r['peak_tflops']:8.1f}")
         elif not r["correct"]:
             out.append(f"{r['setting']:30} {r['dtype']:9} WRONG: max error {r['max_error']:.3g}")
         else:
@@ -119,15 +135,15 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--only", nargs="*", choices=sorted(SETTINGS))
+    parser.add_argument("--only", nargs="*", choices=sorted([*SETTINGS, *PEAKS]))
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--one", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=sorted([*SETTINGS, *PEAKS]), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.one, args.size)))
         return 0
     rows = []
-    for name in args.only or SETTINGS:
+    for name in args.only or [*PEAKS, *SETTINGS]:
         rows.append(run_isolated(name, args.size))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     print()
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
         path = RESULTS / f"hopper-gemm-{gpu}.json"
         path.write_text(json.dumps({"date": datetime.date.today().isoformat(), "gpu": gpu, "rows": rows}, indent=1))
         print(f"wrote {path}")
-    return 0 if all(r.get("correct") for r in rows) else 1
+    return 0 if all(r.get("correct") or "peak_tflops" in r for r in rows) else 1
 
 
 if __name__ == "__main__":
