@@ -37,6 +37,7 @@ def test_default_kernel_uses_tma_mbarriers_and_wgmma():
     assert wgmma_shapes(cuda) == {"m64n256k16.f32.f16.f16"}
     assert "setmaxnreg.dec.sync.aligned.u32" in cuda and "setmaxnreg.inc.sync.aligned.u32" in cuda
     assert "__grid_constant__ CUtensorMap" in cuda  # the TMA descriptors are kernel parameters
+    assert "st.global.v2.f32" in cuda  # the epilogue stores neighbouring accumulators in pairs
 
 
 def test_bfloat16_changes_only_the_operand_type():

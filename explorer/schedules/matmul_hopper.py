@@ -20,7 +20,7 @@ steps ahead. With ``persistent`` the grid is one block per SM and each block wal
 tiles, so the producer fills the next tile's buffers during the previous tile's epilogue.
 Tiles are visited in groups of 8 rows of tiles, so blocks running together share operand
 tiles in L2. C stays float32 (the workload's output type): each thread stores its
-accumulators directly.
+accumulators directly, two neighbours per 8-byte store.
 
 wgmma, setmaxnreg and TMA exist on sm_90a only (the H100's arch-specific feature set).
 """
@@ -302,16 +302,15 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(it * KT + KT - 1) % STAGES]), T.uint32(1))
                     # wgmma's accumulator layout: warp w of the group holds rows 16w .. 16w + 15,
-                    # lane l rows l / 4 and l / 4 + 8, columns 2 (l % 4) and the next, every 8 columns.
+                    # lane l rows l / 4 and l / 4 + 8, columns 2 (l % 4) and the next, every 8 columns:
+                    # each pair of neighbours leaves in one 8-byte store.
                     for m in T.unroll(MT):
                         for i in T.unroll(NACC // 4):
                             row = T.meta_var(tm * BM + (wg * MT + m) * WGMMA_M + tx % WARPGROUP // 32 * 16
                                              + tx % 32 // 4)
                             col = T.meta_var(tn * BN + i * 8 + tx % 4 * 2)
-                            C[row, col] = acc[m, i * 4]
-                            C[row, col + 1] = acc[m, i * 4 + 1]
-                            C[row + 8, col] = acc[m, i * 4 + 2]
-                            C[row + 8, col + 1] = acc[m, i * 4 + 3]
+                            T.ptx["st.global.v2.f32"](C.ptr_to([row, col]), acc[m, i * 4], acc[m, i * 4 + 1])
+                            T.ptx["st.global.v2.f32"](C.ptr_to([row + 8, col]), acc[m, i * 4 + 2], acc[m, i * 4 + 3])
 
     return main
 
