@@ -153,3 +153,9 @@ def test_the_exported_script_checks_and_times_the_kernel(tmp_path):
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "correct, median" in run.stdout
+
+
+def test_a_sweep_without_a_gpu_says_it_needs_measurement(capsys, monkeypatch):
+    monkeypatch.setattr("explorer.measure.gpu_measurer", lambda target, remote: None)
+    assert main(["sweep", "matmul_hopper", "--grid", "stages=2,3"]) == 2
+    assert "sweep matmul_hopper on a GPU" in capsys.readouterr().err
