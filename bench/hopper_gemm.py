@@ -23,7 +23,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 SETTING_SECONDS = 40  # import, build, NVRTC, check and time one setting (about 10 s); more means a hung kernel
-TOTAL_SECONDS = 150  # no setting starts after this: the whole run stays within a short GPU session
+TOTAL_SECONDS = 100  # no setting starts after this: the whole run stays within a short GPU session
 # name -> (dtype, knobs changed from the template's defaults)
 SETTINGS = {
     "default-fp16": ("float16", {}),
