@@ -30,7 +30,7 @@ from .schedules import get_template
 from .schedules.common import Template
 from .targets import WARP_SIZE, is_cuda, resolve_target
 from .tir_walk import walk
-from .verify import has_async_copies, shared_bytes, verify_device, verify_scheduled
+from .verify import has_async_copies, pooled_shared_bytes, shared_bytes, verify_device, verify_scheduled
 from .workloads import Workload
 
 _tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
@@ -164,8 +164,8 @@ def build(spec: Spec, target: str | tvm.target.Target | None = None) -> Build:
 
 @functools.lru_cache(maxsize=128)
 def _build_cached(spec: Spec, target_json: str) -> Build:
-    target = tvm.target.Target(target_json)
     template = spec.template_def
+    target = arch_target(template, tvm.target.Target(target_json))
     timings = {}
     start = time.perf_counter()
     sch = template.apply(spec.workload, spec.knobs)
@@ -175,7 +175,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     start = time.perf_counter()
     host_target = tvm.target.Target(target, host="llvm") if is_cuda(target) else target
     try:
-        host_mod, device_mods = lower(sch.mod, host_target)
+        host_mod, device_mods = lower(sch.mod, host_target, template.pipeline)
     except ExplorerError:
         raise
     except Exception as error:  # lowering errors come as TVMError/RuntimeError
@@ -197,7 +197,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         trace=str(sch.trace),
         lowered=(device_mod if device_mod is not None else host_mod).script(),
         cuda=cuda,
-        kernels=_kernels(device_mod) if device_mod is not None else (),
+        kernels=_kernels(device_mod, pooled_shared_bytes(sch.mod)) if device_mod is not None else (),
         schedule_mod=sch.mod,
         device_mod=device_mod,
         runtime_module=runtime_module,
@@ -205,12 +205,21 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     )
 
 
-def lower(mod: tvm.IRModule, host_target: tvm.target.Target) -> tuple[tvm.IRModule, dict]:
-    """TVM's default TIR pipeline (TVM 0.27 has no ``tvm.lower``): (host module, {target:
+def arch_target(template: Template, target: tvm.target.Target) -> tvm.target.Target:
+    """``target`` with the architecture-specific instruction set a template needs where the GPU
+    has it: a Hopper found on the machine reports sm_90, wgmma and setmaxnreg need sm_90a."""
+    arch = str(target.attrs.get("arch", "")) if is_cuda(target) else ""
+    if f"{arch}a" not in template.archs:
+        return target
+    return tvm.target.Target({**dict(target.export()), "arch": f"{arch}a"})
+
+
+def lower(mod: tvm.IRModule, host_target: tvm.target.Target, name: str = "default") -> tuple[tvm.IRModule, dict]:
+    """TVM's TIR pipeline ``name`` (TVM 0.27 has no ``tvm.lower``): (host module, {target:
     device module}) just before code generation. Also used by tests on hand-made TIR."""
     with tvm.transform.PassContext(config=lowering_config(mod)):
         mod = tirx.transform.BindTarget(host_target)(mod)
-        pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
+        pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline(name)
         mod = pipeline(mod)
         host_mod, device_mods = _tir_build.split_host_device_mods(mod)
         host_mod = finalize_host()(host_mod)
@@ -237,7 +246,7 @@ def pass_config(mod: tvm.IRModule) -> dict:
     return {"tirx.use_async_copy": True, **({} if warp_memory else {"tirx.disable_storage_rewrite": True})}
 
 
-def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
+def _kernels(device_mod: tvm.IRModule, pooled: int = 0) -> tuple[Kernel, ...]:
     out = []
     for gv, func in device_mod.functions.items():
         extents: dict[str, int] = {}
@@ -245,7 +254,7 @@ def _kernels(device_mod: tvm.IRModule) -> tuple[Kernel, ...]:
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
                 extents[str(stmt.node.thread_tag)] = int(stmt.value)
         dims = lambda prefix, extents=extents: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
-        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func)))
+        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func) + pooled))
     return tuple(sorted(out, key=lambda k: k.name))
 
 

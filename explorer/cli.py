@@ -263,6 +263,10 @@ def cmd_sweep(args) -> int:
         remote = Remote.parse(args.rpc, args.key)
     # None without a GPU or --rpc: then ranked by the static analyses.
     measurer = gpu_measurer(args.target, remote)
+    if measurer is None and spec.template_def.pipeline == "tirx":
+        raise ExplorerError(f"The static analyses read the compute stages of scheduled TensorIR, and a kernel "
+                            f"written in TIRx has none: sweep {spec.template} on a GPU (or with --rpc) to rank "
+                            f"by measurement.")
     result = run(
         grid, target=args.target, measurer=measurer, scorer=static_score, sample=args.sample, workers=args.workers,
         on_progress=lambda p: _progress_bar(p.fraction, p.describe(measurer is not None)),

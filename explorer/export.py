@@ -22,7 +22,7 @@ import textwrap
 import tvm
 from tvm.s_tir import Schedule
 
-from .build import Spec, lowering_config
+from .build import Spec, arch_target, lowering_config
 from .errors import ExplorerError
 from .schedules import tensor_intrinsics
 from .targets import resolve_target
@@ -40,6 +40,35 @@ import numpy as np
 import tvm
 from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
+
+'''
+
+# The end of every script: NumPy's name for an input type, and the entry point.
+_TAIL = '''
+
+def numpy_dtype(name):
+    if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+_KERNEL_HEADER = '''\
+#!/usr/bin/env python3
+"""A TVM kernel exported by the TVM schedule explorer (python -m explorer export).
+
+Needs only apache-tvm==0.27.0.post1 and NumPy. Run it: it prints the kernel (TVM's TIRx
+dialect) and the generated CUDA source; on a Hopper GPU (sm_90a) it also checks the kernel
+against NumPy in float64 and times it.
+"""
+import numpy as np
+import tvm
+from tvm.s_tir import Schedule
 
 '''
 
@@ -78,23 +107,14 @@ def reference(target):
         module = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(Workload)
     return tvm.compile(module, target=tvm.target.Target(target, host="llvm")).jit()
 
-
-def numpy_dtype(name):
-    if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(name)
-
-
-if __name__ == "__main__":
-    main()
 '''
 
 
 def snippet(spec: Spec, target: str | tvm.target.Target | None = None, title: str = "") -> str:
     """The standalone script for ``spec``; ``target`` is used where no GPU is present."""
     sch = spec.template_def.apply(spec.workload, spec.knobs)
+    if spec.template_def.pipeline == "tirx":
+        return kernel_snippet(spec, sch.mod, target, title)
     # Template names and knob values are validated identifiers, numbers and choices.
     return schedule_snippet(spec.workload, sch, target, title,
                             made_with=f"template '{spec.template}' and knobs {spec.knobs.to_dict()!r}")
@@ -127,7 +147,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         + '    """The schedule, as TVM prints its trace: one primitive per line."""\n'
         + "    sch = Schedule(module)\n"
         + steps + "\n    return sch\n"
-        + _MAIN
+        + _MAIN + _TAIL
     )
     ast.parse(code)  # a generated script that does not parse is a bug here, not the user's
     return code
@@ -158,12 +178,75 @@ def _literal_config(sch: Schedule) -> dict:
 def workload_script(workload: Workload, variant: str = "default") -> str:
     """The workload's TensorIR as TVMScript: an IRModule ``Workload`` whose ``main`` is the
     PrimFunc that templates schedule, with the imports TVM's printer names for it."""
-    printed = tvm.IRModule({"main": workload.prim_func(variant)}).script(name="Workload")
+    imports, code = module_script(tvm.IRModule({"main": workload.prim_func(variant)}), "Workload")
+    return imports + f"\n\n\n# {workload.title} as TensorIR: what TVM makes of its te.compute.\n" + code
+
+
+def module_script(mod: tvm.IRModule, name: str) -> tuple[str, str]:
+    """(import lines, class ``name``) of ``mod`` as TVM prints it."""
+    printed = mod.script(name=name)
     # The printer lists the imports its text needs as comments ("# from tvm.script import tirx as T").
     imports = re.findall(r"^# (from tvm\S* import \w+(?: as \w+)?)$", printed, re.M)
     code = re.sub(r"^# from tvm.*\n", "", printed, flags=re.M).lstrip("\n")
-    return ("\n".join(imports) + f"\n\n\n# {workload.title} as TensorIR: what TVM makes of its te.compute.\n"
-            + code.rstrip("\n") + "\n")
+    return "\n".join(imports), code.rstrip("\n") + "\n"
+
+
+_KERNEL_MAIN = '''
+
+def schedule(module):
+    """A TIRx kernel is written, not scheduled: the module is the kernel as it stands."""
+    return Schedule(module)
+
+
+def main():
+    print(f"# {TITLE}")
+    print(Kernel.script())
+    device = tvm.cuda(0)
+    target = tvm.target.Target(TARGET)  # wgmma and TMA need sm_90a, the H100's own instruction set
+    executable = tvm.compile(Kernel, target=tvm.target.Target(target, host="llvm"), tir_pipeline="tirx")
+    print(executable.mod.imports[0].inspect_source("cuda"))
+    if not device.exist:
+        print("No CUDA GPU here: run this file on a Hopper GPU (sm_90a) to check and time the kernel.")
+        return
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1.0, 1.0, size=shape).astype("float32").astype(numpy_dtype(dtype))
+              for shape, dtype in INPUTS]
+    inputs = [tvm.runtime.tensor(array, device) for array in arrays]
+    output = tvm.runtime.empty(OUTPUT_SHAPE, "float32", device)
+    kernel = executable.jit()
+    kernel["main"](*inputs, output)
+    expected = arrays[0].astype("float64") @ arrays[1].astype("float64")
+    # float32 sums drift with the number of terms summed per output.
+    np.testing.assert_allclose(output.numpy(), expected, rtol=1e-4, atol=1e-5 * REDUCTION_LENGTH)
+    seconds = kernel.time_evaluator("main", device, number=100, repeat=5, min_repeat_ms=0)(*inputs, output).median
+    print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
+          f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
+
+'''
+
+
+def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Target | None = None,
+                   title: str = "") -> str:
+    """The standalone script of a template written in TIRx: the kernel module as TVM prints it
+    (it parses back to the same module), compiled with TVM's TIRx pipeline and checked against
+    NumPy in float64."""
+    target = arch_target(spec.template_def, target if isinstance(target, tvm.target.Target) else resolve_target(target))
+    workload = spec.workload
+    imports, code = module_script(mod, "Kernel")
+    constants = "\n".join([
+        f"TITLE = {(title or workload.label())!r}",
+        f"LABEL = {workload.label()!r}",
+        f"# Made with template '{spec.template}' and knobs {spec.knobs.to_dict()!r}.",
+        f"TARGET = {str(target)!r}",
+        f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
+        f"OUTPUT_SHAPE = {workload.output_shape()!r}",
+        f"FLOPS = {workload.flops!r}",
+        f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
+    ])
+    code = (_KERNEL_HEADER + constants + "\n\n" + imports + "\n\n\n# The kernel in TVM's TIRx dialect.\n" + code
+            + _KERNEL_MAIN + _TAIL)
+    ast.parse(code)
+    return code
 
 
 def _variant_of(sch: Schedule, workload: Workload) -> str:

@@ -29,6 +29,9 @@ def verify_scheduled(template: Template, mod: tvm.IRModule, target: tvm.target.T
     """Structural checks on the scheduled TensorIR."""
     if is_cuda(target):
         _check_async_copy_arch(template, mod, target)
+        if template.archs and str(target.arch) not in template.archs:
+            raise InvalidKnobs(f"This template's instructions exist only on {', '.join(template.archs)} "
+                               f"(Hopper GPUs such as the H100), not on {target.arch}: choose such a target.")
     root = mod["main"].body
     kernels = children_of_root(root)
     for kernel in kernels:
@@ -126,6 +129,14 @@ DYNAMIC_SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 *
 def shared_bytes(func: tirx.PrimFunc) -> int:
     """Shared memory (static and dynamic) allocated by one lowered device function, in bytes."""
     return sum(a.bytes for a in allocations(func) if a.scope in ("shared", "shared.dyn"))
+
+
+def pooled_shared_bytes(mod: tvm.IRModule) -> int:
+    """Shared memory a TIRx kernel declares for its pool (``T.SMEMPool``): lowering turns the
+    declaration into a launch parameter, so the lowered device function no longer shows it."""
+    return max((int(stmt.value) for func in mod.functions.values() if isinstance(func, tirx.PrimFunc)
+                for stmt, _ in walk(func.body)
+                if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "tirx.dyn_smem_bytes"), default=0)
 
 
 def dynamic_shared_bytes(func: tirx.PrimFunc) -> int:

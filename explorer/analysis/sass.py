@@ -76,6 +76,9 @@ class InstructionMix:
     bar: int  # barriers (__syncthreads)
     branches: int  # BRA/BRX/JMP/JMX, not the end-of-kernel branch to itself
     loop_branches: int  # of those, branches back to an earlier address: a loop not unrolled
+    hmma: int = 0  # mma.sync: a warp multiplies a tile on the tensor cores (Volta to Hopper)
+    hgmma: int = 0  # wgmma: a warpgroup multiplies a 64-row tile from shared memory (Hopper)
+    tma: int = 0  # UTMALDG/UTMASTG: one thread hands a whole tile copy to the TMA unit (Hopper)
 
     @property
     def spill_bytes(self) -> int:
@@ -90,7 +93,8 @@ class InstructionMix:
         for op in _SIZED:  # the same rows for every kernel (local memory: the widths it has), so tries line up
             widths = sorted(set(self.memory[op]) | (set() if op in ("LDL", "STL") else {32, 64, 128}))
             rows += [(f"{op}.{width}", self.memory[op].get(width, 0)) for width in widths] or [(op, 0)]
-        rows += [("LDSM", self.ldsm), ("BAR", self.bar), ("branches", self.branches),
+        rows += [("LDSM", self.ldsm), ("HMMA", self.hmma), ("HGMMA", self.hgmma), ("TMA", self.tma),
+                 ("BAR", self.bar), ("branches", self.branches),
                  ("loop branches (backward)", self.loop_branches), ("instructions", self.instructions)]
         return rows
 
@@ -113,7 +117,8 @@ def instruction_mix(instructions: tuple[Instruction, ...]) -> InstructionMix:
     return InstructionMix(
         instructions=sum(n for op, n in counts.items() if op not in _PADDING),
         ffma=counts["FFMA"], fadd=counts["FADD"], fmul=counts["FMUL"], memory=memory,
-        ldsm=counts["LDSM"], bar=counts["BAR"], branches=branches, loop_branches=loops,
+        ldsm=counts["LDSM"], hmma=counts["HMMA"], hgmma=counts["HGMMA"], tma=counts["UTMALDG"] + counts["UTMASTG"],
+        bar=counts["BAR"], branches=branches, loop_branches=loops,
     )
 
 

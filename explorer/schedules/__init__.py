@@ -15,6 +15,7 @@ from . import (
     depthwise_flat,
     matmul,
     matmul_async,
+    matmul_hopper,
     matmul_tensorcore,
 )
 from .common import Template
@@ -24,7 +25,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, d
                                                       depthwise_flat.TEMPLATE, conv1d.TEMPLATE, conv2d.TEMPLATE,
                                                       conv2d_async.TEMPLATE,
                                                       matmul.TEMPLATE, matmul_async.TEMPLATE,
-                                                      matmul_tensorcore.TEMPLATE,)}
+                                                      matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:

@@ -37,6 +37,11 @@ class Template:
     # Shape values of the workload this template starts from where the workload's own
     # defaults do not suit it (tensor cores need 16-bit inputs).
     workload_defaults: Mapping[str, object] = field(default_factory=dict)
+    # TVM's TIR pipeline that lowers the module: "default" for scheduled TensorIR, "tirx" for a
+    # kernel written in the TIRx dialect (its statements are PTX instructions, not schedule steps).
+    pipeline: str = "default"
+    # CUDA architectures whose instructions the template uses; empty: any.
+    archs: tuple[str, ...] = ()
 
     def default_workload(self) -> Workload:
         return self.workload(**self.workload_defaults)
