@@ -352,7 +352,7 @@ def test_measuring_a_step_on_the_page_fills_in_the_verdicts(monkeypatch):
     at.button[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["This GPU · Stand-in GPU"] == "3.00 vs 4.00 µs"  # 4.0 / 3.0 = ×1.33: faster, as claimed
+    assert metrics["This GPU · Fake GPU"] == "3.00 vs 4.00 µs"  # 4.0 / 3.0 = ×1.33: faster, as claimed
     assert "reproduced" in "\n".join(m.value for m in at.markdown)
     assert "needs a GPU" not in "\n".join(m.value for m in at.markdown)
     assert "Why it may differ" not in "\n".join(m.value for m in at.markdown)  # reproduced: nothing to explain
@@ -372,11 +372,9 @@ def test_a_claim_this_gpu_does_not_reproduce_says_why_it_may_differ(monkeypatch)
 
 
 def stand_in_gpu(monkeypatch, fake_us):
-    """A GPU on which each named preset takes the given µs (the measurement's full record)."""
-    from live_fakes import fake_measurement
-
-    import explorer.measure
+    """A server whose GPU ("Fake GPU") takes the given µs for each named preset (the page
+    measures through the server's one queue)."""
+    from live_fakes import fake_measurements
 
     by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
-    monkeypatch.setattr(explorer.measure, "measure", lambda spec, **_: fake_measurement(spec, by_spec[spec]))
-    monkeypatch.setattr(explorer.measure, "local_gpu", lambda: "Stand-in GPU")
+    fake_measurements(monkeypatch, lambda spec: by_spec[spec])
