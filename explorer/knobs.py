@@ -163,16 +163,15 @@ class Params:
 
     @classmethod
     def specs(cls) -> tuple[KnobSpec, ...]:
-        out = []
-        for f in fields(cls):
-            meta = f.metadata.get(_META)
-            if meta is None:
-                continue
-            kind = type(f.default)
-            out.append(
-                KnobSpec(name=f.name, kind=kind, default=f.default, noun=cls.noun, error=cls.error, **meta)
-            )
-        return tuple(out)
+        # Made once per class (each knob set checks its values against them, and a server
+        # makes knob sets on every page run); KnobSpecs are frozen.
+        made = cls.__dict__.get("_made_specs")
+        if made is None:
+            made = tuple(KnobSpec(name=f.name, kind=type(f.default), default=f.default, noun=cls.noun,
+                                  error=cls.error, **f.metadata[_META])
+                         for f in fields(cls) if _META in f.metadata)
+            cls._made_specs = made
+        return made
 
     @classmethod
     def spec(cls, name: str) -> KnobSpec:
