@@ -82,10 +82,22 @@ def view_text(build, attribute: str) -> tuple[str, int]:
     return kernels_only(text) if attribute == "cuda" else (text, 1)
 
 
-def views_html(build) -> dict[str, str]:
-    """Each code view of ``build`` as it shows by default, highlighted: attribute -> HTML."""
-    html = {}
-    for attribute, language in VIEW_LANGUAGES.items():
-        text, first_line = view_text(build, attribute)
-        html[attribute] = highlight(text, language, (), first_line)
-    return html
+# The view a page opens on and a short one: highlighted with the build; the others (the
+# lowered TIR and the CUDA can be 150 KB of unrolled code) right after it.
+FIRST_VIEWS = ("tensorir", "trace")
+
+
+def views_texts(build, attributes) -> dict[str, tuple[str, int, str]]:
+    """attribute -> (the text its view shows by default, its first line's number, its language)."""
+    return {attribute: (*view_text(build, attribute), VIEW_LANGUAGES[attribute]) for attribute in attributes}
+
+
+def texts_html(texts: dict[str, tuple[str, int, str]]) -> dict[str, str]:
+    """Each of :func:`views_texts`' texts highlighted: attribute -> HTML."""
+    return {attribute: highlight(text, language, (), first_line)
+            for attribute, (text, first_line, language) in texts.items()}
+
+
+def views_html(build, attributes=tuple(VIEW_LANGUAGES)) -> dict[str, str]:
+    """The code views ``attributes`` of ``build`` as they show by default, highlighted."""
+    return texts_html(views_texts(build, attributes))

@@ -38,7 +38,7 @@ from . import measure
 from .build import Build, Spec, build
 from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
-from .highlight import views_html
+from .highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_html, views_texts
 from .measure.cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .measure.measurement import LOCAL_GPU
 from .measure.scheduler import Scheduler
@@ -185,6 +185,13 @@ class BuildService:
                     self._here_lock.release()
         return self._build_in_pool(spec, target)
 
+    def _highlight_the_rest(self, built: Build) -> None:
+        """The build's other code views, highlighted in a build process after it is shown
+        (until then a page that opens one highlights it itself)."""
+        rest = views_texts(built, [view for view in VIEW_LANGUAGES if view not in built.views_html])
+        future = self._executor().submit(texts_html, rest)
+        future.add_done_callback(lambda done: done.exception() is None and built.views_html.update(done.result()))
+
     def _build_here(self, spec: Spec, target: str) -> Build:
         self.built_here += 1
         outcome = build_source_only(spec, target)
@@ -236,7 +243,8 @@ class BuildService:
 
     def _build_in_pool(self, spec: Spec, target: str) -> Build:
         start = time.perf_counter()
-        outcome = self.run(build_source_only, spec, target, True)
+        outcome = self.run(build_source_only, spec, target, FIRST_VIEWS)
+        self._highlight_the_rest(outcome)
         outcome.timings_ms["pool round trip"] = round((time.perf_counter() - start) * 1000
                                                       - sum(outcome.timings_ms.values()), 2)
         return outcome
@@ -261,10 +269,10 @@ def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     return os.getpid()
 
 
-def build_source_only(spec: Spec, target: str, highlight: bool = False) -> Build | ExplorerError:
+def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = ()) -> Build | ExplorerError:
     """In a pool process: the build without its runtime module (it cannot cross processes
-    and the app never runs kernels), with its code views highlighted where ``highlight``
-    (the app's one process then only sends them); an ExplorerError comes back as a value, intact."""
+    and the app never runs kernels), with its code views ``highlight`` highlighted (the app's
+    one process then only sends them); an ExplorerError comes back as a value, intact."""
     try:
         built = build(spec, target)
     except ExplorerError as error:
@@ -273,7 +281,7 @@ def build_source_only(spec: Spec, target: str, highlight: bool = False) -> Build
     views = {}
     if highlight:
         start = time.perf_counter()
-        views = views_html(built)
+        views = views_html(built, highlight)
         timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
     return dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
 
@@ -512,7 +520,8 @@ class Live:
         self.warm.step("build processes")
 
     def _build_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
-        """Build ``specs`` on all build processes at once: a link then shows its code at once."""
+        """Build ``specs`` on half the build processes: a link then shows its code at once, and
+        the students arriving meanwhile keep the other half (the pool serves in order)."""
         def built(spec: Spec) -> bool:
             try:
                 self.builds.build(spec, target)
@@ -521,7 +530,7 @@ class Live:
             return True
 
         if specs:
-            with ThreadPoolExecutor(self.settings.build_workers) as threads:
+            with ThreadPoolExecutor(max(1, self.settings.build_workers // 2)) as threads:
                 count = sum(threads.map(built, specs))
             self.warm.step(f"{count} lesson steps built")
 

@@ -100,7 +100,8 @@ def test_pool_builds_come_with_their_code_views_highlighted(service):
     from explorer.highlight import VIEW_LANGUAGES, highlight, view_text
 
     built = service.build(spec_x(4), "auto")
-    assert set(built.views_html) == set(VIEW_LANGUAGES) and built.timings_ms["highlight"] > 0
+    assert set(built.views_html) >= {"tensorir", "trace"} and built.timings_ms["highlight"] > 0  # with the build
+    wait_until(lambda: set(built.views_html) == set(VIEW_LANGUAGES))  # the others right after
     text, first = view_text(built, "cuda")
     assert first > 1 and text.startswith('extern "C" __global__')  # the CUDA view starts at the kernel
     assert built.views_html["cuda"] == highlight(text, "cuda", (), first)
