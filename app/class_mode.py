@@ -7,6 +7,7 @@ import sqlite3
 
 import streamlit as st
 
+from app import panels
 from explorer import classroom
 
 from . import session
@@ -47,6 +48,4 @@ def _banner() -> None:
 
 def can_submit() -> bool:
     """Whether this server can measure a submission (a GPU here or an RPC tracker)."""
-    from app import panels
-
     return panels.can_measure()

@@ -36,8 +36,8 @@ from typing import Generic, TypeVar
 
 from . import measure
 from .build import Build, Spec, build
+from .cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .errors import ExplorerError
-from .measure.cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .measure.measurement import LOCAL_GPU
 from .measure.scheduler import Scheduler
 from .targets import local_gpu_target
@@ -217,8 +217,6 @@ def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     """Import TVM (the slow part of a first build) and, by building one setting of each of
     ``warm_specs``' templates, whatever those import on first use (the tensor-core
     intrinsics take seconds)."""
-    import explorer.build  # noqa: F401
-
     for spec in {spec.template: spec for spec in reversed(warm_specs)}.values():
         try:
             build(spec, target)

@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from explorer.build import Spec, build, compile_binary, nvcc_path, pass_config
+from explorer.analysis.sass import compile_binary
+from explorer.build import Spec, build, pass_config
+from explorer.cuda_compile import nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.presets import get_preset
