@@ -8,6 +8,9 @@ bfloat16 set is TVM's float16 set with the element type renamed, registered once
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
+import os
 import re
 from dataclasses import dataclass
 
@@ -68,9 +71,21 @@ def _renamed(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
 _LDMATRIX_CALL = re.compile(r"(T\.ptx_legacy\.ldmatrix\(.*)\)$", re.M)
 
 
+@functools.cache
 def _tvm_intrinsics():
     """``tvm.s_tir.tensor_intrin.cuda``, imported on first use: it parses every CUDA tensor
     intrinsic as TVMScript (seconds), which no other template needs."""
-    from tvm.s_tir.tensor_intrin import cuda
+    _know_the_import_machinerys_frames()
+    return importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
 
-    return cuda
+
+def _know_the_import_machinerys_frames() -> None:
+    """TVMScript's parser calls ``inspect.stack()`` for each of the hundreds of functions that
+    module parses, and ``inspect`` looks up the module of every frame on the stack by its file.
+    The import machinery's own frames (``<frozen importlib._bootstrap>``) match no module's
+    file, so each lookup rescans ``sys.modules``: most of the import's time (about 85 s of 87 s
+    on a busy 2-core machine, 4 s with this). Naming their modules in ``inspect``'s file ->
+    module cache makes the lookup a dictionary hit; the cache is keyed by the absolute path
+    of the file name, so this is done just before the import (same working directory)."""
+    for name in ("importlib._bootstrap", "importlib._bootstrap_external"):
+        inspect.modulesbyfile[os.path.normcase(os.path.abspath(f"<frozen {name}>"))] = name
