@@ -180,8 +180,9 @@ def markdown(results: dict) -> str:
         f"`{results['command']}` on {env['gpu']}, {env['machine']}, Python {env['python']}, TVM {env['tvm']}"
         f"{', ' + env['torch'] if env.get('torch') else ''}. Every kernel is checked against NumPy before it is timed; "
         f"times are medians of {results['settings']['repeats']} repeats of ≥ {results['settings']['min_repeat_ms']} ms "
-        "of back-to-back launches (TVM `time_evaluator`). Floor: a device copy of the workload's compulsory bytes, "
-        "timed the same way; % of roofline = roofline bound / latency.",
+        "of back-to-back launches (TVM `time_evaluator`). Roofline µs: the least time the roofline measured on this "
+        "GPU allows (FLOPs at the FP32 peak, or compulsory bytes at the L2 or HBM bandwidth; `bench/ceilings.py`); "
+        "% of roofline = roofline µs / median.",
         "",
         "| preset | workload | correct | median µs | min | max | std | launches | GB/s | GFLOP/s | "
         "roofline µs | % of roofline |",
