@@ -1,6 +1,7 @@
 """The project's import structure: no circle between the modules of explorer/ and app/, and
 no project module imported inside a function (the usual way to hide a circle). The edges
 are read from the source (explorer/devtools/import_graph.py), as docs/imports.md draws them."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,11 @@ def test_docs_imports_md_is_the_current_drawing():
     assert drawn == import_graph.page(imports())
     assert (ROOT / "docs" / "imports.md").read_text() == drawn, (
         "regenerate it: python -m explorer.devtools.import_graph > docs/imports.md")
+
+
+def test_the_architecture_page_names_files_that_exist():
+    """docs/architecture.md sends a newcomer to files by path: each must be there."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:explorer|app|tests|bench|presets|docs)/[\w/.]+)`", text))
+    assert len(named) > 15
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
