@@ -78,7 +78,8 @@ def test_the_graph_draws_boxes_and_their_module_load_edges():
              Import("explorer.analysis.sass", "explorer.analysis.banks", 1, False),  # inside one box: not drawn
              Import("explorer.analysis.banks", "explorer.build", 1, False),  # implies the next one
              Import("explorer.analysis.sass", "explorer.cuda_compile", 2, False),
-             Import("app.panels", "explorer.build", 9, True)]  # a local import: not drawn
+             Import("app.panels", "explorer.build", 9, True),  # a local import: not drawn
+             Import("explorer.analysis.sass", "explorer", 1, False)]  # the bare package: not drawn
     assert box("explorer.analysis.sass") == "explorer.analysis" and box("app.views.lessons") == "app.views"
     assert box("explorer.build") == "explorer.build"
     assert mermaid(found).splitlines() == [

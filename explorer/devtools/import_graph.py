@@ -161,7 +161,8 @@ def reduced(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 def mermaid(found: Iterable[Import]) -> str:
     """A Mermaid flowchart of the module-load imports between boxes (see :func:`box`), reduced."""
     pairs = {(box(i.importer), box(i.imported)) for i in found if not i.local}
-    edges = reduced({(a, b) for a, b in pairs if a != b})
+    # Not drawn: a box's own imports, and the bare packages (their __init__ holds only a docstring).
+    edges = reduced({(a, b) for a, b in pairs if a != b and b not in PACKAGES})
     ids = {name: name.replace(".", "_") for edge in edges for name in edge}
     lines = ["flowchart LR"]
     lines += [f'    {ids[name]}["{name}"]' for name in sorted(ids)]
