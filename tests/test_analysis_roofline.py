@@ -1,7 +1,6 @@
 """The roofline's data: intensity, attainable performance, which roof applies, the bound,
 points for measured settings and the static estimate, published figures per target."""
 import pytest
-from test_app import TENSOR_CORES
 
 from explorer.analysis.roofline import (
     PUBLISHED_GPUS,
@@ -119,7 +118,6 @@ def test_roofline_tab_without_a_gpu_shows_the_static_estimate():
     assert any("published figures for H100 SXM" in c.value for c in at.caption)
 
 
-@TENSOR_CORES
 def test_roofline_tab_of_a_tensor_core_step_says_why_there_is_none():
     from test_app import app, assert_clean
 

@@ -39,17 +39,6 @@ def code_text(at: AppTest, view: str) -> str | None:
     return None
 
 
-# Tests that build a tensor-core setting run in one test process (pytest-xdist): TVM's tensor-core
-# intrinsics, which such a build imports, take seconds to import in each process.
-TENSOR_CORES = pytest.mark.xdist_group("tensor_cores")
-
-
-def by_preset(ids) -> list:
-    """Preset ids as parameters, the tensor-core ones marked TENSOR_CORES."""
-    return [pytest.param(i, marks=TENSOR_CORES) if get_preset(i).spec.template == "matmul_tensorcore" else i
-            for i in ids]
-
-
 def launch_bounds(cuda: str) -> set[int]:
     return {int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", cuda)}
 
@@ -65,7 +54,7 @@ def assert_clean(at: AppTest):
     assert not at.error, [e.value for e in at.error]
 
 
-@pytest.mark.parametrize("preset", by_preset(all_presets()))
+@pytest.mark.parametrize("preset", list(all_presets()))
 def test_explorer_page_for_every_preset(preset):
     at = app({"preset": preset}, view="CUDA").run()
     assert_clean(at)
@@ -78,7 +67,7 @@ def test_explorer_page_for_every_preset(preset):
     assert urlstate.from_query({k: param(at, k) for k in at.query_params}) == (spec, preset)
 
 
-@pytest.mark.parametrize("preset", by_preset(all_presets()))
+@pytest.mark.parametrize("preset", list(all_presets()))
 def test_compare_page_for_every_preset(preset):
     at = app({"preset": preset}).run()
     at.switch_page("views/compare.py").run()
@@ -107,7 +96,7 @@ def _first_preset_per_template():
     return sorted(firsts.values())
 
 
-@pytest.mark.parametrize("preset", by_preset(_first_preset_per_template()))
+@pytest.mark.parametrize("preset", _first_preset_per_template())
 def test_analysis_tabs_render(preset):
     """Every analysis tab, for one preset of each template (tabs are lazy: only the selected
     one runs)."""

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import pytest
 
-# One test process runs this module (pytest-xdist): its module fixtures (Streamlit server and browser) are set up once.
-pytestmark = pytest.mark.xdist_group("test_browser")
-
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
 CHROMIUM = "/usr/bin/chromium"

@@ -13,9 +13,6 @@ from pathlib import Path
 import classroom  # bench/classroom.py (pytest's pythonpath)
 import pytest
 
-# One test process runs this module (pytest-xdist): its module fixtures (Streamlit server) are set up once.
-pytestmark = pytest.mark.xdist_group("test_classroom_bench")
-
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -10,9 +10,6 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT, WAIT_MS, _require_brow
 
 from explorer import lessons as L
 
-# One test process runs this module (pytest-xdist): its module fixtures (Streamlit server and browsers) are set up once.
-pytestmark = pytest.mark.xdist_group("test_classroom_browser")
-
 TOKEN = "browser-class-token"
 BANNER_WAIT_MS = 5_000  # the banner refreshes every second: far more than that means it does not refresh by itself
 

@@ -24,9 +24,6 @@ from explorer.measure.worker import Job
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
-# One test process runs this module (pytest-xdist): its module fixtures (tracker and servers) are set up once.
-pytestmark = pytest.mark.xdist_group("test_classroom_rpc")
-
 KEY = "explorer-class-test"
 ROOT = Path(__file__).resolve().parent.parent
 FAST = Settings(repeats=3, time_limit_s=10, roofline=False)

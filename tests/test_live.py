@@ -13,9 +13,6 @@ from explorer.live import SOURCE_ONLY, BuildService, Live, LiveSettings, SingleF
 from explorer.measure.scheduler import Scheduler
 from explorer.presets import get_preset
 
-# One test process runs this module (pytest-xdist): its module fixtures (build processes) are set up once.
-pytestmark = pytest.mark.xdist_group("test_live")
-
 SPEC = get_preset("dw-blog-final-96").spec
 
 

@@ -19,9 +19,6 @@ from tvm.rpc.tracker import Tracker
 from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
 from explorer.presets import get_preset
 
-# One test process runs this module (pytest-xdist): its module fixtures (RPC tracker and server) are set up once.
-pytestmark = pytest.mark.xdist_group("test_measure_rpc")
-
 KEY = "explorer-test"
 FAST = Settings(repeats=3, time_limit_s=5)
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 from exported import RUN_SCRIPT
-from test_app import TENSOR_CORES
 
 from explorer.analysis.sass import compile_binary
 from explorer.build import Spec, build, pass_config
@@ -22,8 +21,6 @@ from explorer.presets import get_preset
 from explorer.schedules.matmul_async import MatmulAsyncKnobs
 from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
 from explorer.workloads import Matmul
-
-pytestmark = TENSOR_CORES  # with the other tests that import the tensor-core intrinsics
 
 FP32 = Matmul(m=256, n=256, k=256)
 FP16 = Matmul(m=256, n=256, k=256, dtype="float16")

@@ -16,9 +16,6 @@ from explorer.search.results import FAILED, INVALID, VALID, Point
 from explorer.search.sweep import compile_pool, refine, run
 from explorer.workloads import DepthwiseConv2d
 
-# One test process runs this module (pytest-xdist): its module fixtures (sweeps) are set up once.
-pytestmark = pytest.mark.xdist_group("test_sweep")
-
 # The stand-in scorer runs in the worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

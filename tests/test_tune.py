@@ -10,9 +10,6 @@ from explorer.errors import ExplorerError
 from explorer.search.tune import TuneResult, cost_model_name, replay, snippet, trace_json, tune, tuning_target
 from explorer.workloads import DepthwiseConv2d, Matmul
 
-# One test process runs this module (pytest-xdist): its module fixtures (tuning run) are set up once.
-pytestmark = pytest.mark.xdist_group("test_tune")
-
 TINY = DepthwiseConv2d(channels=4, height=8, width=8)
 
 
