@@ -7,6 +7,7 @@ import sqlite3
 
 import streamlit as st
 
+from app import panels
 from explorer import classroom
 
 from . import session
@@ -59,6 +60,4 @@ def record_move(current) -> None:
 
 def can_submit() -> bool:
     """Whether this server can measure a submission (a GPU here or an RPC tracker)."""
-    from app import panels
-
     return panels.can_measure()

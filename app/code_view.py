@@ -14,6 +14,7 @@ import html
 import streamlit as st
 from pygments.formatters import HtmlFormatter
 
+from explorer.analysis.sass import SHARED_NOTE, analyze_sass, sass_text
 from explorer.errors import ExplorerError
 from explorer.highlight import CSS_CLASS, STYLE, VIEW_LANGUAGES, highlight
 
@@ -94,8 +95,6 @@ def show_diff(old: str, new: str, view: str, old_name: str, new_name: str) -> No
 def _sass_report(built):
     """The SASS report of a build, compiled once per CUDA source and architecture
     (explorer.analysis.sass caches it); an ExplorerError when it cannot be made here."""
-    from explorer.analysis.sass import analyze_sass
-
     with st.spinner("Compiling to a cubin with NVRTC and disassembling it…"):
         return analyze_sass(built)
 
@@ -103,8 +102,6 @@ def _sass_report(built):
 def show_sass(built) -> None:
     """The SASS tab: per kernel its resources, the instruction mix (beside the previous
     try's), and the SASS under the CUDA line of each instruction, or its diff."""
-    from explorer.analysis.sass import SHARED_NOTE, sass_text
-
     try:
         report = _sass_report(built)
     except ExplorerError as error:

@@ -13,9 +13,10 @@ from explorer.analysis import banks, ncu
 from explorer.analysis.resources import analyze_resources
 from explorer.analysis.roofline import no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
+from explorer.analysis.sass import compile_binary
 from explorer.analysis.tiling import analyze_tiling
 from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
-from explorer.build import Build, compile_binary
+from explorer.build import Build
 from explorer.errors import ExplorerError
 
 from . import code_view, server, session

@@ -38,7 +38,7 @@ NO_GPU_EXIT = 3
 def _source_only() -> None:
     """In a diagnosing process: CUDA source only (a GPU machine would compile every neighbour's
     binary while building it); registers still come from the cubin explorer.analysis.sass compiles."""
-    from explorer.measure.cuda_env import SOURCE_ONLY
+    from explorer.cuda_env import SOURCE_ONLY
 
     os.environ[SOURCE_ONLY] = "1"
 

@@ -27,12 +27,13 @@ import re
 import sys
 from pathlib import Path
 
+from ceilings import ceilings_first
 from docs_section import write_section
 
 from explorer.benchmarks import BENCHMARKS, Benchmark
 from explorer.build import Spec
 from explorer.errors import ExplorerError
-from explorer.measure import baseline, ceilings, ceilings_error, local_gpu, measure
+from explorer.measure import baseline, local_gpu, measure
 from explorer.presets import all_presets
 from explorer.schedules import get_template
 
@@ -181,8 +182,7 @@ def main(argv=None) -> int:
     if gpu is None:
         print("error: no CUDA GPU on this machine; the kernel table is measured on one.", file=sys.stderr)
         return 2
-    if ceilings() is None:  # measured once; every measurement below then carries them
-        print(f"warning: no roofline column: {ceilings_error()}", file=sys.stderr)
+    ceilings_first()
     rows = []
     for benchmark in benchmarks:
         print(benchmark.workload.label(), file=sys.stderr)

@@ -22,6 +22,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from ceilings import ceilings_first
+
 from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer.build import build
@@ -175,14 +177,13 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default=None, help="target name for the builds (default: this machine's GPU)")
     args = parser.parse_args(argv)
 
-    from explorer.measure import Settings, ceilings, ceilings_error, local_gpu, shutdown
+    from explorer.measure import Settings, local_gpu, shutdown
 
     device = local_gpu()
     if device is None:
         print("error: no CUDA device on this machine; run this script on the GPU machine.", file=sys.stderr)
         return NO_GPU_EXIT
-    if ceilings(args.target) is None:  # measured once; every measurement below then carries them
-        print(f"warning: no roofline column: {ceilings_error(args.target)}", file=sys.stderr)
+    ceilings_first(args.target)
     start = time.perf_counter()
     lessons = L.lessons()
     presets = [s.preset for lesson in lessons for s in lesson.steps]

@@ -32,12 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
-# A fresh CUDA binary cache (explorer/build.py), read at import and inherited by the
+# A fresh CUDA binary cache (explorer/cuda_compile.py), read at import and inherited by the
 # measuring worker: every compile counted below really happens.
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-h100-cuda-")
 
+from ceilings import ceilings_first
+
 from explorer.errors import ExplorerError, InvalidKnobs
-from explorer.measure import Settings, baseline, ceilings, ceilings_error, local_gpu, measure, shutdown
+from explorer.measure import Settings, baseline, local_gpu, measure, shutdown
 from explorer.presets import all_presets, get_preset
 
 SECTION = "measure-h100"
@@ -178,8 +180,9 @@ def markdown(results: dict) -> str:
         f"`{results['command']}` on {env['gpu']}, {env['machine']}, Python {env['python']}, TVM {env['tvm']}"
         f"{', ' + env['torch'] if env.get('torch') else ''}. Every kernel is checked against NumPy before it is timed; "
         f"times are medians of {results['settings']['repeats']} repeats of ≥ {results['settings']['min_repeat_ms']} ms "
-        "of back-to-back launches (TVM `time_evaluator`). Floor: a device copy of the workload's compulsory bytes, "
-        "timed the same way; % of roofline = roofline bound / latency.",
+        "of back-to-back launches (TVM `time_evaluator`). Roofline µs: the least time the roofline measured on this "
+        "GPU allows (FLOPs at the FP32 peak, or compulsory bytes at the L2 or HBM bandwidth; `bench/ceilings.py`); "
+        "% of roofline = roofline µs / median.",
         "",
         "| preset | workload | correct | median µs | min | max | std | launches | GB/s | GFLOP/s | "
         "roofline µs | % of roofline |",
@@ -261,8 +264,7 @@ def main() -> int:
         if local_gpu() is None:
             print("no CUDA device found: run this on the GPU machine", file=sys.stderr)
             return 3
-        if ceilings() is None:  # measured once; every measurement below then carries them
-            print(f"warning: no roofline column: {ceilings_error()}", file=sys.stderr)
+        ceilings_first()
         ids = args.presets or list(all_presets())
         settings = Settings()
         results = {

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ExplorerError
-from .workloads import Workload, workload_from_mapping
+from .schedules import workload_from_mapping
+from .workloads import Workload
 
 
 @dataclass(frozen=True)

@@ -3,27 +3,22 @@
 ``build(spec, target)`` runs TVM's default TIR pipeline itself (TVM 0.27 has no
 ``tvm.lower``) so the device TIR just before code generation is available to show and to
 analyse, verifies the result (verify.py) and generates code. Builds are cached by
-(spec, target). ``compile_binary`` runs nvcc on the CUDA source for register and
-shared-memory use; it is separate because it takes seconds.
+(spec, target). Code generation compiles each CUDA kernel (with a GPU) through the compile
+stage's disk cache (cuda_compile.py), which also compiles a cubin for registers and SASS.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib
 import math
-import os
-import re
-import shutil
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 import tvm
 from tvm import tirx
 
+from .cuda_compile import install_disk_cache
 from .errors import ExplorerError, InvalidKnobs, summary_line
 from .knobs import KnobSet
 from .schedules import get_template
@@ -34,46 +29,7 @@ from .verify import has_async_copies, pooled_shared_bytes, shared_bytes, verify_
 from .workloads import Workload
 
 _tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
-
-# -- CUDA binaries, compiled once per machine -------------------------------------------
-# With a GPU, TVM compiles each kernel's CUDA source (NVRTC or nvcc, about a second) inside
-# code generation, in every process that builds it: the app, the measuring worker, each
-# sweep compile worker. The binaries are kept on disk by source, architecture and compiler
-# settings, so the measuring worker's rebuild of a kernel a sweep worker (or the app) just
-# compiled costs no second compile.
-CUDA_CACHE = os.environ.get("EXPLORER_CUDA_CACHE", os.path.join(tempfile.gettempdir(), "explorer-cuda-cache"))
-_COMPILE_SETTINGS = ("TVM_CUDA_COMPILE_MODE", "TVM_CUDA_NVRTC_EXTRA_OPTS", "TVM_CUDA_PTXAS_REG_LEVEL",
-                     "TVM_CUDA_PTXAS_EXTRA_OPTS", "CUDA_PATH")
-
-
-def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
-    """Wrap TVM's ``tvm_callback_cuda_compile`` with a disk cache (dumps bypass it)."""
-
-    def compile_cached(code, *rest):
-        if os.environ.get("TVM_KERNEL_DUMP"):
-            return compile_cuda(code, *rest)
-        target = tvm.target.Target.current(allow_none=True)
-        arch = str(target.attrs.get("arch", "")) if target is not None else tvm.cuda(0).compute_version
-        settings = [os.environ.get(name, "") for name in _COMPILE_SETTINGS]
-        key = hashlib.sha256("\0".join([tvm.__version__, arch, *settings, str(code)]).encode()).hexdigest()
-        path = os.path.join(cache_dir, key + ".bin")
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                return f.read()
-        binary = bytes(compile_cuda(code, *rest))
-        os.makedirs(cache_dir, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache_dir, delete=False) as f:  # concurrent workers: write, then rename
-            f.write(binary)
-        os.replace(f.name, path)
-        return binary
-
-    return compile_cached
-
-
-tvm.register_global_func(
-    "tvm_callback_cuda_compile", cached_cuda_compile(tvm.get_global_func("tvm_callback_cuda_compile")), override=True
-)
-
+install_disk_cache()
 
 @dataclass(frozen=True)
 class Spec:
@@ -260,88 +216,3 @@ def _kernels(device_mod: tvm.IRModule, pooled: int = 0) -> tuple[Kernel, ...]:
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 2)
-
-
-# -- compiled binary -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Binary:
-    """What the compiled binary says about each kernel of the CUDA source."""
-
-    tool: str  # "nvrtc" (the cubin, read by cuobjdump and nvdisasm) or "nvcc" (ptxas -v)
-    arch: str
-    registers: dict  # kernel name -> registers per thread
-    shared_bytes: dict  # kernel name -> static shared bytes (a cubin's for sm_90 include the 1 KB reserved)
-    spill_bytes: dict  # kernel name -> spill stores + loads in bytes
-    log: str
-    sass: str
-
-
-def nvcc_path() -> str | None:
-    return shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None
-    )
-
-
-def compile_binary(built: Build) -> Binary | None:
-    """Registers, shared memory and spills per kernel from the cubin that NVRTC compiles
-    (explorer.analysis.sass, no toolkit needed); nvcc -Xptxas -v where NVRTC or the pip
-    disassembler is missing; None when neither is there."""
-    if not built.cuda:
-        return None
-    from .analysis import sass
-
-    if not sass.missing_tools():
-        report = sass.analyze_sass(built)
-        return Binary(
-            "nvrtc", report.arch, {k.kernel: k.registers for k in report.kernels},
-            {k.kernel: k.shared_bytes for k in report.kernels}, {k.kernel: k.mix.spill_bytes for k in report.kernels},
-            " ".join(report.tools), "\n\n".join(sass.sass_text(k, built.cuda) for k in report.kernels),
-        )
-    if nvcc_path() is None:
-        return None
-    return _compile_source(built.cuda, built.target.arch)
-
-
-_PTXAS_FUNC = re.compile(r"Function properties for (\w+)|Compiling entry function '(\w+)'")
-_PTXAS_USED = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?", re.S)
-
-
-@functools.lru_cache(maxsize=64)
-def _compile_source(source: str, arch: str) -> Binary:
-    nvcc = nvcc_path()
-    with tempfile.TemporaryDirectory(prefix="explorer-nvcc-") as tmp:
-        src = os.path.join(tmp, "kernel.cu")
-        cubin = os.path.join(tmp, "kernel.cubin")
-        with open(src, "w") as f:
-            f.write(source)
-        proc = subprocess.run(
-            [nvcc, "--cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-o", cubin, src],
-            capture_output=True, text=True, timeout=120,
-        )
-        if proc.returncode != 0:
-            raise ExplorerError(f"nvcc could not compile the generated CUDA: {summary_line(proc.stderr)}")
-        sass = ""
-        cuobjdump = shutil.which("cuobjdump", path=os.path.dirname(nvcc))
-        if cuobjdump:
-            dump = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, timeout=60)
-            sass = dump.stdout
-    registers, shared, spills = {}, {}, {}
-    current = None
-    for line in proc.stderr.splitlines():
-        entry = re.search(r"Compiling entry function '(\w+)'", line)
-        if entry:
-            current = entry.group(1)
-            continue
-        if current is None:
-            continue
-        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if spill:
-            spills[current] = int(spill.group(1)) + int(spill.group(2))
-        used = re.search(r"Used (\d+) registers", line)
-        if used:
-            registers[current] = int(used.group(1))
-            smem = re.search(r"(\d+) bytes smem", line)
-            shared[current] = int(smem.group(1)) if smem else 0
-    return Binary("nvcc", arch, registers, shared, spills, proc.stderr, sass)

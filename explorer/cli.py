@@ -11,8 +11,25 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from . import serve
+from . import measure, serve
+from .analysis import ncu, vthread
+from .analysis.banks import analyze_banks, format_report
+from .analysis.diagnosis import counters_of, diagnose, format_diagnosis, ncu_metrics
+from .analysis.ranking import static_score
+from .analysis.resources import analyze_resources, format_resources
+from .analysis.roofline import format_roofline, published_ceilings, roofline
+from .analysis.sass import analyze_sass, compile_binary, format_sass
+from .analysis.tiling import analyze_tiling, format_tiling
+from .build import Spec, build
 from .errors import ExplorerError
+from .export import file_name, snippet
+from .measure.errors import NoDevice, RemoteError
+from .presets import all_presets, get_preset, tutorials
+from .schedules import TEMPLATES
+from .search import sweep
+from .search.grid import Grid
+from .search.tune import tune
+from .targets import resolve_target
 
 EXIT_WRONG = 1
 EXIT_INVALID = 2
@@ -27,10 +44,6 @@ class _Start(NamedTuple):
 
 
 def _spec_from_args(args):
-    from .build import Spec
-    from .presets import all_presets, get_preset
-    from .schedules import TEMPLATES
-
     if args.preset in TEMPLATES and args.preset not in all_presets():
         template = TEMPLATES[args.preset]
         start = _Start(template.name, template.title)
@@ -52,8 +65,6 @@ def _spec_from_args(args):
 
 
 def cmd_presets(args) -> int:
-    from .presets import tutorials
-
     rows = [
         {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "tutorial": t.id,
          "title": p.title}
@@ -104,58 +115,41 @@ def view(name: str):
 
 @view("tir")
 def _view_tir(spec, args):
-    from .build import build
-
     b = build(spec, args.target)
     return b.tensorir, {"tensorir": b.tensorir, "trace": b.trace}
 
 
 @view("lowered")
 def _view_lowered(spec, args):
-    from .build import build
-
     b = build(spec, args.target)
     return b.lowered, {"lowered": b.lowered}
 
 
 @view("cuda")
 def _view_cuda(spec, args):
-    from .build import build
-
     b = build(spec, args.target)
     return b.cuda, {"cuda": b.cuda}
 
 
 @view("banks")
 def _view_banks(spec, args):
-    from .analysis.banks import analyze_banks, format_report
-    from .build import build
-
     report = analyze_banks(build(spec, args.target))
     text, data = format_report(report), {"banks": report.to_dict()}
     if args.ncu:  # the same kernels measured by Nsight Compute on this machine's GPU
-        from .analysis.ncu import compare, format_comparison, profile
-
-        rows = compare(report, profile(spec))
-        text += "\n\nNsight Compute (this GPU):\n" + format_comparison(rows)
+        rows = ncu.compare(report, ncu.profile(spec))
+        text += "\n\nNsight Compute (this GPU):\n" + ncu.format_comparison(rows)
         data["ncu"] = [vars(r) for r in rows]
     return text, data
 
 
 @view("tiling")
 def _view_tiling(spec, args):
-    from .analysis.tiling import analyze_tiling, format_tiling
-    from .build import build
-
     tiling = analyze_tiling(build(spec, args.target))
     return format_tiling(tiling), {"tiling": tiling.to_dict()}
 
 
 @view("resources")
 def _view_resources(spec, args):
-    from .analysis.resources import analyze_resources, format_resources
-    from .build import build, compile_binary
-
     b = build(spec, args.target)
     report = analyze_resources(b, compile_binary(b))
     return format_resources(report), {"resources": report.to_dict()}
@@ -163,17 +157,12 @@ def _view_resources(spec, args):
 
 @view("vthread")
 def _view_vthread(spec, args):
-    from .analysis.vthread import compare_vthreads, format_comparison
-
-    comparison = compare_vthreads(spec, args.target)
-    return format_comparison(comparison), {"vthread": comparison.to_dict()}
+    comparison = vthread.compare_vthreads(spec, args.target)
+    return vthread.format_comparison(comparison), {"vthread": comparison.to_dict()}
 
 
 @view("sass")
 def _view_sass(spec, args):
-    from .analysis.sass import analyze_sass, format_sass
-    from .build import build
-
     b = build(spec, args.target)
     report = analyze_sass(b)
     return format_sass(report, b.cuda), {"sass": report.to_dict()}
@@ -181,9 +170,6 @@ def _view_sass(spec, args):
 
 @view("roofline")
 def _view_roofline(spec, args):
-    from .analysis.roofline import format_roofline, published_ceilings, roofline
-    from .targets import resolve_target
-
     measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
     if measured is not None and measured.correct and measured.ceilings is not None:
         r = roofline(spec.workload, measured.ceilings, measured.median_us)
@@ -194,17 +180,11 @@ def _view_roofline(spec, args):
 
 @view("diagnosis")
 def _view_diagnosis(spec, args):
-    from .analysis.diagnosis import diagnose, format_diagnosis
-    from .build import build, compile_binary
-
     b = build(spec, args.target)  # a refused setting stops here with its one sentence (exit 2)
     measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
     measured = measured if measured is not None and measured.correct else None
     counters = None
     if args.ncu:  # one launch profiled by Nsight Compute on this machine's GPU
-        from .analysis import ncu
-        from .analysis.diagnosis import counters_of, ncu_metrics
-
         launch = ncu.launch_of(ncu.profile(spec, metrics=ncu_metrics()), b.kernels[0].name)
         counters = counters_of(launch) if launch is not None else None
     d = diagnose(b, binary=compile_binary(b), ceilings=measured.ceilings if measured else None,
@@ -214,8 +194,6 @@ def _view_diagnosis(spec, args):
 
 def _measured_on_local_gpu(spec):
     """The setting measured on this machine's GPU (its ceilings included), or None without one."""
-    from . import measure
-
     if not measure.local_gpu():
         return None
     measure.ceilings()  # once per process; the measurement below carries them
@@ -249,25 +227,18 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from .analysis.ranking import static_score
-    from .measure import gpu_measurer
-    from .search.grid import Grid
-    from .search.sweep import run
-
     preset, spec = _spec_from_args(args)
     grid = Grid.parse(spec, args.grid)
     remote = None
     if args.rpc:
-        from .measure import Remote
-
-        remote = Remote.parse(args.rpc, args.key)
+        remote = measure.Remote.parse(args.rpc, args.key)
     # None without a GPU or --rpc: then ranked by the static analyses.
-    measurer = gpu_measurer(args.target, remote)
+    measurer = measure.gpu_measurer(args.target, remote)
     if measurer is None and spec.template_def.pipeline == "tirx":
         raise ExplorerError(f"The static analyses read the compute stages of scheduled TensorIR, and a kernel "
                             f"written in TIRx has none: sweep {spec.template} on a GPU (or with --rpc) to rank "
                             f"by measurement.")
-    result = run(
+    result = sweep.run(
         grid, target=args.target, measurer=measurer, scorer=static_score, sample=args.sample, workers=args.workers,
         on_progress=lambda p: _progress_bar(p.fraction, p.describe(measurer is not None)),
     )
@@ -290,8 +261,6 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .search.tune import tune
-
     preset, spec = _spec_from_args(args)
     result = tune(
         spec.workload, args.trials, target=args.target, strategy=args.strategy, work_dir=args.work_dir,
@@ -309,8 +278,6 @@ def cmd_tune(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import file_name, snippet
-
     preset, spec = _spec_from_args(args)
     code = snippet(spec, args.target, title=preset.title if not args.set else f"{preset.title} (modified)")
     if args.output == "-":
@@ -325,25 +292,22 @@ def cmd_export(args) -> int:
 
 
 def cmd_measure(args) -> int:
-    from .measure import Remote, Settings, baseline, measure
-    from .measure.errors import NoDevice, RemoteError
-
     preset, spec = _spec_from_args(args)
     if args.key and not args.rpc:
         raise RemoteError("--key goes with --rpc HOST:PORT (the tracker).")
-    remote = Remote.parse(args.rpc, args.key) if args.rpc else None
+    remote = measure.Remote.parse(args.rpc, args.key) if args.rpc else None
     if remote is not None and args.baseline:
         raise RemoteError("The PyTorch baseline runs on a local GPU only; drop --baseline with --rpc.")
-    settings = Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed)
+    settings = measure.Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed)
     try:
-        result = measure(spec, target=args.target, remote=remote, settings=settings,
-                         on_wait=lambda ahead: print(f"waiting: {ahead} ahead of you", file=sys.stderr))
+        result = measure.measure(spec, target=args.target, remote=remote, settings=settings,
+                                 on_wait=lambda ahead: print(f"waiting: {ahead} ahead of you", file=sys.stderr))
     except NoDevice as error:
         if remote is not None:
             raise
         print(f"error: {error}", file=sys.stderr)  # NO_GPU: "no CUDA device found; use --rpc ..."
         return EXIT_NO_DEVICE
-    torch = baseline(spec.workload, settings=settings) if args.baseline and result.correct else None
+    torch = measure.baseline(spec.workload, settings=settings) if args.baseline and result.correct else None
     if args.json:
         print(json.dumps({"preset": preset.id, "knobs": spec.knobs.to_strings(), **result.to_dict(),
                           "baseline": torch.to_dict() if torch else None}, indent=2))

@@ -36,10 +36,10 @@ from typing import Generic, TypeVar
 
 from . import measure
 from .build import Build, Spec, build
+from .cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
 from .highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_html, views_texts
-from .measure.cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .measure.measurement import LOCAL_GPU
 from .measure.scheduler import Scheduler
 from .targets import local_gpu_target
@@ -259,8 +259,6 @@ def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     """Import TVM (the slow part of a first build) and, by building one setting of each of
     ``warm_specs``' templates, whatever those import on first use (the tensor-core
     intrinsics take seconds)."""
-    import explorer.build  # noqa: F401
-
     for spec in {spec.template: spec for spec in reversed(warm_specs)}.values():
         try:
             build(spec, target)

@@ -42,8 +42,7 @@ from pathlib import Path
 from .build import Spec
 from .claims import FACTS, RELATIONS
 from .errors import ExplorerError, PresetError
-from .schedules import get_template
-from .workloads import workload_from_mapping
+from .schedules import get_template, workload_from_mapping
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from .build import Spec
 from .errors import ExplorerError
+from .presets import get_preset
 from .schedules import get_template, workload_class
 
 TEMPLATE = "template"
@@ -47,8 +48,6 @@ def from_query(params: Mapping[str, str | list[str]]) -> tuple[Spec, str | None]
     Keys other than ours (``utm_source``, Streamlit's ``embed``) are ignored; a key with
     our prefixes that names no shape parameter or knob is an error, as is any bad value.
     """
-    from .presets import get_preset
-
     values = {key: _last(value) for key, value in params.items()}
     preset_id = values.get(PRESET)
     base = get_preset(preset_id).spec if preset_id is not None else None

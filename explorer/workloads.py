@@ -486,11 +486,3 @@ class Matmul(Workload):
     def label(self):
         typed = "" if self.dtype == DTYPE else f" {self.dtype}"
         return f"matmul {self.m}x{self.n}x{self.k}{typed}"
-
-
-def workload_from_mapping(kind: str, values) -> Workload:
-    # Imported here: the registry (explorer.schedules) imports this module, and a workload
-    # is registered through its templates.
-    from .schedules import workload_class
-
-    return workload_class(kind).from_mapping(values)

@@ -6,8 +6,9 @@ import tempfile
 import pytest
 import tvm
 
-# The class's SQLite file: one per test run, never the checkout's data/ folder.
-os.environ.setdefault("EXPLORER_CLASS_DB", os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3"))
+# The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
+# one class), never the checkout's data/ folder.
+os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3")
 
 
 def pytest_collection_modifyitems(config, items):

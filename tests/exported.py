@@ -12,3 +12,15 @@ def load(path, name="snippet"):
     finally:
         del sys.modules[name]
     return module
+
+
+# Runs a script (its path is the first argument) as ``python script.py`` would, after telling
+# ``inspect``'s file -> module cache that the frames of the import machinery, of runpy and of
+# this code have no module, as explorer/schedules/tensor_intrinsics.py does before it imports
+# TVM's tensor-core intrinsics: a script that imports them then starts in seconds, not tens.
+RUN_SCRIPT = """\
+import inspect, os, runpy, sys
+for name in ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>", "<frozen runpy>", "<string>"):
+    inspect.modulesbyfile.setdefault(os.path.normcase(os.path.abspath(name)), "")
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""

@@ -12,7 +12,8 @@ from explorer.analysis.compiled import (
     static_counts,
 )
 from explorer.analysis.ncu import shared_instructions
-from explorer.build import Spec, build, nvcc_path
+from explorer.build import Spec, build
+from explorer.cuda_compile import nvcc_path
 from explorer.presets import get_preset
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
 from explorer.workloads import DepthwiseConv2d

@@ -9,7 +9,8 @@ from explorer.analysis.resources import (
     occupancy,
     sm_limits,
 )
-from explorer.build import Binary, build
+from explorer.build import build
+from explorer.cuda_compile import Binary
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
 

@@ -6,9 +6,11 @@ import subprocess
 
 import pytest
 
-from explorer import build as build_module
+from explorer import cuda_compile
 from explorer.analysis import sass
-from explorer.build import build, compile_binary, nvcc_path
+from explorer.analysis.sass import compile_binary
+from explorer.build import build
+from explorer.cuda_compile import nvcc_path
 from explorer.presets import get_preset
 
 pytestmark = pytest.mark.skipif(
@@ -51,13 +53,13 @@ def no_toolkit(monkeypatch, tmp_path):
                            if not os.path.exists(os.path.join(p, "nvcc")))
     monkeypatch.setenv("PATH", path)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.setattr(build_module, "nvcc_path", lambda: None)
-    monkeypatch.setattr(build_module, "CUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(sass, "nvcc_path", lambda: None)
+    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", str(tmp_path))
 
     def no_nvcc(*args, **kwargs):
         raise AssertionError("nvcc must not be used")
 
-    monkeypatch.setattr(build_module, "_compile_source", no_nvcc)
+    monkeypatch.setattr(sass, "nvcc_binary", no_nvcc)
     assert shutil.which("nvcc") is None
     sass.analyze_source.cache_clear()  # compile again here, not from an earlier test's memory
     yield
@@ -97,7 +99,7 @@ k:
 
 def test_resource_usage_lines():
     text = "Resource usage:\n Function k:\n  REG:15 STACK:8 SHARED:2048 LOCAL:0 CONSTANT[0]:548 TEXTURE:0\n"
-    assert sass.parse_resource_usage(text) == {"k": {"REG": 15, "STACK": 8, "SHARED": 2048, "LOCAL": 0,
+    assert cuda_compile.parse_resource_usage(text) == {"k": {"REG": 15, "STACK": 8, "SHARED": 2048, "LOCAL": 0,
                                                      "CONSTANT[0]": 548, "TEXTURE": 0}}
 
 
@@ -252,7 +254,7 @@ def test_binary_falls_back_to_nvcc_then_to_nothing(monkeypatch):
     monkeypatch.setattr(sass, "missing_tools", lambda: "The SASS view needs nvdisasm.")
     if nvcc_path() is not None:
         assert compile_binary(built).tool == "nvcc"
-    monkeypatch.setattr(build_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(sass, "nvcc_path", lambda: None)
     assert compile_binary(built) is None
 
 
@@ -264,12 +266,12 @@ def test_line_info_changes_nothing_in_the_code(no_toolkit):
     built = build(get_preset("dw-blog-threads-case3").spec, "h100")
     arch = str(built.target.arch)
     (shown,) = sass.analyze_sass(built).kernels
-    with sass._nvrtc_environment():
+    with cuda_compile._nvrtc_environment():
         plain = bytes(nvcc.compile_cuda(built.cuda, target_format="cubin", arch=arch, compiler="nvrtc"))
-    text, usage = sass.disassemble(plain)
+    text, usage = cuda_compile.disassemble(plain)
     (instructions,) = sass.parse_sass(text).values()
     assert [i.text for i in instructions] == [i.text for i in shown.instructions]
-    assert sass.parse_resource_usage(usage)["main_kernel"]["REG"] == shown.registers
+    assert cuda_compile.parse_resource_usage(usage)["main_kernel"]["REG"] == shown.registers
 
 
 def test_without_the_tools_one_sentence_says_what_to_install(monkeypatch, capsys):

@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from app import code_view, panels, server, widgets
 from explorer import urlstate
-from explorer.build import build, nvcc_path
+from explorer.build import build
+from explorer.cuda_compile import nvcc_path
 from explorer.figures import tries_figure
 from explorer.highlight import kernels_only
 from explorer.presets import all_presets, get_preset

@@ -84,8 +84,8 @@ def test_the_table_measures_the_roofline_before_the_kernels(tmp_path, monkeypatc
     events = []
     monkeypatch.setattr(kernels, "RESULTS", tmp_path)
     monkeypatch.setattr(kernels, "local_gpu", lambda: "Test GPU")
-    monkeypatch.setattr(kernels, "ceilings", lambda: events.append("ceilings"))
-    monkeypatch.setattr(kernels, "ceilings_error", lambda: "no ceilings on a test GPU")
+    monkeypatch.setattr(explorer.measure, "ceilings", lambda target=None: events.append("ceilings"))
+    monkeypatch.setattr(explorer.measure, "ceilings_error", lambda target=None: "no ceilings on a test GPU")
     monkeypatch.setattr(kernels, "row", lambda benchmark: events.append("row") or {
         "workload": benchmark.workload.label(), "best": "x", "back_to_back_us": 2.0, "graph_us": 1.0, "tvm_us": 1.0,
         "torch_us": 2.0, "percent_of_roofline": None, "goal": benchmark.goal, "presets": 1, "failed": [],

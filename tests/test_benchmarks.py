@@ -5,7 +5,7 @@ import pytest
 from explorer.benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets
-from explorer.workloads import workload_from_mapping
+from explorer.schedules import workload_from_mapping
 
 CONV1D = workload_from_mapping("conv1d", {"input_length": 16384, "filter_length": 32})
 

@@ -45,8 +45,11 @@ def kill(server: subprocess.Popen) -> None:
     server.wait()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_servers():
+    """A tracker and two GPU servers under one key, shared by this module's tests in file order
+    (starting them is most of the module's time): the test that kills a server comes after the
+    one that needs both, and the tests after it need only one."""
     tracker = Tracker(host="127.0.0.1", port=9500, port_end=9590, silent=True)
     remote = Remote("127.0.0.1", tracker.port, KEY)
     servers = [start_server(tracker.port, 9600), start_server(tracker.port, 9650)]

@@ -10,7 +10,7 @@ import pytest
 from explorer.analysis import ncu
 from explorer.analysis.banks import BankTotals, KernelBanks, request_wavefronts
 from explorer.build import Spec, build
-from explorer.measure.cuda_env import SOURCE_ONLY
+from explorer.cuda_env import SOURCE_ONLY
 from explorer.presets import get_preset
 
 CAPTURE = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()
@@ -99,7 +99,7 @@ def test_sass_shared_instructions_are_counted_per_kernel():
 
 
 def test_instruction_mix_of_the_32_by_1_kernel():
-    from explorer.build import nvcc_path
+    from explorer.cuda_compile import nvcc_path
 
     if nvcc_path() is None:
         pytest.skip("nvcc is not installed")

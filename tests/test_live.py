@@ -249,9 +249,9 @@ def test_live_without_a_gpu_says_so_and_measures_nothing():
 
 def test_a_tracker_key_with_two_servers_measures_two_at_once(monkeypatch):
     from explorer.measure import Remote
-    from explorer.measure import remote as remote_module
+    from explorer.measure import scheduler as scheduler_module
 
-    monkeypatch.setattr(remote_module, "server_count", lambda remote: 2)
+    monkeypatch.setattr(scheduler_module, "server_count", lambda remote: 2)
     both_running = threading.Barrier(2, timeout=10)
     scheduler = Scheduler(lambda job: both_running.wait() is not None and "ok")
     tracker = Remote.parse("127.0.0.1:9190", "h100")

@@ -8,7 +8,7 @@ import time
 from explorer.errors import ExplorerError
 from explorer.live import Live, LiveSettings
 from explorer.measure import Remote
-from explorer.measure import remote as remote_module
+from explorer.measure import scheduler as scheduler_module
 from explorer.measure.scheduler import QUICK_WHEN_WAITING, Scheduler
 from explorer.presets import get_preset
 
@@ -175,7 +175,7 @@ def test_a_slow_tracker_does_not_block_other_sessions_requests(monkeypatch):
         time.sleep(2.0)  # a tracker that takes seconds to answer
         return 1
 
-    monkeypatch.setattr(remote_module, "server_count", slow_server_count)
+    monkeypatch.setattr(scheduler_module, "server_count", slow_server_count)
     scheduler = Scheduler(lambda job: "ok")
     tracker = Remote.parse("127.0.0.1:9190", "h100")
     scheduler.request("alice", spec_x(2), "auto", tracker)

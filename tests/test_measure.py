@@ -13,6 +13,14 @@ import pytest
 
 from explorer.analysis.roofline import Ceilings
 from explorer.build import build
+from explorer.cuda_env import (
+    PCH_OPTIONS,
+    SOURCE_ONLY,
+    binary_process_init,
+    is_pip_cuda_root,
+    kernel_environment,
+    pip_cuda_root,
+)
 from explorer.measure import (
     InvalidMeasureSettings,
     Measurement,
@@ -24,14 +32,6 @@ from explorer.measure import (
     latency_us,
 )
 from explorer.measure import measurement as measurement_module
-from explorer.measure.cuda_env import (
-    PCH_OPTIONS,
-    SOURCE_ONLY,
-    binary_process_init,
-    is_pip_cuda_root,
-    kernel_environment,
-    pip_cuda_root,
-)
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
 from explorer.measure.queue import DeviceQueue
 from explorer.measure.timing import KernelRun, launches_for

@@ -26,7 +26,7 @@ from explorer.export import snippet
 from explorer.knobs import KnobSet, knob
 from explorer.live import BuildService
 from explorer.schedules.common import Template, bind, new_schedule, schedule_errors
-from explorer.workloads import DTYPE, Workload, workload_from_mapping
+from explorer.workloads import DTYPE, Workload
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 
@@ -137,7 +137,7 @@ def test_the_library_builds_it_correctly(defaults):
 def test_registered_by_its_template_alone(defaults):
     assert schedules.workload_class("max_pool1d") is MaxPool1d
     assert schedules.templates_for("max_pool1d") == [TEMPLATE]
-    assert workload_from_mapping("max_pool1d", {"window": 3}) == MaxPool1d(window=3)
+    assert schedules.workload_from_mapping("max_pool1d", {"window": 3}) == MaxPool1d(window=3)
     changed = Spec(TEMPLATE.name, MaxPool1d(length=100), MaxPool1dKnobs(threads=32))
     assert urlstate.from_query(urlstate.to_query(changed)) == (changed, None)
 

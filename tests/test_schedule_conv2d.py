@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from explorer.build import Spec, build, compile_binary
+from explorer.analysis.sass import compile_binary
+from explorer.build import Spec, build
 from explorer.errors import InvalidKnobs
 from explorer.presets import get_preset
 from explorer.schedules.conv2d import Conv2dAutoTVMKnobs

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from explorer.build import Spec, build, compile_binary, nvcc_path, pass_config
+from explorer.analysis.sass import compile_binary
+from explorer.build import Spec, build, pass_config
+from explorer.cuda_compile import nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.measure.gate import compare

@@ -10,8 +10,11 @@ import sys
 
 import numpy as np
 import pytest
+from exported import RUN_SCRIPT
 
-from explorer.build import Spec, build, compile_binary, nvcc_path, pass_config
+from explorer.analysis.sass import compile_binary
+from explorer.build import Spec, build, pass_config
+from explorer.cuda_compile import nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.presets import get_preset
@@ -181,7 +184,7 @@ def test_bf16_snippet_registers_its_intrinsics_and_prints_the_kernel(tmp_path):
                 MatmulTensorCoreKnobs(block_m=64, block_n=64, warp_m=32, warp_n=32, block_k=32, stages=2))
     path = tmp_path / "bf16.py"
     path.write_text(snippet(spec))
-    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+    run = subprocess.run([sys.executable, "-c", RUN_SCRIPT, str(path)], capture_output=True, text=True, timeout=300,
                          env={"CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in run.stdout

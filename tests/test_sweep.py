@@ -314,7 +314,7 @@ def test_sweep_page_runs_ranks_statically_and_applies_the_best():
 def test_cuda_binaries_are_compiled_once_per_source_and_architecture(tmp_path, monkeypatch):
     """The measuring worker rebuilds what a sweep worker compiled: the disk cache makes its
     CUDA compile free (a GPU machine calls the callback during code generation)."""
-    from explorer.build import cached_cuda_compile
+    from explorer.cuda_compile import cached_cuda_compile
 
     calls = []
 
@@ -339,7 +339,7 @@ def test_the_cache_is_installed_as_tvms_cuda_compile_callback(monkeypatch):
     import uuid
     from pathlib import Path
 
-    from explorer.build import CUDA_CACHE, nvcc_path
+    from explorer.cuda_compile import CUDA_CACHE, nvcc_path
     from explorer.presets import get_preset
 
     if nvcc_path() is None:
@@ -352,8 +352,8 @@ def test_the_cache_is_installed_as_tvms_cuda_compile_callback(monkeypatch):
     with tvm.target.Target("nvidia/nvidia-h100"):
         first = bytes(callback(source))
         assert bytes(callback(source)) == first and len(first) > 1000
-    (new,) = set(Path(CUDA_CACHE).glob("*.bin")) - before
-    assert new.read_bytes() == first
+    # Other test workers may add binaries to the same cache meanwhile: this source's is the one with its bytes.
+    (new,) = [path for path in set(Path(CUDA_CACHE).glob("*.bin")) - before if path.read_bytes() == first]
     new.unlink()
 
 

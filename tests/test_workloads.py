@@ -8,7 +8,8 @@ import pytest
 import tvm
 
 from explorer.errors import InvalidWorkload
-from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul, workload_from_mapping
+from explorer.schedules import workload_from_mapping
+from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
 
 SMALL = [
     DepthwiseConv2d(channels=3, height=7, width=6),

@@ -12,6 +12,7 @@ from app import class_mode, diagnosis_panel, server, session
 from explorer import classroom, urlstate
 from explorer import lessons as L
 from explorer.errors import ExplorerError
+from explorer.measure.remote import server_count
 from explorer.presets import get_preset
 
 STUDENTS_REFRESH_S = 2.0
@@ -113,8 +114,6 @@ def class_gpus(store: classroom.Store) -> None:
                 except ExplorerError as error:
                     st.error(str(error))
         if remote is not None:
-            from explorer.measure.remote import server_count
-
             st.caption(f"{server_count(remote)} GPU server(s) registered under key '{remote.key}' now.")
 
 

@@ -10,7 +10,7 @@ import streamlit as st
 import tvm
 
 from app import server, session
-from explorer.build import nvcc_path
+from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import Remote
 from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label

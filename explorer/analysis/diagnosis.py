@@ -24,11 +24,19 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from ..build import Build, Spec, build, compile_binary
+from .. import urlstate
+from ..build import Build, Spec, build
 from ..errors import ExplorerError, InvalidKnobs
 from ..targets import WARP_SIZE
+from . import ncu
+from .accesses import kernel_accesses
+from .banks import analyze_banks
+from .coalescing import analyze_coalescing
 from .ranking import LATENCY_HIDING_WARPS
+from .resources import analyze_resources, occupancy, sm_limits
 from .roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
+from .sass import analyze_sass, compile_binary
+from .tiling import analyze_tiling
 
 MIN_SHARE = 0.05  # findings costing less than this share of the roofline's least time are not shown
 MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this share
@@ -500,14 +508,12 @@ STALL_METRIC = "smsp__warp_issue_stalled_{}_per_warp_active.pct"
 
 def ncu_metrics() -> tuple[str, ...]:
     """The counters the diagnosis reads (``explorer.analysis.ncu.profile(spec, metrics=...)``)."""
-    from . import ncu
 
     return (*ncu.PANEL_METRICS, L2_HIT_RATE, *(STALL_METRIC.format(reason) for reason in STALLS))
 
 
 def counters_of(launch) -> dict:
     """An ``explorer.analysis.ncu.KernelCounters`` launch → the counters the rules quote."""
-    from . import ncu
 
     metrics = launch.metrics
     conflicts = [launch.get(op, "conflicts") for op in ("load", "store")]
@@ -532,9 +538,6 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     """The Facts of ``built``. ``binary`` (``compile_binary``) gives registers, spills and the
     SASS mix; without it and with ``like`` (the Facts of a compiled neighbour) registers and
     spills are estimated from the change in outputs per thread (one accumulator each)."""
-    from .banks import analyze_banks
-    from .coalescing import analyze_coalescing
-    from .resources import analyze_resources, occupancy, sm_limits
 
     if not built.kernels:
         raise ExplorerError("A CPU build has no CUDA kernel to diagnose.")
@@ -567,7 +570,6 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
 
 def _staged_steps(built: Build) -> int:
     """Iterations of the loops whose body has a barrier, in the first kernel (one block's)."""
-    from .accesses import kernel_accesses
 
     kernel = kernel_accesses(built.device_mod)[0]
     loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
@@ -577,7 +579,6 @@ def _staged_steps(built: Build) -> int:
 
 def _tiling(built: Build) -> tuple[int | None, float | None, int]:
     """(outputs per thread, loads per output, outputs of the compute stage) from the tiling."""
-    from .tiling import analyze_tiling
 
     try:
         tiling = analyze_tiling(built)
@@ -600,7 +601,6 @@ def _estimated_registers(like: Facts, outputs_per_thread: int | None) -> tuple[i
 def _ffma_share(built: Build, binary) -> float | None:
     if binary is None or binary.tool != "nvrtc":
         return None
-    from .sass import analyze_sass
 
     mix = analyze_sass(built).kernels[0].mix
     return mix.ffma / mix.instructions if mix.instructions else None
@@ -638,7 +638,6 @@ class Diagnosis:
         return out[:n]
 
     def to_dict(self) -> dict:
-        from .. import urlstate
 
         def finding(rank: int, found: Finding) -> dict:
             s = found.suggestion

@@ -24,8 +24,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..build import Spec, build
+from ..cuda_compile import nvcc_path
+from ..cuda_env import without_source_only
 from ..errors import ExplorerError, summary_line
-from ..measure.cuda_env import without_source_only
+from ..schedules import get_template, workload_from_mapping
+from .accesses import kernel_accesses
+from .banks import analyze_banks
+from .compiled import compiled_report
+from .resources import analyze_resources
+from .roofline import bound_us, published_ceilings
+from .sass import compile_binary
 
 METRICS = {
     ("load", "requests"): "smsp__sass_inst_executed_op_shared_ld.sum",
@@ -153,10 +162,6 @@ def spec_to_json(spec) -> str:
 
 
 def spec_from_json(text: str):
-    from ..build import Spec
-    from ..schedules import get_template
-    from ..workloads import workload_from_mapping
-
     data = json.loads(text)
     template = get_template(data["template"])
     return Spec(template.name, workload_from_mapping(data["workload_kind"], data["workload"]),
@@ -209,7 +214,6 @@ def _launch(spec_json: str, calls: int) -> None:
     """The profiled program: build for the local GPU and call ``main`` ``calls`` times."""
     import tvm
 
-    from ..build import build
 
     built = build(spec_from_json(spec_json))
     workload = built.spec.workload
@@ -338,13 +342,6 @@ def static_model(built, ceilings=None) -> dict:
     as-compiled bank model where nvcc gives the PTX (the TIR model otherwise), the
     theoretical occupancy (registers from nvcc when it is there), and the roofline bound
     on ``ceilings`` (the target's published figures when None)."""
-    from ..build import compile_binary
-    from .accesses import kernel_accesses
-    from .banks import analyze_banks
-    from .compiled import compiled_report
-    from .resources import analyze_resources
-    from .roofline import bound_us, published_ceilings
-
     ptx = shared_instructions(built.cuda, built.target.arch)
     if ptx:
         banks, bank_model = compiled_report(kernel_accesses(built.device_mod), ptx)[0], "as-compiled"
@@ -406,8 +403,6 @@ def shared_instructions(cuda_source: str, arch: str) -> dict:
     """Static shared loads/stores per kernel in the PTX nvcc makes from ``cuda_source``:
     {kernel: {"ld.v4.f32": 2, "ld.f32": 12, …}}. Vector kinds (.v2/.v4) where the TIR has
     scalar accesses mean the compiler merged them (fewer requests, different conflicts)."""
-    from ..build import nvcc_path
-
     nvcc = nvcc_path()
     if not cuda_source or nvcc is None:
         return {}
@@ -474,8 +469,6 @@ def sass_shared_instructions(cuda_source: str, arch: str) -> dict:
     """The shared loads/stores of the SASS that ptxas makes from ``cuda_source`` (what the
     GPU runs and Nsight Compute counts); {} without nvcc or a disassembler. Beside the
     PTX's (:func:`shared_instructions`) it shows what ptxas re-unrolled or re-paired."""
-    from ..build import nvcc_path
-
     nvcc, tool = nvcc_path(), disassembler()
     if not cuda_source or nvcc is None or tool is None:
         return {}

@@ -2,7 +2,7 @@
 
 Occupancy = how many blocks of this kernel one SM can hold at once, the minimum of four
 limits: threads (warps) per SM, blocks per SM, shared memory per SM and registers per SM.
-Registers come from the compiled binary (``explorer.build.compile_binary``: the cubin that
+Registers come from the compiled binary (``explorer.analysis.sass.compile_binary``: the cubin that
 NVRTC compiles, read by the pip disassembler, or nvcc's report); without it the register
 limit is reported as unknown ("not compiled").
 """

@@ -1,37 +1,34 @@
 """The SASS of a build: the machine code the GPU runs, grouped under the CUDA line that
 produced it, an instruction mix per kernel, and registers/shared/local memory per kernel.
 
-No CUDA toolkit is needed. NVRTC (pip ``nvidia-cuda-nvrtc``, through TVM's own NVRTC path
-``tvm.support.nvcc.compile_cuda``) compiles the generated CUDA to a cubin for the target
-architecture with ``-lineinfo``; ``nvdisasm -g`` (pip ``nvidia-cuda-nvdisasm``) prints its
-SASS with the source line of each instruction, and ``cuobjdump --dump-resource-usage``
-(pip ``nvidia-cuda-cuobjdump``) reads the registers, shared and local memory of each
-kernel from the same cubin. A toolkit's tools are used where the pip ones are missing.
-
-The cubin is kept on disk like TVM's own compiles (``explorer.build.cached_cuda_compile``,
-in a ``lineinfo`` folder of the same cache), and the parsed result in memory, both by
-(CUDA source, architecture).
+The compile stage (:mod:`explorer.cuda_compile`) compiles the generated CUDA to a cubin with
+``-lineinfo`` (NVRTC, no toolkit needed), disassembles it (``nvdisasm -g``) and reads its
+resource usage (``cuobjdump``); this module parses and reports them. The cubin is kept on
+disk like TVM's own compiles (in a ``lineinfo`` folder of the same cache), and the parsed
+result in memory, both by (CUDA source, architecture).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import re
-import shutil
-import subprocess
-import tempfile
-import threading
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from ..errors import ExplorerError, summary_line
+from ..cuda_compile import (
+    Binary,
+    compile_cubin,
+    disassemble,
+    missing_tools,
+    nvcc_binary,
+    nvcc_path,
+    parse_resource_usage,
+)
+from ..errors import ExplorerError
 
 WIDTHS = (8, 16, 32, 64, 128)  # bits moved per thread by one load or store
 _SIZED = ("LDS", "STS", "LDG", "STG", "LDL", "STL")  # memory instructions counted per width
 _BRANCHES = {"BRA", "BRX", "JMP", "JMX"}
 _PADDING = {"NOP"}  # fills the section after the kernel's end
-SOURCE_NAME = "kernel.cu"  # the file name the line info carries
 SOURCE_WIDTH = 120  # CUDA lines longer than this are cut in the SASS text
 SHARED_NOTE = ("Shared memory is the cubin's: the arrays aligned, and on sm_90, for a kernel that uses shared "
                "memory, 1 KB more that the system reserves per block.")
@@ -159,112 +156,6 @@ class SassReport:
         return data
 
 
-# -- tools ---------------------------------------------------------------------------
-
-
-def tool_path(name: str) -> str | None:
-    """``nvdisasm``/``cuobjdump`` from pip (``site-packages/nvidia/cu13/bin``), else a toolkit's."""
-    from ..measure.cuda_env import pip_cuda_root
-
-    root = pip_cuda_root()
-    if root is not None and (root / "bin" / name).is_file():
-        return str(root / "bin" / name)
-    return shutil.which(name)
-
-
-def missing_tools() -> str:
-    """Why SASS cannot be made on this machine, or "" when it can."""
-    from ..measure.cuda_env import nvrtc_version
-
-    missing = [name for name in ("nvdisasm", "cuobjdump") if tool_path(name) is None]
-    if nvrtc_version() is None:
-        missing.insert(0, "NVRTC")
-    if not missing:
-        return ""
-    return f"The SASS view needs {', '.join(missing)}: pip install -r requirements.txt installs them."
-
-
-_ENVIRONMENT_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _nvrtc_environment():
-    """TVM's NVRTC compile reads the CUDA root and the libcu++ include path from the
-    environment (explorer/measure/cuda_env.py); set what is missing, for this compile only.
-    The pip headers go with the pip NVRTC, so they are preferred to a toolkit's (whose root
-    TVM also guesses wrongly when ``nvcc`` on PATH is a wrapper script); a ``CUDA_PATH``
-    already set is kept. LD_LIBRARY_PATH cannot change in a running process and is not
-    needed: NVRTC finds its builtins library beside itself."""
-    from ..measure.cuda_env import DETECT, kernel_environment, pip_cuda_root
-
-    with _ENVIRONMENT_LOCK:
-        changes = kernel_environment(nvcc=None if pip_cuda_root() is not None else DETECT)
-        changes.pop("LD_LIBRARY_PATH", None)
-        nvcc = shutil.which("nvcc")
-        guessed = os.path.dirname(os.path.dirname(nvcc)) if nvcc else ""  # TVM's guess of the CUDA root
-        if ("CUDA_PATH" not in os.environ and "CUDA_PATH" not in changes and nvcc
-                and not os.path.isfile(os.path.join(guessed, "include", "cuda_runtime.h"))):
-            changes["CUDA_PATH"] = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-        saved = {k: os.environ.get(k) for k in changes}
-        os.environ.update(changes)
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-
-
-def _with_source_lines(cuda: str) -> str:
-    """The source as NVRTC should see it for line info: TVM's NVRTC path puts a preamble
-    before it and drops ``#include <cuda.h>`` lines, which would shift every line number; a
-    ``#line`` directive first, and a ``#line`` in place of each dropped line, keep them."""
-    lines = [f"#line {number + 1}" if line.strip() == "#include <cuda.h>" else line
-             for number, line in enumerate(cuda.splitlines(), start=1)]
-    return "\n".join([f'#line 1 "{SOURCE_NAME}"', *lines]) + "\n"
-
-
-def compile_cubin(cuda: str, arch: str) -> bytes:
-    """A cubin with line info for ``arch`` (e.g. ``sm_90``), compiled by NVRTC; on disk
-    in the build cache, so the same source compiles once per machine."""
-    import tvm
-    from tvm.support import nvcc
-
-    from ..build import CUDA_CACHE, cached_cuda_compile
-
-    def compile_nvrtc(code):
-        return nvcc.compile_cuda(code, target_format="cubin", arch=arch, options=["-lineinfo"], compiler="nvrtc")
-
-    compile_cached = cached_cuda_compile(compile_nvrtc, os.path.join(CUDA_CACHE, "lineinfo"))
-    try:
-        with _nvrtc_environment(), tvm.target.Target({"kind": "cuda", "arch": arch}):
-            return compile_cached(_with_source_lines(cuda))
-    except RuntimeError as error:  # TVM reports NVRTC's failures as RuntimeError
-        # NVRTC's log names the failing line "... error: ..."; TVM's own message comes last.
-        first = next((line.strip() for line in str(error).splitlines() if "error" in line), summary_line(error))
-        raise ExplorerError(f"NVRTC could not compile the generated CUDA for {arch}: {first}") from None
-
-
-def _run(tool: str, *args: str) -> str:
-    proc = subprocess.run([tool, *args], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise ExplorerError(f"{os.path.basename(tool)} failed on the cubin: {proc.stderr.strip()[:200]}")
-    return proc.stdout
-
-
-def disassemble(cubin: bytes) -> tuple[str, str]:
-    """(``nvdisasm -g`` SASS with line info, ``cuobjdump --dump-resource-usage``) of a cubin."""
-    with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        sass = _run(tool_path("nvdisasm"), "-g", "-c", path)
-        usage = _run(tool_path("cuobjdump"), "--dump-resource-usage", path)
-    return sass, usage
-
-
 # -- parsing -------------------------------------------------------------------------
 
 _SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)")
@@ -303,15 +194,6 @@ def parse_sass(text: str) -> dict[str, tuple[Instruction, ...]]:
     return {name: tuple(instructions) for name, instructions in kernels.items()}
 
 
-def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
-    """Kernel name -> {"REG": .., "SHARED": .., "LOCAL": .., "STACK": .., ...} from
-    ``cuobjdump --dump-resource-usage``."""
-    usage = {}
-    for name, fields in re.findall(r"Function (\S+):\s*\n\s*(.*)", text):
-        usage[name] = {key: int(value) for key, value in re.findall(r"(\w+(?:\[\d+\])?):(\d+)", fields)}
-    return usage
-
-
 @functools.lru_cache(maxsize=64)
 def analyze_source(cuda: str, arch: str) -> SassReport:
     """The SASS report of a CUDA source compiled for ``arch``."""
@@ -336,6 +218,24 @@ def analyze_sass(built) -> SassReport:
     if not built.cuda:
         raise ExplorerError("A CPU build has no CUDA kernels to disassemble.")
     return analyze_source(built.cuda, str(built.target.arch))
+
+
+def compile_binary(built) -> Binary | None:
+    """Registers, shared memory and spills per kernel of a build, from the cubin that NVRTC
+    compiles (no toolkit needed); nvcc -Xptxas -v where NVRTC or the pip disassembler is
+    missing; None when neither is there."""
+    if not built.cuda:
+        return None
+    if not missing_tools():
+        report = analyze_sass(built)
+        return Binary(
+            "nvrtc", report.arch, {k.kernel: k.registers for k in report.kernels},
+            {k.kernel: k.shared_bytes for k in report.kernels}, {k.kernel: k.mix.spill_bytes for k in report.kernels},
+            " ".join(report.tools), "\n\n".join(sass_text(k, built.cuda) for k in report.kernels),
+        )
+    if nvcc_path() is None:
+        return None
+    return nvcc_binary(built.cuda, built.target.arch)
 
 
 # -- text ----------------------------------------------------------------------------

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from ..build import Spec
 from ..errors import ExplorerError
+from ..measure import MeasureError, Measurement, Remote, Settings, baseline, measure
+from ..measure.remote import last_server, measure_remote
+from ..measure.worker import Job
 from ..urlstate import to_query
 from ..workloads import Workload
 from .store import Entry, Store
@@ -57,10 +60,6 @@ def measure_for_board(spec: Spec, *, target: str = "auto", remote=None, on_wait=
     Through a tracker: as many at a time as the key has GPU servers (the tracker gives each
     session a server of its own), retried on another server if one dies. ``on_wait(ahead)``
     is told how many measurements are ahead while this one waits."""
-    from ..measure import Measurement, Settings, measure
-    from ..measure.remote import measure_remote
-    from ..measure.worker import Job
-
     if remote is None:
         return measure(spec, target=target, on_wait=on_wait)
     return Measurement.of(spec.workload, measure_remote(Job(spec, spec.workload, target, Settings()), remote, on_wait))
@@ -69,8 +68,6 @@ def measure_for_board(spec: Spec, *, target: str = "auto", remote=None, on_wait=
 def pytorch_for_board(workload: Workload) -> float | None:
     """PyTorch's median µs for ``workload`` on this machine's GPU (CUDA graphs), or None
     where PyTorch cannot run it."""
-    from ..measure import MeasureError, baseline
-
     try:
         result = baseline(workload)
     except MeasureError:
@@ -96,8 +93,6 @@ def submit(store: Store, name: str, spec: Spec, *, target: str = "auto", remote=
         raise SubmissionRefused(f"Not on the board: the kernel's output is {result.check.describe()}.")
     server = None
     if remote is not None:
-        from ..measure.remote import last_server
-
         server = last_server()
     workload = spec.workload.label()
     entry = store.add_entry(name=name, workload=workload, template=spec.template, knobs=spec.knobs.to_strings(),
@@ -118,7 +113,6 @@ def class_remote(store: Store):
     value = store.setting(CLASS_TRACKER)
     if not value:
         return None
-    from ..measure import Remote
 
     address, key = value.split(" ", 1)
     return Remote.parse(address, key)
@@ -129,7 +123,6 @@ def set_class_remote(store: Store, address: str, key: str) -> None:
     if not address.strip():
         store.set_setting(CLASS_TRACKER, None)
         return
-    from ..measure import Remote
 
     remote = Remote.parse(address, key)  # RemoteError (one sentence) for a bad address or key
     store.set_setting(CLASS_TRACKER, f"{remote.host}:{remote.port} {remote.key}")

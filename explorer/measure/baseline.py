@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..workloads import Workload
 from .errors import BaselineUnavailable
 from .gate import Check, compare
-from .graphs import cuda_torch, time_cuda_graph
+from .graphs import cuda_torch, time_cuda_graph, torch_tensor
 from .settings import Settings
 from .timing import Timing
 from .worker import workload_data
@@ -50,11 +50,3 @@ def torch_baseline(workload: Workload, settings: Settings) -> BaselineRun:
     return BaselineRun(library, torch.cuda.get_device_name(0), check, timing)
 
 
-def torch_tensor(array):
-    """A CPU tensor of a NumPy array; bfloat16 (ml_dtypes, which torch does not read) goes
-    through its 16-bit pattern."""
-    import torch
-
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view("uint16")).view(torch.bfloat16)
-    return torch.from_numpy(array)

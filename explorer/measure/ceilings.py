@@ -65,19 +65,8 @@ def stream_read_module(target: tvm.target.Target, float4s: int, threads: int, pa
     p = te.reduce_axis((0, passes), name="p")
     lanes = te.compute((threads, VECTOR), lambda g, v: te.sum(src[(g + p * shift) % float4s, v], axis=p),
                        name="lanes")
-    out = _total(lanes, VECTOR)
-    sch = tvm.s_tir.Schedule(te.create_prim_func([src, out]))
-    block = sch.get_sblock("lanes")
-    g, lane, passes_loop = sch.get_loops(block)
-    sch.reorder(g, passes_loop, lane)
-    outer = _bind_threads(sch, g, target)
-    sch.set_scope(block, 0, "local")
-    _place_total(sch, outer)
-    chunk, unrolled = sch.split(passes_loop, factors=[None, min(UNROLL, passes)])
-    sch.unroll(unrolled)
-    sch.vectorize(lane)  # the float4 load
-    sch.decompose_reduction(block, chunk)
-    return sch.mod
+    # One float4 load per pass (the lanes vectorized), UNROLL passes in flight.
+    return _per_thread_module(target, src, lanes, VECTOR, min(UNROLL, passes), tvm.s_tir.Schedule.vectorize)
 
 
 def fma_module(target: tvm.target.Target, threads: int, iterations: int) -> tvm.IRModule:
@@ -88,17 +77,26 @@ def fma_module(target: tvm.target.Target, threads: int, iterations: int) -> tvm.
     src = te.placeholder((threads,), "float32", name="src")
     i = te.reduce_axis((0, iterations), name="i")
     chains = te.compute((threads, CHAINS), lambda g, c: fma(src[g] + c.astype("float32"), axis=i), name="chains")
-    out = _total(chains, CHAINS)
+    # The chains unrolled: CHAINS independent FMAs in a row, four steps of each unrolled.
+    return _per_thread_module(target, src, chains, CHAINS, 4, tvm.s_tir.Schedule.unroll)
+
+
+def _per_thread_module(target: tvm.target.Target, src: te.Tensor, values: te.Tensor, lanes: int, unrolled: int,
+                       schedule_lanes: Callable) -> tvm.IRModule:
+    """The shape of both ceiling kernels: thread ``g`` reduces ``values[g, lane]`` over its own
+    reduction axis, reduction outside and lanes inside, in registers; ``unrolled`` reduction steps
+    are unrolled and ``schedule_lanes(sch, lane_loop)`` shapes the lanes; ``out[g]`` sums them."""
+    out = _total(values, lanes)
     sch = tvm.s_tir.Schedule(te.create_prim_func([src, out]))
-    block = sch.get_sblock("chains")
-    g, chain, step = sch.get_loops(block)
-    sch.reorder(g, step, chain)
+    block = sch.get_sblock(values.op.name)
+    g, lane, step = sch.get_loops(block)
+    sch.reorder(g, step, lane)
     outer = _bind_threads(sch, g, target)
     sch.set_scope(block, 0, "local")
     _place_total(sch, outer)
-    steps, unrolled = sch.split(step, factors=[None, 4])
-    sch.unroll(unrolled)
-    sch.unroll(chain)  # the chains interleave: CHAINS independent FMAs in a row
+    steps, inner = sch.split(step, factors=[None, unrolled])
+    sch.unroll(inner)
+    schedule_lanes(sch, lane)
     sch.decompose_reduction(block, steps)
     return sch.mod
 

@@ -39,6 +39,16 @@ def cuda_torch():
     return torch
 
 
+def torch_tensor(array):
+    """A CPU tensor of a NumPy array; bfloat16 (ml_dtypes, which torch does not read) goes
+    through its 16-bit pattern."""
+    import torch
+
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view("uint16")).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
                    settings: Settings | None = None, check_output=None) -> Timing:
     """``module["main"](*args)`` (TVM tensors on the local GPU) timed by :func:`time_cuda_graph`.

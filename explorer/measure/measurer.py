@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 
 from ..build import Spec
-from .cuda_env import kernel_environment
+from ..cuda_env import kernel_environment
 from .measurement import latency_us, local_gpu
 from .settings import Settings
 

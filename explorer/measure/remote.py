@@ -16,7 +16,7 @@ last kernel.
 A module built on a machine without a GPU carries CUDA *source* only; the server compiles
 it when it loads the module, through TVM's ``tvm_callback_cuda_compile`` (NVRTC via
 ``cuda-bindings``, or nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``). Start servers with
-``python -m explorer.measure.server`` so that the pip NVRTC is found (see cuda_env.py).
+``python -m explorer.measure.server`` so that the pip NVRTC is found (see explorer/cuda_env.py).
 Exporting needs a C compiler (``cc``) here to link the host code; the ``llvm`` target is
 only for a server of the same CPU architecture (the tests use one on loopback).
 """

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..build import Spec
 from ..errors import ExplorerError
-from .remote import Remote
+from .remote import Remote, server_count
 
 LOCAL = "local"
 # While this many students' jobs wait behind a job, it is timed with the short budget.
@@ -350,6 +350,5 @@ def _capacity(remote: Remote | None) -> Callable[[], int]:
     server registered under the key (asked again as servers join or leave)."""
     if remote is None:
         return lambda: 1
-    from .remote import server_count
 
     return lambda: server_count(remote)

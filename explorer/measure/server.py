@@ -4,7 +4,7 @@ remote measurements (run it on the machine with the GPU).
 It is TVM's RPC server (``tvm.rpc.Server``, sessions in spawned processes) with two additions:
 
 - the environment that lets it compile CUDA source at load time from the pip NVRTC on a
-  machine with an NVIDIA driver but no CUDA toolkit (cuda_env.py). The dynamic loader
+  machine with an NVIDIA driver but no CUDA toolkit (explorer/cuda_env.py). The dynamic loader
   reads ``LD_LIBRARY_PATH`` when a process starts, so the module re-executes itself once
   with that environment;
 - it keeps serving after a session's process crashes. TVM runs each session in a child
@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from .cuda_env import kernel_environment
+from ..cuda_env import kernel_environment
 
 _READY = "EXPLORER_MEASURE_SERVER_ENV"  # set once the environment is in place
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

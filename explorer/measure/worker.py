@@ -36,14 +36,14 @@ from tvm.support.popen_pool import PopenWorker
 
 from ..analysis.roofline import Ceilings
 from ..build import Spec, build
+from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
-from .cuda_env import binary_process_init, kernel_environment
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
 from .gate import Check, compare, compare_on_gpu, tolerance
-from .graphs import time_tvm_graph
+from .graphs import time_tvm_graph, torch_tensor
 from .settings import GRAPH_UP_TO_US, Settings
 from .timing import KernelRun, Timing, device_args, run_checked
 
@@ -337,8 +337,6 @@ def gpu_reference(workload: Workload, inputs: list[np.ndarray]) -> np.ndarray:
     """The workload's output in float64 on the GPU (its PyTorch op); NumPy's where the op
     is missing or cannot run in float64."""
     import torch
-
-    from .baseline import torch_tensor
 
     tensors = [torch_tensor(x).cuda().double() for x in inputs]
     op = workload.torch_op(tensors)

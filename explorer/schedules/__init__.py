@@ -48,3 +48,8 @@ def workload_class(kind: str) -> type[Workload]:
     if kind not in classes:
         raise InvalidWorkload(f"Unknown workload '{kind}'; choose one of: {', '.join(classes)}.")
     return classes[kind]
+
+
+def workload_from_mapping(kind: str, values) -> Workload:
+    """The workload of a registered kind from its field values (a preset's table, a URL, JSON)."""
+    return workload_class(kind).from_mapping(values)

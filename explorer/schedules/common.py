@@ -16,7 +16,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 from ..errors import InvalidKnobs
-from ..knobs import KnobSet
+from ..knobs import KnobSet, knob
 from ..workloads import Workload
 
 
@@ -105,6 +105,30 @@ def cooperative_fetch(sch: Schedule, block, anchor, threads: list[tuple[str, int
         thread_loops = sch.split(fused, factors=[None, *extents])[1:]
     for loop, tag in zip(thread_loops, tags, strict=False):
         bind(sch, loop, tag)
+
+
+# -- the pipeline knobs of the templates that copy through cp.async, declared once ----------
+
+
+def stages_knob(default: int = 3):
+    return knob(default, "Shared buffers per tile = depth of the software pipeline over the reduction: "
+                "1 = load then compute, 2 = double buffering, 3+ = copies run further ahead.",
+                choices=(1, 2, 3, 4, 5))
+
+
+def async_copy_knob(default: bool = True):
+    return knob(default, "Copy global → shared with cp.async (sm_80+), which needs no registers and "
+                "does not block the thread; needs stages ≥ 2.")
+
+
+def dynamic_shared_knob(default: bool = True):
+    return knob(default, "Allocate the shared tiles dynamically ('shared.dyn'): a block may then "
+                "opt in to more than 48 KB (227 KB on the H100).")
+
+
+def unroll_max_step_knob(default: int = 512):
+    return knob(default, "Unroll a thread's loops up to this trip count; 0 = leave them rolled.",
+                choices=(0, 16, 64, 256, 512, 1024))
 
 
 def check_pipeline(k: KnobSet) -> None:

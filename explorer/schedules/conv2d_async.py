@@ -26,14 +26,18 @@ from ..knobs import KnobSet, knob
 from ..workloads import BYTES_PER_ELEMENT, Conv2d
 from .common import (
     Template,
+    async_copy_knob,
     bind,
     check_pipeline,
     cooperative_fetch,
+    dynamic_shared_knob,
     loops_below,
     new_schedule,
     pipeline,
     schedule_errors,
+    stages_knob,
     unroll,
+    unroll_max_step_knob,
 )
 
 # Threads of the kernel that adds the split-K partials.
@@ -55,11 +59,8 @@ class Conv2dAsyncKnobs(KnobSet):
                         choices=(1, 2, 4, 8, 16, 32, 64))
     block_k: int = knob(8, "Input channels staged in shared memory per step of the reduction.",
                         choices=(1, 2, 4, 8, 16, 32))
-    stages: int = knob(3, "Shared buffers per tile = depth of the software pipeline over the reduction steps: "
-                       "1 = load then compute, 2 = double buffering, 3+ = copies run further ahead.",
-                       choices=(1, 2, 3, 4, 5))
-    async_copy: bool = knob(True, "Copy global → shared with cp.async (sm_80+), which needs no registers and "
-                            "does not block the thread; needs stages ≥ 2.")
+    stages: int = stages_knob()
+    async_copy: bool = async_copy_knob()
     fetch_vector: int = knob(4, "Filter elements per copy instruction (4 = 16 bytes, cp.async's widest); the "
                              "input window, with its zero padding, is copied one element at a time.",
                              choices=(1, 2, 4))
@@ -72,10 +73,8 @@ class Conv2dAsyncKnobs(KnobSet):
                            "output channel's taps, or one tap's channels when transposed), so that threads "
                            "reading or writing different rows hit different banks; 0 = none.",
                            choices=(0, 1, 2, 4, 8))
-    dynamic_shared: bool = knob(True, "Allocate the shared tiles dynamically ('shared.dyn'): a block may then "
-                                "opt in to more than 48 KB (227 KB on the H100).")
-    unroll_max_step: int = knob(512, "Unroll a thread's loops up to this trip count; 0 = leave them rolled.",
-                                choices=(0, 16, 64, 256, 512, 1024))
+    dynamic_shared: bool = dynamic_shared_knob()
+    unroll_max_step: int = unroll_max_step_knob()
 
 
 def threads_per_block(workload: Conv2d, k: Conv2dAsyncKnobs) -> int:

@@ -23,7 +23,20 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import DTYPE, Matmul
-from .common import Template, bind, check_pipeline, cooperative_fetch, new_schedule, pipeline, schedule_errors, unroll
+from .common import (
+    Template,
+    async_copy_knob,
+    bind,
+    check_pipeline,
+    cooperative_fetch,
+    dynamic_shared_knob,
+    new_schedule,
+    pipeline,
+    schedule_errors,
+    stages_knob,
+    unroll,
+    unroll_max_step_knob,
+)
 
 TILES = (8, 16, 32, 64, 128, 256)
 
@@ -40,11 +53,8 @@ class MatmulAsyncKnobs(KnobSet):
     warp_n: int = knob(64, "Columns of C computed by one warp.", choices=TILES)
     thread_m: int = knob(8, "Rows of C each thread computes (its register tile).", choices=(1, 2, 4, 8, 16))
     thread_n: int = knob(8, "Columns of C each thread computes.", choices=(1, 2, 4, 8, 16))
-    stages: int = knob(3, "Shared buffers per tile = depth of the software pipeline over the reduction: "
-                       "1 = load then compute, 2 = double buffering, 3+ = copies run further ahead.",
-                       choices=(1, 2, 3, 4, 5))
-    async_copy: bool = knob(True, "Copy global → shared with cp.async (sm_80+), which needs no registers and "
-                            "does not block the thread; needs stages ≥ 2.")
+    stages: int = stages_knob()
+    async_copy: bool = async_copy_knob()
     fetch_vector: int = knob(4, "Elements per copy instruction (4 = 16 bytes, cp.async's widest).",
                              choices=(1, 2, 4))
     transpose_a: bool = knob(True, "Store A's shared tile K-major (block_k × block_m), so that a thread's rows "
@@ -55,10 +65,8 @@ class MatmulAsyncKnobs(KnobSet):
     shared_pad: int = knob(4, "Elements added to each row of the shared tiles, so that the transposed "
                            "stores of A and the reads of a warp spread over the memory banks; 0 = none.",
                            choices=(0, 1, 2, 4, 8))
-    dynamic_shared: bool = knob(True, "Allocate the shared tiles dynamically ('shared.dyn'): a block may then "
-                                "opt in to more than 48 KB (227 KB on the H100).")
-    unroll_max_step: int = knob(512, "Unroll a thread's loops up to this trip count; 0 = leave them rolled.",
-                                choices=(0, 16, 64, 256, 512, 1024))
+    dynamic_shared: bool = dynamic_shared_knob()
+    unroll_max_step: int = unroll_max_step_knob()
 
 
 def warps_per_block(k: MatmulAsyncKnobs) -> tuple[int, int]:

@@ -18,7 +18,17 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import Matmul
-from .common import Template, bind, check_pipeline, new_schedule, pipeline, schedule_errors
+from .common import (
+    Template,
+    async_copy_knob,
+    bind,
+    check_pipeline,
+    dynamic_shared_knob,
+    new_schedule,
+    pipeline,
+    schedule_errors,
+    stages_knob,
+)
 from .tensor_intrinsics import MMA_SHAPE, SUPPORTED_DTYPES, mma_intrinsics
 
 VECTOR_BYTES = 16  # cp.async's widest copy: 8 half-precision elements
@@ -35,16 +45,14 @@ class MatmulTensorCoreKnobs(KnobSet):
                         choices=(16, 32, 64))
     warp_m: int = knob(64, "Rows of C computed by one warp: warp_m / 16 tensor-core tiles.", choices=TILES)
     warp_n: int = knob(64, "Columns of C computed by one warp: warp_n / 16 tensor-core tiles.", choices=TILES)
-    stages: int = knob(3, "Shared buffers per tile = depth of the cp.async pipeline over the reduction "
-                       "(1 = no pipeline).", choices=(1, 2, 3, 4, 5))
-    async_copy: bool = knob(True, "Copy global → shared with cp.async; needs stages ≥ 2.")
+    stages: int = stages_knob()
+    async_copy: bool = async_copy_knob()
     shared_pad: int = knob(8, "Elements added to each shared row, so that ldmatrix's eight 16-byte row reads "
                            "hit different banks; 0 = none (conflicts).", choices=(0, 8, 16))
     swizzle: bool = knob(False, "Permute each shared row's 16-byte chunks by the row number (XOR swizzle, TVM's "
                          "permuted layout) instead of padding: conflict-free ldmatrix without extra memory; "
                          "needs shared_pad = 0 and block_k ≥ 32.")
-    dynamic_shared: bool = knob(True, "Allocate the shared tiles dynamically ('shared.dyn'), so that a block "
-                                "may opt in to more than 48 KB (227 KB on the H100).")
+    dynamic_shared: bool = dynamic_shared_knob()
 
 
 def warps_per_block(k: MatmulTensorCoreKnobs) -> tuple[int, int]:

@@ -8,7 +8,11 @@ bfloat16 set is TVM's float16 set with the element type renamed, registered once
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
+import os
 import re
+import sys
 from dataclasses import dataclass
 
 import tvm
@@ -68,9 +72,30 @@ def _renamed(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
 _LDMATRIX_CALL = re.compile(r"(T\.ptx_legacy\.ldmatrix\(.*)\)$", re.M)
 
 
+@functools.cache
 def _tvm_intrinsics():
     """``tvm.s_tir.tensor_intrin.cuda``, imported on first use: it parses every CUDA tensor
     intrinsic as TVMScript (seconds), which no other template needs."""
-    from tvm.s_tir.tensor_intrin import cuda
+    _files_without_a_module_known(sys._getframe())
+    return importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
 
-    return cuda
+
+# The import machinery's own frames, on the stack during any import.
+_IMPORT_FRAMES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
+def _files_without_a_module_known(frame) -> None:
+    """TVMScript's parser calls ``inspect.stack()`` for each of the hundreds of functions that
+    module parses, and ``inspect`` looks up the module of every frame on the stack by its file.
+    For a frame whose file is no module's (the import machinery's, code run from a string, a
+    script run by exec) the lookup finds nothing, but only after rescanning ``sys.modules``
+    each time: most of the import's time (85 s of 87 s on a busy 2-core machine). Recording
+    those files in ``inspect``'s file -> module cache as having no module gives the same answer
+    (None) at once. The cache is keyed by absolute path, so this runs just before the import."""
+    files = [os.path.normcase(os.path.abspath(name)) for name in _IMPORT_FRAMES]
+    while frame is not None:
+        files.append(inspect.getabsfile(frame))  # a first lookup maps every loaded module's file
+        frame = frame.f_back
+    for file in files:
+        if inspect.getmodule(None, file) is None:
+            inspect.modulesbyfile.setdefault(file, "")  # sys.modules has no "": the lookup gives None

@@ -40,8 +40,10 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
+from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
-from ..measure.cuda_env import binary_process_init
+from ..export import schedule_snippet
+from ..measure import local_gpu
 from ..targets import resolve_target
 from ..workloads import Workload
 from .sweep import EXPLORER_ROOT, cpu_count
@@ -196,9 +198,6 @@ def tune(
         raise ExplorerError(f"Unknown search strategy '{strategy}'; use evolutionary or replay-trace.")
     target = tuning_target(target)
     if target.kind.name == "cuda":
-        from ..measure import local_gpu
-        from ..measure.cuda_env import kernel_environment
-
         if local_gpu() is None:
             raise ExplorerError(
                 "MetaSchedule must run its candidates to rank them and this machine has no CUDA GPU; "
@@ -306,8 +305,6 @@ def replay(workload: Workload, trace_json, variant: str = "default") -> tvm.s_ti
 
 def snippet(result: TuneResult, title: str = "") -> str:
     """The tuned schedule as a standalone script, like any template's (see export.py)."""
-    from ..export import schedule_snippet
-
     if not result.target.startswith("sm_"):
         raise ExplorerError("Only a schedule tuned for a CUDA GPU can be exported as a CUDA script.")
     sch = replay(result.workload, result.trace_json, result.variant)
