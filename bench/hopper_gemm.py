@@ -76,7 +76,7 @@ def run_one(name: str, size: int) -> dict:
     error = (out - expected).abs().max().item()
     tolerance = 4 * np.finfo(np.float32).eps * workload.reduction_length() * max(1.0, expected.abs().max().item())
     row = {"setting": name, "dtype": dtype, "knobs": knobs, "size": size, "max_error": error,
-           "correct": error <= tolerance}
+           "correct": bool(error <= tolerance)}
     if not row["correct"]:
         return row
     seconds = kernel.time_evaluator("main", device, number=20, repeat=5)(*inputs, output).median
