@@ -603,8 +603,8 @@ def main() -> None:
     if args.write:
         command = "python bench/classroom.py " + shlex.join(sys.argv[1:])
         write_section(f"classroom-{args.write}", f"### Classroom: {args.write}\n\nMachine: {args.machine}. "
-                      f"Date: {time.strftime('%Y-%m-%d')}. Command (server on the same machine: "
-                      f"`streamlit run app/main.py --server.headless true`):\n`{command}`\n\n{text}\n")
+                      f"Date: {time.strftime('%Y-%m-%d')}. Command (server on the same machine, started with "
+                      f"`python -m explorer serve`):\n`{command}`\n\n{text}\n")
     sys.exit(1 if report["errors"] else 0)
 
 
