@@ -151,21 +151,84 @@ class SingleFlight(Generic[K, V]):
         return value
 
 
+# -- processes of the server ---------------------------------------------------------------
+
+
+class ProcessPool:
+    """``workers`` processes (TVM's ``PopenPoolExecutor``), started by ``initializer`` on
+    first use: runs a function in one of them, with one sentence for a process that ran past
+    the time limit or crashed."""
+
+    def __init__(self, settings: LiveSettings, workers: int, initializer, environment=None):
+        self.settings = settings
+        self.workers = workers
+        self._initializer = initializer
+        self._environment = environment  # () -> variables the processes inherit
+        self._pool = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        self.ready = threading.Event()  # the processes have started and imported what they need
+
+    def run(self, function, *args, doing: str = "Building this setting"):
+        """``function(*args)`` in one of the processes (it returns an ExplorerError as a
+        value); raises ExplorerError with the sentence for a process that ran too long or crashed."""
+        try:
+            outcome = self._executor().submit(function, *args).result()
+        except TimeoutError:
+            raise ExplorerError(f"{doing} took longer than {self.settings.build_time_limit_s} s, "
+                                "so it was stopped; try fewer unrolled or smaller loops.") from None
+        except ChildProcessError:
+            raise ExplorerError("The compile process crashed on this setting; it was restarted. "
+                                "Try another setting.") from None
+        if isinstance(outcome, ExplorerError):
+            raise outcome
+        return outcome
+
+    def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
+        """Start the processes now (each imports TVM and what ``warm_specs``' templates need,
+        seconds) rather than on a student's first knob change."""
+        pool = self._executor()
+        try:
+            for future in [pool.submit(_pool_ready, warm_specs, target) for _ in range(self.workers)]:
+                future.result()
+        except (ValueError, OSError, ChildProcessError):
+            if self._closed:  # the server closed while its processes were starting
+                return
+            raise
+        self.ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+
+    def _executor(self):
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        with self._pool_lock:
+            if self._pool is None:
+                if self._environment is not None:
+                    os.environ.update(self._environment())  # the children inherit it
+                self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.settings.build_time_limit_s,
+                                               initializer=self._initializer, initargs=(ROOT,))
+            return self._pool
+
+
 # -- builds in a process pool --------------------------------------------------------------
 
 
-class BuildService:
+class BuildService(ProcessPool):
     """Builds for the whole server: once per (spec, target), in parallel processes."""
 
     def __init__(self, settings: LiveSettings | None = None, *, here_until_ready: bool = False):
-        self.settings = settings or LiveSettings()
+        settings = settings or LiveSettings()
+        super().__init__(settings, settings.build_workers, _pool_init)
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
-        self._pool = None
-        self._pool_lock = threading.Lock()
         # A server's processes take seconds to start (each imports TVM, all at once on a busy
         # machine); until :meth:`start` has them ready, this process builds what a page asks
         # for itself, one build at a time, so the first page never waits for them.
-        self.ready = threading.Event()
         self._here_until_ready = here_until_ready
         self._here_lock = threading.Lock()
         self.built_here = 0
@@ -201,45 +264,6 @@ class BuildService:
 
     def stats(self) -> dict:
         return {**self._cache.stats(), "workers": self.settings.build_workers, "built in this process": self.built_here}
-
-    def start(self) -> None:
-        """Start the pool's processes now (each imports TVM, a second or two) rather than
-        on a student's first knob change."""
-        pool = self._executor()
-        for future in [pool.submit(_pool_ready) for _ in range(self.settings.build_workers)]:
-            future.result()
-        self.ready.set()
-
-    def close(self) -> None:
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
-
-    def _executor(self):
-        from tvm.support.popen_pool import PopenPoolExecutor
-
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = PopenPoolExecutor(max_workers=self.settings.build_workers,
-                                               timeout=self.settings.build_time_limit_s,
-                                               initializer=_pool_init, initargs=(ROOT,))
-            return self._pool
-
-    def run(self, function, *args, doing: str = "Building this setting"):
-        """``function(*args)`` in a build process (it returns an ExplorerError as a value);
-        raises ExplorerError with the sentence for a process that ran too long or crashed."""
-        try:
-            outcome = self._executor().submit(function, *args).result()
-        except TimeoutError:
-            raise ExplorerError(f"{doing} took longer than {self.settings.build_time_limit_s} s, "
-                                "so it was stopped; try fewer unrolled or smaller loops.") from None
-        except ChildProcessError:
-            raise ExplorerError("The compile process crashed on this setting; it was restarted. "
-                                "Try another setting.") from None
-        if isinstance(outcome, ExplorerError):
-            raise outcome
-        return outcome
 
     def _build_in_pool(self, spec: Spec, target: str) -> Build:
         start = time.perf_counter()
@@ -287,58 +311,21 @@ def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = ()) 
 # -- kernels compiled for measuring, in a pool of their own ---------------------------------
 
 
-class CompileService:
+class CompileService(ProcessPool):
     """Compiles the kernels to measure on all the cores it is given, in processes that may
     compile binaries (unlike the build pool's): each returns the path of a library the
     measuring worker loads, or None where no library can be exported here (no C compiler),
     and the worker then compiles the kernel itself."""
 
     def __init__(self, settings: LiveSettings):
-        self.settings = settings
-        self._pool = None
-        self._lock = threading.Lock()
-        self.ready = threading.Event()  # the processes have started and imported what they need
+        super().__init__(settings, settings.compile_workers, binary_process_init, kernel_environment)
 
     def compile(self, spec: Spec, target: str) -> str | None:
         """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while
         the processes are still starting (the worker then compiles the kernel itself)."""
         if not self.ready.is_set():
             return None
-        try:
-            outcome = self._executor().submit(compile_library, spec, target, self.settings.library_dir).result()
-        except TimeoutError:
-            raise ExplorerError(f"Compiling this setting took longer than {self.settings.build_time_limit_s} s, "
-                                "so it was stopped; try fewer unrolled or smaller loops.") from None
-        except ChildProcessError:
-            raise ExplorerError("The compile process crashed on this setting; it was restarted. "
-                                "Try another setting.") from None
-        if isinstance(outcome, ExplorerError):
-            raise outcome
-        return outcome
-
-    def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
-        """Start the processes now (each imports TVM and what ``warm_specs``' templates need)."""
-        pool = self._executor()
-        for future in [pool.submit(_pool_ready, warm_specs, target) for _ in range(self.settings.compile_workers)]:
-            future.result()
-        self.ready.set()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
-
-    def _executor(self):
-        from tvm.support.popen_pool import PopenPoolExecutor
-
-        with self._lock:
-            if self._pool is None:
-                os.environ.update(kernel_environment())  # the children inherit the pip CUDA paths
-                self._pool = PopenPoolExecutor(max_workers=self.settings.compile_workers,
-                                               timeout=self.settings.build_time_limit_s,
-                                               initializer=binary_process_init, initargs=(ROOT,))
-            return self._pool
+        return self.run(compile_library, spec, target, self.settings.library_dir, doing="Compiling this setting")
 
 
 def library_path(spec: Spec, target: str, directory: str) -> str:

@@ -84,7 +84,8 @@ def measure_tensor_tflops(dtype: str, settings: Settings, device=None, iteration
     """The tensor cores' float32-accumulate peak for ``dtype`` inputs on ``device`` (a Hopper GPU), TFLOP/s."""
     device = device or tvm.cuda(0)
     blocks = device.multi_processor_count
-    module = tvm.compile(wgmma_chain_module(dtype, blocks, iterations), target=target_sm90a(), tir_pipeline="tirx").jit()
+    chain = wgmma_chain_module(dtype, blocks, iterations)
+    module = tvm.compile(chain, target=target_sm90a(), tir_pipeline="tirx").jit()
     out = tvm.runtime.empty((blocks, WARPGROUPS * 128), "float32", device)
     timing = time_function(module, device, [out], settings)
     return blocks * flops_per_block(iterations) / timing.median_us / 1e6
