@@ -223,6 +223,21 @@ def test_a_code_block_shows_the_html_the_build_processes_made():
     assert "<textarea hidden readonly>x = 1\n</textarea>" in block  # the copy buffer is the text itself
 
 
+def test_two_sessions_on_one_setting_share_one_highlighting(monkeypatch):
+    import explorer.highlight as highlight_module
+
+    lexed = []
+    real = highlight_module.pygments_highlight
+    monkeypatch.setattr(highlight_module, "pygments_highlight", lambda text, *a: lexed.append(text) or real(text, *a))
+    highlight_module.highlight.cache_clear()
+    first, second = (app({"preset": "dw-blog-final-96"}).run() for _ in range(2))
+    assert_clean(first)
+    assert_clean(second)
+    tensorir = code_text(first, "tensorir")
+    assert tensorir and code_text(second, "tensorir") == tensorir
+    assert lexed.count(tensorir) <= 1  # made once for the server (here or in a build process), sent twice
+
+
 def test_kernels_only_keeps_line_numbers():
     cuda = '#include <x>\nusing t = int;\nextern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n'
     assert kernels_only(cuda) == ('extern "C" __global__ void k();\nextern "C" __global__ void k() {\n}\n', 3)
