@@ -1,10 +1,9 @@
 """The server's diagnoses (explorer.analysis.diagnosis), once per setting for every session.
 
 A diagnosis builds and analyses every neighbouring setting (seconds of CPU): it runs whole
-in one of the server's build processes, so the app's one process, which runs every
-student's page, only receives the result. One runs at a time, so the students' own pages
-keep the other build processes; a setting the class has moved on from is dropped before it
-starts.
+in a process of its own (``Live.diagnosing``), so the app's one process, which runs every
+student's page, only receives the result, and the pages' builds never queue behind it. One
+runs at a time; a setting the class has moved on from is dropped before it starts.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are 
 
 
 def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
-    """In a build process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value."""
+    """In the diagnosing process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value."""
     try:
         return diagnose_spec(spec, target, ceilings=ceilings, measured_us=measured_us)
     except ExplorerError as error:
@@ -31,7 +30,7 @@ def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: flo
 
 class Diagnoses:
     """Diagnoses by (spec, target, measured µs): ``run(spec, target, ceilings, measured_us)``
-    computes one (a build process's :func:`diagnose_in_process`, or a stand-in in tests)."""
+    computes one (:func:`diagnose_in_process` in the diagnosing process, or a stand-in in tests)."""
 
     def __init__(self, run: Callable[..., Diagnosis | ExplorerError]):
         self._run = run

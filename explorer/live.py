@@ -368,7 +368,7 @@ class Live:
     :meth:`request` (the page's latency, never blocking), :meth:`measure_now` (a lesson's
     steps, a submission, a sweep), :meth:`result`, :meth:`position`, :meth:`baseline`,
     :meth:`ceilings` and :meth:`stats`; nothing else in the app reaches the measuring worker.
-    ``diagnoses`` computes each setting's diagnosis once, in a build process.
+    ``diagnoses`` computes each setting's diagnosis once, in a process of its own.
 
     :meth:`start` returns at once; in the background it starts the build and compile
     processes, warms the GPU (the measuring worker, CUDA, PyTorch, NVRTC's precompiled header),
@@ -393,8 +393,11 @@ class Live:
         self._ceilings = None
         self._lock = threading.Lock()
         self.page_runs = PageRuns()
-        self.diagnoses = Diagnoses(lambda *args: self.builds.run(diagnose_in_process, *args,
-                                                                 doing="Diagnosing this setting"))
+        # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
+        # not queue behind it (a 2-core machine has one build process).
+        self.diagnosing = ProcessPool(self.settings, 1, _pool_init)
+        self.diagnoses = Diagnoses(lambda *args: self.diagnosing.run(diagnose_in_process, *args,
+                                                                     doing="Diagnosing this setting"))
 
     # -- the API the pages use --------------------------------------------------------------
 
@@ -581,6 +584,7 @@ class Live:
 
     def close(self) -> None:
         self.diagnoses.close()
+        self.diagnosing.close()
         self.builds.close()
         self.compiles.close()
         self.scheduler.close()
