@@ -68,10 +68,12 @@ def test_compiles_overlap_timings_never_do_and_a_failed_compile_costs_no_gpu_tim
         assert job.wait(10)
     assert compiles.most_at_once == 4  # side by side, not one after another
     assert gpu.most_at_once == 1
-    assert sorted(measured) == ["lib-1", "lib-4", "lib-8"]  # the compiled library reached the GPU
+    # The compiled library reached the GPU (a setting timed quickly while others waited is
+    # timed again in full once the GPU is free, so a library may come twice).
+    assert sorted(set(measured)) == ["lib-1", "lib-4", "lib-8"]
     bad = jobs[1]
     assert bad.error == "NVRTC could not compile the generated CUDA." and bad.result is None
-    assert scheduler.stats()["measured"] == 3 and scheduler.stats()["compile_failures"] == 1
+    assert scheduler.stats()["measured"] >= 3 and scheduler.stats()["compile_failures"] == 1
     scheduler.close()
 
 
