@@ -279,6 +279,13 @@ def _pool_init(root: str) -> None:
     os.environ[SOURCE_ONLY] = "1"
 
 
+def _background_pool_init(root: str) -> None:
+    """A build process for the server's own work (diagnoses): the operating system runs the
+    pages' builds first where cores are short."""
+    _pool_init(root)
+    os.nice(10)
+
+
 def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     """Import TVM (the slow part of a first build) and, by building one setting of each of
     ``warm_specs``' templates, whatever those import on first use (the tensor-core
@@ -395,7 +402,7 @@ class Live:
         self.page_runs = PageRuns()
         # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
         # not queue behind it (a 2-core machine has one build process).
-        self.diagnosing = ProcessPool(self.settings, 1, _pool_init)
+        self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init)
         self.diagnoses = Diagnoses(lambda *args: self.diagnosing.run(diagnose_in_process, *args,
                                                                      doing="Diagnosing this setting"))
 

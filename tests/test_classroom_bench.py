@@ -13,6 +13,8 @@ from pathlib import Path
 import classroom  # bench/classroom.py (pytest's pythonpath)
 import pytest
 
+from explorer import serve
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,11 +24,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(script: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def start_server(script: Path, env: dict | None = None, options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1"],
+         "--server.port", str(port), "--server.address", "127.0.0.1", *options],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -43,7 +45,8 @@ def start_server(script: Path, env: dict | None = None) -> tuple[subprocess.Pope
 
 @pytest.fixture(scope="module")
 def server_url():
-    server, url = start_server(ROOT / "app" / "main.py")
+    server, url = start_server(ROOT / "app" / "main.py", options=("--server.scriptHealthCheckEnabled", "true"))
+    assert serve.warm(url)[0]  # as `python -m explorer serve` does: the first page has run once
     yield url, server.pid
     server.terminate()
     server.wait(30)

@@ -336,3 +336,12 @@ def test_page_runs_keep_the_cpu_of_the_latest_runs():
     stats = runs.stats()
     assert stats["runs"] == 40
     assert stats["p50_ms"] == pytest.approx(31) and stats["p95_ms"] == pytest.approx(39)  # items 10 and 18 of 0..19
+
+
+def test_the_diagnosing_process_runs_behind_the_pages_builds():
+    live = Live(LiveSettings(build_workers=1))
+    try:
+        niceness = live.diagnosing.run(os.nice, 0)  # os.nice(0) returns the process's niceness
+        assert niceness >= os.nice(0) + 10
+    finally:
+        live.close()
