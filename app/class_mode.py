@@ -50,7 +50,7 @@ def record_move(current) -> None:
     """Count this session's move away from the class's step (the Class page shows the knobs
     the students moved next)."""
     try:
-        state = store().class_step()
+        state = store().shared_class_step()
     except (sqlite3.Error, OSError):
         return
     previous = session.previous_try(current)

@@ -45,7 +45,6 @@ from .measure.scheduler import Scheduler
 from .targets import local_gpu_target
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
-AHEAD = "server: lesson steps ahead of the class"  # the measurement slot of what the server measures ahead
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
 
 K = TypeVar("K", bound=Hashable)
@@ -263,7 +262,7 @@ class BuildService(ProcessPool):
         return outcome
 
     def stats(self) -> dict:
-        return {**self._cache.stats(), "workers": self.settings.build_workers, "built in this process": self.built_here}
+        return {**self._cache.stats(), "workers": self.workers, "built in this process": self.built_here}
 
     def _build_in_pool(self, spec: Spec, target: str) -> Build:
         start = time.perf_counter()
@@ -617,7 +616,9 @@ class PageRuns:
             recent = sorted(self._recent)
         if not recent:
             return {"runs": self.count, "p50_ms": None, "p95_ms": None}
-        at = lambda q: recent[min(len(recent) - 1, round(q * (len(recent) - 1)))] * 1000  # noqa: E731
+        def at(q: float) -> float:
+            return recent[min(len(recent) - 1, round(q * (len(recent) - 1)))] * 1000
+
         return {"runs": self.count, "p50_ms": at(0.5), "p95_ms": at(0.95)}
 
 

@@ -107,7 +107,7 @@ cols[4].metric(PAGE_CPU, f"{pages['p95_ms']:.0f} ms" if pages["p95_ms"] is not N
                     "every session's pages on about one core.")
 st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, taken "
            f"only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no GPU time "
-           "spent). While students' measurements wait, a kernel is timed with a short budget (5 repeats) and "
+           "spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 repeats) and "
            "measured again in full once the GPU is free.")
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
