@@ -3,6 +3,7 @@ measurements computed once each (explorer/live.py), the GPU warmed up in the bac
 from the first page view. Per-session state is session.py's."""
 from __future__ import annotations
 
+import logging
 import os
 
 import streamlit as st
@@ -22,9 +23,20 @@ def live() -> Live:
     # This process lowers and generates CUDA source (and runs the analyses); the one binary
     # compile of a kernel happens in the measuring worker.
     os.environ[SOURCE_ONLY] = "1"
+    log_to_stderr()
     service = Live()
     service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs() + lesson_specs())
     return service
+
+
+def log_to_stderr() -> None:
+    """The library's notes (when each warm-up step ended) in the server's log."""
+    logger = logging.getLogger("explorer")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def lesson_specs() -> tuple[Spec, ...]:

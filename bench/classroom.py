@@ -276,7 +276,8 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
 
 def server_process(url: str, pid: int | None = None):
     """The app server's process: the one listening on ``url``'s port, or ``pid``'s (or, when
-    ``pid`` is a wrapper such as ``timeout`` or a shell, the streamlit process below it)."""
+    ``pid`` is a wrapper such as ``timeout`` or a shell, the Streamlit process below it: ``streamlit run``
+    or ``python -m app.launch run``)."""
     import psutil
 
     if pid is None:
@@ -287,7 +288,7 @@ def server_process(url: str, pid: int | None = None):
             return None
     process = psutil.Process(pid)
     for candidate in [process, *process.children(recursive=True)]:
-        if any("streamlit" in part for part in candidate.cmdline()):
+        if any("streamlit" in part or part == "app.launch" for part in candidate.cmdline()):
             return candidate
     return process
 

@@ -7,10 +7,12 @@
 #                                                 # modern lessons for 5 min (with a py-spy profile), then
 #                                                 # 30 students opening one link at once, then one student
 #   bash bench/classroom_h100.sh large RESULTS    # fresh server: 100 students on the 2017 depthwise lesson
+#   bash bench/classroom_h100.sh first RESULTS    # fresh server: the teacher's first page only, with every
+#                                                 # process of the server sampled by py-spy from its start
 #
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
 set -u
-phase=${1:?modern or large}
+phase=${1:?modern, large or first}
 results=${2:?a folder for the results}
 mkdir -p "$results"
 port=8501
@@ -22,12 +24,19 @@ bench() { python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" -
 python -m explorer serve --port $port --address 127.0.0.1 >"$results/server-$phase.log" 2>&1 &
 launcher=$!
 trap 'kill $launcher 2>/dev/null; wait $launcher 2>/dev/null' EXIT
+if [ "$phase" = first ] && command -v py-spy >/dev/null; then  # every thread of every process, waiting or not
+  py-spy record --pid $launcher --subprocesses --idle --threads --rate 50 --duration 40 --nonblocking \
+    --format raw --output "$results/py-spy-first-page.txt" >"$results/py-spy-first.log" 2>&1 &
+fi
 
-if [ "$phase" = modern ]; then
+if [ "$phase" = first ]; then
+  bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 --json "$results/first-page.json"
+  sleep 25  # the rest of the warm-up, into the server's log and the profile
+elif [ "$phase" = modern ]; then
   # The teacher's first page, the moment the fresh server answers.
   bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 \
         --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write h100-first-page
-  server=$(pgrep -f "streamlit run" | head -1)
+  server=$(pgrep -f "app.launch run|streamlit run" | head -1)
   if command -v py-spy >/dev/null; then  # the app process under 30 students, a minute in the middle of the run
     (sleep $((long / 3)); py-spy record --pid "$server" --duration $((long / 5)) --rate 100 --gil --nonblocking --format raw \
        --output "$results/py-spy-30-modern.txt" >"$results/py-spy.log" 2>&1) &

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import site
 import tempfile
@@ -49,6 +50,8 @@ WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its p
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+log = logging.getLogger(__name__)  # the server's log says when each warm-up step ended
 
 
 @dataclass(frozen=True)
@@ -638,6 +641,7 @@ class WarmUp:
 
     def step(self, name: str) -> None:
         self.steps.append((name, round(time.time() - self.started, 2)))
+        log.info("warm-up: %s (at %.1f s)", name, self.steps[-1][1])
 
     def finish(self, device: str) -> None:
         self.device, self.done = device, True
@@ -646,6 +650,17 @@ class WarmUp:
     def fail(self, reason: str) -> None:
         self.error, self.done = reason, True
         self.step("no GPU")
+
+
+def warm_up_gpu_early(first: Spec | None, target: str = "auto") -> None:
+    """Start the measuring worker and warm the GPU before any page asks (a class server's
+    launcher calls this before its port opens). The server's :class:`Live` warms up through
+    the same worker when the first page arrives and finds it warm; it reports the outcome,
+    so a failure here is left for it to say."""
+    try:
+        _warm_up_local_gpu(first, target, WarmUp())
+    except ExplorerError:
+        pass
 
 
 def _warm_up_local_gpu(first: Spec | None, target: str, warm: WarmUp) -> str:

@@ -1,12 +1,13 @@
 """``python -m explorer serve``: the app server for a class, warm from its first second.
 
 Streamlit runs an app's script only when a browser opens it, so a server started with
-``streamlit run`` starts its build processes and warms the GPU when the teacher's first
-page arrives, and that page waits. This launcher starts ``streamlit run app/main.py``,
-waits for its health check, then asks for Streamlit's script health check, which runs the
-app's first page once inside the server: the warm-up (build and compile processes, the
-measuring worker, CUDA, PyTorch, the lesson steps) has begun before anyone connects.
-Nothing here imports streamlit; the server is a child process that this one waits on.
+``streamlit run`` imports TVM and the templates, starts its build processes and warms the
+GPU when the teacher's first page arrives, and that page waits. This launcher starts
+Streamlit through ``app.launch`` (the imports done and the measuring worker warming the GPU
+before the port opens), waits for its health check, then asks for Streamlit's script health
+check, which runs the app's first page once inside the server: the build and compile
+processes and the lesson steps have started before anyone connects. Nothing here imports
+streamlit; the server is a child process that this one waits on.
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ START_TIMEOUT_S = 120
 
 
 def streamlit_command(port: int, address: str, extra: list[str]) -> list[str]:
-    """The ``streamlit run`` command line of the class server (``extra``: more of its options)."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.headless", "true",
+    """The command line of the class server, ``streamlit run``'s own options (``extra``: more of them)."""
+    # app.launch: Streamlit's command line after the imports, with the GPU warming meanwhile.
+    return [sys.executable, "-m", "app.launch", "run", str(APP_MAIN), "--server.headless", "true",
             "--server.port", str(port), "--server.address", address,
             "--server.scriptHealthCheckEnabled", "true",
             # Streamlit takes a copy that is not in a site-packages folder (a --target install,

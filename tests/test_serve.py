@@ -7,6 +7,7 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from test_classroom_bench import ROOT, free_port
 
 from explorer import serve
@@ -14,7 +15,7 @@ from explorer import serve
 
 def test_the_command_runs_the_app_with_the_script_health_check():
     command = serve.streamlit_command(8502, "0.0.0.0", ["--server.maxUploadSize", "1"])
-    assert command[:4] == [sys.executable, "-m", "streamlit", "run"]
+    assert command[:4] == [sys.executable, "-m", "app.launch", "run"]
     assert command[4] == str(ROOT / "app" / "main.py")
     options = dict(zip(command[5::2], command[6::2], strict=True))
     assert options == {"--server.headless": "true", "--server.port": "8502", "--server.address": "0.0.0.0",
@@ -51,3 +52,20 @@ def test_serve_warms_the_server_before_anyone_connects_and_stops_it():
     except OSError:
         still_up = False
     assert not still_up  # the server went with its launcher
+
+
+def test_the_launcher_keeps_pytorch_out_of_the_app_process():
+    # TVM's FFI would import PyTorch; the app's process never runs a kernel.
+    probe = subprocess.run([sys.executable, "-c", "import sys, app.launch, tvm; print(sys.modules['torch'])"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "None", probe.stderr
+
+
+def test_the_early_warm_up_leaves_a_machine_without_a_gpu_to_the_server_to_report():
+    from explorer.live import warm_up_gpu_early
+    from explorer.presets import get_preset
+    from explorer.targets import local_gpu_target
+
+    if local_gpu_target() is not None:
+        pytest.skip("a GPU machine: the early warm-up starts the worker there")
+    warm_up_gpu_early(get_preset("dw-blog-final-96").spec)  # NoDevice stays inside: Live reports it

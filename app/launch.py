@@ -1,0 +1,31 @@
+"""``python -m app.launch run app/main.py [streamlit options]``: Streamlit's own command line,
+in a process that has loaded what every page needs and started warming the GPU before its
+port opens (``python -m explorer serve`` starts the class server this way).
+
+``streamlit run`` answers its health check at once and imports TVM, the templates and the
+analyses on the first page, so the first visitor waits for them; and the measuring worker
+starts only then. Here the imports come first and the worker warms the GPU while Streamlit
+starts, so the server answers when the first page can be built at once.
+"""
+import sys
+import threading
+
+# TVM's FFI imports PyTorch whenever it is installed; this process never runs a kernel (the
+# measuring worker does, and imports PyTorch itself), so it keeps the seconds and the memory.
+sys.modules.setdefault("torch", None)
+
+from streamlit.web import cli  # noqa: E402
+
+from app import server  # noqa: E402  (TVM, the templates, the analyses)
+from explorer.live import warm_up_gpu_early  # noqa: E402
+
+
+def main() -> None:
+    server.log_to_stderr()
+    threading.Thread(target=warm_up_gpu_early, args=(server.first_spec(),), name="gpu-warm-up", daemon=True).start()
+    sys.argv[0] = "streamlit"
+    cli.main()
+
+
+if __name__ == "__main__":
+    main()
