@@ -19,15 +19,19 @@ from .errors import ExplorerError
 from .tir_walk import walk
 
 # The relations a timing claim states, and the words the lesson's sentences use for each:
-# faster/slower/same_speed compare times; more_gflops/fewer_gflops compare FLOP rates
-# (for claims across workloads).
+# faster/slower/same_speed/no_slower compare times (no_slower: faster or within the noise
+# band, for a step whose gain is smaller than the noise); more_gflops/fewer_gflops compare
+# FLOP rates (for claims across workloads).
 RELATIONS = {
     "faster": "faster than",
     "slower": "slower than",
     "same_speed": "as fast as",
+    "no_slower": "no slower than",
     "more_gflops": "a higher FLOP rate than",
     "fewer_gflops": "a lower FLOP rate than",
 }
+# The relations whose bar is the lessons' noise band rather than a ratio a claim states.
+NOISE_BAND_RELATIONS = ("same_speed", "no_slower")
 
 
 def first_input(built: Build):

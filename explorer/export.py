@@ -89,12 +89,14 @@ def main():
     rng = np.random.default_rng(0)
     inputs = [tvm.runtime.tensor(rng.uniform(-1.0, 1.0, size=shape).astype("float32").astype(numpy_dtype(dtype)),
                                  device) for shape, dtype in INPUTS]
-    output, expected = (tvm.runtime.empty(OUTPUT_SHAPE, "float32", device) for _ in range(2))
+    output, expected = (tvm.runtime.empty(OUTPUT_SHAPE, OUTPUT_DTYPE, device) for _ in range(2))
     kernel = executable.jit()
     kernel["main"](*inputs, output)
     reference(target)["main"](*inputs, expected)
-    # float32 sums drift with the number of terms summed per output.
-    np.testing.assert_allclose(output.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5 * REDUCTION_LENGTH)
+    # float32 sums drift with the number of terms summed per output (REDUCTION_LENGTH also
+    # counts what rounding to a 16-bit type is worth).
+    np.testing.assert_allclose(output.numpy().astype("float64"), expected.numpy().astype("float64"), rtol=1e-4,
+                               atol=1e-5 * REDUCTION_LENGTH)
     seconds = kernel.time_evaluator("main", device, number=100, repeat=5, min_repeat_ms=0)(*inputs, output).median
     print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
           f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
@@ -135,6 +137,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
         f"PASS_CONFIG = {_literal_config(sch)!r}  # TVM pass options: no CSE temporaries; cp.async where asked",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
+        f"OUTPUT_DTYPE = {workload.output_dtype()!r}",
         f"FLOPS = {workload.flops!r}",
         f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
     ])
@@ -212,12 +215,13 @@ def main():
     arrays = [rng.uniform(-1.0, 1.0, size=shape).astype("float32").astype(numpy_dtype(dtype))
               for shape, dtype in INPUTS]
     inputs = [tvm.runtime.tensor(array, device) for array in arrays]
-    output = tvm.runtime.empty(OUTPUT_SHAPE, "float32", device)
+    output = tvm.runtime.empty(OUTPUT_SHAPE, OUTPUT_DTYPE, device)
     kernel = executable.jit()
     kernel["main"](*inputs, output)
     expected = arrays[0].astype("float64") @ arrays[1].astype("float64")
-    # float32 sums drift with the number of terms summed per output.
-    np.testing.assert_allclose(output.numpy(), expected, rtol=1e-4, atol=1e-5 * REDUCTION_LENGTH)
+    # float32 sums drift with the number of terms summed per output (REDUCTION_LENGTH also
+    # counts what rounding C to a 16-bit type is worth).
+    np.testing.assert_allclose(output.numpy().astype("float64"), expected, rtol=1e-4, atol=1e-5 * REDUCTION_LENGTH)
     seconds = kernel.time_evaluator("main", device, number=100, repeat=5, min_repeat_ms=0)(*inputs, output).median
     print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
           f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
@@ -240,6 +244,7 @@ def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Targe
         f"TARGET = {str(target)!r}",
         f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
+        f"OUTPUT_DTYPE = {workload.output_dtype()!r}",
         f"FLOPS = {workload.flops!r}",
         f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
     ])

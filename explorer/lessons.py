@@ -122,8 +122,8 @@ def gflops(preset: Preset, us: float) -> float:
 
 def ratio(comparison: Comparison, this: Preset, this_us: float, other: Preset, other_us: float) -> float:
     """How far the claimed relation holds: above 1 means in the claimed direction (for
-    ``same_speed``, the other's time over this one's)."""
-    if comparison.expect in ("faster", "same_speed"):
+    ``same_speed`` and ``no_slower``, the other's time over this one's)."""
+    if comparison.expect in ("faster", "same_speed", "no_slower"):
         return other_us / this_us
     if comparison.expect == "slower":
         return this_us / other_us
@@ -135,6 +135,8 @@ def holds(comparison: Comparison, value: float, config: LessonConfig = LessonCon
     """Whether a ratio from :func:`ratio` supports the claim."""
     if comparison.expect == "same_speed":
         return abs(value - 1) <= config.tolerance
+    if comparison.expect == "no_slower":
+        return value >= 1 - config.tolerance
     return value >= (comparison.at_least or 1 + config.tolerance)
 
 

@@ -26,11 +26,12 @@ File layout::
 ``this_schedule`` marks the tutorial's time for this very schedule (at most one entry);
 the other entries are context (another library, the tutorial's baseline). ``compare``
 makes a timing claim checkable: this step against another preset, ``expect`` one of
-explorer.claims.RELATIONS (``faster``/``slower``/``same_speed`` compare times;
-``more_gflops``/``fewer_gflops`` compare FLOP rates, for claims across workloads),
+explorer.claims.RELATIONS (``faster``/``slower``/``same_speed``/``no_slower`` compare
+times; ``more_gflops``/``fewer_gflops`` compare FLOP rates, for claims across workloads),
 optionally ``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of
-magnitude"). ``static`` makes a structural claim checkable: facts (explorer.claims.FACTS,
-computed from the build) and the values the claim states.
+magnitude"; not for ``same_speed`` and ``no_slower``, whose bar is the noise band).
+``static`` makes a structural claim checkable: facts (explorer.claims.FACTS, computed from
+the build) and the values the claim states.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .build import Spec
-from .claims import FACTS, RELATIONS
+from .claims import FACTS, NOISE_BAND_RELATIONS, RELATIONS
 from .errors import ExplorerError, PresetError
 from .schedules import get_template, workload_from_mapping
 
@@ -170,6 +171,8 @@ def _load_comparison(item: dict, here: str) -> Comparison:
         raise PresetError(f"{here} compare: needs 'with' = a preset id and 'expect' = one of {', '.join(RELATIONS)}.")
     if at_least is not None and (isinstance(at_least, bool) or not isinstance(at_least, (int, float)) or at_least < 1):
         raise PresetError(f"{here} compare: 'at_least' must be a ratio of 1 or more.")
+    if at_least is not None and expect in NOISE_BAND_RELATIONS:
+        raise PresetError(f"{here} compare: '{expect}' is judged against the noise band, so it takes no 'at_least'.")
     return Comparison(other, expect, float(at_least) if at_least is not None else None)
 
 

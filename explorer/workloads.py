@@ -61,8 +61,13 @@ class Workload(Params):
         raise NotImplementedError
 
     def input_dtypes(self) -> tuple[str, ...]:
-        """TVM type names of the inputs; the output is float32."""
+        """TVM type names of the inputs."""
         return (DTYPE,) * len(self.input_shapes())
+
+    def output_dtype(self) -> str:
+        """TVM type name of the output: the type of the buffer a kernel writes (the NumPy
+        reference stays float32, the more exact of the two)."""
+        return DTYPE
 
     def _tensors(self, variant: str):
         """Return (inputs, output) te tensors."""
@@ -92,7 +97,7 @@ class Workload(Params):
         """Every input read once and the output written once."""
         typed_shapes = zip(self.input_shapes(), self.input_dtypes(), strict=True)
         inputs = sum(math.prod(shape) * numpy_dtype(dtype).itemsize for shape, dtype in typed_shapes)
-        return inputs + math.prod(self.output_shape()) * BYTES_PER_ELEMENT
+        return inputs + math.prod(self.output_shape()) * numpy_dtype(self.output_dtype()).itemsize
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Uniform in [-1, 1), drawn in float32 and then rounded to each input's type."""
@@ -434,8 +439,15 @@ class Matmul(Workload):
     m: int = knob(1024, "Rows of A and C (M).", low=1, high=8192)
     n: int = knob(1024, "Columns of B and C (N).", low=1, high=8192)
     k: int = knob(1024, "Columns of A, rows of B (K): the reduction.", low=1, high=8192)
-    dtype: str = knob(DTYPE, "Element type of A and B; C is always float32 (products summed in float32).",
-                      choices=MATMUL_DTYPES)
+    dtype: str = knob(DTYPE, "Element type of A and B; products are summed in float32.", choices=MATMUL_DTYPES)
+    out_dtype: str = knob(DTYPE, "Element type of C: float32 (the sums as they are), or the inputs' type "
+                          "(each sum rounded once when stored: half the bytes written).", choices=MATMUL_DTYPES)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.out_dtype not in (DTYPE, self.dtype):
+            raise InvalidWorkload(f"{self.label()}: C is written in float32 or in the inputs' type "
+                                  f"({self.dtype}), not in {self.out_dtype}.")
 
     def input_shapes(self):
         return ((self.m, self.k), (self.k, self.n))
@@ -453,8 +465,11 @@ class Matmul(Workload):
             body = lambda i, j: te.sum(a[i, r] * b[r, j], axis=r)  # noqa: E731
         else:  # half-precision inputs, float32 accumulation
             body = lambda i, j: te.sum(a[i, r].astype(DTYPE) * b[r, j].astype(DTYPE), axis=r)  # noqa: E731
-        c = te.compute((self.m, self.n), body, name="C")
-        return [a, b], c
+        if self.out_dtype == DTYPE:
+            return [a, b], te.compute((self.m, self.n), body, name="C")
+        # A reduction keeps the type it sums in: the float32 sums, then one rounding per element.
+        sums = te.compute((self.m, self.n), body, name="C_float32")
+        return [a, b], te.compute((self.m, self.n), lambda i, j: sums[i, j].astype(self.out_dtype), name="C")
 
     def reference(self, a, b):
         # The inputs are already rounded to their type: the reference is exact up to float64.
@@ -470,10 +485,14 @@ class Matmul(Workload):
     def input_dtypes(self):
         return (self.dtype, self.dtype)
 
+    def output_dtype(self):
+        return self.out_dtype
+
     def reduction_length(self):
-        """For fp16/bf16 inputs a library may write C in the input type (PyTorch does), and tensor
-        cores may sum in another order: one rounding to the input type is allowed on top of the
-        float32 sum, counted as the float32 terms it is worth (ε_dtype / ε32)."""
+        """For fp16/bf16 inputs a library may write C in the input type (PyTorch does; so does
+        this workload with out_dtype = dtype), and tensor cores may sum in another order: one
+        rounding to the input type is allowed on top of the float32 sum, counted as the float32
+        terms it is worth (ε_dtype / ε32)."""
         k = super().reduction_length()
         if self.dtype == DTYPE:
             return k
@@ -485,4 +504,5 @@ class Matmul(Workload):
 
     def label(self):
         typed = "" if self.dtype == DTYPE else f" {self.dtype}"
-        return f"matmul {self.m}x{self.n}x{self.k}{typed}"
+        out = "" if self.out_dtype == DTYPE else f", C {self.out_dtype}"
+        return f"matmul {self.m}x{self.n}x{self.k}{typed}{out}"

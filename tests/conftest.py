@@ -22,15 +22,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def run_on_gpu():
-    """Run a build's kernel on the local GPU; return (output, NumPy reference)."""
+    """Run a build's kernel on the local GPU; return (output in float32, NumPy reference)."""
 
     def run(built, seed: int = 0):
         workload = built.spec.workload
         device = tvm.cuda(0)
         inputs = workload.random_inputs(seed)
-        output = tvm.runtime.empty(workload.output_shape(), "float32", device)
+        output = tvm.runtime.empty(workload.output_shape(), workload.output_dtype(), device)
         kernel = tvm.runtime.Executable(built.runtime_module).jit()
         kernel["main"](*(tvm.runtime.tensor(x, device) for x in inputs), output)
-        return output.numpy(), workload.reference(*inputs)
+        return output.numpy().astype("float32"), workload.reference(*inputs)
 
     return run

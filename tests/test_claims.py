@@ -37,11 +37,11 @@ def test_a_fact_added_to_the_registry_is_loaded_and_checked(tmp_path, monkeypatc
 
 
 def test_a_relation_added_to_the_registry_is_loaded_and_worded(tmp_path, monkeypatch):
-    monkeypatch.setitem(claims.RELATIONS, "no_slower", "no slower than")
+    monkeypatch.setitem(claims.RELATIONS, "no_faster", "no faster than")
     path = tmp_path / "t.toml"
-    path.write_text(TUTORIAL + 'compare = [ { with = "b", expect = "no_slower" } ]\n\n[[preset]]\nid = "b"\n'
+    path.write_text(TUTORIAL + 'compare = [ { with = "b", expect = "no_faster" } ]\n\n[[preset]]\nid = "b"\n'
                     'title = "B"\nsource = "s"\ntemplate = "depthwise_blog"\nclaim = "c"\n'
                     'workload = { kind = "depthwise_conv2d", height = 32, width = 32 }\n')
     this, other = load_file(path).presets
     check = L.ComparisonCheck(this.compare[0], other, None, None)
-    assert check.sentence(this) == "Step 1 is no slower than step 2: B."
+    assert check.sentence(this) == "Step 1 is no faster than step 2: B."

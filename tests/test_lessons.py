@@ -65,6 +65,17 @@ def test_time_ratios():
     assert L.holds(same, 1.2, L.LessonConfig(tolerance=0.25))
 
 
+def test_no_slower_holds_when_faster_or_within_the_noise_band():
+    no_slower = Comparison("x", "no_slower")
+    # The H100's warp-specialized kernel against the one without a producer: 199.1 vs 199.4 µs.
+    assert L.ratio(no_slower, CASE2, 199.1, CASE1, 199.4) == pytest.approx(199.4 / 199.1)
+    assert L.holds(no_slower, 199.4 / 199.1)
+    assert L.holds(no_slower, 2.0)  # much faster is still no slower
+    assert L.holds(no_slower, 0.96)  # 4% slower: inside the ±5% band
+    assert not L.holds(no_slower, 0.94)
+    assert not L.holds(no_slower, 0.96, L.LessonConfig(tolerance=0.02))
+
+
 def test_flop_rate_ratio_across_workloads():
     # 5×5 does 25/9 of the 3×3 work: 128.9 µs vs 90.9 µs is (25/9)·90.9/128.9 = 1.959× the FLOP rate.
     more = Comparison("x", "more_gflops")
@@ -173,6 +184,7 @@ workload = { kind = "depthwise_conv2d", height = 32, width = 32 }
         ('compare = [ { with = "a", expect = "quicker" } ]', r"'expect' = one of faster, slower"),
         ('compare = [ { with = "a", expect = "faster", by = 2 } ]', r"compare: unknown key\(s\) by"),
         ('compare = [ { with = "a", expect = "faster", at_least = 0.5 } ]', r"'at_least' must be a ratio of 1 or more"),
+        ('compare = [ { with = "a", expect = "no_slower", at_least = 1.5 } ]', r"'no_slower' .* takes no 'at_least'"),
         ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = "yes" } ]',
          "must be true or false"),
         ('reported = [ { what = "x", value_us = 1.0, hardware = "T4", this_schedule = true },'

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import tvm
 
 from explorer.analysis.roofline import Ceilings
 from explorer.build import build
@@ -34,7 +35,7 @@ from explorer.measure import (
 from explorer.measure import measurement as measurement_module
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
 from explorer.measure.queue import DeviceQueue
-from explorer.measure.timing import KernelRun, launches_for
+from explorer.measure.timing import KernelRun, device_args, launches_for
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
@@ -75,6 +76,19 @@ def test_gate_treats_nan_and_unwritten_elements_as_wrong():
     output = np.array([1.0, np.nan, 1.0], np.float32)
     check = compare(output, reference, 1)
     assert not check.correct and check.first_wrong_index == (1,) and check.max_error == np.inf
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_output_buffer_has_the_workloads_type_and_starts_unwritten(dtype):
+    workload = Matmul(m=4, n=6, k=8, dtype=dtype, out_dtype=dtype)
+    inputs = workload.random_inputs()
+    reference = workload.reference(*inputs)
+    *_, output = device_args(inputs, reference, workload.output_dtype(), tvm.cpu(0))
+    assert output.dtype == dtype and output.shape == (4, 6)
+    assert np.isnan(output.numpy().astype(np.float32)).all()
+    # A kernel that wrote nothing is caught; the reference, rounded as the kernel rounds it, passes.
+    assert not compare(output.numpy(), reference, workload.reduction_length()).correct
+    assert compare(reference.astype(output.numpy().dtype), reference, workload.reduction_length()).correct
 
 
 # -- timing ----------------------------------------------------------------------------

@@ -14,11 +14,13 @@ from explorer.build import Spec, build
 from explorer.cli import main
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
-from explorer.schedules.matmul_hopper import MatmulHopperKnobs, Plan, check_knobs
+from explorer.schedules.matmul_hopper import SUPPORTED_DTYPES, MatmulHopperKnobs, Plan, check_knobs
 from explorer.workloads import Matmul
 
 FP16 = Matmul(m=1024, n=1024, k=1024, dtype="float16")
 BF16 = Matmul(m=1024, n=1024, k=1024, dtype="bfloat16")
+FP16_OUT = Matmul(m=1024, n=1024, k=1024, dtype="float16", out_dtype="float16")
+BF16_OUT = Matmul(m=1024, n=1024, k=1024, dtype="bfloat16", out_dtype="bfloat16")
 
 
 def hopper(workload=FP16, **knobs):
@@ -38,10 +40,21 @@ def test_default_kernel_uses_tma_mbarriers_and_wgmma():
     assert "setmaxnreg.dec.sync.aligned.u32" in cuda and "setmaxnreg.inc.sync.aligned.u32" in cuda
     assert "__grid_constant__ CUtensorMap" in cuda  # the TMA descriptors are kernel parameters
     assert "st.global.v2.f32" in cuda  # the epilogue stores neighbouring accumulators in pairs
+    assert "float* __restrict__ C_ptr" in cuda and "cvt.rn" not in cuda  # C stays float32 by default
 
 
 def test_bfloat16_changes_only_the_operand_type():
     assert wgmma_shapes(hopper(BF16).cuda) == {"m64n256k16.f32.bf16.bf16"}
+
+
+@pytest.mark.parametrize("dtype,c_type,pack", [("float16", "half", "cvt.rn.f16x2.f32"),
+                                               ("bfloat16", "nv_bfloat16", "cvt.rn.bf16x2.f32")])
+def test_c_in_the_inputs_type_is_rounded_and_stored_in_packed_pairs(dtype, c_type, pack):
+    cuda = hopper(Matmul(m=1024, n=1024, k=1024, dtype=dtype, out_dtype=dtype)).cuda
+    assert f"{c_type}* __restrict__ C_ptr" in cuda
+    assert pack in cuda and "st.global.b32" in cuda and "st.global.v2.f32" not in cuda
+    # The multiplies still sum in float32.
+    assert wgmma_shapes(cuda) == {f"m64n256k16.f32.{SUPPORTED_DTYPES[dtype]}.{SUPPORTED_DTYPES[dtype]}"}
 
 
 @pytest.mark.parametrize("knobs,threads,blocks", [
@@ -93,10 +106,11 @@ def test_targets_without_wgmma_are_refused():
 
 
 @pytest.mark.skipif(bool(sass.missing_tools()), reason="NVRTC or nvdisasm is not installed")
-@pytest.mark.parametrize("knobs", [{}, {"warp_specialize": False, "persistent": True},
-                                   {"swizzle": "64B", "consumers": 1, "block_n": 128, "stages": 3}])
-def test_nvrtc_compiles_it_for_sm_90a_without_spills(knobs):
-    (kernel,) = sass.analyze_source(hopper(**knobs).cuda, "sm_90a").kernels
+@pytest.mark.parametrize("workload,knobs", [(FP16, {}), (FP16, {"warp_specialize": False, "persistent": True}),
+                                            (FP16, {"swizzle": "64B", "consumers": 1, "block_n": 128, "stages": 3}),
+                                            (BF16_OUT, {"persistent": True})])
+def test_nvrtc_compiles_it_for_sm_90a_without_spills(workload, knobs):
+    (kernel,) = sass.analyze_source(hopper(workload, **knobs).cuda, "sm_90a").kernels
     assert kernel.mix.hgmma > 0 and kernel.mix.tma > 0 and kernel.mix.hmma == 0  # wgmma and TMA in the machine code
     assert kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0 and kernel.registers <= 255
 
@@ -106,14 +120,16 @@ def test_cli_shows_the_cuda(capsys):
     assert "wgmma.mma_async" in capsys.readouterr().out
 
 
-def test_exported_script_prints_the_kernel_without_a_gpu(tmp_path):
+@pytest.mark.parametrize("out_dtype,stores", [("float32", "st.global.v2.f32"), ("float16", "cvt.rn.f16x2.f32")])
+def test_exported_script_prints_the_kernel_without_a_gpu(tmp_path, out_dtype, stores):
     path = tmp_path / "hopper.py"
-    path.write_text(snippet(Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16"),
+    path.write_text(snippet(Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16", out_dtype=out_dtype),
                                  MatmulHopperKnobs()), title="hopper"))
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
                          env={"CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "@T.prim_func" in run.stdout and "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in run.stdout
+    assert stores in run.stdout  # the script's kernel builds the same epilogue
 
 
 # -- on an H100 -----------------------------------------------------------------------
@@ -127,6 +143,8 @@ GPU_CASES = {
     "32B-swizzle-k32": (BF16, {"swizzle": "32B", "block_k": 32, "block_n": 64, "stages": 6}),
     "256-rows-2-stages": (Matmul(m=512, n=768, k=256, dtype="float16"), {"block_m": 256, "block_n": 128,
                                                                          "stages": 2}),
+    "c-in-float16": (FP16_OUT, {}),
+    "c-in-bfloat16-persistent": (BF16_OUT, {"persistent": True, "consumers": 1, "block_n": 128}),
 }
 
 
@@ -147,9 +165,10 @@ def test_the_kernel_matches_numpy_on_the_gpu(case, run_on_gpu):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not hopper_gpu(), reason="needs a Hopper GPU (sm_90a)")
-def test_the_exported_script_checks_and_times_the_kernel(tmp_path):
+@pytest.mark.parametrize("workload", [FP16, FP16_OUT], ids=["c-float32", "c-float16"])
+def test_the_exported_script_checks_and_times_the_kernel(tmp_path, workload):
     path = tmp_path / "hopper.py"
-    path.write_text(snippet(Spec("matmul_hopper", FP16, MatmulHopperKnobs()), title="hopper"))
+    path.write_text(snippet(Spec("matmul_hopper", workload, MatmulHopperKnobs()), title="hopper"))
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "correct, median" in run.stdout

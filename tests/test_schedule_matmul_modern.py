@@ -18,6 +18,7 @@ from explorer.cuda_compile import nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.presets import get_preset
+from explorer.schedules import get_template
 from explorer.schedules.matmul_async import MatmulAsyncKnobs
 from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
 from explorer.workloads import Matmul
@@ -151,6 +152,15 @@ def test_tensor_cores_refuse_float32_and_shapes_the_intrinsic_cannot_tile():
         tensorcore(Matmul(m=200, n=256, k=256, dtype="float16"))
     with pytest.raises(InvalidKnobs, match="for float16 inputs use the tensor-core template"):
         simt(FP16)
+
+
+@pytest.mark.parametrize("template", ["matmul", "matmul_tensorcore"])
+def test_templates_that_write_float32_sums_refuse_c_in_the_inputs_type(template):
+    spec = Spec(template, Matmul(m=256, n=256, k=256, dtype="float16", out_dtype="float16"),
+                get_template(template).knobs())
+    with pytest.raises(InvalidKnobs, match=f"The {template} template writes C in float32") as error:
+        build(spec, "h100")
+    assert "\n" not in str(error.value)
 
 
 def test_static_shared_memory_over_48_kb_points_to_dynamic_allocation():

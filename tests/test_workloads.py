@@ -8,8 +8,9 @@ import pytest
 import tvm
 
 from explorer.errors import InvalidWorkload
+from explorer.measure.gate import compare
 from explorer.schedules import workload_from_mapping
-from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
+from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul, numpy_dtype
 
 SMALL = [
     DepthwiseConv2d(channels=3, height=7, width=6),
@@ -25,7 +26,7 @@ def run_on_cpu(workload, variant="default"):
     func = workload.prim_func(variant)
     rt = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
     inputs = workload.random_inputs(seed=1)
-    out = np.zeros(workload.output_shape(), "float32")
+    out = np.zeros(workload.output_shape(), numpy_dtype(workload.output_dtype()))
     args = [tvm.runtime.tensor(a) for a in inputs] + [tvm.runtime.tensor(out)]
     rt["main"](*args)
     return args[-1].numpy(), workload.reference(*inputs)
@@ -66,6 +67,29 @@ def test_half_precision_inputs_are_typed_and_counted_at_their_size():
     # A 2x4 and B 4x3 at 2 bytes, C 2x3 float32 at 4.
     assert w.compulsory_bytes == 2 * (8 + 12) + 4 * 6
     assert Matmul(m=2, n=3, k=4).compulsory_bytes == 4 * (8 + 12 + 6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_c_in_the_inputs_type_is_the_float32_sum_rounded_once(dtype):
+    workload = Matmul(m=5, n=7, k=64, dtype=dtype, out_dtype=dtype)
+    assert f'C: T.Buffer((5, 7), "{dtype}")' in workload.prim_func().script()
+    got, expected = run_on_cpu(workload)
+    assert got.dtype == numpy_dtype(dtype) and expected.dtype == np.float32  # the reference keeps float32
+    # The gate's tolerance (from the workload's reduction length) allows the rounding ...
+    assert compare(got, expected, workload.reduction_length()).correct
+    # ... and still catches an element that is off by one product of two inputs.
+    wrong = got.astype(np.float32)
+    wrong[2, 3] += 0.5
+    assert not compare(wrong, expected, workload.reduction_length()).correct
+
+
+def test_c_is_float32_or_the_inputs_type():
+    w = Matmul(m=2, n=3, k=4, dtype="bfloat16", out_dtype="bfloat16")
+    assert w.output_dtype() == "bfloat16" and w.compulsory_bytes == 2 * (8 + 12 + 6)
+    assert w.label() == "matmul 2x3x4 bfloat16, C bfloat16"
+    assert Matmul(m=2, n=3, k=4, dtype="bfloat16").output_dtype() == "float32"
+    with pytest.raises(InvalidWorkload, match="float32 or in the inputs' type"):
+        Matmul(dtype="bfloat16", out_dtype="float16")
 
 
 def test_an_unknown_workload_is_named_with_the_choices():

@@ -219,7 +219,7 @@ def _launch(spec_json: str, calls: int) -> None:
     workload = built.spec.workload
     device = tvm.cuda(0)
     inputs = [tvm.runtime.tensor(x, device) for x in workload.random_inputs(0)]
-    output = tvm.runtime.empty(workload.output_shape(), "float32", device)
+    output = tvm.runtime.empty(workload.output_shape(), workload.output_dtype(), device)
     main = tvm.runtime.Executable(built.runtime_module).jit()["main"]
     for _ in range(calls):
         main(*inputs, output)

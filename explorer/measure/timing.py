@@ -14,6 +14,7 @@ import numpy as np
 import tvm
 
 from ..analysis.roofline import Ceilings
+from ..workloads import numpy_dtype
 from .gate import Check, compare
 from .settings import Settings, repeats_within
 
@@ -100,11 +101,12 @@ def time_function(module, device, args, settings: Settings) -> Timing:
     return Timing.from_seconds(result.results, number)
 
 
-def device_args(inputs, reference: np.ndarray, device) -> list:
-    """The kernel's arguments on ``device``: the inputs, then an output that starts as NaN
-    so that an element the kernel never writes is caught."""
+def device_args(inputs, reference: np.ndarray, output_dtype: str, device) -> list:
+    """The kernel's arguments on ``device``: the inputs, then an output of the workload's
+    output type (the float32 reference may be more exact than it) that starts as NaN so that
+    an element the kernel never writes is caught."""
     args = [tvm.runtime.tensor(x, device) for x in inputs]
-    args.append(tvm.runtime.tensor(np.full(reference.shape, np.nan, dtype=reference.dtype), device))
+    args.append(tvm.runtime.tensor(np.full(reference.shape, np.nan, dtype=numpy_dtype(output_dtype)), device))
     return args
 
 

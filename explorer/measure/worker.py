@@ -174,7 +174,7 @@ def run() -> KernelRun:
     started = time.time_ns()
     clock = _Phases(p.phases_ms)
     try:
-        args = device_args(p.inputs, p.reference, p.device)
+        args = device_args(p.inputs, p.reference, p.job.workload.output_dtype(), p.device)
         clock.lap("upload")
         check_output = _gpu_check(p) if p.target.kind.name == "cuda" else None
         check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings,

@@ -17,7 +17,7 @@ from tvm.s_tir.schedule.schedule import ScheduleError
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
-from ..workloads import Workload
+from ..workloads import DTYPE, Workload
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,13 @@ class Template:
                 if name not in names:
                     names.append(name)
         return tuple(names)
+
+
+def check_float32_output(workload: Workload, template: str) -> None:
+    """A template that schedules the workload's reduction block as C itself writes float32 sums."""
+    if workload.output_dtype() != DTYPE:
+        raise InvalidKnobs(f"The {template} template writes C in float32: set the workload's out_dtype to float32 "
+                           f"(the matmul_hopper template rounds C to the inputs' type as it stores it).", ())
 
 
 def new_schedule(workload: Workload, variant: str = "default") -> Schedule:

@@ -19,7 +19,7 @@ from typing import ClassVar
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..workloads import Matmul
-from .common import Template, bind, cooperative_fetch, new_schedule, schedule_errors
+from .common import Template, bind, check_float32_output, cooperative_fetch, new_schedule, schedule_errors
 
 BLOCK_TILES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 THREAD_TILES = (1, 2, 4, 8, 16)
@@ -124,6 +124,7 @@ def check_knobs(workload: Matmul, k: MatmulKnobs) -> None:
 
 
 def schedule(workload: Matmul, k: MatmulKnobs):
+    check_float32_output(workload, "matmul")
     check_knobs(workload, k)
     with schedule_errors(k):
         return _schedule(workload, k)

@@ -19,8 +19,10 @@ consumers). Without it, thread 0 of the first consumer also issues the copies, `
 steps ahead. With ``persistent`` the grid is one block per SM and each block walks over
 tiles, so the producer fills the next tile's buffers during the previous tile's epilogue.
 Tiles are visited in groups of 8 rows of tiles, so blocks running together share operand
-tiles in L2. C stays float32 (the workload's output type): each thread stores its
-accumulators directly, two neighbours per 8-byte store.
+tiles in L2. Each thread stores its accumulators directly, two neighbours at a time: as an
+8-byte pair of floats when C is float32, or, when the workload's ``out_dtype`` is the
+inputs' type, rounded and packed into one 4-byte word (``cvt.rn.f16x2.f32``), which halves
+the bytes the epilogue writes.
 
 wgmma, setmaxnreg and TMA exist on sm_90a only (the H100's arch-specific feature set).
 """
@@ -53,6 +55,8 @@ PRODUCER_REGISTERS = 40  # setmaxnreg: what the copying warpgroup keeps
 # 256 threads, 168 for 384), and all together within the SM's 64 K registers.
 CONSUMER_REGISTERS = {1: 256, 2: 232}
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+# Rounds two float32 values to the 16-bit output type and packs them into one 32-bit word.
+PACK_TWO = {"float16": "cvt.rn.f16x2.f32", "bfloat16": "cvt.rn.bf16x2.f32"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Plan:
     n: int
     k: int
     k_: MatmulHopperKnobs
+    out_dtype: str = "float32"  # C's type: float32 or the inputs' type
 
     @property
     def swizzle_code(self) -> int:
@@ -140,7 +145,7 @@ def check_knobs(workload: Matmul, k: MatmulHopperKnobs) -> Plan:
     if workload.dtype not in SUPPORTED_DTYPES:
         raise InvalidKnobs(f"wgmma here multiplies float16 or bfloat16 inputs, not {workload.dtype}: choose "
                            f"the workload's dtype accordingly (float32 matrices go to the matmul_async template).")
-    plan = Plan(workload.dtype, workload.m, workload.n, workload.k, k)
+    plan = Plan(workload.dtype, workload.m, workload.n, workload.k, k, workload.out_dtype)
     if k.block_m % (k.consumers * WGMMA_M):
         raise InvalidKnobs(f"Each consumer warpgroup multiplies whole 64-row wgmma tiles: block_m = {k.block_m} "
                            f"cannot be shared by {k.consumers} consumers.", ("block_m", "consumers"))
@@ -222,11 +227,29 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
             T.ptx[TMA_LOAD](B_smem.ptr_to([s, c, 0, 0]), T.address_of(B_map),
                             tn * BN + c * W, j % KT * BK, full.ptr_to([s]))
 
+    @T.inline
+    def store_float32(C, row, col, acc, m, i):
+        # Columns col and col + 1 of rows row and row + 8: one 8-byte store per row.
+        T.ptx["st.global.v2.f32"](C.ptr_to([row, col]), acc[m, i * 4], acc[m, i * 4 + 1])
+        T.ptx["st.global.v2.f32"](C.ptr_to([row + 8, col]), acc[m, i * 4 + 2], acc[m, i * 4 + 3])
+
+    @T.inline
+    def store_rounded(C, row, col, acc, m, i):
+        # The same pairs rounded to 16 bits: one 4-byte store per row. cvt puts its first
+        # value in the upper half of the word, the higher address: column col + 1.
+        packed = T.alloc_buffer((2,), "uint32", scope="local")
+        T.ptx[PACK_TWO[p.out_dtype]](packed[0], acc[m, i * 4 + 1], acc[m, i * 4])
+        T.ptx[PACK_TWO[p.out_dtype]](packed[1], acc[m, i * 4 + 3], acc[m, i * 4 + 2])
+        T.ptx["st.global.b32"](C.ptr_to([row, col]), packed[0])
+        T.ptx["st.global.b32"](C.ptr_to([row + 8, col]), packed[1])
+
+    store = store_float32 if p.out_dtype == "float32" else store_rounded
+
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, (M, K), dtype, align=16)
         B = T.match_buffer(B_ptr, (K, N), dtype, align=16)
-        C = T.match_buffer(C_ptr, (M, N), "float32", align=16)
+        C = T.match_buffer(C_ptr, (M, N), p.out_dtype, align=16)
         # The host encodes one TMA descriptor per operand; the kernel receives them by value.
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, dtype, 2, A.data, *A_MAP)
@@ -303,14 +326,13 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                     T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(it * KT + KT - 1) % STAGES]), T.uint32(1))
                     # wgmma's accumulator layout: warp w of the group holds rows 16w .. 16w + 15,
                     # lane l rows l / 4 and l / 4 + 8, columns 2 (l % 4) and the next, every 8 columns:
-                    # each pair of neighbours leaves in one 8-byte store.
+                    # each pair of neighbours leaves in one store.
                     for m in T.unroll(MT):
                         for i in T.unroll(NACC // 4):
                             row = T.meta_var(tm * BM + (wg * MT + m) * WGMMA_M + tx % WARPGROUP // 32 * 16
                                              + tx % 32 // 4)
                             col = T.meta_var(tn * BN + i * 8 + tx % 4 * 2)
-                            T.ptx["st.global.v2.f32"](C.ptr_to([row, col]), acc[m, i * 4], acc[m, i * 4 + 1])
-                            T.ptx["st.global.v2.f32"](C.ptr_to([row + 8, col]), acc[m, i * 4 + 2], acc[m, i * 4 + 3])
+                            store(C, row, col, acc, m, i)
 
     return main
 

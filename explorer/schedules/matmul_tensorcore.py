@@ -22,6 +22,7 @@ from .common import (
     Template,
     async_copy_knob,
     bind,
+    check_float32_output,
     check_pipeline,
     dynamic_shared_knob,
     new_schedule,
@@ -92,6 +93,7 @@ def check_knobs(workload: Matmul, k: MatmulTensorCoreKnobs) -> None:
 
 
 def schedule(workload: Matmul, k: MatmulTensorCoreKnobs):
+    check_float32_output(workload, "matmul_tensorcore")
     check_knobs(workload, k)
     with schedule_errors(k):
         return _schedule(workload, k)
