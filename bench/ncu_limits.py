@@ -3,12 +3,13 @@ workload, with cold and warm L2.
 
     python bench/ncu_limits.py best-matmul-1024 best-matmul-async-4096 [--write ncu-limits-fp32-matmul]
 
-For each preset, ncu profiles one call of the kernel (built as the measuring worker builds it,
-NVRTC) and one call of the workload's PyTorch op (TF32 off), each twice: with the caches flushed
-before the launch (cold L2) and left as they are after two warm-up calls (warm L2); the clocks are
-left unlocked both times. Per launch: the duration, grid and block, registers, waves per SM,
-theoretical and achieved occupancy, the SM's and DRAM's share of their peaks, the L2 hit rate, the
-FMA pipe's use and the three stall reasons that cost the most cycles per issued instruction.
+For each preset, ncu profiles one call of the kernel (``python -m explorer.analysis.ncu``: built
+with NVRTC, as the measuring worker builds it) and one call of the workload's PyTorch op (TF32
+off), each twice: with the caches flushed before the launch (cold L2) and left as they are after
+two warm-up calls (warm L2); the clocks are left unlocked both times. Per launch: the duration,
+grid and block, registers, waves per SM, theoretical and achieved occupancy, the SM's and DRAM's
+share of their peaks, the L2 hit rate, the FMA pipe's use and the three stall reasons that cost
+the most cycles per issued instruction.
 Prints a Markdown table (``--write NAME``: also into docs/benchmarks.md). Needs a GPU, ncu and
 PyTorch.
 """
@@ -49,7 +50,8 @@ def run_ncu(spec_json: str, side: str, cold: bool) -> list[KernelCounters]:
                "--cache-control", "all" if cold else "none", "--metrics", ",".join((*METRICS, STALLS))]
     if not cold:  # only the last call: the earlier ones warm the caches
         options += ["--launch-skip", str(WARM_CALLS - 1), "--launch-count", "1"]
-    command = [ncu_path(), *options, sys.executable, __file__, "--launch", side, spec_json, str(calls)]
+    program = ["-m", "explorer.analysis.ncu"] if side == "tvm" else [__file__, "--launch-pytorch"]
+    command = [ncu_path(), *options, sys.executable, *program, spec_json, str(calls)]
     env = {**without_source_only(os.environ),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
@@ -67,32 +69,18 @@ def stall_columns(csv_text: str) -> tuple[str, ...]:
     return tuple(n for n in names if n.startswith(STALL_PREFIX) and n.endswith(STALL_SUFFIX))
 
 
-def launch(side: str, spec_json: str, calls: int) -> None:
-    """The profiled program: ``calls`` calls of the kernel or of PyTorch's op, nothing else on the GPU."""
-    spec = spec_from_json(spec_json)
-    inputs = spec.workload.random_inputs(0)
-    if side == "pytorch":
-        import torch
+def launch_pytorch(spec_json: str, calls: int) -> None:
+    """The profiled program on PyTorch's side: ``calls`` calls of the workload's op, nothing
+    else on the GPU (the TVM side is ``python -m explorer.analysis.ncu``)."""
+    import torch
 
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        op = spec.workload.torch_op([torch.from_numpy(x).cuda() for x in inputs])
-        for _ in range(calls):
-            op()
-        torch.cuda.synchronize()
-        return
-    import tvm
-
-    from explorer.build import build
-
-    built = build(spec)
-    device = tvm.cuda(0)
-    arrays = [tvm.runtime.tensor(x, device) for x in inputs]
-    output = tvm.runtime.empty(spec.workload.output_shape(), "float32", device)
-    main = tvm.runtime.Executable(built.runtime_module).jit()["main"]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    workload = spec_from_json(spec_json).workload
+    op = workload.torch_op([torch.from_numpy(x).cuda() for x in workload.random_inputs(0)])
     for _ in range(calls):
-        main(*arrays, output)
-    device.sync()
+        op()
+    torch.cuda.synchronize()
 
 
 def top_stalls(counters: KernelCounters, count: int = 3) -> str:
@@ -145,10 +133,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*")
     parser.add_argument("--write", metavar="NAME", help="also write the table into docs/benchmarks.md as section NAME")
-    parser.add_argument("--launch", nargs=3, metavar=("SIDE", "SPEC_JSON", "CALLS"), help=argparse.SUPPRESS)
+    parser.add_argument("--launch-pytorch", nargs=2, metavar=("SPEC_JSON", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.launch:
-        launch(args.launch[0], args.launch[1], int(args.launch[2]))
+    if args.launch_pytorch:
+        launch_pytorch(args.launch_pytorch[0], int(args.launch_pytorch[1]))
         return
     if ncu_path() is None:
         raise SystemExit("Nsight Compute (ncu) is not installed on this machine.")
