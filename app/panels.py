@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer import figures, targets
 from explorer.analysis import banks, ncu
@@ -386,6 +387,11 @@ def _measuring(job, polling_every: float) -> None:
     """What a job waiting for the GPU is doing; the whole page again once it is done, or
     once it comes near the front of the queue (to look more often)."""
     ahead = server.live().scheduler.position(job)
+    if not job.done and not ahead and _looking_again():
+        # Compiling or on the GPU: wait for the end here (at most until the next look) rather
+        # than see it a look later. Only when looking again: the page's first run goes on to
+        # the code views.
+        job.wait(polling_every)
     if job.done or poll_interval(ahead) < polling_every:
         st.rerun()
     if job.state == "compiling":
@@ -396,6 +402,12 @@ def _measuring(job, polling_every: float) -> None:
                 icon=":material/hourglass_top:")
     else:
         st.info("Measuring: checking the result against NumPy, then timing…", icon=":material/timer:")
+
+
+def _looking_again() -> bool:
+    """Whether this run is a waiting fragment's own run (its timer's), not the page's."""
+    context = get_script_run_ctx()
+    return bool(context is not None and getattr(context, "fragment_ids_this_run", None))
 
 
 def _latency_metrics(result, spec) -> None:

@@ -79,6 +79,7 @@ class Student:
     no_latency: int = 0  # moves whose latency had not come before the next move
     waiting_notices: list = field(default_factory=list)  # what the page said instead, each time
     errors: list = field(default_factory=list)
+    timeline: list = field(default_factory=list)  # (time of the move, template, code_s, latency_s or None)
 
 
 class Page:
@@ -261,6 +262,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 me.errors.append("no code shown within the time limit")
                 continue
             me.code_s.append(code)
+            me.timeline.append((started, spec.template, code, latency))
             setting = spec
             if latency is not None:
                 (me.revisit_s if setting in seen else me.latency_s).append(latency)
@@ -460,6 +462,8 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         "moves_without_latency": sum(s.no_latency for s in class_),
         "waiting_notices": collections.Counter(n[:120] for s in class_ for n in s.waiting_notices).most_common(3),
         "samples": samples,
+        "slowest_to_code": slowest_moves(class_, 2, started),
+        "slowest_to_latency": slowest_moves(class_, 3, started),
     }
     if run_log and Path(run_log).exists():
         report["kernel_runs"], report["overlapping_runs"] = overlapping_runs(run_log, since_ns)
@@ -471,6 +475,21 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         report["cores"] = {"app": app, "children": workers}
         report["limited_by"] = limiter(app, workers, (os.cpu_count() or 1), report.get("gpu_busy"))
     return report
+
+
+SLOWEST_SHARE = 0.05  # the moves above the 95th percentile: what a p95 goal is about
+FIRST_MINUTE_S = 60
+
+
+def slowest_moves(class_: list, column: int, started: float) -> dict:
+    """The slowest 5% of the class's moves by ``column`` of their timeline (2: to code, 3: to
+    latency): how many, the templates they moved, and how many came in the run's first minute
+    (when the server still builds and measures the lesson steps ahead)."""
+    moves = sorted((m for s in class_ for m in s.timeline if m[column] is not None), key=lambda m: -m[column])
+    slowest = moves[:max(1, round(len(moves) * SLOWEST_SHARE))] if moves else []
+    return {"count": len(slowest), "templates": collections.Counter(m[1] for m in slowest).most_common(),
+            "in_first_minute": sum(m[0] - started < FIRST_MINUTE_S for m in slowest),
+            "templates_of_all": collections.Counter(m[1] for m in moves).most_common()}
 
 
 def goal_rows(report: dict, goals: dict[str, float]) -> list[str]:
@@ -516,6 +535,13 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     ]
     if goals:
         lines += [*goal_rows(report, goals), ""]
+    for what, key in (("code", "slowest_to_code"), ("latency", "slowest_to_latency")):
+        slow = report.get(key)
+        if slow and slow["count"]:
+            moved = ", ".join(f"{template} {n}" for template, n in slow["templates"])
+            every = ", ".join(f"{template} {n}" for template, n in slow["templates_of_all"])
+            lines.append(f"The slowest 5% of moves to {what} ({slow['count']}): {moved}; {slow['in_first_minute']} of "
+                         f"them in the first minute (all moves: {every}).")
     if report.get("moves_without_latency"):
         lines.append(f"Moves whose latency had not come before the student's next move: "
                      f"{report['moves_without_latency']}.")

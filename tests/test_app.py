@@ -286,6 +286,34 @@ def test_a_page_waiting_far_back_in_the_queue_polls_once_a_second():
     assert panels.poll_interval(panels.FAR_AHEAD) == panels.poll_interval(20) == panels.POLL_FAR_S == 1.0
 
 
+class _Job:
+    """A measurement job that never finishes and records how long the page waited on it."""
+    done, state = False, "measuring"
+
+    def __init__(self):
+        self.waits = []
+
+    def wait(self, timeout):
+        self.waits.append(timeout)
+        return False
+
+
+@pytest.mark.parametrize("ahead,fragment_run,waits", [
+    (0, True, [panels.POLL_NEAR_S]),  # on the GPU, the fragment's own run: it waits for the end
+    (None, True, [panels.POLL_NEAR_S]),  # compiling: the same
+    (0, False, []),  # the page's run goes on to the code views
+    (2, True, []),  # measurements ahead: it only says so
+])
+def test_a_waiting_fragment_waits_for_a_job_near_its_end_only_on_its_own_runs(monkeypatch, ahead, fragment_run,
+                                                                               waits):
+    job = _Job()
+    monkeypatch.setattr(server.live().scheduler, "position", lambda j: ahead)
+    context = type("Context", (), {"fragment_ids_this_run": ["latency"] if fragment_run else None})()
+    monkeypatch.setattr(panels, "get_script_run_ctx", lambda: context)
+    panels._measuring(job, panels.POLL_NEAR_S)
+    assert job.waits == waits
+
+
 def test_a_page_behind_a_long_queue_says_its_place_then_shows_its_latency(monkeypatch):
     gpu_free = threading.Event()
     fake_measurements(monkeypatch, lambda spec: gpu_free.wait(10) and 640 / spec.knobs.num_thread_x)
