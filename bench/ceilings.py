@@ -6,7 +6,8 @@ under them.
 
 The ceilings come from the measuring worker, as in the app and ``python -m explorer measure``
 (``explorer/measure/ceilings.py``: float4 stream reads of a 1 GiB buffer for HBM and of a
-few MiB read many times for L2, FMA chains for FP32), measured once per device. Each best
+few MiB read many times for L2, FMA chains for FP32, a wgmma chain per 16-bit input type for the
+tensor cores on a Hopper GPU), measured once per device. Each best
 preset (``presets/best.toml``) is then checked against NumPy and timed the usual way (back to
 back, and from a CUDA graph where PyTorch is installed); its placement is the roofline's least
 time over its latency. A preset above 100% would beat a ceiling, i.e. the ceiling is too low:
@@ -76,7 +77,8 @@ def tables(ceilings: dict, rows: list[dict]) -> str:
     measured, published = ceilings["measured"], ceilings["published"]
     lines = ["## Roofline ceilings (measured on the GPU)", "",
              f"`{COMMAND}`. FP32: FMA chains in registers (2 FLOPs each); HBM: float4 reads of a 1 GiB buffer, "
-             "each read once; L2: float4 reads of a buffer of at most half the L2 (8 MiB on an H100) read 64 times. "
+             "each read once; L2: float4 reads of a buffer of at most half the L2 (8 MiB on an H100) read 64 times; "
+             "tensor cores (Hopper only): wgmma m64n256k16 chains from shared memory, float32 accumulators. "
              "Timed like a kernel (median of repeats of ≥ 1 ms). Published: the vendor's datasheet.", "",
              "| ceiling | measured | published |", "| --- | ---: | ---: |"]
     if measured:
@@ -85,11 +87,13 @@ def tables(ceilings: dict, rows: list[dict]) -> str:
                      f"{_f(published and published['fp32_gflops'], 0)} |")
         lines.append(f"| HBM GB/s | {_f(measured['hbm_gbps'], 0)} | {_f(published and published['hbm_gbps'], 0)} |")
         lines.append(f"| L2-resident GB/s | {_f(measured['l2_gbps'], 0)} | not published |")
+        lines += tensor_rows(measured, published)
         published_l2 = f"{published['l2_bytes'] / MB:.0f} MiB" if published else "—"
         lines.append(f"| L2 size | {measured['l2_bytes'] / MB:.0f} MiB | {published_l2} |")
     lines += ["", "### Shipped best presets under the ceilings", "",
-              "% of roofline = the roofline's least time (FLOPs at the FP32 peak or compulsory bytes at the roof's "
-              "bandwidth; L2 when they fit in it) ÷ the kernel's median time. Above 100% a kernel beats a ceiling.",
+              "% of roofline = the roofline's least time (FLOPs at the inputs' compute peak, FP32 or tensor cores, or "
+              "compulsory bytes at the roof's bandwidth; L2 when they fit in it) ÷ the kernel's median time. Above "
+              "100% a kernel beats a ceiling.",
               "", "| preset | workload | FLOP/B | roof | bound µs | back to back µs | % of roofline | CUDA graph µs "
               "| % of roofline |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -102,6 +106,17 @@ def tables(ceilings: dict, rows: list[dict]) -> str:
     above = above_a_ceiling(rows)
     lines += ["", "Above a ceiling: " + (", ".join(f"`{p}`" for p in above) if above else "none.")]
     return "\n".join(lines)
+
+
+def tensor_rows(measured: dict, published: dict | None) -> list[str]:
+    """The tensor cores' peaks (float32 accumulation) per input type, or why none was measured."""
+    published_peaks = (published or {}).get("tensor_gflops", {})
+    dtypes = sorted({*measured.get("tensor_gflops", {}), *published_peaks})
+    rows = [f"| {dtype} tensor cores GFLOP/s | {_f(measured.get('tensor_gflops', {}).get(dtype), 0)} | "
+            f"{_f(published_peaks.get(dtype), 0)} |" for dtype in dtypes]
+    if not measured.get("tensor_gflops"):
+        rows.append(f"| tensor cores | not measured: {measured.get('no_tensor_peak', '')} | |")
+    return rows
 
 
 def main(argv=None) -> int:
