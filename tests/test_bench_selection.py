@@ -155,3 +155,22 @@ def test_ncu_durations_per_call_leave_out_the_warm_up():
     assert durations_after_warm_up_us(launches(9000, 800, 1000, 500, 1200, 600), 3, 1) == pytest.approx([1.5, 1.8])
     with pytest.raises(ExplorerError, match="5 launches, not the same number for each of 3 calls"):
         durations_after_warm_up_us(launches(1, 2, 3, 4, 5), 3, 1)
+
+
+def test_the_ceilings_table_lists_tensor_peaks_and_a_16_bit_preset_without_a_roof():
+    import ceilings  # bench/ceilings.py
+
+    from explorer.analysis.roofline import Ceilings, published_ceilings
+
+    measured = Ceilings(60_000.0, 3_000.0, 9_000.0, 50 << 20, "measured on a stand-in", (("float16", 950_000.0),),
+                        "").to_dict()
+    rows = [{"preset": "best-matmul-tc-bf16-4096", "workload": "matmul 4096x4096x4096 bfloat16", "correct": True,
+             "no_roof": True}]
+    text = ceilings.tables({"measured": measured, "published": published_ceilings("sm_90a").to_dict()}, rows)
+    assert "| float16 tensor cores GFLOP/s | 950,000 | 989,500 |" in text
+    assert "| bfloat16 tensor cores GFLOP/s | — | 989,500 |" in text
+    assert "no tensor-core roof on this GPU" in text and ceilings.above_a_ceiling(rows) == []
+    reason = "their peak is measured with wgmma, which only Hopper (sm_90) GPUs have"
+    without = Ceilings(60_000.0, 3_000.0, 9_000.0, 50 << 20, "measured on a stand-in", no_tensor_peak=reason).to_dict()
+    assert "| tensor cores | not measured: their peak is measured with wgmma" in ceilings.tables(
+        {"measured": without, "published": None}, [])
