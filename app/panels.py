@@ -201,22 +201,23 @@ def roofline(built: Build) -> None:
     """The workload's intensity under the device's roofs, the current setting's point
     (measured by the latency panel, else a static estimate) and this session's tries."""
     measured = _latest_measurement(built)
-    ceilings = _measured_ceilings()
-    tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
-                  if t.latency_us is not None and t.spec != built.spec and not no_roofline_reason(t.spec.workload))
     try:
-        ceilings = ceilings or published_ceilings(str(built.target.attrs.get("arch", "")))
+        ceilings = _measured_ceilings() or published_ceilings(str(built.target.attrs.get("arch", "")))
+        tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
+                      if t.latency_us is not None and t.spec != built.spec
+                      and not no_roofline_reason(t.spec.workload, ceilings))
         r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
     except ExplorerError as e:  # no figures for this target, or a workload the roofline does not cover
         st.info(str(e))
         return
     bandwidth, roof = r.roof
+    peak, compute = r.compute_roof
     cols = st.columns(3)
     cols[0].metric("Arithmetic intensity", f"{r.intensity:.2f} FLOP/B",
                    help=f"{r.flops:,} FLOPs over {r.compulsory_bytes:,} compulsory bytes (inputs read once, "
                    "output written once).")
     cols[1].metric("Attainable", f"{r.attainable_gflops:,.0f} GFLOP/s",
-                   help=f"min(FP32 peak {ceilings.fp32_gflops:,.0f} GFLOP/s, intensity × {roof} {bandwidth:,.0f} GB/s)")
+                   help=f"min({compute} peak {peak:,.0f} GFLOP/s, intensity × {roof} {bandwidth:,.0f} GB/s)")
     cols[2].metric("This setting" if measured else "Static estimate", f"{r.current.percent_of_attainable:.0f}%",
                    help="Achieved ÷ attainable GFLOP/s." if measured else
                    "Not measured: placed on the roof, the best any schedule can do.")

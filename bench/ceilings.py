@@ -6,7 +6,8 @@ under them.
 
 The ceilings come from the measuring worker, as in the app and ``python -m explorer measure``
 (``explorer/measure/ceilings.py``: float4 stream reads of a 1 GiB buffer for HBM and of a
-few MiB read many times for L2, FMA chains for FP32), measured once per device. Each best
+few MiB read many times for L2, FMA chains for FP32, a wgmma chain per 16-bit input type for the
+tensor cores on a Hopper GPU), measured once per device. Each best
 preset (``presets/best.toml``) is then checked against NumPy and timed the usual way (back to
 back, and from a CUDA graph where PyTorch is installed); its placement is the roofline's least
 time over its latency. A preset above 100% would beat a ceiling, i.e. the ceiling is too low:
@@ -51,6 +52,9 @@ def measure_all() -> tuple[dict, list[dict]]:
         if not m.correct:
             rows.append({"preset": preset.id, "workload": m.workload, "correct": False})
             continue
+        if m.ceilings is None:  # 16-bit inputs, and the ceilings have no tensor-core peak (not a Hopper GPU)
+            rows.append({"preset": preset.id, "workload": m.workload, "correct": True, "no_roof": True})
+            continue
         ceilings, arch = m.ceilings, json.loads(m.target).get("arch", "")
         print(f"{preset.id}: {m.median_us:.2f} µs, {m.percent_of_roofline:.0f}% of the roofline", flush=True)
         bandwidth, roof = ceilings.bandwidth_for(m.compulsory_bytes)
@@ -65,7 +69,8 @@ def measure_all() -> tuple[dict, list[dict]]:
 
 
 def above_a_ceiling(rows: list[dict]) -> list[str]:
-    return [r["preset"] for r in rows if r.get("correct") and max(r["percent"], r["graph_percent"] or 0) > 100]
+    return [r["preset"] for r in rows if r.get("correct") and not r.get("no_roof")
+            and max(r["percent"], r["graph_percent"] or 0) > 100]
 
 
 def _f(value, digits: int = 2) -> str:
@@ -76,7 +81,8 @@ def tables(ceilings: dict, rows: list[dict]) -> str:
     measured, published = ceilings["measured"], ceilings["published"]
     lines = ["## Roofline ceilings (measured on the GPU)", "",
              f"`{COMMAND}`. FP32: FMA chains in registers (2 FLOPs each); HBM: float4 reads of a 1 GiB buffer, "
-             "each read once; L2: float4 reads of a buffer of at most half the L2 (8 MiB on an H100) read 64 times. "
+             "each read once; L2: float4 reads of a buffer of at most half the L2 (8 MiB on an H100) read 64 times; "
+             "tensor cores (Hopper only): wgmma m64n256k16 chains from shared memory, float32 accumulators. "
              "Timed like a kernel (median of repeats of ≥ 1 ms). Published: the vendor's datasheet.", "",
              "| ceiling | measured | published |", "| --- | ---: | ---: |"]
     if measured:
@@ -85,16 +91,21 @@ def tables(ceilings: dict, rows: list[dict]) -> str:
                      f"{_f(published and published['fp32_gflops'], 0)} |")
         lines.append(f"| HBM GB/s | {_f(measured['hbm_gbps'], 0)} | {_f(published and published['hbm_gbps'], 0)} |")
         lines.append(f"| L2-resident GB/s | {_f(measured['l2_gbps'], 0)} | not published |")
+        lines += tensor_rows(measured, published)
         published_l2 = f"{published['l2_bytes'] / MB:.0f} MiB" if published else "—"
         lines.append(f"| L2 size | {measured['l2_bytes'] / MB:.0f} MiB | {published_l2} |")
     lines += ["", "### Shipped best presets under the ceilings", "",
-              "% of roofline = the roofline's least time (FLOPs at the FP32 peak or compulsory bytes at the roof's "
-              "bandwidth; L2 when they fit in it) ÷ the kernel's median time. Above 100% a kernel beats a ceiling.",
+              "% of roofline = the roofline's least time (FLOPs at the inputs' compute peak, FP32 or tensor cores, or "
+              "compulsory bytes at the roof's bandwidth; L2 when they fit in it) ÷ the kernel's median time. Above "
+              "100% a kernel beats a ceiling.",
               "", "| preset | workload | FLOP/B | roof | bound µs | back to back µs | % of roofline | CUDA graph µs "
               "| % of roofline |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if not r["correct"]:
             lines.append(f"| `{r['preset']}` | {r['workload']} | WRONG | | | | | | |")
+            continue
+        if r.get("no_roof"):
+            lines.append(f"| `{r['preset']}` | {r['workload']} | no tensor-core roof on this GPU | | | | | | |")
             continue
         lines.append(f"| `{r['preset']}` | {r['workload']} | {_f(r['intensity'])} | {r['roof']} "
                      f"{_f(r['roof_gbps'], 0)} GB/s | {_f(r['bound_us'])} | {_f(r['median_us'])} | "
@@ -102,6 +113,17 @@ def tables(ceilings: dict, rows: list[dict]) -> str:
     above = above_a_ceiling(rows)
     lines += ["", "Above a ceiling: " + (", ".join(f"`{p}`" for p in above) if above else "none.")]
     return "\n".join(lines)
+
+
+def tensor_rows(measured: dict, published: dict | None) -> list[str]:
+    """The tensor cores' peaks (float32 accumulation) per input type, or why none was measured."""
+    published_peaks = (published or {}).get("tensor_gflops", {})
+    dtypes = sorted({*measured.get("tensor_gflops", {}), *published_peaks})
+    rows = [f"| {dtype} tensor cores GFLOP/s | {_f(measured.get('tensor_gflops', {}).get(dtype), 0)} | "
+            f"{_f(published_peaks.get(dtype), 0)} |" for dtype in dtypes]
+    if not measured.get("tensor_gflops"):
+        rows.append(f"| tensor cores | not measured: {measured.get('no_tensor_peak', '')} | |")
+    return rows
 
 
 def main(argv=None) -> int:

@@ -5,6 +5,7 @@ roofline, and whether the benchmark's goal is met.
     python bench/kernels.py [--no-write]
     python bench/kernels.py --only conv2d "matmul 1024"     # a subset: label contains a TEXT (or equals it)
     python bench/kernels.py --list                           # the workloads' labels
+    python bench/kernels.py --only float16 --cold-l2 --ncu   # the 16-bit (Hopper) rows, also cold and under ncu
 
 Every shipped preset of a benchmark's workload is measured (checked against NumPy first, then
 timed with the default measurement settings: median of 20 repeats of >= 1 ms), both
@@ -16,6 +17,14 @@ measured roofline allows over the kernel's time from a graph. Prints one table a
 writes it into docs/benchmarks.md (section "kernels"); a closing note written below that
 section survives re-runs. Rows are kept in bench/results/kernels-<gpu>.json, so runs with
 ``--only`` (each short enough for one session on the GPU machine) add up to the whole table.
+The 16-bit matmuls are also measured with the matmul_hopper template's defaults (128×256×64
+blocks, which divide every such row's shape: 11008 = 43 × 256) and with persistent tiles,
+where no shipped preset has those knobs.
+
+``--cold-l2`` times the best preset and PyTorch again with an L2 that holds none of the inputs
+(``Settings.cold_l2``: a buffer four times the L2 written before each launch, one launch per
+repeat). ``--ncu`` takes both kernels' durations from Nsight Compute (gpu__time_duration, ncu's
+defaults: clocks locked at base, caches flushed before each launch; the warm-up calls left out).
 Needs no streamlit or plotly.
 """
 from __future__ import annotations
@@ -24,34 +33,59 @@ import argparse
 import datetime
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
 from ceilings import ceilings_first
 from docs_section import write_section
 
+from explorer.analysis.ncu import DURATION, durations_after_warm_up_us, profile, profile_program
 from explorer.benchmarks import BENCHMARKS, Benchmark
 from explorer.build import Spec
 from explorer.errors import ExplorerError
-from explorer.measure import baseline, local_gpu, measure
+from explorer.measure import Settings, baseline, local_gpu, measure
+from explorer.measure.baseline import workload_to_json
 from explorer.presets import all_presets
 from explorer.schedules import get_template
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# Extra specs measured for a benchmark beside its presets (no shipped preset has this workload).
+TENSOR_CORE_DTYPES = ("float16", "bfloat16")
+
+
+def _hopper(**changes):
+    """The matmul_hopper template's default knobs, with ``changes``, for a 16-bit matmul."""
+    return lambda w: (Spec("matmul_hopper", w, get_template("matmul_hopper").knobs(**changes))
+                      if w.kind == "matmul" and w.dtype in TENSOR_CORE_DTYPES else None)
+
+
+# Extra specs measured for a benchmark beside its presets (where no shipped preset has these knobs).
 EXTRA_SPECS = {
     "matmul_async defaults": lambda w: Spec("matmul_async", w, get_template("matmul_async").knobs())
     if w.kind == "matmul" and w.dtype == "float32" and w.m == 4096 else None,
+    "matmul_hopper defaults": _hopper(),
+    "matmul_hopper persistent": _hopper(persistent=True),
 }
+COLD_L2 = Settings(cold_l2=True)
+NCU_WARM_UP, NCU_CALLS = 2, 5  # calls profiled: the first ones pay lazy loading and cuBLAS's set-up
+
+
+def candidates(workload) -> dict[str, Spec]:
+    """The shipped presets of ``workload`` and the extra specs that differ from all of them, by name."""
+    found = {p.id: p.spec for p in all_presets().values() if p.spec.workload == workload}
+    for name, make in EXTRA_SPECS.items():
+        spec = make(workload)
+        if spec is not None and spec not in found.values():
+            found[name] = spec
+    return found
 
 
 def row(benchmark: Benchmark) -> dict:
     workload = benchmark.workload
-    candidates = {p.id: p.spec for p in all_presets().values() if p.spec.workload == workload}
-    candidates |= {name: spec for name, make in EXTRA_SPECS.items() if (spec := make(workload)) is not None}
-    presets = list(candidates)
+    specs = candidates(workload)
+    presets = list(specs)
     best, best_id, wrong = None, None, []
-    for name, spec in candidates.items():
+    for name, spec in specs.items():
         try:
             result = measure(spec)
         except ExplorerError as error:
@@ -84,6 +118,40 @@ def row(benchmark: Benchmark) -> dict:
     return out
 
 
+def cold_l2_timings(spec: Spec, workload) -> dict:
+    """The kernel and PyTorch timed again with a cold L2 (each checked first, as always)."""
+    result = measure(spec, settings=COLD_L2)
+    try:
+        torch_us = baseline(workload, settings=COLD_L2).median_us
+    except ExplorerError as error:
+        print(f"  PyTorch baseline, cold L2: {error}", file=sys.stderr)
+        torch_us = None
+    return {"cold_tvm_us": result.versus_pytorch[0] if result.correct else None, "cold_torch_us": torch_us}
+
+
+def ncu_timings(spec: Spec, workload) -> dict:
+    """Median kernel µs per call under Nsight Compute, of the kernel (compiled as the measuring
+    worker compiles it) and of PyTorch's op; ``ncu_error`` says why where ncu could not."""
+    calls = NCU_WARM_UP + NCU_CALLS
+    try:
+        tvm_counters = profile(spec, metrics=(DURATION,), calls=calls, nvcc=False)
+        torch_counters = profile_program(["-m", "explorer.measure.baseline", workload_to_json(workload), str(calls)],
+                                         metrics=(DURATION,))
+        return {"ncu_tvm_us": statistics.median(durations_after_warm_up_us(tvm_counters, calls, NCU_WARM_UP)),
+                "ncu_torch_us": statistics.median(durations_after_warm_up_us(torch_counters, calls, NCU_WARM_UP))}
+    except ExplorerError as error:
+        print(f"  ncu: {error}", file=sys.stderr)
+        return {"ncu_error": str(error)}
+
+
+def extra_timings(workload, best: str, cold_l2: bool, with_ncu: bool) -> dict:
+    """``--cold-l2`` and ``--ncu`` figures of the row's best setting (none where nothing was correct)."""
+    spec = candidates(workload).get(best)
+    if spec is None:
+        return {}
+    return {**(cold_l2_timings(spec, workload) if cold_l2 else {}), **(ncu_timings(spec, workload) if with_ncu else {})}
+
+
 def _us(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
@@ -99,15 +167,23 @@ def met(row: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | best preset | TVM µs, back to back | TVM µs, CUDA graph | PyTorch µs, CUDA graph | "
-             "TVM / PyTorch | TFLOP/s TVM / PyTorch | % of roofline | goal | met |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    """The kernel table; the cold-L2 and ncu columns where some row has them."""
+    cold = any(r.get("cold_tvm_us") or r.get("cold_torch_us") for r in rows)
+    ncu = any(r.get("ncu_tvm_us") for r in rows)
+    extra_heads = (["cold L2 µs TVM / PyTorch"] if cold else []) + (["ncu µs TVM / PyTorch"] if ncu else [])
+    heads = ["workload", "best preset", "TVM µs, back to back", "TVM µs, CUDA graph", "PyTorch µs, CUDA graph",
+             "TVM / PyTorch", "TFLOP/s TVM / PyTorch", "% of roofline", *extra_heads, "goal", "met"]
+    aligns = ["---", "---", *["---:"] * (6 + len(extra_heads)), "---", "---"]
+    lines = ["| " + " | ".join(heads) + " |", "| " + " | ".join(aligns) + " |"]
     for r in rows:
         ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
         roofline = "—" if r["percent_of_roofline"] is None else f"{r['percent_of_roofline']:.0f}%"
         rates = f"{_tflops(r['tvm_tflops'])} / {_tflops(r['torch_tflops'])}"
-        lines.append(f"| {r['workload']} | `{r['best']}` | {_us(r['back_to_back_us'])} | {_us(r['graph_us'])} | "
-                     f"{_us(r['torch_us'])} | {ratio} | {rates} | {roofline} | {r['goal']} | {met(r)} |")
+        extras = ([f"{_us(r.get('cold_tvm_us'))} / {_us(r.get('cold_torch_us'))}"] if cold else []) + (
+            [f"{_us(r.get('ncu_tvm_us'))} / {_us(r.get('ncu_torch_us'))}"] if ncu else [])
+        cells = [r["workload"], f"`{r['best']}`", _us(r["back_to_back_us"]), _us(r["graph_us"]), _us(r["torch_us"]),
+                 ratio, rates, roofline, *extras, r["goal"], met(r)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -144,9 +220,13 @@ def section(gpu: str, rows: list[dict]) -> str:
         "timed twice (median of 20 repeats of ≥ 1 ms): launched back to back by TVM's `time_evaluator`, and "
         "replayed from a CUDA graph as PyTorch is (TF32 off). The ratio, the goals and the best preset use the "
         "graph figures: back to back, each launch also pays 1–2 µs of host launch cost, which is most of a "
-        "small kernel's time. % of roofline: the least time the measured roofline allows (FLOPs at the FP32 "
-        "peak, or compulsory bytes at the L2 or HBM bandwidth) ÷ the kernel's time from a graph; none for "
-        "float16 and bfloat16, which run on the tensor cores, above the FP32 peak.",
+        "small kernel's time. % of roofline: the least time the measured roofline allows (FLOPs at the compute "
+        "peak, or compulsory bytes at the L2 or HBM bandwidth) ÷ the kernel's time from a graph; the compute "
+        "peak is the CUDA cores' FP32 one for float32 inputs and the tensor cores' (a wgmma chain, on Hopper) "
+        "for float16 and bfloat16. Kernels of more than 500 µs are timed back to back only (a launch's host "
+        "cost is lost in them). Cold L2 (`--cold-l2`): one launch per repeat after a write of four times the "
+        "L2, both sides. ncu (`--ncu`): Nsight Compute's gpu__time_duration per call, median of "
+        f"{NCU_CALLS} calls after {NCU_WARM_UP}, at its defaults (clocks locked at base, caches flushed).",
         "",
         table(rows),
         *([""] + [f"- not measured: {f}" for f in failed] if failed else []),
@@ -170,6 +250,11 @@ def main(argv=None) -> int:
                         help="measure only the workloads whose label contains TEXT (or equals it); the table keeps "
                              "the other rows from earlier runs on this GPU")
     parser.add_argument("--list", action="store_true", help="print the workloads' labels and exit")
+    parser.add_argument("--cold-l2", action="store_true",
+                        help="also time each row's best setting and PyTorch with a cold L2 (a buffer four times the "
+                             "L2 written before each launch)")
+    parser.add_argument("--ncu", action="store_true",
+                        help="also take both kernels' durations from Nsight Compute (gpu__time_duration)")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(t.workload.label() for t in BENCHMARKS))
@@ -187,6 +272,8 @@ def main(argv=None) -> int:
     for benchmark in benchmarks:
         print(benchmark.workload.label(), file=sys.stderr)
         rows.append(row(benchmark))
+        if args.cold_l2 or args.ncu:
+            rows[-1] |= extra_timings(benchmark.workload, rows[-1]["best"], args.cold_l2, args.ncu)
         merged_rows(gpu, rows[-1:], write=not args.no_write)  # a run stopped half-way keeps what it measured
     rows = merged_rows(gpu, rows, write=False)
     print(table(rows))

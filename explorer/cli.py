@@ -298,7 +298,8 @@ def cmd_measure(args) -> int:
     remote = measure.Remote.parse(args.rpc, args.key) if args.rpc else None
     if remote is not None and args.baseline:
         raise RemoteError("The PyTorch baseline runs on a local GPU only; drop --baseline with --rpc.")
-    settings = measure.Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed)
+    settings = measure.Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed,
+                                cold_l2=args.cold_l2)
     try:
         result = measure.measure(spec, target=args.target, remote=remote, settings=settings,
                                  on_wait=lambda ahead: print(f"waiting: {ahead} ahead of you", file=sys.stderr))
@@ -376,6 +377,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=int, default=10, metavar="S", help="stop a kernel running longer (seconds)")
     p.add_argument("--repeats", type=int, default=20, help="timed repeats (each at least 1 ms of launches)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--cold-l2", action="store_true",
+                   help="one launch per repeat after writing four times the L2 (the baseline too): inputs from device "
+                        "memory")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("export", help="write a standalone TVM + NumPy script of a preset's schedule")

@@ -217,6 +217,7 @@ def roofline_figure(r: Roofline) -> go.Figure:
     bandwidth roof up to where it meets it, the workload's intensity (dotted), the current
     setting (a star; grey when it is a static estimate) and this session's tries."""
     c = r.ceilings
+    peak, compute = r.compute_roof  # FP32, or the tensor cores' for 16-bit inputs
     roofs = {"HBM": c.hbm_gbps, **({"L2-resident": c.l2_gbps} if c.l2_gbps is not None else {})}
     intensities = [r.intensity, *(p.intensity for p in r.tries)]
     low = min(min(intensities) / 4, 0.1)
@@ -225,11 +226,11 @@ def roofline_figure(r: Roofline) -> go.Figure:
     for name, bandwidth in roofs.items():
         ridge = r.ridge(bandwidth)
         figure.add_trace(go.Scatter(
-            x=[low, ridge, high], y=[low * bandwidth, c.fp32_gflops, c.fp32_gflops], mode="lines",
+            x=[low, ridge, high], y=[low * bandwidth, peak, peak], mode="lines",
             name=f"{name} {bandwidth:,.0f} GB/s", line={"color": ROOF_COLOURS[name], "width": 3},
             hovertemplate=f"{name} roof: %{{y:,.0f}} GFLOP/s at %{{x:.2f}} FLOP/B<extra></extra>"))
     figure.add_trace(go.Scatter(
-        x=[low, high], y=[c.fp32_gflops] * 2, mode="lines", name=f"FP32 peak {c.fp32_gflops:,.0f} GFLOP/s",
+        x=[low, high], y=[peak] * 2, mode="lines", name=f"{compute} peak {peak:,.0f} GFLOP/s",
         line={"color": ROOF_COLOURS["compute"], "dash": "dash"}, hoverinfo="skip"))
     figure.add_vline(x=r.intensity, line={"color": INACTIVE_COLOUR, "dash": "dot"})
     if r.tries:

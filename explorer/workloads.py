@@ -436,9 +436,10 @@ class Matmul(Workload):
     input_names: ClassVar[tuple[str, ...]] = ("A", "B")
     output_name: ClassVar[str] = "C"
 
-    m: int = knob(1024, "Rows of A and C (M).", low=1, high=8192)
-    n: int = knob(1024, "Columns of B and C (N).", low=1, high=8192)
-    k: int = knob(1024, "Columns of A, rows of B (K): the reduction.", low=1, high=8192)
+    # Up to 16384: a language model's layers reach 11008 (LLaMA-7B's MLP) and 14336.
+    m: int = knob(1024, "Rows of A and C (M).", low=1, high=16384)
+    n: int = knob(1024, "Columns of B and C (N).", low=1, high=16384)
+    k: int = knob(1024, "Columns of A, rows of B (K): the reduction.", low=1, high=16384)
     dtype: str = knob(DTYPE, "Element type of A and B; products are summed in float32.", choices=MATMUL_DTYPES)
     out_dtype: str = knob(DTYPE, "Element type of C: float32 (the sums as they are), or the inputs' type "
                           "(each sum rounded once when stored: half the bytes written).", choices=MATMUL_DTYPES)

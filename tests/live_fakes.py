@@ -37,7 +37,8 @@ def fake_measurement(spec, us):
     check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
     timing = Timing((us, us, us), 100) if us is not None else None
     return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
-                       spec.workload.flops, spec.workload.compulsory_bytes, 0.0)
+                       spec.workload.flops, spec.workload.compulsory_bytes, 0.0,
+                       input_dtypes=tuple(spec.workload.input_dtypes()))
 
 
 def settle(at, timeout: float = 30):

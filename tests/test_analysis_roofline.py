@@ -118,13 +118,37 @@ def test_roofline_tab_without_a_gpu_shows_the_static_estimate():
     assert any("published figures for H100 SXM" in c.value for c in at.caption)
 
 
-def test_roofline_tab_of_a_tensor_core_step_says_why_there_is_none():
+def test_roofline_tab_of_a_tensor_core_step_without_a_gpu_uses_the_published_tensor_peak():
     from test_app import app, assert_clean
 
     at = app({"preset": "modern-tensorcore-bf16-4096"}, view="Roofline").run(timeout=120)
     assert_clean(at)
-    assert any("No roofline for bfloat16 inputs" in i.value for i in at.info)
-    assert not any(m.label in ("Arithmetic intensity", "Attainable") for m in at.metric)
+    # 2·4096³ FLOPs over 134,217,728 B (A and B in 2 bytes, C in 4) = 1024 FLOP/B; attainable
+    # min(989,500 GFLOP/s bfloat16 tensor-core peak, 1024 × 3,350 GB/s) = 989,500.
+    assert next(m for m in at.metric if m.label == "Arithmetic intensity").value == "1024.00 FLOP/B"
+    attainable = next(m for m in at.metric if m.label == "Attainable")
+    assert attainable.value == "989,500 GFLOP/s" and "bfloat16 tensor-core peak" in attainable.help
+    assert next(m for m in at.metric if m.label == "Static estimate").value == "100%"
+    assert not at.info
+
+
+def test_roofline_tab_places_a_hopper_kernel_under_the_measured_tensor_roof(monkeypatch):
+    import live_fakes
+    from live_fakes import fake_measurements, settle
+    from test_app import app, assert_clean
+
+    stand_in = Ceilings(60_000.0, 3_000.0, None, 50 << 20, "measured on Fake GPU", (("float16", 900_000.0),))
+    monkeypatch.setattr(live_fakes, "fake_ceilings", lambda workload: stand_in)
+    fake_measurements(monkeypatch, lambda spec: 200.0)
+    at = settle(app({"preset": "hopper-ws-fp16-4096"}, view="Roofline").run(timeout=120))
+    assert_clean(at)
+    # 4096³ fp16: 1024 FLOP/B; min(900,000, 1024 × 3,000) = 900,000 GFLOP/s attainable. 2·4096³ FLOPs
+    # in 200 µs = 687,195 GFLOP/s: 76% of it (the bound, 152.7 µs at the peak, over 200 µs).
+    assert next(m for m in at.metric if m.label == "Attainable").value == "900,000 GFLOP/s"
+    assert next(m for m in at.metric if m.label == "This setting").value == "76%"
+    figure = at.get("plotly_chart")[-1].proto.spec
+    assert "float16 tensor-core peak 900,000 GFLOP" in figure and "FP32 peak" not in figure
+    assert any("float16 tensor-core peak" in c.value for c in at.caption)
 
 
 def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
@@ -163,8 +187,126 @@ def test_a_tensor_core_measurement_has_no_percent_of_the_fp32_roofline():
     assert fp16.ceilings is None and fp16.percent_of_roofline is None and fp16.median_us == 10.0
 
 
-def test_cli_roofline_of_a_tensor_core_preset_is_refused_with_the_reason(capsys):
+def test_cli_roofline_of_a_tensor_core_preset_uses_the_tensor_roof_or_says_why_there_is_none(capsys):
     from explorer.cli import main
 
-    assert main(["show", "modern-tensorcore-fp16-4096", "--view", "roofline", "--target", "sm_90"]) == 2
-    assert "No roofline for float16 inputs" in capsys.readouterr().err
+    assert main(["show", "modern-tensorcore-fp16-4096", "--view", "roofline", "--target", "sm_90", "--json"]) == 0
+    data = __import__("json").loads(capsys.readouterr().out)["roofline"]
+    assert data["compute_roof"] == "float16 tensor-core" and data["attainable_gflops"] == 989_500
+    # The T4 (Turing) has no bfloat16 tensor cores.
+    assert main(["show", "modern-tensorcore-bf16-4096", "--view", "roofline", "--target", "sm_75"]) == 2
+    assert "No roofline for bfloat16 inputs" in capsys.readouterr().err
+
+
+# -- the tensor-core roof --------------------------------------------------------------------
+
+TENSOR = Ceilings(1000.0, 100.0, 400.0, 1 << 20, "measured on a test GPU", (("bfloat16", 8000.0), ("float16", 8000.0)))
+
+
+def test_a_tensor_core_workload_is_bound_by_the_tensor_peak_not_the_fp32_one():
+    assert TENSOR.compute_roof(("float16", "float16")) == (8000.0, "float16 tensor-core")
+    assert TENSOR.compute_roof(("float32",)) == (1000.0, "FP32")
+    # 1e6 FLOPs over 8e5 bytes from L2 (400 GB/s): 2 µs of traffic; 1e6 FLOPs at 8000 GFLOP/s: 0.125 µs.
+    assert bound_us(TENSOR, 1_000_000, 800_000, ("float16", "float16")) == pytest.approx(2.0)
+    # 1e8 FLOPs: 12.5 µs at the tensor peak (100 µs at the FP32 one).
+    assert bound_us(TENSOR, 100_000_000, 800_000, ("bfloat16", "bfloat16")) == pytest.approx(12.5)
+
+
+def test_a_tensor_core_kernel_s_attainable_rate_is_the_lower_of_peak_and_intensity_times_bandwidth():
+    # fp16 64³: 524,288 FLOPs over 2·64²·2 + 64²·4 = 32,768 B = 16 FLOP/B, in L2: 16 × 400 = 6,400 < 8,000.
+    small = roofline(Matmul(m=64, n=64, k=64, dtype="float16"), TENSOR)
+    assert small.intensity == pytest.approx(16.0) and small.roof == (400.0, "L2-resident")
+    assert small.attainable_gflops == pytest.approx(6_400.0)
+    assert small.ridge(400.0) == pytest.approx(20.0)  # 8,000 / 400
+    # fp16 1024³: 2·1024³ FLOPs over 8 MiB (from HBM) = 256 FLOP/B; 256 × 100 = 25,600 > 8,000: the peak.
+    large = roofline(Matmul(m=1024, n=1024, k=1024, dtype="float16"), TENSOR, latency_us=1000.0)
+    assert large.intensity == pytest.approx(256.0) and large.roof == (100.0, "HBM")
+    assert large.attainable_gflops == pytest.approx(8_000.0)
+    # 2,147,483,648 FLOPs in 1000 µs = 2,147 GFLOP/s: 26.8% of 8,000.
+    assert large.current.percent_of_attainable == pytest.approx(100 * 2 * 1024**3 / 1e6 / 8_000)
+    assert large.to_dict()["compute_roof"] == "float16 tensor-core"
+    assert any("float16 tensor-core peak, 8,000 GFLOP/s" in note for note in large.notes)
+
+
+def test_a_tensor_core_measurement_is_placed_under_the_tensor_roof():
+    from explorer.measure import Measurement
+    from explorer.measure.gate import Check
+    from explorer.measure.timing import KernelRun, Timing
+
+    right = Check(correct=True, max_error=0.0, tolerance=1e-3, wrong_count=0, first_wrong_index=None)
+    run = KernelRun("cuda", "Test GPU", right, Timing((1000.0, 1000.0, 1000.0), 1), TENSOR, 1.0)
+    fp16 = Measurement.of(Matmul(m=1024, n=1024, k=1024, dtype="float16"), run)
+    # The bound: 2·1024³ FLOPs at 8,000 GFLOP/s = 268.4 µs (8 MiB at 100 GB/s: 83.9 µs).
+    assert fp16.roofline_us == pytest.approx(2 * 1024**3 / 8_000 / 1e3)
+    assert fp16.percent_of_roofline == pytest.approx(100 * 2 * 1024**3 / 8_000 / 1e3 / 1000.0)
+    assert "GFLOP/s float16 tensor-core" in fp16.summary()
+
+
+def test_ceilings_without_the_tensor_peak_say_why_and_old_records_still_load():
+    from dataclasses import replace
+
+    not_hopper = replace(CEILINGS, no_tensor_peak="their peak is measured with wgmma, which only Hopper (sm_90) GPUs "
+                                                  "have (Test GPU is sm_80)")
+    with pytest.raises(ExplorerError, match=r"No roofline for float16 inputs: .*tensor cores, and their peak is "
+                                            r"measured with wgmma.*\(Test GPU is sm_80\)\. Compare"):
+        roofline(Matmul(m=64, n=64, k=64, dtype="float16"), not_hopper)
+    # A record from before the tensor roof: the five figures alone.
+    old = Ceilings(**{k: v for k, v in CEILINGS.to_dict().items() if k in ("fp32_gflops", "hbm_gbps", "l2_gbps",
+                                                                            "l2_bytes", "source")})
+    assert old.tensor_peak("float16") is None and "these ceilings have no tensor-core peak" in str(
+        pytest.raises(ExplorerError, old.compute_roof, ("float16",)).value)
+    assert old.to_dict()["tensor_gflops"] == {}
+    # Published figures: the T4 has float16 tensor cores only.
+    with pytest.raises(ExplorerError, match="these ceilings give it for float16 only"):
+        published_ceilings("sm_75").compute_roof(("bfloat16", "bfloat16"))
+
+
+def test_ceiling_rows_list_the_tensor_peaks_or_why_there_are_none():
+    from explorer.analysis.roofline import ceiling_rows
+
+    rows = dict(ceiling_rows(TENSOR))
+    assert rows["FP32, CUDA cores"] == "1,000 GFLOP/s" and rows["L2-resident"] == "400 GB/s"
+    assert rows["float16 tensor cores (float32 accumulation)"] == "8,000 GFLOP/s"
+    assert dict(ceiling_rows(CEILINGS))["tensor cores"] == "none: these ceilings have no tensor-core peak"
+    assert dict(ceiling_rows(published_ceilings("sm_90a")))["bfloat16 tensor cores (float32 accumulation)"] == (
+        "989,500 GFLOP/s")
+
+
+# -- the Device page's ceilings ------------------------------------------------------------------
+
+
+def _device_page(at):
+    at.run()
+    at.switch_page("views/device.py").run()
+    return next(dict(zip(d.value["roof"], d.value["figure"], strict=True)) for d in at.dataframe
+                if "roof" in d.value)
+
+
+def test_device_page_lists_the_published_roofs_without_a_gpu_tensor_cores_included():
+    from test_app import app, assert_clean
+
+    at = app()
+    roofs = _device_page(at)
+    assert_clean(at)
+    assert roofs["FP32, CUDA cores"] == "67,000 GFLOP/s" and roofs["HBM"] == "3,350 GB/s"
+    assert roofs["float16 tensor cores (float32 accumulation)"] == "989,500 GFLOP/s"
+    assert any("published figures for H100 SXM" in c.value for c in at.caption)
+
+
+def test_device_page_says_why_measured_ceilings_have_no_tensor_roof(monkeypatch):
+    from live_fakes import fake_measurements, settle
+    from test_app import app, assert_clean
+
+    from explorer.live import Live
+
+    a100 = Ceilings(19_000.0, 1_900.0, 5_000.0, 40 << 20, "measured on a stand-in A100",
+                    no_tensor_peak="their peak is measured with wgmma, which only Hopper (sm_90) GPUs have "
+                                   "(a stand-in A100 is sm_80)")
+    fake_measurements(monkeypatch, lambda spec: 10.0)
+    monkeypatch.setattr(Live, "latest_ceilings", lambda self: a100)
+    at = app()
+    roofs = _device_page(settle(at))
+    assert_clean(at)
+    assert roofs["L2-resident"] == "5,000 GB/s"
+    assert roofs["tensor cores"] == ("none: their peak is measured with wgmma, which only Hopper (sm_90) GPUs have "
+                                     "(a stand-in A100 is sm_80)")

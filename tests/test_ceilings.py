@@ -93,6 +93,37 @@ def test_ceilings_are_measured_on_the_cpu():
     assert names == ["ceiling_hbm", "ceiling_l2", "ceiling_fma"]
     assert ceilings.source == "measured on CPU" and ceilings.measured
     assert ceilings.fp32_gflops > 0 and ceilings.hbm_gbps > 0 and ceilings.l2_gbps > 0
+    assert ceilings.tensor_gflops == () and ceilings.no_tensor_peak == (
+        "their peak is measured on a Hopper (sm_90) GPU, not on a CPU")
+
+
+class StandInGPU:
+    """What the tensor roof asks of a device: its compute capability and SMs."""
+
+    def __init__(self, compute_version: str):
+        self.compute_version, self.multi_processor_count = compute_version, 4
+
+
+def test_only_a_hopper_gpu_gets_its_tensor_peak_measured_and_the_others_say_why():
+    from explorer.measure.tensor_roof import why_no_tensor_peak
+
+    assert why_no_tensor_peak(StandInGPU("9.0"), H100, "NVIDIA H100") is None
+    assert why_no_tensor_peak(StandInGPU("8.0"), H100, "NVIDIA A100") == (
+        "their peak is measured with wgmma, which only Hopper (sm_90) GPUs have (NVIDIA A100 is sm_80)")
+
+
+def test_a_failing_tensor_chain_costs_the_tensor_roof_only():
+    from explorer.analysis.roofline import Ceilings
+    from explorer.measure.ceilings import with_tensor_peaks
+
+    def load_fails(executable, name):
+        raise RuntimeError(f"CUDA_ERROR_NO_BINARY_FOR_GPU loading {name}")
+
+    fp32_only = Ceilings(60_000.0, 3_000.0, 9_000.0, 50 << 20, "measured on a stand-in")
+    ceilings = with_tensor_peaks(fp32_only, StandInGPU("9.0"), H100, "a stand-in H100", Settings(repeats=2), load_fails)
+    assert ceilings.tensor_gflops == () and ceilings.fp32_gflops == 60_000.0 and ceilings.l2_gbps == 9_000.0
+    assert ceilings.no_tensor_peak.startswith("the wgmma chain that measures their peak failed on a stand-in H100 (")
+    assert "CUDA_ERROR_NO_BINARY_FOR_GPU loading tensor_roof_f16" in ceilings.no_tensor_peak
 
 
 @pytest.mark.parametrize("sizes", [CPU_SIZES, GPU_SIZES])

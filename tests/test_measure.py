@@ -366,3 +366,51 @@ def test_the_timed_repeats_fit_the_timing_budget():
     assert repeats_within(1.0, full) == repeats_within(10.0, full) == 3  # never fewer than three
     assert repeats_within(10.0, Settings(repeats=2)) == 2  # nor more than asked for
     assert repeats_within(0.001, QUICK_SETTINGS) == 5 and repeats_within(0.1, QUICK_SETTINGS) == 3
+
+
+def test_a_cold_l2_flush_writes_four_l2s_or_256_mib_where_the_l2_is_unknown():
+    from explorer.measure.timing import flush_bytes
+
+    assert flush_bytes(50 << 20) == 200 << 20  # an H100's 50 MiB L2
+    assert flush_bytes(None) == flush_bytes(0) == 256 << 20
+
+
+class _StandInEvaluated:
+    """A module whose evaluator records how it was asked to time and answers 1 ms per launch."""
+
+    def __init__(self):
+        self.asked = []
+
+    def time_evaluator(self, name, device, **options):
+        self.asked.append(options)
+        return lambda *args: type("Result", (), {"results": (1e-3,) * options["repeat"]})()
+
+
+class _StandInH100:
+    l2_cache_size_bytes = 50 << 20
+
+
+def test_cold_l2_times_one_launch_per_repeat_after_a_flush():
+    from explorer.measure.timing import time_function
+
+    module = _StandInEvaluated()
+    timing = time_function(module, _StandInH100(), [], Settings(cold_l2=True, repeats=4))
+    probe, timed = module.asked
+    assert probe == {"number": 1, "repeat": 2}  # sizes nothing: a cold repeat is one launch
+    assert timed == {"number": 1, "repeat": 4, "cache_flush_bytes": 200 << 20}
+    assert timing.launches_per_repeat == 1 and timing.samples_us == (1000.0,) * 4
+
+
+def test_cold_l2_timing_runs_a_real_kernel(monkeypatch):
+    import tvm
+    from tvm import te
+
+    from explorer.measure import timing as timing_module
+
+    monkeypatch.setattr(timing_module, "FLUSH_UNKNOWN_L2_BYTES", 1 << 20)  # a CPU's L2 is not known to TVM
+    a = te.placeholder((1 << 16,), "float32", name="a")
+    b = te.compute(a.shape, lambda i: a[i] * 2.0, name="b")
+    module = tvm.compile(te.create_prim_func([a, b]), target="llvm").jit()
+    args = [tvm.runtime.tensor(np.ones(1 << 16, "float32")), tvm.runtime.empty((1 << 16,), "float32")]
+    cold = timing_module.time_function(module, tvm.cpu(0), args, Settings(cold_l2=True, repeats=3))
+    assert cold.launches_per_repeat == 1 and len(cold.samples_us) == 3 and cold.min_us > 0

@@ -96,3 +96,14 @@ def test_a_knob_change_is_measured_as_a_new_kernel():
     first, second = measure(spec, settings=QUICK), measure(changed, settings=QUICK)
     assert first.correct and second.correct
     assert first.timing.samples_us != second.timing.samples_us
+
+
+def test_a_cold_l2_times_single_launches_that_read_from_device_memory():
+    spec = get_preset("dw-blog-final-96").spec  # 18 MiB of compulsory traffic: L2-resident when warm
+    warm = measure(spec, settings=QUICK)
+    cold = measure(spec, settings=Settings(repeats=5, cold_l2=True))
+    assert cold.correct and cold.timing.launches_per_repeat == 1 and cold.graph.launches_per_repeat == 1
+    # From a graph, neither pays a host launch: the cold one reads its 18 MiB from HBM instead of L2.
+    assert cold.graph_us > warm.graph_us
+    torch_cold = baseline(spec.workload, settings=Settings(repeats=5, cold_l2=True))
+    assert torch_cold.check.correct and torch_cold.timing.launches_per_repeat == 1

@@ -43,3 +43,23 @@ def test_the_measured_peak_is_a_hopper_s(dtype):
     # The H100's dense fp16/bf16 peak with float32 accumulation is 989 TFLOP/s (SXM) at its boost
     # clock, 756 (PCIe); a chain that reached a third of it would not be measuring the tensor cores.
     assert 300 < measure_tensor_tflops(dtype, CEILING_SETTINGS, iterations=1024) < 1100
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not hopper_gpu(), reason="needs a Hopper GPU (sm_90a)")
+def test_the_ceilings_carry_the_tensor_peaks_and_the_shipped_hopper_presets_sit_under_them():
+    from explorer import measure
+    from explorer.presets import all_presets
+
+    ceilings = measure.ceilings()
+    assert ceilings is not None, measure.ceilings_error()
+    assert not ceilings.no_tensor_peak
+    for dtype in ("float16", "bfloat16"):
+        assert 300_000 < ceilings.tensor_peak(dtype) < 1_100_000  # GFLOP/s, as the chain above
+    hopper = [p for p in all_presets().values() if p.spec.template == "matmul_hopper"]
+    assert hopper
+    for preset in hopper:
+        m = measure.measure(preset.spec)
+        assert m.correct, (preset.id, m.summary())
+        assert m.ceilings == ceilings and "tensor-core" in m.summary()
+        assert 0 < m.percent_of_roofline <= 100, (preset.id, m.summary())

@@ -10,6 +10,7 @@ import streamlit as st
 import tvm
 
 from app import server, session
+from explorer.analysis.roofline import ceiling_rows, published_ceilings
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import Remote
@@ -109,6 +110,16 @@ st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of
            f"only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no GPU time "
            "spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 repeats) and "
            "measured again in full once the GPU is free.")
+
+st.subheader("Roofline ceilings")
+try:
+    ceilings = live.latest_ceilings() or published_ceilings(str(target.attrs.get("arch", "")))
+except ExplorerError as e:  # a target without published figures, and nothing measured
+    st.caption(str(e))
+else:
+    st.caption(f"The roofs of the Roofline tab, {ceilings.source}. Float32 matrices are bound by the CUDA cores' "
+               "FP32 peak, float16 and bfloat16 ones by the tensor cores' peak for their type.")
+    st.dataframe([{"roof": name, "figure": figure} for name, figure in ceiling_rows(ceilings)], hide_index=True)
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
 st.subheader("Compile backend")

@@ -546,8 +546,10 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     ceilings = ceilings or published_ceilings(arch)
     device = device_for(arch, ceilings, workload.compulsory_bytes, sms)
     memory_us = device.bytes_us(workload.compulsory_bytes)
-    no_compute_roof = no_roofline_reason(workload) is not None  # 16-bit inputs run on the tensor cores
-    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes)
+    # 16-bit inputs run on the tensor cores: their roof where the ceilings have its peak, else bytes alone.
+    no_compute_roof = no_roofline_reason(workload, ceilings) is not None
+    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes,
+                                                       workload.input_dtypes())
     bound = "memory" if memory_us >= least else "compute"
     kernel = analyze_resources(built, binary).kernels[0]
     outputs_per_thread, loads, stage_outputs = _tiling(built)

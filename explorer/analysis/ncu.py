@@ -2,7 +2,8 @@
 
 ``profile(spec)`` runs ``ncu --csv --metrics …`` on a child Python process that builds
 the spec for the local GPU and calls it once or more (``python -m explorer.analysis.ncu
-SPEC_JSON [CALLS]``); ``parse_ncu_csv`` reads ncu's CSV (one row per kernel launch and metric,
+SPEC_JSON [CALLS]``; ``profile_program`` profiles any other program, e.g. PyTorch's op);
+``parse_ncu_csv`` reads ncu's CSV (one row per kernel launch and metric,
 after any lines the program printed); ``compare`` puts the counters next to
 :func:`explorer.analysis.banks.analyze_banks` and flags disagreement.
 ``shared_instructions`` lists the shared loads/stores of the compiled PTX by width, to
@@ -184,11 +185,18 @@ def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())
     with ncu. ``nvcc`` compiles the kernel with nvcc, like :func:`shared_instructions`' PTX,
     so that the profiled code is the code modelled; otherwise with TVM's default compiler,
     as the measuring worker does."""
+    return profile_program(["-m", "explorer.analysis.ncu", spec_to_json(spec), str(calls)], timeout_s, metrics,
+                           undisturbed=undisturbed, nvcc=nvcc)
+
+
+def profile_program(program: list[str], timeout_s: int = 600, metrics: tuple = tuple(METRICS.values()), *,
+                    undisturbed: bool = False, nvcc: bool = False) -> list[KernelCounters]:
+    """Profile every kernel launch of ``python *program`` (run from the repository root) with ncu:
+    a TVM kernel (:func:`profile`) or PyTorch's op (``python -m explorer.measure.baseline``)."""
     ncu = ncu_path()
     if ncu is None:
         raise ExplorerError(f"Nsight Compute (ncu) is not installed on this machine. {HOW_TO_GET_NCU}")
-    command = [ncu, *ncu_options(metrics, undisturbed), sys.executable, "-m", "explorer.analysis.ncu",
-               spec_to_json(spec), str(calls)]
+    command = [ncu, *ncu_options(metrics, undisturbed), sys.executable, *program]
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     env = {**without_source_only(os.environ), "PYTHONPATH": python_path}  # the app's process is source-only
     if nvcc:
@@ -208,6 +216,15 @@ def call_durations_us(counters: list[KernelCounters], kernels_per_call: int) -> 
         raise ExplorerError(f"Nsight Compute timed {sum(d is not None for d in durations)} of {len(durations)} "
                             f"launches, not whole calls of {kernels_per_call} kernel(s).")
     return [sum(durations[i:i + kernels_per_call]) / 1e3 for i in range(0, len(durations), kernels_per_call)]
+
+
+def durations_after_warm_up_us(counters: list[KernelCounters], calls: int, warm_up: int) -> list[float]:
+    """Per-call kernel µs of a program that made ``calls`` calls of the same launches, the
+    first ``warm_up`` left out; the launches per call are what the calls made between them."""
+    if not counters or len(counters) % calls:
+        raise ExplorerError(f"Nsight Compute saw {len(counters)} launches, not the same number for each of "
+                            f"{calls} calls.")
+    return call_durations_us(counters, len(counters) // calls)[warm_up:]
 
 
 def _launch(spec_json: str, calls: int) -> None:
@@ -351,9 +368,10 @@ def static_model(built, ceilings=None) -> dict:
     workload = built.spec.workload
     try:
         ceilings = ceilings or published_ceilings(str(built.target.arch))
-        bound, source = bound_us(ceilings, workload.flops, workload.compulsory_bytes), ceilings.source
-    except ExplorerError:
-        bound, source = None, "no figures for this target"
+        bound = bound_us(ceilings, workload.flops, workload.compulsory_bytes, workload.input_dtypes())
+        source = ceilings.source
+    except ExplorerError:  # no figures for this target, or no compute roof for these inputs
+        bound, source = None, "no figures for this target and these inputs"
     return {k.kernel: StaticModel(k, bank_model, occupancy.get(k.kernel), workload.compulsory_bytes, bound, source)
             for k in banks.kernels}
 

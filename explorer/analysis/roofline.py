@@ -2,9 +2,11 @@
 
 A kernel that does ``flops`` of work over at least ``compulsory_bytes`` of memory traffic
 (every input read once, the output written once) has the arithmetic intensity
-``flops / compulsory_bytes`` (FLOP per byte). On a GPU whose FP32 peak is P GFLOP/s and
+``flops / compulsory_bytes`` (FLOP per byte). On a GPU whose compute peak is P GFLOP/s and
 whose memory delivers B GB/s, it can run at most at ``min(P, intensity × B)`` GFLOP/s: the
-*attainable* performance. A measured latency gives the achieved GFLOP/s; achieved ÷
+*attainable* performance. P is the peak of the units that multiply the workload's inputs:
+the CUDA cores' FP32 peak for float32 inputs, the tensor cores' peak (float32 accumulation)
+for float16 and bfloat16 ones. A measured latency gives the achieved GFLOP/s; achieved ÷
 attainable is how close the setting is to the roof.
 
 Which bandwidth applies: the measurements launch a kernel back to back on the same buffers,
@@ -23,18 +25,26 @@ from ..errors import ExplorerError
 MEASURED = "measured"
 PUBLISHED = "published"
 STATIC = "static estimate"
+FP32 = "float32"
+# What ceilings without a tensor-core peak say, where nothing more precise is known.
+NO_TENSOR_PEAK = "these ceilings have no tensor-core peak"
 
 
 @dataclass(frozen=True)
 class Ceilings:
     """A device's roofs. ``l2_gbps`` is None where no figure exists (vendors do not publish
-    the L2's bandwidth); ``source`` says where the figures come from."""
+    the L2's bandwidth); ``source`` says where the figures come from. ``tensor_gflops``:
+    the tensor cores' peak with float32 accumulation, as (input type, GFLOP/s) pairs (a
+    tuple, so that ceilings stay hashable); empty where it is not known, and
+    ``no_tensor_peak`` then says why in a sentence's clause."""
 
     fp32_gflops: float
     hbm_gbps: float
     l2_gbps: float | None
     l2_bytes: int
     source: str  # "measured on <device>" or "published figures for <GPU>"
+    tensor_gflops: tuple[tuple[str, float], ...] = ()
+    no_tensor_peak: str = NO_TENSOR_PEAK  # the default: ceilings recorded without one
 
     @property
     def measured(self) -> bool:
@@ -46,8 +56,31 @@ class Ceilings:
             return self.l2_gbps, "L2-resident"
         return self.hbm_gbps, "HBM"
 
+    def tensor_peak(self, dtype: str) -> float | None:
+        """The tensor cores' GFLOP/s for ``dtype`` inputs, or None."""
+        return dict(self.tensor_gflops).get(dtype)
+
+    def compute_roof(self, input_dtypes: tuple[str, ...]) -> tuple[float, str]:
+        """The compute roof for a workload whose inputs have these types, and its name: the
+        CUDA cores' FP32 peak for float32 inputs, the tensor cores' peak for 16-bit ones
+        (their matrices are multiplied there). Raises ExplorerError where there is none."""
+        others = sorted(set(input_dtypes) - {FP32})
+        if not others:
+            return self.fp32_gflops, "FP32"
+        peak = self.tensor_peak(others[0]) if len(others) == 1 else None
+        if peak is None:
+            raise ExplorerError(self._no_compute_roof(others))
+        return peak, f"{others[0]} tensor-core"
+
+    def _no_compute_roof(self, dtypes: list[str]) -> str:
+        typed = " and ".join(dtypes)
+        why = (f"these ceilings give it for {' and '.join(d for d, _ in self.tensor_gflops)} only"
+               if self.tensor_gflops else self.no_tensor_peak)
+        return (f"No roofline for {typed} inputs: {typed} matrices are multiplied on the tensor cores, and {why}. "
+                f"Compare the kernel's TFLOP/s with PyTorch's (cuBLAS) instead.")
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "tensor_gflops": dict(self.tensor_gflops)}
 
 
 @dataclass(frozen=True)
@@ -58,17 +91,23 @@ class PublishedGPU:
     hbm_gbps: float
     l2_bytes: int
     reference: str  # the document the figures are from
+    tensor_gflops: tuple[tuple[str, float], ...] = ()  # dense, float32 accumulation, by input type
 
 
 MB = 1024 * 1024
-# Vendors' datasheet figures (boost clocks; dense FP32 on the CUDA cores, no tensor cores).
-# None of them publishes the L2 cache's bandwidth, so published ceilings have no L2 roof.
+# Vendors' datasheet figures (boost clocks). FP32: dense, on the CUDA cores. Tensor cores:
+# dense (without structured sparsity, which doubles the datasheets' headline figures) and
+# with float32 accumulation; the T4 (Turing) has no bfloat16. None of them publishes the L2
+# cache's bandwidth, so published ceilings have no L2 roof.
 PUBLISHED_GPUS = {
-    "sm_90": PublishedGPU("H100 SXM", 67_000, "HBM3", 3_350, 50 * MB, "NVIDIA H100 Tensor Core GPU datasheet"),
-    "sm_80": PublishedGPU("A100 SXM 80GB", 19_500, "HBM2e", 2_039, 40 * MB, "NVIDIA A100 Tensor Core GPU datasheet"),
-    "sm_75": PublishedGPU("Tesla T4", 8_100, "GDDR6", 320, 4 * MB, "NVIDIA T4 Tensor Core GPU datasheet"),
+    "sm_90": PublishedGPU("H100 SXM", 67_000, "HBM3", 3_350, 50 * MB, "NVIDIA H100 Tensor Core GPU datasheet",
+                          (("bfloat16", 989_500), ("float16", 989_500))),
+    "sm_80": PublishedGPU("A100 SXM 80GB", 19_500, "HBM2e", 2_039, 40 * MB, "NVIDIA A100 Tensor Core GPU datasheet",
+                          (("bfloat16", 312_000), ("float16", 312_000))),
+    "sm_75": PublishedGPU("Tesla T4", 8_100, "GDDR6", 320, 4 * MB, "NVIDIA T4 Tensor Core GPU datasheet",
+                          (("float16", 65_000),)),
     "sm_89": PublishedGPU("GeForce RTX 4090", 82_580, "GDDR6X", 1_008, 72 * MB,
-                          "NVIDIA Ada GPU architecture whitepaper"),
+                          "NVIDIA Ada GPU architecture whitepaper", (("bfloat16", 165_200), ("float16", 165_200))),
 }
 
 
@@ -80,7 +119,7 @@ def published_ceilings(arch: str) -> Ceilings:
         raise ExplorerError(f"No published figures for {arch or 'this target'}; the table covers "
                             f"{', '.join(f'{a} ({g.name})' for a, g in PUBLISHED_GPUS.items())}. Measure on a GPU.")
     return Ceilings(gpu.fp32_gflops, gpu.hbm_gbps, None, gpu.l2_bytes,
-                    f"{PUBLISHED} figures for {gpu.name}, {gpu.memory} ({gpu.reference})")
+                    f"{PUBLISHED} figures for {gpu.name}, {gpu.memory} ({gpu.reference})", gpu.tensor_gflops)
 
 
 def intensity(flops: int, compulsory_bytes: int) -> float:
@@ -88,15 +127,17 @@ def intensity(flops: int, compulsory_bytes: int) -> float:
     return flops / compulsory_bytes
 
 
-def attainable_gflops(ceilings: Ceilings, flop_per_byte: float, bandwidth_gbps: float) -> float:
-    return min(ceilings.fp32_gflops, flop_per_byte * bandwidth_gbps)
+def attainable_gflops(peak_gflops: float, flop_per_byte: float, bandwidth_gbps: float) -> float:
+    return min(peak_gflops, flop_per_byte * bandwidth_gbps)
 
 
-def bound_us(ceilings: Ceilings, flops: int, compulsory_bytes: int) -> float:
-    """The least time the roofline allows: the work at peak or the bytes at the roof's
-    bandwidth, whichever is longer. ``bound_us / latency_us`` = achieved ÷ attainable."""
+def bound_us(ceilings: Ceilings, flops: int, compulsory_bytes: int, input_dtypes: tuple[str, ...] = (FP32,)) -> float:
+    """The least time the roofline allows: the work at the compute roof of ``input_dtypes``
+    or the bytes at the roof's bandwidth, whichever is longer. ``bound_us / latency_us`` =
+    achieved ÷ attainable. Raises ExplorerError where there is no compute roof."""
+    peak, _ = ceilings.compute_roof(input_dtypes)
     bandwidth, _ = ceilings.bandwidth_for(compulsory_bytes)
-    return max(flops / ceilings.fp32_gflops, compulsory_bytes / bandwidth) / 1e3
+    return max(flops / peak, compulsory_bytes / bandwidth) / 1e3
 
 
 @dataclass(frozen=True)
@@ -111,10 +152,11 @@ class Point:
     percent_of_attainable: float
 
 
-def point(label: str, flops: int, compulsory_bytes: int, latency_us: float, ceilings: Ceilings,
-          kind: str = MEASURED) -> Point:
-    return Point(label, intensity(flops, compulsory_bytes), flops / latency_us / 1e3, latency_us, kind,
-                 100 * bound_us(ceilings, flops, compulsory_bytes) / latency_us)
+def point(label: str, workload, latency_us: float, ceilings: Ceilings, kind: str = MEASURED) -> Point:
+    """``workload`` (an ``explorer.workloads.Workload``) run in ``latency_us``, under its own roofs."""
+    flops, nbytes = workload.flops, workload.compulsory_bytes
+    return Point(label, intensity(flops, nbytes), flops / latency_us / 1e3, latency_us, kind,
+                 100 * bound_us(ceilings, flops, nbytes, workload.input_dtypes()) / latency_us)
 
 
 @dataclass(frozen=True)
@@ -125,6 +167,7 @@ class Roofline:
     workload: str
     flops: int
     compulsory_bytes: int
+    input_dtypes: tuple[str, ...]  # they choose the compute roof
     ceilings: Ceilings
     current: Point
     tries: tuple[Point, ...]
@@ -140,31 +183,37 @@ class Roofline:
         return self.ceilings.bandwidth_for(self.compulsory_bytes)
 
     @property
+    def compute_roof(self) -> tuple[float, str]:
+        """The compute roof (GFLOP/s) of this workload's inputs, and its name."""
+        return self.ceilings.compute_roof(self.input_dtypes)
+
+    @property
     def attainable_gflops(self) -> float:
-        return attainable_gflops(self.ceilings, self.intensity, self.roof[0])
+        return attainable_gflops(self.compute_roof[0], self.intensity, self.roof[0])
 
     def ridge(self, bandwidth_gbps: float) -> float:
         """The intensity where a bandwidth roof meets the compute roof."""
-        return self.ceilings.fp32_gflops / bandwidth_gbps
+        return self.compute_roof[0] / bandwidth_gbps
 
     def to_dict(self) -> dict:
+        peak, name = self.compute_roof
         return {
             "workload": self.workload, "flops": self.flops, "compulsory_bytes": self.compulsory_bytes,
             "intensity_flop_per_byte": self.intensity, "ceilings": self.ceilings.to_dict(),
-            "roof": self.roof[1], "attainable_gflops": self.attainable_gflops,
+            "roof": self.roof[1], "compute_roof": name, "compute_roof_gflops": peak,
+            "attainable_gflops": self.attainable_gflops,
             "current": asdict(self.current), "tries": [asdict(t) for t in self.tries], "notes": list(self.notes),
         }
 
 
-def no_roofline_reason(workload) -> str | None:
-    """Why this roofline does not apply to ``workload``, or None: its compute roof is the
-    FP32 peak of the CUDA cores, and 16-bit matrices are multiplied on the tensor cores."""
-    others = sorted(set(workload.input_dtypes()) - {"float32"})
-    if not others:
-        return None
-    return (f"No roofline for {' and '.join(others)} inputs: its compute roof is the FP32 peak of the CUDA cores, "
-            f"and {' and '.join(others)} matrices are multiplied on the tensor cores, whose peak is not measured "
-            f"here. Compare the kernel's TFLOP/s with PyTorch's (cuBLAS) instead.")
+def no_roofline_reason(workload, ceilings: Ceilings) -> str | None:
+    """Why ``ceilings`` give ``workload`` no roofline, or None: 16-bit matrices are multiplied
+    on the tensor cores, and the ceilings may lack their peak (:meth:`Ceilings.compute_roof`)."""
+    try:
+        ceilings.compute_roof(workload.input_dtypes())
+    except ExplorerError as error:
+        return str(error)
+    return None
 
 
 def roofline(workload, ceilings: Ceilings, latency_us: float | None = None,
@@ -174,40 +223,61 @@ def roofline(workload, ceilings: Ceilings, latency_us: float | None = None,
     ``latency_us``: the current setting's measured median; without it the current point is
     a static estimate, the roof itself (the best any schedule can do: a real one is
     slower). ``tries``: (label, workload, latency µs) of this session's measured settings,
-    each placed at its own workload's intensity. Raises ExplorerError where the roofline
-    does not apply (:func:`no_roofline_reason`)."""
-    if reason := no_roofline_reason(workload):
+    each placed at its own workload's intensity and under its own compute roof. Raises
+    ExplorerError where the roofline does not apply (:func:`no_roofline_reason`)."""
+    if reason := no_roofline_reason(workload, ceilings):
         raise ExplorerError(reason)
     flops, nbytes = workload.flops, workload.compulsory_bytes
     fits = nbytes <= ceilings.l2_bytes
     notes = [f"Ceilings: {ceilings.source}.",
              f"{nbytes / MB:.1f} MiB of compulsory traffic {'fit' if fits else 'do not fit'} in the "
              f"{ceilings.l2_bytes / MB:.0f} MiB L2: the roof is {ceilings.bandwidth_for(nbytes)[1]}."]
+    peak, name = ceilings.compute_roof(workload.input_dtypes())
+    if name != "FP32":
+        notes.append(f"Compute roof: the {name} peak, {peak:,.0f} GFLOP/s with float32 accumulation: these "
+                     f"matrices are multiplied on the tensor cores, not on the CUDA cores (FP32 peak).")
     if ceilings.l2_gbps is None:
         notes.append("No L2 roof: vendors do not publish the L2's bandwidth; it is measured on a GPU."
                      + (" This workload fits in L2, so kernels launched back to back can beat the HBM roof."
                         if fits else ""))
     if latency_us is None:
-        current = point("this setting", flops, nbytes, bound_us(ceilings, flops, nbytes), ceilings, STATIC)
+        static_us = bound_us(ceilings, flops, nbytes, workload.input_dtypes())
+        current = point("this setting", workload, static_us, ceilings, STATIC)
         notes.append("Static estimate: without a measurement the setting is placed on the roof, the best any "
                      "schedule of this workload can do; a measured kernel sits below it.")
     else:
-        current = point("this setting", flops, nbytes, latency_us, ceilings)
-    placed = tuple(point(label, w.flops, w.compulsory_bytes, us, ceilings) for label, w, us in tries)
-    return Roofline(workload.label(), flops, nbytes, ceilings, current, placed, tuple(notes))
+        current = point("this setting", workload, latency_us, ceilings)
+    placed = tuple(point(label, w, us, ceilings) for label, w, us in tries)
+    return Roofline(workload.label(), flops, nbytes, tuple(workload.input_dtypes()), ceilings, current, placed,
+                    tuple(notes))
+
+
+def ceiling_rows(c: Ceilings) -> list[tuple[str, str]]:
+    """(roof, figure) for each of the device's roofs, the tensor cores' included (or why
+    there is none): the Device page's table."""
+    rows = [("FP32, CUDA cores", f"{c.fp32_gflops:,.0f} GFLOP/s"), ("HBM", f"{c.hbm_gbps:,.0f} GB/s"),
+            ("L2-resident", "not published" if c.l2_gbps is None else f"{c.l2_gbps:,.0f} GB/s"),
+            ("L2 size", f"{c.l2_bytes / MB:.0f} MiB")]
+    rows += [(f"{dtype} tensor cores (float32 accumulation)", f"{gflops:,.0f} GFLOP/s")
+             for dtype, gflops in c.tensor_gflops]
+    if not c.tensor_gflops:
+        rows.append(("tensor cores", f"none: {c.no_tensor_peak}"))
+    return rows
 
 
 def format_roofline(r: Roofline) -> str:
     """The roofline as text (``python -m explorer show … --view roofline``)."""
     c = r.ceilings
     bandwidth, roof = r.roof
+    peak, compute = r.compute_roof
     bound_by = "memory" if r.intensity < r.ridge(bandwidth) else "compute"
+    tensor = "" if compute == "FP32" else f", {compute} {peak:,.0f} GFLOP/s"
     lines = [f"{r.workload}: {r.flops:,} FLOPs over {r.compulsory_bytes:,} compulsory bytes = "
              f"{r.intensity:.2f} FLOP/byte",
-             f"ceilings ({c.source}): FP32 {c.fp32_gflops:,.0f} GFLOP/s, HBM {c.hbm_gbps:,.0f} GB/s, "
+             f"ceilings ({c.source}): FP32 {c.fp32_gflops:,.0f} GFLOP/s{tensor}, HBM {c.hbm_gbps:,.0f} GB/s, "
              f"L2-resident {'—' if c.l2_gbps is None else f'{c.l2_gbps:,.0f} GB/s'}",
-             f"roof: {roof} at {bandwidth:,.0f} GB/s, ridge at {r.ridge(bandwidth):.1f} FLOP/byte; attainable "
-             f"{r.attainable_gflops:,.0f} GFLOP/s ({bound_by}-bound)"]
+             f"roof: {roof} at {bandwidth:,.0f} GB/s under the {compute} peak, ridge at "
+             f"{r.ridge(bandwidth):.1f} FLOP/byte; attainable {r.attainable_gflops:,.0f} GFLOP/s ({bound_by}-bound)"]
     for p in (r.current, *r.tries):
         lines.append(f"{p.label} ({p.kind}): {p.latency_us:.2f} µs, {p.gflops:,.0f} GFLOP/s, "
                      f"{p.percent_of_attainable:.0f}% of attainable")

@@ -4,7 +4,8 @@ latency, and it is measured the same way as what it is compared with.
 - :func:`measure` (``measurement.py``): seeded inputs, one run checked against the
   workload's NumPy reference (``gate.py``), then TVM's ``time_evaluator`` (``timing.py``);
   the record has median/min/max/std µs, launches, GB/s, GFLOP/s and its place on the
-  roofline (``ceilings.py``: the device's FP32 peak and HBM/L2 bandwidth, measured once). A wrong
+  roofline (``ceilings.py``: the device's FP32 peak, HBM/L2 bandwidth and, on Hopper, the
+  tensor cores' peak per 16-bit type, measured once). A wrong
   kernel gets the first wrong index instead of a latency.
 - Isolation (``worker.py``): kernels run in TVM's ``PopenWorker`` process, never in the
   caller's; a crash or a hang restarts it and raises KernelCrashed / KernelTimeout.

@@ -9,12 +9,17 @@ timed both back to back (``time_evaluator``) and with CUDA graphs; the graph fig
 one to compare with this baseline.
 
 Runs in the measuring worker (it needs the GPU); imports torch only when called. The
-PyTorch op itself is the workload's (``Workload.torch_op``).
+PyTorch op itself is the workload's (``Workload.torch_op``). ``python -m
+explorer.measure.baseline WORKLOAD_JSON CALLS`` calls it CALLS times and nothing else: the
+program Nsight Compute profiles for PyTorch's kernel durations (``bench/kernels.py --ncu``).
 """
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass
 
+from ..schedules import workload_from_mapping
 from ..workloads import Workload
 from .errors import BaselineUnavailable
 from .gate import Check, compare
@@ -50,3 +55,26 @@ def torch_baseline(workload: Workload, settings: Settings) -> BaselineRun:
     return BaselineRun(library, torch.cuda.get_device_name(0), check, timing)
 
 
+def workload_to_json(workload: Workload) -> str:
+    return json.dumps({"kind": workload.kind, "workload": workload.to_dict()})
+
+
+def call_torch_op(workload_json: str, calls: int) -> None:
+    """The profiled program: the workload's PyTorch op on the seeded inputs, ``calls`` times,
+    TF32 off as in :func:`torch_baseline`; the inputs are copied to the GPU, which launches
+    no kernel, so every launch profiled is the op's."""
+    data = json.loads(workload_json)
+    workload = workload_from_mapping(data["kind"], data["workload"])
+    torch = cuda_torch()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    op = workload.torch_op([torch_tensor(x).cuda() for x in workload.random_inputs(0)])
+    if op is None:
+        raise BaselineUnavailable(f"There is no PyTorch baseline for {workload.title}.")
+    for _ in range(calls):
+        op()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    call_torch_op(sys.argv[1], int(sys.argv[2]))

@@ -1,4 +1,5 @@
-"""The device's roofline ceilings, measured: FP32 peak, HBM bandwidth, L2-resident bandwidth.
+"""The device's roofline ceilings, measured: FP32 peak, HBM bandwidth, L2-resident bandwidth,
+and on a Hopper GPU the tensor cores' peak per 16-bit input type.
 
 Three TIR kernels (te + an ``s_tir`` schedule), each built so that no workload kernel can
 beat it on its own resource:
@@ -11,12 +12,15 @@ beat it on its own resource:
   holds.
 - **FMA** (compute): ``CHAINS`` independent multiply-adds per thread on registers, so the
   FP32 pipes never wait for a result; 2 FLOPs each.
+- **wgmma chain** (tensor cores, :mod:`explorer.measure.tensor_roof`): on Hopper only; elsewhere
+  the ceilings say why they have no tensor-core peak.
 
 They are timed like a workload kernel (``time_function``: back to back, repeats of
 ≥ ``min_repeat_ms``), once per device: the worker caches them.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +28,9 @@ import tvm
 from tvm import te
 
 from ..analysis.roofline import MEASURED, Ceilings
+from ..errors import ExplorerError
 from .settings import Settings
+from .tensor_roof import LoadExecutable, jit, tensor_peaks_gflops
 from .timing import time_function
 
 THREADS = 256
@@ -141,9 +147,10 @@ Load = Callable[[tvm.IRModule, str], object]  # (module, name) -> a runtime modu
 
 
 def measure_ceilings(load: Load, device, target: tvm.target.Target, device_name: str, settings: Settings,
-                     sizes: Sizes | None = None) -> Ceilings:
-    """Time the three kernels on ``device``; ``load`` compiles a module there (locally, or
-    uploaded to a remote server)."""
+                     sizes: Sizes | None = None, load_executable: LoadExecutable = jit) -> Ceilings:
+    """Time the three kernels on ``device``, and the tensor cores where it is a Hopper GPU;
+    ``load`` compiles a module there and ``load_executable`` runs a compiled one there
+    (locally, or uploaded to a remote server)."""
     sizes = sizes or sizes_for(target)
     n = sizes.threads
     device_l2 = int(getattr(device, "l2_cache_size_bytes", 0) or 0)
@@ -164,4 +171,16 @@ def measure_ceilings(load: Load, device, target: tvm.target.Target, device_name:
     src = tvm.runtime.empty((n,), "float32", device)
     timing = time_function(module, device, [src, out], settings)
     gflops = 2 * n * CHAINS * sizes.fma_iterations / timing.median_us / 1e3
-    return Ceilings(gflops, hbm, l2, device_l2 or l2_bytes * 2, f"{MEASURED} on {device_name}")
+    ceilings = Ceilings(gflops, hbm, l2, device_l2 or l2_bytes * 2, f"{MEASURED} on {device_name}")
+    return with_tensor_peaks(ceilings, device, target, device_name, settings, load_executable)
+
+
+def with_tensor_peaks(ceilings: Ceilings, device, target: tvm.target.Target, device_name: str, settings: Settings,
+                      load_executable: LoadExecutable = jit) -> Ceilings:
+    """``ceilings`` with the tensor cores' peaks, or with the reason they have none: a
+    failed wgmma chain costs the tensor roof only, never the other ceilings."""
+    try:
+        peaks = tensor_peaks_gflops(device, target, device_name, settings, load_executable)
+    except ExplorerError as reason:
+        return dataclasses.replace(ceilings, no_tensor_peak=str(reason))
+    return dataclasses.replace(ceilings, tensor_gflops=peaks, no_tensor_peak="")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from .errors import BaselineUnavailable, MeasureError
 from .gate import compare
 from .settings import Settings, repeats_within
-from .timing import Timing, launches_for
+from .timing import Timing, flush_bytes, launches_for
 
 # Ops captured in one graph; a repeat replays the graph as often as it needs.
 MAX_OPS_PER_GRAPH = 100
@@ -80,7 +80,8 @@ def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
 
 def time_cuda_graph(op: Callable, settings: Settings) -> Timing:
     """Per-op device time: ops captured back to back in one CUDA graph, the graph replayed
-    until a repeat lasts ``settings.min_repeat_ms``; CUDA events around each repeat."""
+    until a repeat lasts ``settings.min_repeat_ms``; CUDA events around each repeat (with
+    ``settings.cold_l2``, :func:`time_cold_graph`)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -90,6 +91,8 @@ def time_cuda_graph(op: Callable, settings: Settings) -> Timing:
             op()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    if settings.cold_l2:
+        return time_cold_graph(op, settings)
     probe_ms = _time_graph(_capture(op, PROBE_OPS), 1)[0] / PROBE_OPS
     per_repeat = launches_for(probe_ms * 1e-3, settings.min_repeat_ms)
     ops_per_graph = min(per_repeat, MAX_OPS_PER_GRAPH)
@@ -99,6 +102,29 @@ def time_cuda_graph(op: Callable, settings: Settings) -> Timing:
     repeats = repeats_within(probe_ms * 1e-3 * launches, settings)
     samples_ms = [elapsed / launches for elapsed in _time_graph(graph, replays, repeats)]
     return Timing(tuple(ms * 1e3 for ms in samples_ms), launches)
+
+
+def time_cold_graph(op: Callable, settings: Settings) -> Timing:
+    """(After :func:`time_cuda_graph`'s warm-up.) One op per repeat, replayed from a graph
+    after the device writes a buffer of ``flush_bytes`` (the L2 then holds none of the op's
+    inputs); CUDA events around the replay alone. The replay is queued while the write
+    runs, so no host time is timed."""
+    import torch
+
+    graph = _capture(op, 1)
+    probe_ms = _time_graph(graph, 1)[0]
+    flush = torch.empty(flush_bytes(torch.cuda.get_device_properties(0).L2_cache_size) // 4, dtype=torch.int32,
+                        device="cuda")
+    samples_ms = []
+    for _ in range(repeats_within(probe_ms * 1e-3, settings)):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples_ms.append(start.elapsed_time(end))
+    return Timing(tuple(ms * 1e3 for ms in samples_ms), 1)
 
 
 def _capture(op: Callable, count: int):

@@ -46,9 +46,9 @@ from .queue import queue_for
 from .timing import KernelRun, device_args, run_checked
 from .worker import Job, workload_data
 
-# Upload, NVRTC at load and the ceilings' kernels, on top of the kernel's own time limit: a
-# hung remote kernel is given up after time_limit_s + this.
-SESSION_ALLOWANCE_S = 30
+# Upload, NVRTC at load and the ceilings' kernels (on a Hopper GPU two wgmma chains more), on
+# top of the kernel's own time limit: a hung remote kernel is given up after time_limit_s + this.
+SESSION_ALLOWANCE_S = 45
 CONNECT_TIMEOUT_S = 5
 # The roofline's ceilings by (remote, target): measured once per remote device.
 _ceilings: dict[tuple, Ceilings] = {}
@@ -237,4 +237,7 @@ def _measure_ceilings(session, device, target: tvm.target.Target, device_name: s
     def load(module: tvm.IRModule, name: str):
         return _upload(session, _host_module(module, target), f"{name}.so")
 
-    return measure_ceilings(load, device, target, device_name, CEILING_SETTINGS)
+    def load_executable(executable: tvm.runtime.Executable, name: str):
+        return _upload(session, executable.mod, f"{name}.so")
+
+    return measure_ceilings(load, device, target, device_name, CEILING_SETTINGS, load_executable=load_executable)

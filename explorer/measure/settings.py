@@ -28,8 +28,13 @@ class Settings(Params):
     timing_budget_ms: int = knob(2000, "The timed repeats stop once they would take longer than this (at least "
                                  "3 repeats are timed).", low=1, high=600_000)
     seed: int = knob(0, "Seed of the random inputs (uniform in [-1, 1]).", low=0, high=2**31 - 1)
-    roofline: bool = knob(True, "Also place the kernel on the roofline: the device's FP32 peak and bandwidth ceilings, "
-                       "measured once per device.")
+    roofline: bool = knob(True, "Also place the kernel on the roofline: the device's compute peaks and bandwidth "
+                       "ceilings, measured once per device.")
+    # Back to back, a launch finds in L2 what the previous one left there: a workload that
+    # fits (50 MB on an H100) is timed warm, as in a loop; cold, as the first use of its inputs.
+    cold_l2: bool = knob(False, "Time one launch per repeat, each after writing a buffer several times larger than "
+                         "the L2 cache, so that the kernel reads its inputs from device memory (the PyTorch baseline "
+                         "too); off: launches back to back.")
     # Needs PyTorch with CUDA in the worker; without it the kernel is timed back to back only.
     cuda_graph: bool = knob(True, "Also time the kernel replayed from a CUDA graph, as the PyTorch baseline is, so "
                             "that neither side pays a launch from the host.")

@@ -7,12 +7,18 @@ changes, float32 accumulators in registers, one group in flight while the next i
 one block per SM. No copy, barrier or epilogue competes with the multiplies, so no GEMM can
 beat it; 2·64·256·16 FLOPs per instruction. The accumulators are summed and stored once so
 that nothing is dead code. Written in TVM's TIRx dialect, like the matmul_hopper template.
+
+The ceilings (:mod:`explorer.measure.ceilings`) measure it per input type on a Hopper GPU
+and keep it beside the FP32 peak as the compute roof of 16-bit matrix products.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import tvm
 from tvm.script import tirx as T
 
+from ..errors import ExplorerError, summary_line
 from .settings import Settings
 from .timing import time_function
 
@@ -24,6 +30,10 @@ ACCUMULATORS = WGMMA_M * WGMMA_N // 128  # float32 per thread
 SWIZZLE_128B = 3
 TILE_ROW_BYTES = 128  # one swizzled row: 64 16-bit elements
 SMS = 132  # blocks: one per SM of an H100 SXM
+HOPPER = "9.0"  # compute capability: wgmma exists on sm_90a only
+# An ``Executable`` (host and device code) -> its ``main`` runnable on the measured device:
+# jitted here, or exported and uploaded to a remote server.
+LoadExecutable = Callable[[tvm.runtime.Executable, str], object]
 
 
 def flops_per_block(iterations: int) -> int:
@@ -80,12 +90,41 @@ def target_sm90a() -> tvm.target.Target:
     return tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}, host="llvm")
 
 
-def measure_tensor_tflops(dtype: str, settings: Settings, device=None, iterations: int = 4096) -> float:
+def jit(executable: tvm.runtime.Executable, _name: str):
+    return executable.jit()
+
+
+def measure_tensor_tflops(dtype: str, settings: Settings, device=None, iterations: int = 4096,
+                          load: LoadExecutable = jit) -> float:
     """The tensor cores' float32-accumulate peak for ``dtype`` inputs on ``device`` (a Hopper GPU), TFLOP/s."""
     device = device or tvm.cuda(0)
     blocks = device.multi_processor_count
     chain = wgmma_chain_module(dtype, blocks, iterations)
-    module = tvm.compile(chain, target=target_sm90a(), tir_pipeline="tirx").jit()
+    module = load(tvm.compile(chain, target=target_sm90a(), tir_pipeline="tirx"), f"tensor_roof_{SUPPORTED[dtype]}")
     out = tvm.runtime.empty((blocks, WARPGROUPS * 128), "float32", device)
     timing = time_function(module, device, [out], settings)
     return blocks * flops_per_block(iterations) / timing.median_us / 1e6
+
+
+def why_no_tensor_peak(device, target: tvm.target.Target, device_name: str) -> str | None:
+    """Why the wgmma chain cannot measure ``device``'s tensor cores (a clause: the roofline
+    says "… and <this>"), or None on a Hopper GPU."""
+    if target.kind.name != "cuda":
+        return "their peak is measured on a Hopper (sm_90) GPU, not on a CPU"
+    if device.compute_version != HOPPER:
+        arch = device.compute_version.replace(".", "")
+        return f"their peak is measured with wgmma, which only Hopper (sm_90) GPUs have ({device_name} is sm_{arch})"
+    return None
+
+
+def tensor_peaks_gflops(device, target: tvm.target.Target, device_name: str, settings: Settings,
+                        load: LoadExecutable = jit) -> tuple[tuple[str, float], ...]:
+    """(input type, GFLOP/s) of the tensor cores for each 16-bit type; raises ExplorerError
+    with the reason as a clause (:func:`why_no_tensor_peak`) where they cannot be measured."""
+    if reason := why_no_tensor_peak(device, target, device_name):
+        raise ExplorerError(reason)
+    try:
+        return tuple((dtype, 1e3 * measure_tensor_tflops(dtype, settings, device, load=load)) for dtype in SUPPORTED)
+    except Exception as error:  # TVM or NVRTC refused the chain, or it failed on the device
+        raise ExplorerError(f"the wgmma chain that measures their peak failed on {device_name} "
+                            f"({summary_line(error)})") from None

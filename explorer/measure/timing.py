@@ -21,6 +21,10 @@ from .settings import Settings, repeats_within
 # A kernel faster than ~0.1 µs is an empty one; this bounds the launches per repeat.
 MAX_LAUNCHES_PER_REPEAT = 100_000
 PROBE_S = 1e-4  # a probe this long estimates the time per launch to a few percent
+# Cold L2: the buffer written before each timed launch is this many times the L2 (whatever
+# the replacement policy keeps of the kernel's inputs, four L2s of other lines push out) ...
+FLUSH_L2_TIMES = 4
+FLUSH_UNKNOWN_L2_BYTES = 256 << 20  # ... or this where the device does not say its L2's size (> any GPU's L2)
 
 
 @dataclass(frozen=True)
@@ -83,12 +87,19 @@ def launches_for(per_launch_s: float, min_repeat_ms: int) -> int:
     return max(1, min(MAX_LAUNCHES_PER_REPEAT, math.ceil(min_repeat_ms * 1e-3 / per_launch_s)))
 
 
+def flush_bytes(l2_bytes: int | None) -> int:
+    """Bytes to write between launches so that the L2 holds none of a kernel's inputs."""
+    return FLUSH_L2_TIMES * l2_bytes if l2_bytes else FLUSH_UNKNOWN_L2_BYTES
+
+
 def time_function(module, device, args, settings: Settings) -> Timing:
     """TVM's evaluator launches from C++ back to back and times on the device (CUDA events
     on a GPU; TVM also makes one untimed warm-up call). Short probes, ten times longer each
     until one lasts PROBE_S, size the launches per repeat: we choose that number rather
     than TVM's ``min_repeat_ms`` so that the number of launches is known and reported, and
     a single launch is not trusted because its timer overhead can exceed a tiny kernel."""
+    if settings.cold_l2:
+        return time_cold(module, device, args, settings)
     number = 1
     while True:
         per_launch = min(module.time_evaluator("main", device, number=number, repeat=2)(*args).results)
@@ -99,6 +110,17 @@ def time_function(module, device, args, settings: Settings) -> Timing:
     repeats = repeats_within(per_launch * number, settings)
     result = module.time_evaluator("main", device, number=number, repeat=repeats)(*args)
     return Timing.from_seconds(result.results, number)
+
+
+def time_cold(module, device, args, settings: Settings) -> Timing:
+    """One launch per repeat, each after TVM's evaluator copies a buffer of :func:`flush_bytes`
+    on the device (its ``cache_flush_bytes``), so that the launch reads its inputs from device
+    memory. A single launch pays the timer's few µs: this is for kernels of tens of µs or more."""
+    probe_s = min(module.time_evaluator("main", device, number=1, repeat=2)(*args).results)
+    l2_bytes = int(getattr(device, "l2_cache_size_bytes", 0) or 0)
+    evaluator = module.time_evaluator("main", device, number=1, repeat=repeats_within(probe_s, settings),
+                                      cache_flush_bytes=flush_bytes(l2_bytes))
+    return Timing.from_seconds(evaluator(*args).results, 1)
 
 
 def device_args(inputs, reference: np.ndarray, output_dtype: str, device) -> list:
