@@ -4,12 +4,12 @@ workload, with cold and warm L2.
     python bench/ncu_limits.py best-matmul-1024 best-matmul-async-4096 [--write ncu-limits-fp32-matmul]
 
 For each preset, ncu profiles one call of the kernel (``python -m explorer.analysis.ncu``: built
-with NVRTC, as the measuring worker builds it) and one call of the workload's PyTorch op (TF32
-off), each twice: with the caches flushed before the launch (cold L2) and left as they are after
-two warm-up calls (warm L2); the clocks are left unlocked both times. Per launch: the duration,
-grid and block, registers, waves per SM, theoretical and achieved occupancy, the SM's and DRAM's
-share of their peaks, the L2 hit rate, the FMA pipe's use and the three stall reasons that cost
-the most cycles per issued instruction.
+with NVRTC, as the measuring worker builds it) and one call of the workload's PyTorch op
+(``python -m explorer.measure.baseline``, TF32 off), each twice: with the caches flushed before
+the launch (cold L2) and left as they are after two warm-up calls (warm L2); the clocks are left
+unlocked both times. Per launch: the duration, grid and block, registers, waves per SM,
+theoretical and achieved occupancy, the SM's and DRAM's share of their peaks, the L2 hit rate,
+the FMA pipe's use and the three stall reasons that cost the most cycles per issued instruction.
 Prints a Markdown table (``--write NAME``: also into docs/benchmarks.md). Needs a GPU, ncu and
 PyTorch.
 """
@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from docs_section import write_section
 
-from explorer.analysis.ncu import KernelCounters, ncu_path, parse_ncu_csv, spec_from_json, spec_to_json
-from explorer.cuda_env import without_source_only
+from explorer.analysis.ncu import KernelCounters, ncu_path, profile_program, spec_to_json
+from explorer.measure.baseline import workload_to_json
 from explorer.presets import get_preset
 
-ROOT = Path(__file__).resolve().parents[1]
 DURATION = "gpu__time_duration.sum"
 METRICS = (
     DURATION, "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
@@ -43,22 +38,17 @@ STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_a
 WARM_CALLS = 3  # the last of three calls runs with a warm L2 and warm instruction caches
 
 
-def run_ncu(spec_json: str, side: str, cold: bool) -> list[KernelCounters]:
-    """ncu over one child program (``side``: "tvm" or "pytorch"): the profiled launches."""
+def run_ncu(spec, side: str, cold: bool) -> list[KernelCounters]:
+    """ncu over one call of ``side`` ("tvm": the kernel, built with NVRTC as the measuring worker
+    builds it; "pytorch": the workload's op): the profiled launches."""
     calls = 1 if cold else WARM_CALLS
-    options = ["--csv", "--page", "raw", "--print-units", "base", "--clock-control", "none",
-               "--cache-control", "all" if cold else "none", "--metrics", ",".join((*METRICS, STALLS))]
+    program = (["-m", "explorer.analysis.ncu", spec_to_json(spec)] if side == "tvm" else
+               ["-m", "explorer.measure.baseline", workload_to_json(spec.workload)])
+    options = ["--clock-control", "none", "--cache-control", "all" if cold else "none"]
     if not cold:  # only the last call: the earlier ones warm the caches
         options += ["--launch-skip", str(WARM_CALLS - 1), "--launch-count", "1"]
-    program = ["-m", "explorer.analysis.ncu"] if side == "tvm" else [__file__, "--launch-pytorch"]
-    command = [ncu_path(), *options, sys.executable, *program, spec_json, str(calls)]
-    env = {**without_source_only(os.environ),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-    if proc.returncode != 0 or '"ID",' not in proc.stdout:
-        tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
-        raise SystemExit(f"ncu failed on {side} (exit {proc.returncode}): {' / '.join(tail)}")
-    return parse_ncu_csv(proc.stdout, (*METRICS, *stall_columns(proc.stdout)))
+    return profile_program([*program, str(calls)], metrics=(*METRICS, STALLS), options=options,
+                           columns=lambda header: (*METRICS, *stall_columns(header)))
 
 
 def stall_columns(csv_text: str) -> tuple[str, ...]:
@@ -67,20 +57,6 @@ def stall_columns(csv_text: str) -> tuple[str, ...]:
     header = next((line for line in csv_text.splitlines() if line.startswith('"ID",')), "")
     names = [name.strip('"') for name in header.split('","')]
     return tuple(n for n in names if n.startswith(STALL_PREFIX) and n.endswith(STALL_SUFFIX))
-
-
-def launch_pytorch(spec_json: str, calls: int) -> None:
-    """The profiled program on PyTorch's side: ``calls`` calls of the workload's op, nothing
-    else on the GPU (the TVM side is ``python -m explorer.analysis.ncu``)."""
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    workload = spec_from_json(spec_json).workload
-    op = workload.torch_op([torch.from_numpy(x).cuda() for x in workload.random_inputs(0)])
-    for _ in range(calls):
-        op()
-    torch.cuda.synchronize()
 
 
 def top_stalls(counters: KernelCounters, count: int = 3) -> str:
@@ -120,11 +96,11 @@ HEADER = ("| preset | kernel of | L2 | µs | kernel | grid × block | regs | wav
 def table(presets: list[str]) -> str:
     lines = [HEADER]
     for preset_id in presets:
-        spec_json = spec_to_json(get_preset(preset_id).spec)
+        spec = get_preset(preset_id).spec
         for side in ("tvm", "pytorch"):
             for cold in (True, False):
                 lines.append(row(preset_id, "TVM" if side == "tvm" else "PyTorch", cold,
-                                 main_kernel(run_ncu(spec_json, side, cold))))
+                                 main_kernel(run_ncu(spec, side, cold))))
                 print(lines[-1], flush=True)
     return "\n".join(lines)
 
@@ -133,11 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*")
     parser.add_argument("--write", metavar="NAME", help="also write the table into docs/benchmarks.md as section NAME")
-    parser.add_argument("--launch-pytorch", nargs=2, metavar=("SPEC_JSON", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.launch_pytorch:
-        launch_pytorch(args.launch_pytorch[0], int(args.launch_pytorch[1]))
-        return
     if ncu_path() is None:
         raise SystemExit("Nsight Compute (ncu) is not installed on this machine.")
     text = table(args.presets)

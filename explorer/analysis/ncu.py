@@ -190,13 +190,16 @@ def profile(spec, timeout_s: int = 600, metrics: tuple = tuple(METRICS.values())
 
 
 def profile_program(program: list[str], timeout_s: int = 600, metrics: tuple = tuple(METRICS.values()), *,
-                    undisturbed: bool = False, nvcc: bool = False) -> list[KernelCounters]:
+                    undisturbed: bool = False, nvcc: bool = False, options: tuple = (),
+                    columns=None) -> list[KernelCounters]:
     """Profile every kernel launch of ``python *program`` (run from the repository root) with ncu:
-    a TVM kernel (:func:`profile`) or PyTorch's op (``python -m explorer.measure.baseline``)."""
+    a TVM kernel (:func:`profile`) or PyTorch's op (``python -m explorer.measure.baseline``).
+    ``options``: more of ncu's (clock and cache control, which launches); ``columns(csv_text)``:
+    the CSV's columns to read, where ``metrics`` holds a ``regex:`` that names several."""
     ncu = ncu_path()
     if ncu is None:
         raise ExplorerError(f"Nsight Compute (ncu) is not installed on this machine. {HOW_TO_GET_NCU}")
-    command = [ncu, *ncu_options(metrics, undisturbed), sys.executable, *program]
+    command = [ncu, *ncu_options(metrics, undisturbed), *options, sys.executable, *program]
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     env = {**without_source_only(os.environ), "PYTHONPATH": python_path}  # the app's process is source-only
     if nvcc:
@@ -205,7 +208,7 @@ def profile_program(program: list[str], timeout_s: int = 600, metrics: tuple = t
     if proc.returncode != 0 or '"ID",' not in proc.stdout:
         detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         raise ExplorerError(f"ncu failed (exit {proc.returncode}): {detail[-1] if detail else 'no output'}")
-    return parse_ncu_csv(proc.stdout, metrics)
+    return parse_ncu_csv(proc.stdout, columns(proc.stdout) if columns else metrics)
 
 
 def call_durations_us(counters: list[KernelCounters], kernels_per_call: int) -> list[float]:
