@@ -6,6 +6,7 @@ ResNet's last layer ([1,512,7,7] × [512,512,3,3], padding 1) unless said otherw
 below are worked out by hand: the padded input window of one channel is 9 × 9 = 81 floats,
 one output channel's taps of a step of block_k channels are block_k × 9 floats.
 """
+import os
 import re
 import subprocess
 import sys
@@ -175,7 +176,7 @@ def test_the_exported_script_prints_both_kernels_and_the_async_copies(tmp_path):
     path = tmp_path / "conv2d_async.py"
     path.write_text(snippet(spec))
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
-                         env={"CUDA_VISIBLE_DEVICES": ""})
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "void __launch_bounds__(28) main_kernel(" in run.stdout  # 16 / 4 channels × 7 rows
     assert "void __launch_bounds__(128) main_kernel_1(" in run.stdout

@@ -1,6 +1,7 @@
 """The Hopper GEMM template (TIRx: TMA, mbarriers, wgmma, warp specialization): the CUDA it
 generates, the cubin NVRTC makes of it, the verifier's refusals, export, and on an H100 the
 results against NumPy."""
+import os
 import re
 import subprocess
 import sys
@@ -126,7 +127,7 @@ def test_exported_script_prints_the_kernel_without_a_gpu(tmp_path, out_dtype, st
     path.write_text(snippet(Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16", out_dtype=out_dtype),
                                  MatmulHopperKnobs()), title="hopper"))
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
-                         env={"CUDA_VISIBLE_DEVICES": ""})
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "@T.prim_func" in run.stdout and "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in run.stdout
     assert stores in run.stdout  # the script's kernel builds the same epilogue

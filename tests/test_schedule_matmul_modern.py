@@ -4,6 +4,7 @@ verifier's errors for them; the CUDA compiles with nvcc; kernels match NumPy on 
 
 Shapes are small (128³ or 256³) so builds stay fast; sizes below are worked out by hand.
 """
+import os
 import re
 import subprocess
 import sys
@@ -195,7 +196,7 @@ def test_bf16_snippet_registers_its_intrinsics_and_prints_the_kernel(tmp_path):
     path = tmp_path / "bf16.py"
     path.write_text(snippet(spec))
     run = subprocess.run([sys.executable, "-c", RUN_SCRIPT, str(path)], capture_output=True, text=True, timeout=300,
-                         env={"CUDA_VISIBLE_DEVICES": ""})
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in run.stdout
     assert "cp.async.cg.shared.global" in run.stdout
