@@ -24,7 +24,10 @@ def main() -> None:
     server.log_to_stderr()
     threading.Thread(target=warm_up_gpu_early, args=(server.first_spec(),), name="gpu-warm-up", daemon=True).start()
     sys.argv[0] = "streamlit"
-    cli.main()
+    try:
+        cli.main()
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from explorer.presets import all_presets, get_preset
 DEFAULT_PRESET = "dw-blog-final-96"
 
 
-@st.cache_resource(show_spinner=False)
+@st.cache_resource(show_spinner=False, on_release=Live.close)
 def live() -> Live:
     """The server's one Live, started on the first script run of the first session."""
     # This process lowers and generates CUDA source (and runs the analyses); the one binary
@@ -27,6 +27,12 @@ def live() -> Live:
     service = Live()
     service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs() + lesson_specs())
     return service
+
+
+def stop() -> None:
+    """End the server's processes (build, compile, diagnosing) once Streamlit has
+    stopped; without this the interpreter's exit waits for the work they are doing."""
+    live.clear()
 
 
 def log_to_stderr() -> None:
