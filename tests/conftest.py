@@ -1,14 +1,21 @@
 """Shared test configuration. Tests marked ``gpu`` run a kernel on a local CUDA GPU and
 are skipped on machines without one (CI has none)."""
+import functools
 import os
 import tempfile
 
 import pytest
 import tvm
+from streamlit.components.v2 import manifest_scanner
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
 os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3")
+
+# Every AppTest scans the metadata of every installed package for Streamlit components on its
+# first run (a fifth of a second each, a third of the app tests' time); nothing is installed
+# while the tests run, so one scan per process finds the same components.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,3 +41,4 @@ def run_on_gpu():
         return output.numpy(), workload.reference(*inputs)
 
     return run
+
