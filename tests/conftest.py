@@ -42,3 +42,16 @@ def run_on_gpu():
 
     return run
 
+
+@pytest.fixture
+def diagnoses_in_this_process(monkeypatch):
+    """The app servers' diagnoses (the server's own and a stand-in GPU's), the same function,
+    computed in this process rather than in the server's diagnosing process. That process runs
+    below every other's priority (tests/test_live.py checks it), so while the other tests keep
+    the cores busy a test waiting on a diagnosis waits minutes for its turn."""
+    import explorer.live
+    from app import server
+    from explorer.diagnoses import Diagnoses, diagnose_in_process
+
+    monkeypatch.setattr(explorer.live, "Diagnoses", lambda run: Diagnoses(diagnose_in_process))
+    monkeypatch.setattr(server.live(), "diagnoses", Diagnoses(diagnose_in_process))
