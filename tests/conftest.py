@@ -1,14 +1,21 @@
 """Shared test configuration. Tests marked ``gpu`` run a kernel on a local CUDA GPU and
 are skipped on machines without one (CI has none)."""
+import functools
 import os
 import tempfile
 
 import pytest
 import tvm
+from streamlit.components.v2 import manifest_scanner
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
 os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3")
+
+# Every AppTest scans the metadata of every installed package for Streamlit components on its
+# first run (a fifth of a second each, a third of the app tests' time); nothing is installed
+# while the tests run, so one scan per process finds the same components.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,3 +41,17 @@ def run_on_gpu():
         return output.numpy().astype("float32"), workload.reference(*inputs)
 
     return run
+
+
+@pytest.fixture
+def diagnoses_in_this_process(monkeypatch):
+    """The app servers' diagnoses (the server's own and a stand-in GPU's), the same function,
+    computed in this process rather than in the server's diagnosing process. That process runs
+    below every other's priority (tests/test_live.py checks it), so while the other tests keep
+    the cores busy a test waiting on a diagnosis waits minutes for its turn."""
+    import explorer.live
+    from app import server
+    from explorer.diagnoses import Diagnoses, diagnose_in_process
+
+    monkeypatch.setattr(explorer.live, "Diagnoses", lambda run: Diagnoses(diagnose_in_process))
+    monkeypatch.setattr(server.live(), "diagnoses", Diagnoses(diagnose_in_process))

@@ -16,6 +16,8 @@ TOKEN = "class-token-42"
 STEP = 14  # depthwise_blog: dw-blog-final-96
 THREAD_X, THREAD_Y = "knob:depthwise_blog.num_thread_x", "knob:depthwise_blog.num_thread_y"
 
+pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process")
+
 
 @pytest.fixture(autouse=True)
 def class_server(tmp_path, monkeypatch):

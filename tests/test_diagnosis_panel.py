@@ -3,6 +3,7 @@ setting, without a GPU; with the stand-in GPU, the suggestions tried through the
 queue and shown as faster or slower."""
 from urllib.parse import parse_qs, urlparse
 
+import pytest
 from live_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
@@ -13,6 +14,7 @@ from explorer.targets import local_gpu_target
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 PRESET = "dw-blog-channel-96"  # one block per 96×96 channel: uncoalesced stores, an idle GPU
+pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process")
 
 
 def diagnosed(query: dict) -> AppTest:
