@@ -14,6 +14,8 @@ from app import code_view, panels, server, widgets
 from explorer import urlstate
 from explorer.build import build
 from explorer.cuda_compile import nvcc_path
+from explorer.diagnoses import Diagnoses
+from explorer.errors import ExplorerError
 from explorer.figures import tries_figure
 from explorer.highlight import kernels_only
 from explorer.presets import all_presets, get_preset
@@ -21,6 +23,17 @@ from explorer.presets import all_presets, get_preset
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 60
 THREAD_X = "knob:depthwise_blog.num_thread_x"
+
+
+@pytest.fixture(autouse=True)
+def no_diagnoses(monkeypatch):
+    """The pages here are not diagnosed: a diagnosis builds dozens of neighbouring settings in
+    the server's diagnosing process, which kept a core busy through these tests for nothing
+    they check (tests/test_diagnosis_panel.py tests the panel)."""
+    monkeypatch.setattr(server.live(), "diagnoses", Diagnoses(lambda *args: ExplorerError(NOT_DIAGNOSED)))
+
+
+NOT_DIAGNOSED = "not diagnosed in these tests"
 
 
 def app(query=None, view=None) -> AppTest:

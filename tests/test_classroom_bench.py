@@ -28,7 +28,8 @@ def free_port() -> int:
 def start_server(script: Path, env: dict | None = None, options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true",
+        # app.launch, as `python -m explorer serve` starts it: a stopped server ends its processes at once.
+        [sys.executable, "-m", "app.launch", "run", str(script), "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", *options],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
