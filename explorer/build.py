@@ -83,12 +83,18 @@ class LaunchShape:
 
 @dataclass(frozen=True)
 class Kernel(LaunchShape):
-    """One CUDA kernel of a build: its name, launch (grid and block) and static shared memory."""
+    """One CUDA kernel of a build: its name, launch (grid and block, and the thread-block cluster
+    its blocks are launched in, (1, 1, 1) for none) and static shared memory."""
 
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def blocks_per_cluster(self) -> int:
+        return math.prod(self.cluster)
 
 
 @dataclass(eq=False)
@@ -210,7 +216,8 @@ def _kernels(device_mod: tvm.IRModule, pooled: int = 0) -> tuple[Kernel, ...]:
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
                 extents[str(stmt.node.thread_tag)] = int(stmt.value)
         dims = lambda prefix, extents=extents: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
-        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func) + pooled))
+        out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func) + pooled,
+                          dims("clusterCtaIdx")))
     return tuple(sorted(out, key=lambda k: k.name))
 
 

@@ -76,6 +76,8 @@ FACTS = {
     "kernels": Fact("kernels launched", lambda b: len(b.kernels)),
     "blocks": Fact("blocks", lambda b: b.kernels[0].blocks),  # of the first kernel
     "threads_per_block": Fact("threads per block", lambda b: b.kernels[0].threads_per_block),
+    # blocks launched together as one thread-block cluster (1: no cluster)
+    "blocks_per_cluster": Fact("blocks per cluster", lambda b: b.kernels[0].blocks_per_cluster),
     # static shared memory per block of the first kernel
     "shared_bytes": Fact("shared memory per block (bytes)", lambda b: b.kernels[0].shared_bytes),
     # outputs one thread computes, vthreads included

@@ -21,6 +21,12 @@ def test_kernel_launch_arithmetic(grid, block, blocks, threads, warps):
     assert (kernel.blocks, kernel.threads_per_block, kernel.warps_per_block) == (blocks, threads, warps)
 
 
+def test_a_kernel_without_a_cluster_has_clusters_of_one_block():
+    assert Kernel("k", (8, 1, 1), (128, 1, 1), 0).blocks_per_cluster == 1
+    pair = Kernel("k", (8, 1, 1), (128, 1, 1), 0, cluster=(2, 1, 1))
+    assert (pair.blocks, pair.blocks_per_cluster) == (8, 2)  # the grid still counts blocks, not clusters
+
+
 @pytest.mark.parametrize("threads, warps", [(0, 0), (1, 1), (31, 1), (32, 1), (64, 2), (65, 3)])
 def test_warps_round_a_partial_warp_up(threads, warps):
     assert warps_for(threads) == warps

@@ -243,6 +243,15 @@ def test_points_survive_a_json_round_trip(measured):
         assert Point.from_json(DepthwiseBlogKnobs, json.loads(json.dumps(point.to_json()))) == point
 
 
+def test_a_point_keeps_its_kernels_cluster_through_json():
+    import json
+
+    from explorer.build import Kernel
+
+    point = Point(DepthwiseBlogKnobs(), VALID, kernels=(Kernel("k", (8, 1, 1), (128, 1, 1), 0, (2, 1, 1)),))
+    assert Point.from_json(DepthwiseBlogKnobs, json.loads(json.dumps(point.to_json()))) == point
+
+
 def test_static_analyses_rank_the_blogs_conflict_free_threads_first():
     """The blog's claim on [1,256,32,32] (here 8 channels), blocking 32×32: threads (y=1,
     x=32) read shared memory without bank conflicts, (y=32, x=1) with; the same loads per

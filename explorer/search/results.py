@@ -55,8 +55,8 @@ class Point:
             status=data["status"],
             reason=str(data.get("reason", "")),
             fault=tuple(data.get("fault", ())),
-            kernels=tuple(Kernel(k["name"], tuple(k["grid"]), tuple(k["block"]), int(k["shared_bytes"]))
-                          for k in data.get("kernels", ())),
+            kernels=tuple(Kernel(k["name"], tuple(k["grid"]), tuple(k["block"]), int(k["shared_bytes"]),
+                                 tuple(k.get("cluster", (1, 1, 1)))) for k in data.get("kernels", ())),
             static=None if static is None else StaticScore(float(static["cost"]), tuple(static["metrics"].items()),
                                                            str(static["explanation"])),
             latency_us=None if data.get("latency_us") is None else float(data["latency_us"]),
