@@ -1,10 +1,11 @@
-"""The Hopper GEMM template (TIRx: TMA, mbarriers, wgmma, warp specialization): the CUDA it
-generates, the cubin NVRTC makes of it, the verifier's refusals, export, and on an H100 the
-results against NumPy."""
+"""The Hopper GEMM template (TIRx: TMA, mbarriers, wgmma, warp specialization, clusters with
+TMA multicast): the CUDA it generates, the cubin NVRTC makes of it, the verifier's refusals,
+export, and on an H100 the results against NumPy."""
 import os
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,9 +14,12 @@ import tvm
 from explorer.analysis import sass
 from explorer.build import Spec, build
 from explorer.cli import main
+from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
-from explorer.schedules.matmul_hopper import SUPPORTED_DTYPES, MatmulHopperKnobs, Plan, check_knobs
+from explorer.measure import Settings, measure, shutdown
+from explorer.schedules import matmul_hopper
+from explorer.schedules.matmul_hopper import SUPPORTED_DTYPES, MatmulHopperKnobs, Plan, check_knobs, tile_origin
 from explorer.workloads import Matmul
 
 FP16 = Matmul(m=1024, n=1024, k=1024, dtype="float16")
@@ -26,6 +30,13 @@ BF16_OUT = Matmul(m=1024, n=1024, k=1024, dtype="bfloat16", out_dtype="bfloat16"
 
 def hopper(workload=FP16, **knobs):
     return build(Spec("matmul_hopper", workload, MatmulHopperKnobs(**knobs)), "h100")
+
+
+def launch_params(built) -> tuple[str, ...]:
+    """The launch parameters TVM's runtime reads for the kernel (a clusterCtaIdx tag makes it
+    launch the grid in clusters, through cuLaunchKernelEx)."""
+    (func,) = built.device_mod.functions.values()
+    return tuple(str(tag) for tag in func.attrs["tirx.kernel_launch_params"])
 
 
 def wgmma_shapes(cuda: str) -> set[str]:
@@ -133,6 +144,156 @@ def test_exported_script_prints_the_kernel_without_a_gpu(tmp_path, out_dtype, st
     assert stores in run.stdout  # the script's kernel builds the same epilogue
 
 
+# -- clusters of two blocks sharing B's tile --------------------------------------------
+
+MULTICAST = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+CLUSTER_VARIANTS = [{}, {"warp_specialize": False}, {"persistent": True},
+                    {"persistent": True, "warp_specialize": False}]
+CLUSTER_IDS = ["warp-specialized", "no-producer", "persistent", "persistent-no-producer"]
+
+
+def kernel_body(cuda: str) -> str:
+    return cuda.split('extern "C" __global__')[-1]
+
+
+@pytest.mark.parametrize("knobs", CLUSTER_VARIANTS, ids=CLUSTER_IDS)
+def test_a_cluster_multicasts_half_of_b_into_both_blocks(knobs):
+    built = hopper(cluster=2, **knobs)
+    (kernel,) = built.kernels
+    # The grid is launched in clusters of two blocks (TVM's runtime reads the clusterCtaIdx tag).
+    assert kernel.cluster == (2, 1, 1) and kernel.blocks % 2 == 0
+    assert launch_params(built)[0] == "clusterCtaIdx.x" and "%cluster_ctarank" in built.cuda
+    body = kernel_body(built.cuda)
+    # Each load: A alone, and B's 4 column chunks each as half its rows (a 64 × 32 box) to ctaMask 0b11.
+    loads = body.count("complete_tx__bytes(")
+    assert loads > 0 and body.count("complete_tx__bytes_multicast__cluster(") == body.count("(ushort)3);") == 4 * loads
+    assert MULTICAST in built.cuda
+    assert "B.data, 1024, 1024, 2048, 64, 32, 1, 1, 0, 3, 0, 0" in built.tensorir
+    # Each full barrier expects the whole stage: A's 16 KB and both halves of B's 32 KB.
+    assert "(uint)49152);" in body
+
+
+@pytest.mark.parametrize("knobs", CLUSTER_VARIANTS, ids=CLUSTER_IDS)
+def test_a_buffer_is_refilled_only_once_both_blocks_consumers_are_done(knobs):
+    cuda = hopper(cluster=2, **knobs).cuda
+    body = kernel_body(cuda)
+    # The empty barriers count both blocks' 256 consumer threads; one lane per warp arrives for
+    # its 32 threads on the other block's barrier, at the address mapa gives there.
+    assert body.count("(uint)512);") == 4 and "(uint)256);" not in body
+    assert "mapa.shared::cluster.u32" in cuda and "mbarrier.arrive.shared::cluster.b64 _, [%0], %1;" in cuda
+    assert body.count("% 32) == 0)") == 2 and body.count("_arrive_shared__cluster_b64(peer_ptr") == 2
+    assert "^ 1)));" in body  # the other block: rank 1 - rank
+    # The barriers are made visible to the cluster and both blocks meet before any copy or
+    # remote arrive, and again before they exit.
+    assert "fence.mbarrier_init.release.cluster;" in cuda
+    assert "barrier.cluster.arrive;" in cuda and "barrier.cluster.wait;" in cuda
+    assert body.count("tvm_builtin_ptx_barrier_cluster_arrive_cluster_arrive();") == 2
+    assert body.count("tvm_builtin_ptx_barrier_cluster_wait_cluster_wait();") == 2
+    assert body.rstrip().endswith("tvm_builtin_ptx_barrier_cluster_wait_cluster_wait();\n}")
+
+
+def test_without_a_cluster_the_kernel_is_unchanged():
+    built = hopper(cluster=1)
+    assert built.cuda == hopper().cuda and built.kernels[0].cluster == (1, 1, 1)
+    assert "clusterCtaIdx.x" not in launch_params(built)
+    for cluster_only in ("multicast", "mapa", "barrier.cluster", "cluster_ctarank", "fence.mbarrier_init",
+                         "mbarrier.arrive.shared::cluster"):
+        assert cluster_only not in built.cuda
+    assert kernel_body(built.cuda).count("(uint)256);") == 4  # one block's consumer threads
+    assert "B.data, 1024, 1024, 2048, 64, 64, 1, 1, 0, 3, 0, 0" in built.tensorir  # whole block_k rows
+
+
+@pytest.mark.parametrize("tiles_m,tiles_n,grid", [
+    (8, 4, 32),  # one tile per block
+    (10, 3, 30),  # a raster group of 8 rows and one of 2
+    (32, 16, 132),  # persistent: 512 tiles, 132 blocks
+    (14, 10, 132),  # persistent, the last round partly filled
+    (2, 5, 10),
+])
+def test_the_two_blocks_of_a_cluster_hold_neighbouring_rows_of_one_tile_column(tiles_m, tiles_n, grid):
+    def origin(tile):
+        return tuple(int(v) for v in tile_origin(tile, tiles_m, tiles_n))
+
+    tiles = tiles_m * tiles_n
+    visited = []
+    for first in range(0, grid, 2):
+        for tile in range(first, tiles, grid):  # the tiles block `first` visits; its pair takes the next ones
+            (row, column), pair = origin(tile), origin(tile + 1)
+            assert pair == (row + 1, column)
+            visited += [(row, column), pair]
+    assert sorted(visited) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)]
+
+
+def test_plan_of_a_cluster():
+    plan = Plan("float16", 4096, 4096, 4096, MatmulHopperKnobs(cluster=2, persistent=True))
+    assert plan.b_rows == 32 and plan.blocks == 132  # half of block_k; 66 clusters
+    assert plan.stage_bytes == 49152 and plan.shared_bytes == 4 * (49152 + 16)  # as without a cluster
+    assert Plan("float16", 4096, 4096, 4096, MatmulHopperKnobs()).b_rows == 64
+
+
+@pytest.mark.parametrize("workload,knobs", [
+    (Matmul(m=384, n=1024, k=1024, dtype="float16"), {"cluster": 2}),
+    (Matmul(m=384, n=1024, k=1024, dtype="float16"), {"cluster": 2, "persistent": True}),
+    (Matmul(m=128, n=1024, k=1024, dtype="float16"), {"cluster": 2, "warp_specialize": False}),
+    (Matmul(m=768, n=1024, k=1024, dtype="float16"), {"cluster": 2, "block_m": 256, "block_n": 128}),
+])
+def test_a_cluster_needs_an_even_number_of_tile_rows(workload, knobs):
+    with pytest.raises(InvalidKnobs, match="number of tile rows must be even") as error:
+        check_knobs(workload, MatmulHopperKnobs(**knobs))
+    assert error.value.knobs == ("cluster", "block_m") and "\n" not in str(error.value)
+    rows = workload.m // knobs.get("block_m", 128)
+    assert f"= {rows} (choose another block_m, or cluster = 1)." in str(error.value)
+
+
+def test_a_cluster_s_half_of_b_must_be_whole_swizzle_patterns(monkeypatch):
+    # Every block_k offered splits into halves of whole 8-row patterns ...
+    assert all(k // 2 % matmul_hopper.SWIZZLE_ATOM_ROWS == 0 for k in MatmulHopperKnobs.spec("block_k").choices)
+    # ... so the refusal is seen only with a pattern taller than the half.
+    monkeypatch.setattr(matmul_hopper, "SWIZZLE_ATOM_ROWS", 64)
+    with pytest.raises(InvalidKnobs, match="32 of B's 64 rows, which must be a whole number of 64-row") as error:
+        check_knobs(FP16, MatmulHopperKnobs(cluster=2))
+    assert error.value.knobs == ("cluster", "block_k") and "\n" not in str(error.value)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.parametrize("knobs", CLUSTER_VARIANTS, ids=CLUSTER_IDS)
+def test_nvcc_compiles_the_cluster_kernel_for_sm_90a_without_spills(knobs):
+    binary = nvcc_binary(hopper(cluster=2, **knobs).cuda, "sm_90a")  # ptxas checks every PTX line
+    (registers,) = binary.registers.values()
+    assert 0 < registers <= 255 and set(binary.spill_bytes.values()) == {0}
+
+
+@pytest.mark.skipif(bool(sass.missing_tools()), reason="NVRTC or nvdisasm is not installed")
+@pytest.mark.parametrize("knobs", [{}, {"warp_specialize": False, "persistent": True}], ids=["default", "persistent"])
+def test_the_cluster_kernel_s_machine_code_multicasts_and_arrives_across_blocks(knobs):
+    (kernel,) = sass.analyze_source(hopper(cluster=2, **knobs).cuda, "sm_90a").kernels
+    opcodes = Counter(ins.opcode for ins in kernel.instructions)
+    assert opcodes["UTMALDG.2D.MULTICAST"] > 0 and opcodes["UTMALDG.2D"] > 0  # B's half to both blocks, A alone
+    assert opcodes["UCGABAR_ARV"] == opcodes["UCGABAR_WAIT"] == 2  # barrier.cluster after the init, before exit
+    assert any(op.startswith("SYNCS.ARRIVE.TRANS64.RED") for op in opcodes)  # the arrive on the other block
+    assert kernel.mix.hgmma > 0 and kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0
+    (plain,) = sass.analyze_source(hopper(**knobs).cuda, "sm_90a").kernels
+    assert not {op for ins in plain.instructions for op in [ins.opcode]
+                if op.startswith(("UCGABAR", "SYNCS.ARRIVE.TRANS64.RED")) or "MULTICAST" in op}
+
+
+def test_cli_shows_the_cluster_kernel_s_cuda(capsys):
+    assert main(["show", "matmul_hopper", "--set", "cluster=2", "--view", "cuda"]) == 0
+    assert MULTICAST in capsys.readouterr().out
+
+
+def test_exported_cluster_script_builds_the_same_cuda(tmp_path):
+    spec = Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16"),
+                MatmulHopperKnobs(cluster=2, persistent=True))
+    path = tmp_path / "cluster.py"
+    path.write_text(snippet(spec, title="cluster"))
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "T.cta_id_in_cluster([2])" in run.stdout
+    assert build(spec, "h100").cuda.strip() in run.stdout  # the script's kernel is this one, to the byte
+
+
 # -- on an H100 -----------------------------------------------------------------------
 
 GPU_CASES = {
@@ -164,12 +325,49 @@ def test_the_kernel_matches_numpy_on_the_gpu(case, run_on_gpu):
     np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance)
 
 
+# Clusters of two blocks, run in the measuring worker: a kernel whose barriers never complete
+# is stopped at the time limit (KernelTimeout, the worker restarted) instead of hanging the run.
+CLUSTER_GPU_CASES = {
+    "cluster-warp-specialized": (FP16, {"cluster": 2}),
+    "cluster-no-warp-specialization": (FP16, {"cluster": 2, "warp_specialize": False}),
+    "cluster-persistent": (Matmul(m=2048, n=2048, k=512, dtype="float16"),
+                           {"cluster": 2, "persistent": True, "block_n": 128}),  # 256 tiles on 132 blocks
+    "cluster-persistent-no-warp-specialization": (Matmul(m=2048, n=2048, k=512, dtype="float16"),
+                                                  {"cluster": 2, "persistent": True, "block_n": 128,
+                                                   "warp_specialize": False}),
+    "cluster-persistent-fewer-tiles-than-sms": (FP16, {"cluster": 2, "persistent": True}),  # 32 blocks
+    "cluster-raster-groups-of-8-and-2-rows": (Matmul(m=1280, n=512, k=256, dtype="float16"),
+                                              {"cluster": 2, "block_n": 128}),
+    "cluster-256-rows-2-stages": (Matmul(m=512, n=768, k=256, dtype="float16"),
+                                  {"cluster": 2, "block_m": 256, "block_n": 128, "stages": 2}),
+    "cluster-32B-swizzle-k32-c-in-bfloat16": (BF16_OUT, {"cluster": 2, "swizzle": "32B", "block_k": 32,
+                                                         "block_n": 64, "stages": 6, "warp_specialize": False}),
+}
+CHECK_ONLY = Settings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
+
+
+@pytest.fixture(scope="module")
+def measuring_worker():
+    yield
+    shutdown()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not hopper_gpu(), reason="needs a Hopper GPU (sm_90a)")
-@pytest.mark.parametrize("workload", [FP16, FP16_OUT], ids=["c-float32", "c-float16"])
-def test_the_exported_script_checks_and_times_the_kernel(tmp_path, workload):
+@pytest.mark.parametrize("case", sorted(CLUSTER_GPU_CASES))
+def test_the_cluster_kernel_matches_numpy_on_the_gpu(case, measuring_worker):
+    workload, knobs = CLUSTER_GPU_CASES[case]
+    result = measure(Spec("matmul_hopper", workload, MatmulHopperKnobs(**knobs)), settings=CHECK_ONLY)
+    assert result.correct, result.check.describe()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not hopper_gpu(), reason="needs a Hopper GPU (sm_90a)")
+@pytest.mark.parametrize("workload,knobs", [(FP16, {}), (FP16_OUT, {}), (FP16, {"cluster": 2, "persistent": True})],
+                         ids=["c-float32", "c-float16", "cluster-persistent"])
+def test_the_exported_script_checks_and_times_the_kernel(tmp_path, workload, knobs):
     path = tmp_path / "hopper.py"
-    path.write_text(snippet(Spec("matmul_hopper", workload, MatmulHopperKnobs()), title="hopper"))
+    path.write_text(snippet(Spec("matmul_hopper", workload, MatmulHopperKnobs(**knobs)), title="hopper"))
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "correct, median" in run.stdout

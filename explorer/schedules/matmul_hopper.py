@@ -19,12 +19,26 @@ consumers). Without it, thread 0 of the first consumer also issues the copies, `
 steps ahead. With ``persistent`` the grid is one block per SM and each block walks over
 tiles, so the producer fills the next tile's buffers during the previous tile's epilogue.
 Tiles are visited in groups of 8 rows of tiles, so blocks running together share operand
-tiles in L2. Each thread stores its accumulators directly, two neighbours at a time: as an
+tiles in L2. With ``cluster`` = 2 the blocks are launched in thread-block clusters of two, on
+neighbouring tile rows of one tile column: both multiply the same ``block_k × block_n`` tile
+of B (at the default 128 × 256 block the larger operand tile: 32 KB against A's 16 KB). Each
+block's copying thread copies half of that tile's rows once, with ``.multicast::cluster``,
+into both blocks' shared memory, so B's tile crosses from L2 to the SMs once per pair
+instead of twice. Each block's *full* barrier still expects the whole stage (its own A tile
+and both halves of B: a multicast completes the bytes on the barrier at the same place in
+every block it writes to), and a buffer is free only when the consumers of *both* blocks are
+done with it, since the other block's copies write into it too: each consumer warp also
+arrives on the other block's *empty* barrier (``mapa`` gives its address there), whose
+count is twice one block's consumer threads. The two blocks synchronise (``barrier.cluster``)
+after the barriers are initialised, before any copy or arrive reaches the other block, and
+before they exit, so that neither leaves while the other may still arrive on its barriers.
+Each thread stores its accumulators directly, two neighbours at a time: as an
 8-byte pair of floats when C is float32, or, when the workload's ``out_dtype`` is the
 inputs' type, rounded and packed into one 4-byte word (``cvt.rn.f16x2.f32``), which halves
 the bytes the epilogue writes.
 
-wgmma, setmaxnreg and TMA exist on sm_90a only (the H100's arch-specific feature set).
+wgmma, setmaxnreg and TMA exist on sm_90a only (the H100's arch-specific feature set);
+clusters and multicast on sm_90 and later.
 """
 from __future__ import annotations
 
@@ -55,6 +69,10 @@ PRODUCER_REGISTERS = 40  # setmaxnreg: what the copying warpgroup keeps
 # 256 threads, 168 for 384), and all together within the SM's 64 K registers.
 CONSUMER_REGISTERS = {1: 256, 2: 232}
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+TMA_MULTICAST = TMA_LOAD + ".multicast::cluster"  # the same copy, written into every CTA of ctaMask
+CLUSTER_MASK = 0b11  # ctaMask of a multicast: both CTAs of a cluster of two
+SWIZZLE_ATOM_ROWS = 8  # the swizzle pattern repeats every 8 rows: a copy must start on such a row
+WARP = 32
 # Rounds two float32 values to the 16-bit output type and packs them into one 32-bit word.
 PACK_TWO = {"float16": "cvt.rn.f16x2.f32", "bfloat16": "cvt.rn.bf16x2.f32"}
 
@@ -80,6 +98,9 @@ class MatmulHopperKnobs(KnobSet):
                         "row's 16-byte chunks over more banks.", choices=tuple(SWIZZLES))
     persistent: bool = knob(False, "One block per SM, each looping over tiles (the next tile's copies overlap "
                             "this tile's epilogue); off: one block per tile.")
+    cluster: int = knob(1, "Blocks per thread-block cluster. 2: two blocks on neighbouring tile rows share B's tile; "
+                        "each copies half of it with TMA multicast into both blocks' shared memory, so it crosses "
+                        "from L2 once per pair.", choices=(1, 2))
 
 
 @dataclass(frozen=True)
@@ -130,6 +151,12 @@ class Plan:
         return min(count, PERSISTENT_BLOCKS) if self.k_.persistent else count
 
     @property
+    def b_rows(self) -> int:
+        """Rows of B's block_k × block_n tile that one CTA copies per stage: all of them, or in a
+        cluster its share (the other CTA copies the rest into both)."""
+        return self.k_.block_k // self.k_.cluster
+
+    @property
     def stage_bytes(self) -> int:
         k = self.k_
         return (k.block_m + k.block_n) * k.block_k * ELEMENT_BYTES
@@ -166,7 +193,35 @@ def check_knobs(workload: Matmul, k: MatmulHopperKnobs) -> Plan:
         raise InvalidKnobs(f"{k.stages} stages of {plan.stage_bytes:,}-byte buffers need {plan.shared_bytes:,} "
                            f"bytes of shared memory, more than the {SHARED_LIMIT:,} a block may use on the "
                            f"H100: use fewer stages or smaller tiles.", ("stages", "block_m", "block_n", "block_k"))
+    if k.cluster > 1:
+        check_cluster(k, plan)
     return plan
+
+
+def check_cluster(k: MatmulHopperKnobs, plan: Plan) -> None:
+    """A cluster pairs blocks 2i and 2i + 1. Tiles are numbered down the rows of a tile column
+    (groups of 8 rows), so with an even number of tile rows those two blocks always hold
+    neighbouring rows of one column, on every tile a persistent block visits too (the grid,
+    min(tiles, 132), is then even, and so a multiple of the cluster)."""
+    rows = plan.tiles[0]
+    if rows % k.cluster:
+        raise InvalidKnobs(f"A cluster of {k.cluster} blocks shares B's tile between neighbouring tile rows, so the "
+                           f"number of tile rows must be even: m / block_m = {plan.m} / {k.block_m} = {rows} "
+                           f"(choose another block_m, or cluster = 1).", ("cluster", "block_m"))
+    if plan.b_rows % SWIZZLE_ATOM_ROWS:
+        raise InvalidKnobs(f"Each block of a cluster copies {plan.b_rows} of B's {k.block_k} rows, which must be a "
+                           f"whole number of {SWIZZLE_ATOM_ROWS}-row swizzle patterns: use a larger block_k, or "
+                           f"cluster = 1.", ("cluster", "block_k"))
+
+
+def tile_origin(tile, tiles_m: int, tiles_n: int):
+    """(row, column) of a tile of C among the tiles_m × tiles_n tiles: tiles are numbered along
+    groups of RASTER_GROUP tile rows, column by column, so that neighbouring blocks share A and B
+    tiles. With tiles_m even, every group has an even number of rows, so tiles 2i and 2i + 1 are
+    neighbouring rows of one column: the two blocks of a cluster."""
+    group = tile // (RASTER_GROUP * tiles_n)
+    rows = tvm.tirx.min(tiles_m - group * RASTER_GROUP, RASTER_GROUP)
+    return group * RASTER_GROUP + tile % (RASTER_GROUP * tiles_n) % rows, tile % (RASTER_GROUP * tiles_n) // rows
 
 
 def schedule(workload: Matmul, k: MatmulHopperKnobs) -> Schedule:
@@ -180,6 +235,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     BM, BN, BK, STAGES, W, S = k_.block_m, k_.block_n, k_.block_k, k_.stages, p.atom, p.row_bytes
     MT, NACC, SW, WS = p.m_tiles, p.accumulators // p.m_tiles, p.swizzle_code, k_.warp_specialize
     PRODUCERS = int(WS)  # warpgroups before the first consumer
+    CLUSTER, B_ROWS = k_.cluster, p.b_rows
     TILES_M, TILES_N = p.tiles
     TILES, GRID, KT = TILES_M * TILES_N, p.blocks, K // BK
     ITERS = -(-TILES // GRID)  # tiles per block
@@ -188,9 +244,10 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     WGMMA = f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{BN}k{WGMMA_K}.f32.{AB}.{AB}"
     # cuTensorMapEncodeTiled: sizes (inner first), row stride in bytes, box, element strides,
     # interleave, swizzle, L2 promotion, out-of-bounds fill. A is K-major (rows of K), B is
-    # N-major (rows of N): each box is one swizzled row wide.
+    # N-major (rows of N): each box is one swizzled row wide, and B's box as high as the rows
+    # one CTA copies (in a cluster, its half of block_k).
     A_MAP = [K, M, K * ELEMENT_BYTES, W, BM, 1, 1, 0, SW, 0, 0]
-    B_MAP = [N, K, N * ELEMENT_BYTES, W, BK, 1, 1, 0, SW, 0, 0]
+    B_MAP = [N, K, N * ELEMENT_BYTES, W, B_ROWS, 1, 1, 0, SW, 0, 0]
     # Descriptor strides, in 16-byte units: 8 swizzled rows make one swizzle atom (SBO); B's
     # atoms side by side along N are one block_k-row column of buffer apart (LBO).
     SBO, B_LBO = 8 * S // 16, BK * S // 16
@@ -201,31 +258,46 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         (laid out [block_k / atom][block_m][atom])."""
         return ((kk * WGMMA_K // W) * BM * S + m * WGMMA_M * S + (kk * WGMMA_K % W) * ELEMENT_BYTES) // 16
 
-    def tile_origin(tile):
-        """(row, column) of a tile of C among the tiles: tiles are numbered along rows of
-        RASTER_GROUP tile rows, column by column, so that neighbouring blocks share A and B tiles."""
-        group = tile // (RASTER_GROUP * TILES_N)
-        rows = tvm.tirx.min(TILES_M - group * RASTER_GROUP, RASTER_GROUP)
-        return group * RASTER_GROUP + tile % (RASTER_GROUP * TILES_N) % rows, tile % (RASTER_GROUP * TILES_N) // rows
-
     def b_step(kk: int) -> int:
         """... of step kk in B's buffer (laid out [block_n / atom][block_k][atom])."""
         return kk * WGMMA_K * S // 16
 
     @T.inline
-    def load(j, bx, A_map, B_map, A_smem, B_smem, full, empty):
+    def load(j, bx, rank, A_map, B_map, A_smem, B_smem, full, empty):
         # Step j of this block's (tile, k-step) sequence into buffer j % STAGES, once the
-        # consumers have released that buffer's previous use (a fresh barrier passes parity 1).
-        tm, tn = T.meta_var(tile_origin(bx + j // KT * GRID))
+        # consumers (of both CTAs, in a cluster) have released that buffer's previous use (a
+        # fresh barrier passes parity 1). The full barrier expects the whole stage, whoever copies it.
+        tm, tn = T.meta_var(tile_origin(bx + j // KT * GRID, TILES_M, TILES_N))
         s = T.meta_var(j % STAGES)
         T.cuda.mbarrier_wait(empty.ptr_to([s]), j // STAGES % 2 ^ 1)
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]), T.uint32(p.stage_bytes))
         for c in T.unroll(A_CHUNKS):
             T.ptx[TMA_LOAD](A_smem.ptr_to([s, c, 0, 0]), T.address_of(A_map),
                             j % KT * BK + c * W, tm * BM, full.ptr_to([s]))
-        for c in T.unroll(B_CHUNKS):
-            T.ptx[TMA_LOAD](B_smem.ptr_to([s, c, 0, 0]), T.address_of(B_map),
-                            tn * BN + c * W, j % KT * BK, full.ptr_to([s]))
+        if CLUSTER > 1:
+            # This CTA's rows of B's tile, written at the same offsets into both CTAs, each
+            # completing the bytes it receives on its own full barrier s.
+            for c in T.unroll(B_CHUNKS):
+                T.ptx[TMA_MULTICAST](B_smem.ptr_to([s, c, rank * B_ROWS, 0]), T.address_of(B_map),
+                                     tn * BN + c * W, j % KT * BK + rank * B_ROWS, full.ptr_to([s]),
+                                     T.uint16(CLUSTER_MASK))
+        else:
+            for c in T.unroll(B_CHUNKS):
+                T.ptx[TMA_LOAD](B_smem.ptr_to([s, c, 0, 0]), T.address_of(B_map),
+                                tn * BN + c * W, j % KT * BK, full.ptr_to([s]))
+
+    @T.inline
+    def release(empty, s, rank, tx):
+        # This consumer thread no longer reads buffer s. In a cluster the other CTA's copies
+        # write into it too, so one lane per warp also arrives, for its warp, on the other
+        # CTA's empty barrier s (mapa: its address as seen from there).
+        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([s]), T.uint32(1))
+        if CLUSTER > 1:
+            if tx % WARP == 0:
+                peer = T.alloc_buffer((1,), "uint32", scope="local")
+                T.ptx.mapa.shared__cluster.u32(peer[0], T.cuda.cvta_generic_to_shared(empty.ptr_to([s])),
+                                               T.uint32(rank ^ 1))
+                T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0], T.uint32(WARP))
 
     @T.inline
     def store_float32(C, row, col, acc, m, i):
@@ -258,6 +330,10 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         T.device_entry()
         bx = T.cta_id([GRID])
         tx = T.thread_id([p.threads])
+        if CLUSTER > 1:
+            rank = T.cta_id_in_cluster([CLUSTER])  # 0 or 1: the upper or lower of the pair's tile rows
+        else:
+            rank = T.meta_var(0)
         pool = T.SMEMPool()
         A_smem = pool.alloc((STAGES, A_CHUNKS, BM, W), dtype, align=1024)  # swizzle atoms: 1024-byte aligned
         B_smem = pool.alloc((STAGES, B_CHUNKS, BK, W), dtype, align=1024)
@@ -269,9 +345,15 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         if tx == 0:
             for s in T.unroll(STAGES):
                 T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))  # the producer's expect_tx
-                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(k_.consumers * WARPGROUP))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(k_.consumers * WARPGROUP * CLUSTER))
         T.ptx.fence.proxy.async_.shared__cta()  # the barriers are visible to the TMA unit
-        T.cuda.cta_sync()
+        if CLUSTER > 1:
+            # ... and to the other CTA, before its first copy or arrive reaches them.
+            T.ptx.fence.mbarrier_init.release.cluster()
+            T.ptx.barrier.cluster.arrive()
+            T.ptx.barrier.cluster.wait()
+        else:
+            T.cuda.cta_sync()
 
         if WS and tx < WARPGROUP:
             # The producer warpgroup: one thread walks every step of every tile of this block.
@@ -279,7 +361,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
             if tx == 0:
                 for j in T.serial(ITERS * KT):
                     if bx + j // KT * GRID < TILES:
-                        load(j, bx, A_map, B_map, A_smem, B_smem, full, empty)
+                        load(j, bx, rank, A_map, B_map, A_smem, B_smem, full, empty)
         else:
             if WS:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGS)
@@ -288,11 +370,11 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                 if tx == 0:
                     for j in T.serial(STAGES - 1):
                         if bx + j // KT * GRID < TILES:
-                            load(j, bx, A_map, B_map, A_smem, B_smem, full, empty)
+                            load(j, bx, rank, A_map, B_map, A_smem, B_smem, full, empty)
             for it in T.serial(ITERS):
                 tile = T.meta_var(bx + it * GRID)
                 if tile < TILES:
-                    tm, tn = T.meta_var(tile_origin(tile))
+                    tm, tn = T.meta_var(tile_origin(tile, TILES_M, TILES_N))
                     for m in T.unroll(MT):
                         for i in T.unroll(NACC):
                             acc[m, i] = T.float32(0)
@@ -317,13 +399,13 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                         # so its buffer goes back to the producer.
                         T.ptx.wgmma.wait_group.sync.aligned(1)
                         if kt > 0:
-                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(g - 1) % STAGES]), T.uint32(1))
+                            release(empty, (g - 1) % STAGES, rank, tx)
                         if not WS:
                             if tx == 0:
                                 if bx + (g + STAGES - 1) // KT * GRID < TILES:
-                                    load(g + STAGES - 1, bx, A_map, B_map, A_smem, B_smem, full, empty)
+                                    load(g + STAGES - 1, bx, rank, A_map, B_map, A_smem, B_smem, full, empty)
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(it * KT + KT - 1) % STAGES]), T.uint32(1))
+                    release(empty, (it * KT + KT - 1) % STAGES, rank, tx)
                     # wgmma's accumulator layout: warp w of the group holds rows 16w .. 16w + 15,
                     # lane l rows l / 4 and l / 4 + 8, columns 2 (l % 4) and the next, every 8 columns:
                     # each pair of neighbours leaves in one store.
@@ -333,6 +415,10 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                                              + tx % 32 // 4)
                             col = T.meta_var(tn * BN + i * 8 + tx % 4 * 2)
                             store(C, row, col, acc, m, i)
+        if CLUSTER > 1:
+            # No CTA exits while the other may still arrive on its empty barriers.
+            T.ptx.barrier.cluster.arrive()
+            T.ptx.barrier.cluster.wait()
 
     return main
 
@@ -346,7 +432,8 @@ TEMPLATE = Template(
     workload=Matmul,
     knobs=MatmulHopperKnobs,
     apply=schedule,
-    tag_knobs={"blockIdx.x": ("block_m", "block_n", "persistent"), "threadIdx.x": ("consumers", "warp_specialize")},
+    tag_knobs={"blockIdx.x": ("block_m", "block_n", "persistent", "cluster"),
+               "clusterCtaIdx.x": ("cluster",), "threadIdx.x": ("consumers", "warp_specialize")},
     shared_knobs=("block_m", "block_n", "block_k", "stages"),
     workload_defaults={"dtype": "float16"},
     pipeline="tirx",
