@@ -23,7 +23,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 SETTING_SECONDS = 40  # import, build, NVRTC, check and time one setting (about 10 s); more means a hung kernel
-TOTAL_SECONDS = 100  # no setting starts after this: the whole run stays within a short GPU session
+TOTAL_SECONDS = 130  # no setting starts after this: the whole run stays within a short GPU session
 # name -> (dtype, knobs changed from the template's defaults)
 SETTINGS = {
     "default-fp16": ("float16", {}),
@@ -31,6 +31,9 @@ SETTINGS = {
     "persistent-fp16": ("float16", {"persistent": True}),
     "no-warp-specialization-fp16": ("float16", {"warp_specialize": False}),
     "one-consumer-128x128-fp16": ("float16", {"consumers": 1, "block_n": 128, "stages": 5}),
+    # Clusters of two blocks sharing B's tile through TMA multicast, alone and with persistent tiles.
+    "cluster-fp16": ("float16", {"cluster": 2}),
+    "cluster-persistent-fp16": ("float16", {"cluster": 2, "persistent": True}),
 }
 
 
