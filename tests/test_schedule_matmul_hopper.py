@@ -190,6 +190,9 @@ def test_a_buffer_is_refilled_only_once_both_blocks_consumers_are_done(knobs):
     assert "barrier.cluster.arrive;" in cuda and "barrier.cluster.wait;" in cuda
     assert body.count("tvm_builtin_ptx_barrier_cluster_arrive_cluster_arrive();") == 2
     assert body.count("tvm_builtin_ptx_barrier_cluster_wait_cluster_wait();") == 2
+    first_wait = body.index("tvm_builtin_ptx_barrier_cluster_wait_cluster_wait();")
+    assert body.index("mbarrier_init_init_shared_b64(") < body.index("fence_mbarrier_init") < first_wait
+    assert first_wait < min(body.index("_multicast__cluster("), body.index("_mapa_"))
     assert body.rstrip().endswith("tvm_builtin_ptx_barrier_cluster_wait_cluster_wait();\n}")
 
 
