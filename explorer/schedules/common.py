@@ -156,6 +156,30 @@ def pipeline(sch: Schedule, loop, stages: int, async_copy: bool) -> None:
             sch.annotate(loop, "software_pipeline_async_stages", [0])
 
 
+# -- split-K: slices of a reduction summed by their own blocks, then added -------------------
+
+# Threads per block of the kernel that adds the partial sums.
+REDUCE_THREADS = 128
+
+
+def rfactor_slices(sch: Schedule, loop, slices: int):
+    """Cut the reduction ``loop`` into ``slices`` and make the slice a spatial axis: TVM's ``rfactor``
+    returns a new block ("<name>_rf") that writes one partial sum per slice (axis 0 of its buffer);
+    the original block then adds the partials."""
+    slice_, _ = sch.split(loop, factors=[slices, None])
+    return sch.rfactor(slice_, factor_axis=0)
+
+
+def sum_partials(sch: Schedule, block) -> None:
+    """The second kernel of split-K: one thread per output of ``block`` adds its partial sums
+    in a register, REDUCE_THREADS threads per block."""
+    total = sch.cache_write(block, 0, "local")
+    outer, thread = sch.split(sch.fuse(*sch.get_loops(total)), factors=[None, REDUCE_THREADS])
+    bind(sch, outer, "blockIdx.x")
+    bind(sch, thread, "threadIdx.x")
+    sch.compute_at(block, thread)
+
+
 def unroll(sch: Schedule, loop, max_step: int) -> None:
     """Unroll the loops under ``loop`` up to ``max_step`` iterations, in TVM's IR; 0 leaves them rolled."""
     if max_step:
