@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import tvm
 from exported import RUN_SCRIPT
 
 from explorer.analysis.sass import compile_binary
@@ -90,6 +91,51 @@ def test_simt_kernels_have_no_tensor_core_instructions():
     assert "mma" not in cuda and "ldmatrix" not in cuda
 
 
+def step_loops(**knobs):
+    """The annotations of the reduction's step loop (ko) and of the loop over k inside a step (ki)."""
+    sch = get_template("matmul_async").apply(FP32, MatmulAsyncKnobs(**knobs))
+    *_, ko, ki, _, _ = sch.get_loops(sch.get_sblock("C_update"))
+
+    def annotations(loop):
+        return {k: int(v) if isinstance(v, int) else [int(x) for x in v] for k, v in sch.get(loop).annotations.items()}
+
+    return annotations(ko), annotations(ki), sch.get(ki).kind
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_register_double_buffering_nests_a_two_stage_pipeline_in_the_step(stages):
+    ko, ki, kind = step_loops(register_double_buffer=True, stages=stages)
+    # ki's body: [read A's registers, read B's registers, multiply]; the reads run one k ahead.
+    assert ki["software_pipeline_stage"] == [0, 0, 1] and ki["software_pipeline_order"] == [0, 1, 2]
+    assert kind == tvm.tirx.ForKind.UNROLLED and ki["pragma_unroll_explicit"] == 0
+    # TVM expands ki first: ko's body becomes [copy A, copy B, prologue, ki's loop, epilogue].
+    assert ko["software_pipeline_stage"] == [0, 0] + [stages - 1] * 3
+    assert ko["software_pipeline_order"] == [0, 1, 2, 3, 4] and ko["software_pipeline_async_stages"] == [0]
+    plain_ko, plain_ki, _ = step_loops(stages=stages)
+    assert plain_ko["software_pipeline_stage"] == [0, 0, stages - 1] and plain_ki == {}
+
+
+@pytest.mark.parametrize("thread_m, thread_n, warp_m, warp_n", [(8, 8, 32, 64), (16, 8, 64, 64)])
+def test_register_double_buffering_keeps_two_copies_of_each_register_tile(thread_m, thread_n, warp_m, warp_n):
+    tiles = dict(thread_m=thread_m, thread_n=thread_n, warp_m=warp_m, warp_n=warp_n)
+    double, single = simt(register_double_buffer=True, **tiles), simt(**tiles)
+    for operand, size in (("A", thread_m), ("B", thread_n)):
+        assert f"{operand}_shared_dyn_local = T.alloc_local(({2 * size},)" in double.lowered
+        assert f"{operand}_shared_dyn_local = T.alloc_local(({size},)" in single.lowered
+        # Inside the step the copy for k + 1 is written while the copy for k is read.
+        write = re.search(rf"{operand}_shared_dyn_local\[\((\w+) \+ 1 & 1\) \* {size}", double.lowered)
+        assert write and f"{operand}_shared_dyn_local[({write.group(1)} & 1) * {size}" in double.lowered
+    # The step's loop (16 k, the first one's reads in the prologue) is unrolled by nvcc.
+    assert re.search(r"#pragma unroll\n\s*for \(int \w+ = 0; \w+ < 15; \+\+\w+\)", double.cuda)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_register_double_buffering_keeps_the_copies_stages_ahead(stages):
+    b = simt(register_double_buffer=True, stages=stages)
+    assert max(wait_groups(b.cuda)) == stages - 1 and 0 in wait_groups(b.cuda)
+    assert b.kernels[0].shared_bytes == simt(stages=stages).kernels[0].shared_bytes
+
+
 def test_split_k_launches_a_second_kernel_that_adds_the_partials():
     # 1024² outputs in 128 × 128 tiles: 64 blocks per slice of K, 2 slices of 512.
     partial, total = simt(FP32_1024, split_k=2).kernels
@@ -105,6 +151,12 @@ def test_split_k_launches_a_second_kernel_that_adds_the_partials():
     assert re.search(r"for \(int \w+ = 0; \w+ < 4; \+\+\w+\)", second) and "* 1048576)" in second
     (single,) = simt(FP32_1024).kernels
     assert single.grid == (8, 8, 1)
+
+
+def test_split_k_composes_with_register_double_buffering():
+    partial, _ = simt(FP32_1024, split_k=2, register_double_buffer=True, block_m=64, block_n=64, warp_m=32,
+                      warp_n=64).kernels
+    assert partial.grid == (16, 16, 2) and partial.block == (32, 2, 1)
 
 
 # -- matmul_tensorcore ----------------------------------------------------------------
@@ -204,11 +256,17 @@ def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
 @pytest.mark.parametrize("make, kernels", [
     (lambda: simt(), 1),
-    (lambda: simt(FP32_1024, split_k=2), 2),
+    (lambda: simt(register_double_buffer=True), 1),
+    (lambda: simt(register_double_buffer=True, stages=4, block_k=32), 1),
+    (lambda: simt(register_double_buffer=True, block_n=256, warp_m=64, warp_n=64, thread_m=16), 1),
+    (lambda: simt(FP32_1024, split_k=2, register_double_buffer=True), 2),
     (lambda: tensorcore(), 1),
     (lambda: tensorcore(BF16), 1),
-], ids=["async-fp32", "async-fp32-split-k", "tensorcore-fp16", "tensorcore-bf16"])
+], ids=["async-fp32", "async-fp32-register-double-buffer", "async-fp32-register-double-buffer-k32-4-stages",
+        "async-fp32-register-double-buffer-16x8", "async-fp32-split-k", "tensorcore-fp16", "tensorcore-bf16"])
 def test_the_generated_cuda_compiles_for_sm_90a_without_spills(make, kernels):
+    """No local memory: the register tiles (both copies with register_double_buffer, indexed by
+    k % 2 in a loop only nvcc unrolls) must all stay in registers."""
     binary = compile_binary(make())
     assert len(binary.registers) == kernels
     assert all(0 < r <= 255 for r in binary.registers.values()) and set(binary.spill_bytes.values()) <= {0}
@@ -253,11 +311,17 @@ def test_tolerance_allows_one_rounding_to_the_input_type():
     Spec("matmul_tensorcore", FP16, MatmulTensorCoreKnobs()),
     Spec("matmul_tensorcore", BF16, MatmulTensorCoreKnobs(stages=4, block_k=16, block_n=64, warp_n=32)),
     get_preset("modern-async-1024").spec,
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True, stages=2, block_k=8, thread_m=16,
+                                                warp_m=64, warp_n=64, block_n=256)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True, stages=1, async_copy=False,
+                                                dynamic_shared=False)),
     Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=2)),
-    Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=4, block_m=64, block_n=64, warp_m=32, warp_n=64,
-                                                     block_k=32, stages=4)),
+    Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=4, register_double_buffer=True, block_m=64,
+                                                     block_n=64, warp_m=32, warp_n=64, block_k=32, stages=4)),
 ], ids=["async-default", "async-4-stages-no-transpose", "sync-2-stages", "tc-fp16", "tc-bf16-4-stages",
-        "preset-async-1024", "async-1024-split-k-2", "async-1024-split-k-4-64x64"])
+        "preset-async-1024", "async-register-double-buffer", "async-register-double-buffer-16x8-2-stages",
+        "sync-register-double-buffer-1-stage", "async-1024-split-k-2", "async-1024-split-k-4-register-double-buffer"])
 def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
     tolerance = 4 * np.finfo(np.float32).eps * spec.workload.reduction_length() * max(1.0, np.abs(expected).max())

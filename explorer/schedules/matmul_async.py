@@ -14,6 +14,11 @@ the thread, which waits for them (``cp.async.wait_group``) only when it needs th
 Several stages need more shared memory than the 48 KB a block gets statically:
 ``dynamic_shared`` allocates it dynamically (up to 227 KB per block on the H100, by opt-in).
 
+Inside a step, each thread reads its column of A and row of B from shared memory into
+registers, one ``k`` at a time, and multiplies them into its tile. ``register_double_buffer``
+pipelines that inner loop as well, two register copies deep: the reads for ``k + 1`` are
+issued before the multiply-adds of ``k``, so their latency hides behind arithmetic.
+
 ``split_k`` > 1 cuts K into slices, each summed by its own blocks (``blockIdx.z``) into a
 buffer of partial sums, which a second small kernel adds (TVM's ``rfactor``): more blocks
 when M × N alone gives too few to fill the GPU.
@@ -36,6 +41,7 @@ from .common import (
     dynamic_shared_knob,
     new_schedule,
     pipeline,
+    prefetch_registers,
     rfactor_slices,
     schedule_errors,
     stages_knob,
@@ -71,6 +77,11 @@ class MatmulAsyncKnobs(KnobSet):
                              "element per copy instruction (cp.async cannot scatter a vector).")
     read_vector: int = knob(4, "Elements each thread reads per instruction from shared memory into its "
                             "register tiles: B always, A when transpose_a is on.", choices=(1, 2, 4))
+    register_double_buffer: bool = knob(False, "Two copies of the registers that hold a thread's values of A and "
+                                        "B: while the multiply-adds use one copy, the next k's values are read "
+                                        "from shared memory into the other, so the thread does not wait for its "
+                                        "reads. The loop over k inside a step is then unrolled, which keeps both "
+                                        "copies in registers.")
     shared_pad: int = knob(4, "Elements added to each row of the shared tiles, so that the transposed "
                            "stores of A and the reads of a warp spread over the memory banks; 0 = none.",
                            choices=(0, 1, 2, 4, 8))
@@ -186,7 +197,10 @@ def _schedule_products(sch, k: MatmulAsyncKnobs, c) -> None:
             sch.storage_align(stage, 0, axis=0, factor=row + k.shared_pad, offset=0)
         cooperative_fetch(sch, stage, ko, threads, vector=vector)
     sch.decompose_reduction(c, ko)
-    pipeline(sch, ko, k.stages, k.async_copy)  # ko's body: [copy A, copy B, multiply]
+    if k.register_double_buffer:
+        prefetch_registers(sch, ki)  # ki's body: [read A's registers, read B's registers, multiply]
+    # ko's body: [copy A, copy B, multiply], the multiply pipelined itself with register_double_buffer.
+    pipeline(sch, ko, k.stages, k.async_copy, nested=k.register_double_buffer)
     unroll(sch, lane, k.unroll_max_step)
 
 
@@ -212,8 +226,8 @@ TEMPLATE = Template(
     name="matmul_async",
     title="Matmul — warp tiles, cp.async and a multi-stage pipeline (fp32)",
     summary="Block, warp and thread tiles; shared tiles filled by cp.async copies that run stages − 1 "
-            "reduction steps ahead of the multiply-adds; vector reads into register tiles; split-K slices "
-            "whose partial sums a second kernel adds.",
+            "reduction steps ahead of the multiply-adds; vector reads into register tiles, optionally double "
+            "buffered; split-K slices whose partial sums a second kernel adds.",
     workload=Matmul,
     knobs=MatmulAsyncKnobs,
     apply=schedule,
