@@ -91,6 +91,12 @@ def test_simt_kernels_have_no_tensor_core_instructions():
     assert "mma" not in cuda and "ldmatrix" not in cuda
 
 
+def test_store_vector_writes_c_in_float4s():
+    assert "*(float4*)(C_ptr + " not in simt().cuda
+    assert simt(store_vector=4).cuda.count("*(float4*)(C_ptr + ") == 16  # 8 × 8 outputs per thread
+    assert simt(FP32_1024, split_k=2, store_vector=4).cuda.count("*(float4*)(C_rf_ptr + ") == 16
+
+
 def step_loops(**knobs):
     """The annotations of the reduction's step loop (ko) and of the loop over k inside a step (ki)."""
     sch = get_template("matmul_async").apply(FP32, MatmulAsyncKnobs(**knobs))
@@ -203,6 +209,8 @@ def test_tensor_core_without_pipeline_has_no_cp_async():
     (simt, dict(transpose_a=False, block_k=4, fetch_vector=4, read_vector=1, shared_pad=1),
      "fetch_vector = 4", ("fetch_vector", "shared_pad")),
     (simt, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
+    (simt, dict(thread_n=2, warp_n=16, read_vector=2, store_vector=4), "store_vector = 4",
+     ("store_vector", "thread_n")),
     (simt, dict(split_k=16, block_k=32), "split_k × block_k = 16 × 32 does not divide k = 256",
      ("split_k", "block_k")),
     (tensorcore, dict(block_n=64, warp_n=128), "warp tile does not divide", ("block_n", "warp_n")),
@@ -316,12 +324,14 @@ def test_tolerance_allows_one_rounding_to_the_input_type():
                                                 warp_m=64, warp_n=64, block_n=256)),
     Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True, stages=1, async_copy=False,
                                                 dynamic_shared=False)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(store_vector=4)),
     Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=2)),
     Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=4, register_double_buffer=True, block_m=64,
                                                      block_n=64, warp_m=32, warp_n=64, block_k=32, stages=4)),
 ], ids=["async-default", "async-4-stages-no-transpose", "sync-2-stages", "tc-fp16", "tc-bf16-4-stages",
         "preset-async-1024", "async-register-double-buffer", "async-register-double-buffer-16x8-2-stages",
-        "sync-register-double-buffer-1-stage", "async-1024-split-k-2", "async-1024-split-k-4-register-double-buffer"])
+        "sync-register-double-buffer-1-stage", "async-store-vector-4", "async-1024-split-k-2",
+        "async-1024-split-k-4-register-double-buffer"])
 def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
     tolerance = 4 * np.finfo(np.float32).eps * spec.workload.reduction_length() * max(1.0, np.abs(expected).max())

@@ -77,6 +77,8 @@ class MatmulAsyncKnobs(KnobSet):
                              "element per copy instruction (cp.async cannot scatter a vector).")
     read_vector: int = knob(4, "Elements each thread reads per instruction from shared memory into its "
                             "register tiles: B always, A when transpose_a is on.", choices=(1, 2, 4))
+    store_vector: int = knob(1, "Elements of C each thread writes per store instruction (4 = 16 bytes): fewer "
+                             "stores, each filling whole 32-byte sectors of memory.", choices=(1, 2, 4))
     register_double_buffer: bool = knob(False, "Two copies of the registers that hold a thread's values of A and "
                                         "B: while the multiply-adds use one copy, the next k's values are read "
                                         "from shared memory into the other, so the thread does not wait for its "
@@ -138,7 +140,9 @@ def _check_vectors(k: MatmulAsyncKnobs) -> None:
     a misaligned 16-byte cp.async or float4 load faults at run time."""
     fetched = {"block_n": k.block_n, "shared_pad": k.shared_pad} | ({} if k.transpose_a else {"block_k": k.block_k})
     read = {"thread_n": k.thread_n, "shared_pad": k.shared_pad} | ({"thread_m": k.thread_m} if k.transpose_a else {})
-    for name, v, sizes in (("fetch_vector", k.fetch_vector, fetched), ("read_vector", k.read_vector, read)):
+    checks = (("fetch_vector", k.fetch_vector, fetched), ("read_vector", k.read_vector, read),
+              ("store_vector", k.store_vector, {"thread_n": k.thread_n}))
+    for name, v, sizes in checks:
         bad = [n for n, size in sizes.items() if size % v]
         if bad:
             listed = ", ".join(f"{n} = {sizes[n]}" for n in bad)
@@ -177,6 +181,8 @@ def _schedule_products(sch, k: MatmulAsyncKnobs, c) -> None:
         sch.transform_layout(a_shared, ("write", 0), lambda i, r: (r, i))
     registers = [sch.cache_read(c, i, "local") for i in (0, 1)]
     lane = _bind_tiles(sch, k, output)
+    if k.store_vector > 1:  # the write-back's innermost loop walks a row of the thread's tile
+        sch.vectorize(sch.split(sch.get_loops(output)[-1], factors=[None, k.store_vector])[1])
 
     sch.compute_at(c, lane, preserve_unit_loops=True)
     *_, ci, cj, kk = sch.get_loops(c)
