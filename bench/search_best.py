@@ -86,9 +86,10 @@ MATMUL_REFINE = ("block_m", "block_n", "thread_m", "thread_n", "vthread_y", "vth
 # for 132 SMs: the grid tries smaller blocks, smaller thread tiles (more threads per block) and
 # K split 2 or 4 ways. At 4096³ there are blocks enough; the grid tries the large tiles that
 # raise the multiply-adds per instruction issued (8 × 8 and 16 × 8 per thread, 128 × 256 per
-# block), each with and without register double buffering.
+# block), each with and without register double buffering. All write C in 16-byte stores: at
+# 1024³ every block writes its tile at the same moment, with nothing left to hide the stores.
 MATMUL_ASYNC_COMMON = ("async_copy=true", "transpose_a=true", "read_vector=4", "shared_pad=4", "dynamic_shared=true",
-                       "unroll_max_step=512")
+                       "unroll_max_step=512", "store_vector=4")
 MATMUL_ASYNC_1024_GRID = (
     "block_m=64,128", "block_n=64,128", "warp_m=32,64", "warp_n=32,64", "thread_m=4,8", "thread_n=8",
     "split_k=1,2,4", "block_k=8,16,32", "stages=2,3,4", "register_double_buffer=true,false", *MATMUL_ASYNC_COMMON,
@@ -98,7 +99,7 @@ MATMUL_ASYNC_4096_GRID = (
     "split_k=1", "block_k=8,16,32", "stages=2,3,4", "register_double_buffer=true,false", *MATMUL_ASYNC_COMMON,
 )
 MATMUL_ASYNC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "thread_m", "thread_n", "stages",
-                       "register_double_buffer", "transpose_a", "shared_pad", "unroll_max_step")
+                       "register_double_buffer", "transpose_a", "shared_pad", "unroll_max_step", "store_vector")
 MATMUL_ASYNC_1024_REFINE = (*MATMUL_ASYNC_REFINE, "split_k")
 # Tensor cores (matmul_tensorcore): block and warp tiles, K step, pipeline depth.
 MATMUL_TC_GRID = ("block_m=64,128,256", "block_n=64,128,256", "block_k=32,64", "warp_m=32,64", "warp_n=32,64",
