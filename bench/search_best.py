@@ -6,6 +6,7 @@ ready-to-paste ``[[preset]]`` block.
     python bench/search_best.py all
     python bench/search_best.py dw-96 --tune 256      # MetaSchedule on the same workload instead
     python bench/search_best.py conv2d-async-resnet-last --rounds 1 --max-minutes 3.5
+    python bench/search_best.py matmul-async-1024 --rounds 1 --max-minutes 3
 
 A plan names a benchmark (explorer.benchmarks: the workload, its goal and PyTorch's
 time), a template, a grid over its knobs, how many grid points to try (a random sample
@@ -80,15 +81,26 @@ MATMUL_GRID = (
 MATMUL_REFINE = ("block_m", "block_n", "thread_m", "thread_n", "vthread_y", "vthread_x", "block_k", "fetch_vector",
                  "shared_pad", "transpose_a", "read_vector", "double_buffer", "unroll_max_step", "hoist_init")
 # Modern fp32 matmul (matmul_async): block, warp and thread tiles, K step, pipeline depth with
-# cp.async, A transposed or not, padding. Tiles whose warp is not 32 threads are rejected in
-# milliseconds, so the grid is sampled.
-MATMUL_ASYNC_GRID = (
-    "block_m=64,128", "block_n=64,128", "block_k=8,16,32", "warp_m=32,64", "warp_n=32,64", "thread_m=4,8",
-    "thread_n=4,8", "stages=2,3,4", "async_copy=true", "transpose_a=true,false", "read_vector=4",
-    "shared_pad=0,4", "dynamic_shared=true", "unroll_max_step=512",
+# cp.async, register double buffering, split-K. Tiles whose warp is not 32 threads are rejected
+# in milliseconds, so the grids are sampled. At 1024³ a 128 × 128 block tile gives 64 blocks
+# for 132 SMs: the grid tries smaller blocks, smaller thread tiles (more threads per block) and
+# K split 2 or 4 ways. At 4096³ there are blocks enough; the grid tries the large tiles that
+# raise the multiply-adds per instruction issued (8 × 8 and 16 × 8 per thread, 128 × 256 per
+# block), each with and without register double buffering. All write C in 16-byte stores: at
+# 1024³ every block writes its tile at the same moment, with nothing left to hide the stores.
+MATMUL_ASYNC_COMMON = ("async_copy=true", "transpose_a=true", "read_vector=4", "shared_pad=4", "dynamic_shared=true",
+                       "unroll_max_step=512", "store_vector=4")
+MATMUL_ASYNC_1024_GRID = (
+    "block_m=64,128", "block_n=64,128", "warp_m=32,64", "warp_n=32,64", "thread_m=4,8", "thread_n=8",
+    "split_k=1,2,4", "block_k=8,16,32", "stages=2,3,4", "register_double_buffer=true,false", *MATMUL_ASYNC_COMMON,
+)
+MATMUL_ASYNC_4096_GRID = (
+    "block_m=128", "block_n=128,256", "warp_m=32,64", "warp_n=32,64", "thread_m=8,16", "thread_n=8",
+    "split_k=1", "block_k=8,16,32", "stages=2,3,4", "register_double_buffer=true,false", *MATMUL_ASYNC_COMMON,
 )
 MATMUL_ASYNC_REFINE = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "thread_m", "thread_n", "stages",
-                       "transpose_a", "shared_pad", "unroll_max_step")
+                       "register_double_buffer", "transpose_a", "shared_pad", "unroll_max_step", "store_vector")
+MATMUL_ASYNC_1024_REFINE = (*MATMUL_ASYNC_REFINE, "split_k")
 # Tensor cores (matmul_tensorcore): block and warp tiles, K step, pipeline depth.
 MATMUL_TC_GRID = ("block_m=64,128,256", "block_n=64,128,256", "block_k=32,64", "warp_m=32,64", "warp_n=32,64",
                   "stages=2,3,4", "async_copy=true", "shared_pad=0,8", "swizzle=true,false", "dynamic_shared=true")
@@ -149,8 +161,8 @@ PLANS = _plans(
     ("conv2d-resnet-last", "conv2d_autotvm", "conv2d-resnet-last", CONV2D_GRID, 1500, CONV2D_REFINE),
     ("conv2d-async-resnet-last", "conv2d_async", "conv2d-resnet-last", CONV2D_ASYNC_GRID, 100, CONV2D_ASYNC_REFINE),
     ("matmul-1024", "matmul", "matmul-1024", MATMUL_GRID, 800, MATMUL_REFINE),
-    ("matmul-async-1024", "matmul_async", "matmul-1024", MATMUL_ASYNC_GRID, 120, MATMUL_ASYNC_REFINE),
-    ("matmul-async-4096", "matmul_async", "matmul-4096", MATMUL_ASYNC_GRID, 60, MATMUL_ASYNC_REFINE),
+    ("matmul-async-1024", "matmul_async", "matmul-1024", MATMUL_ASYNC_1024_GRID, 160, MATMUL_ASYNC_1024_REFINE),
+    ("matmul-async-4096", "matmul_async", "matmul-4096", MATMUL_ASYNC_4096_GRID, 100, MATMUL_ASYNC_REFINE),
     ("matmul-tc-fp16-4096", "matmul_tensorcore", "matmul-fp16-4096", MATMUL_TC_GRID, 60, MATMUL_TC_REFINE),
     ("matmul-tc-bf16-4096", "matmul_tensorcore", "matmul-bf16-4096", MATMUL_TC_GRID, 60, MATMUL_TC_REFINE),
 )

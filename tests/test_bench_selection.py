@@ -1,6 +1,6 @@
 """The GPU benchmarks' selection and time limits, without a GPU: bench/kernels.py --only picks
 rows and keeps earlier ones; bench/search_best.py --max-minutes stops a search and still
-prints the best point so far."""
+prints the best point so far, and its fp32 matmul plans sample the structures each size needs."""
 import argparse
 import json
 
@@ -70,6 +70,40 @@ def test_max_minutes_stops_the_search_and_prints_the_best_point_so_far(tmp_path,
     assert point["status"] == VALID, point["reason"]
     assert 'id = "best-conv2d-async-resnet-last"' in out and 'template = "conv2d_async"' in out
     assert f"value_us = {float(point['knobs']['block_f']):.2f}" in out
+
+
+def sampled_valid_knobs(plan_id):
+    """The knobs of the points a plan's default sample draws that the template accepts."""
+    from explorer.errors import InvalidKnobs
+    from explorer.search.grid import Grid
+
+    plan = search_best.PLANS[plan_id]
+    grid = Grid.parse(plan.base(), plan.grid)
+    valid = []
+    for knobs in (grid.knobs_at(i) for i in grid.indices(plan.sample, 0)):
+        try:
+            plan.base().template_def.apply(plan.benchmark.workload, knobs)
+        except InvalidKnobs:
+            continue
+        valid.append(knobs)
+    return valid
+
+
+def test_the_fp32_matmul_searches_sample_small_blocks_split_k_and_large_tiles():
+    """A 2-3 minute search on a GPU measures these samples first: they must reach the structures
+    each size needs (more blocks at 1024³, more multiply-adds per instruction at 4096³)."""
+    small = sampled_valid_knobs("matmul-async-1024")
+    assert len(small) >= 40
+    assert {(k.block_m, k.block_n) for k in small} == {(64, 64), (64, 128), (128, 64), (128, 128)}
+    assert {k.split_k for k in small} == {1, 2, 4} and {k.register_double_buffer for k in small} == {True, False}
+    large = sampled_valid_knobs("matmul-async-4096")
+    assert len(large) >= 30
+    eight = [k for k in large if (k.thread_m, k.thread_n) == (8, 8)]
+    assert {(k.block_m, k.block_n) for k in eight} == {(128, 128), (128, 256)}
+    assert {k.block_k for k in large} == {8, 16, 32} and {k.stages for k in large} == {2, 3, 4}
+    assert any(k.register_double_buffer for k in eight) and any(k.thread_m == 16 for k in large)
+    assert "split_k" in search_best.PLANS["matmul-async-1024"].refine
+    assert "register_double_buffer" in search_best.PLANS["matmul-async-4096"].refine
 
 
 def test_the_table_says_when_each_row_was_measured():

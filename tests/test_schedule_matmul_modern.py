@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import tvm
 from exported import RUN_SCRIPT
 
 from explorer.analysis.sass import compile_binary
@@ -25,6 +26,7 @@ from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
 from explorer.workloads import Matmul
 
 FP32 = Matmul(m=256, n=256, k=256)
+FP32_1024 = Matmul(m=1024, n=1024, k=1024)
 FP16 = Matmul(m=256, n=256, k=256, dtype="float16")
 BF16 = Matmul(m=256, n=256, k=256, dtype="bfloat16")
 
@@ -89,6 +91,80 @@ def test_simt_kernels_have_no_tensor_core_instructions():
     assert "mma" not in cuda and "ldmatrix" not in cuda
 
 
+def test_store_vector_writes_c_in_float4s():
+    assert "*(float4*)(C_ptr + " not in simt().cuda
+    assert simt(store_vector=4).cuda.count("*(float4*)(C_ptr + ") == 16  # 8 × 8 outputs per thread
+    assert simt(FP32_1024, split_k=2, store_vector=4).cuda.count("*(float4*)(C_rf_ptr + ") == 16
+
+
+def step_loops(**knobs):
+    """The annotations of the reduction's step loop (ko) and of the loop over k inside a step (ki)."""
+    sch = get_template("matmul_async").apply(FP32, MatmulAsyncKnobs(**knobs))
+    *_, ko, ki, _, _ = sch.get_loops(sch.get_sblock("C_update"))
+
+    def annotations(loop):
+        return {k: int(v) if isinstance(v, int) else [int(x) for x in v] for k, v in sch.get(loop).annotations.items()}
+
+    return annotations(ko), annotations(ki), sch.get(ki).kind
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_register_double_buffering_nests_a_two_stage_pipeline_in_the_step(stages):
+    ko, ki, kind = step_loops(register_double_buffer=True, stages=stages)
+    # ki's body: [read A's registers, read B's registers, multiply]; the reads run one k ahead.
+    assert ki["software_pipeline_stage"] == [0, 0, 1] and ki["software_pipeline_order"] == [0, 1, 2]
+    assert kind == tvm.tirx.ForKind.UNROLLED and ki["pragma_unroll_explicit"] == 0
+    # TVM expands ki first: ko's body becomes [copy A, copy B, prologue, ki's loop, epilogue].
+    assert ko["software_pipeline_stage"] == [0, 0] + [stages - 1] * 3
+    assert ko["software_pipeline_order"] == [0, 1, 2, 3, 4] and ko["software_pipeline_async_stages"] == [0]
+    plain_ko, plain_ki, _ = step_loops(stages=stages)
+    assert plain_ko["software_pipeline_stage"] == [0, 0, stages - 1] and plain_ki == {}
+
+
+@pytest.mark.parametrize("thread_m, thread_n, warp_m, warp_n", [(8, 8, 32, 64), (16, 8, 64, 64)])
+def test_register_double_buffering_keeps_two_copies_of_each_register_tile(thread_m, thread_n, warp_m, warp_n):
+    tiles = dict(thread_m=thread_m, thread_n=thread_n, warp_m=warp_m, warp_n=warp_n)
+    double, single = simt(register_double_buffer=True, **tiles), simt(**tiles)
+    for operand, size in (("A", thread_m), ("B", thread_n)):
+        assert f"{operand}_shared_dyn_local = T.alloc_local(({2 * size},)" in double.lowered
+        assert f"{operand}_shared_dyn_local = T.alloc_local(({size},)" in single.lowered
+        # Inside the step the copy for k + 1 is written while the copy for k is read.
+        write = re.search(rf"{operand}_shared_dyn_local\[\((\w+) \+ 1 & 1\) \* {size}", double.lowered)
+        assert write and f"{operand}_shared_dyn_local[({write.group(1)} & 1) * {size}" in double.lowered
+    # The step's loop (16 k, the first one's reads in the prologue) is unrolled by nvcc.
+    assert re.search(r"#pragma unroll\n\s*for \(int \w+ = 0; \w+ < 15; \+\+\w+\)", double.cuda)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_register_double_buffering_keeps_the_copies_stages_ahead(stages):
+    b = simt(register_double_buffer=True, stages=stages)
+    assert max(wait_groups(b.cuda)) == stages - 1 and 0 in wait_groups(b.cuda)
+    assert b.kernels[0].shared_bytes == simt(stages=stages).kernels[0].shared_bytes
+
+
+def test_split_k_launches_a_second_kernel_that_adds_the_partials():
+    # 1024² outputs in 128 × 128 tiles: 64 blocks per slice of K, 2 slices of 512.
+    partial, total = simt(FP32_1024, split_k=2).kernels
+    assert partial.grid == (8, 8, 2) and partial.block == (32, 8, 1)
+    assert partial.shared_bytes == simt(FP32_1024).kernels[0].shared_bytes
+    assert total.grid == (1024 * 1024 // 128, 1, 1) and total.block == (128, 1, 1) and total.shared_bytes == 0
+    b = simt(FP32_1024, split_k=4)
+    assert [k.grid for k in b.kernels] == [(8, 8, 4), (8192, 1, 1)]
+    # Slice z reads columns 256 z ... of A (and rows of B) and writes partial sums 1024² apart ...
+    assert "blockIdx_z * 256 +" in b.lowered and "C_rf[blockIdx_z * 1048576 +" in b.lowered
+    # ... which the second kernel adds, one output per thread.
+    second = b.cuda[b.cuda.index("main_kernel_1(float* __restrict__ C_ptr, float* __restrict__ C_rf_ptr) {"):]
+    assert re.search(r"for \(int \w+ = 0; \w+ < 4; \+\+\w+\)", second) and "* 1048576)" in second
+    (single,) = simt(FP32_1024).kernels
+    assert single.grid == (8, 8, 1)
+
+
+def test_split_k_composes_with_register_double_buffering():
+    partial, _ = simt(FP32_1024, split_k=2, register_double_buffer=True, block_m=64, block_n=64, warp_m=32,
+                      warp_n=64).kernels
+    assert partial.grid == (16, 16, 2) and partial.block == (32, 2, 1)
+
+
 # -- matmul_tensorcore ----------------------------------------------------------------
 
 
@@ -133,6 +209,10 @@ def test_tensor_core_without_pipeline_has_no_cp_async():
     (simt, dict(transpose_a=False, block_k=4, fetch_vector=4, read_vector=1, shared_pad=1),
      "fetch_vector = 4", ("fetch_vector", "shared_pad")),
     (simt, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
+    (simt, dict(thread_n=2, warp_n=16, read_vector=2, store_vector=4), "store_vector = 4",
+     ("store_vector", "thread_n")),
+    (simt, dict(split_k=16, block_k=32), "split_k × block_k = 16 × 32 does not divide k = 256",
+     ("split_k", "block_k")),
     (tensorcore, dict(block_n=64, warp_n=128), "warp tile does not divide", ("block_n", "warp_n")),
     (tensorcore, dict(stages=1), "needs a pipeline", ("async_copy", "stages")),
     (tensorcore, dict(swizzle=True), "shared_pad = 0", ("swizzle", "shared_pad", "block_k")),
@@ -182,12 +262,22 @@ def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
-@pytest.mark.parametrize("make", [lambda: simt(), lambda: tensorcore(), lambda: tensorcore(BF16)],
-                         ids=["async-fp32", "tensorcore-fp16", "tensorcore-bf16"])
-def test_the_generated_cuda_compiles_for_sm_90a_without_spills(make):
+@pytest.mark.parametrize("make, kernels", [
+    (lambda: simt(), 1),
+    (lambda: simt(register_double_buffer=True), 1),
+    (lambda: simt(register_double_buffer=True, stages=4, block_k=32), 1),
+    (lambda: simt(register_double_buffer=True, block_n=256, warp_m=64, warp_n=64, thread_m=16), 1),
+    (lambda: simt(FP32_1024, split_k=2, register_double_buffer=True), 2),
+    (lambda: tensorcore(), 1),
+    (lambda: tensorcore(BF16), 1),
+], ids=["async-fp32", "async-fp32-register-double-buffer", "async-fp32-register-double-buffer-k32-4-stages",
+        "async-fp32-register-double-buffer-16x8", "async-fp32-split-k", "tensorcore-fp16", "tensorcore-bf16"])
+def test_the_generated_cuda_compiles_for_sm_90a_without_spills(make, kernels):
+    """No local memory: the register tiles (both copies with register_double_buffer, indexed by
+    k % 2 in a loop only nvcc unrolls) must all stay in registers."""
     binary = compile_binary(make())
-    (registers,) = binary.registers.values()
-    assert 0 < registers <= 255 and set(binary.spill_bytes.values()) <= {0}
+    assert len(binary.registers) == kernels
+    assert all(0 < r <= 255 for r in binary.registers.values()) and set(binary.spill_bytes.values()) <= {0}
 
 
 def test_bf16_snippet_registers_its_intrinsics_and_prints_the_kernel(tmp_path):
@@ -229,9 +319,35 @@ def test_tolerance_allows_one_rounding_to_the_input_type():
     Spec("matmul_tensorcore", FP16, MatmulTensorCoreKnobs()),
     Spec("matmul_tensorcore", BF16, MatmulTensorCoreKnobs(stages=4, block_k=16, block_n=64, warp_n=32)),
     get_preset("modern-async-1024").spec,
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True, stages=2, block_k=8, thread_m=16,
+                                                warp_m=64, warp_n=64, block_n=256)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(register_double_buffer=True, stages=1, async_copy=False,
+                                                dynamic_shared=False)),
+    Spec("matmul_async", FP32, MatmulAsyncKnobs(store_vector=4)),
+    Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=2)),
+    Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=4, register_double_buffer=True, block_m=64,
+                                                     block_n=64, warp_m=32, warp_n=64, block_k=32, stages=4)),
 ], ids=["async-default", "async-4-stages-no-transpose", "sync-2-stages", "tc-fp16", "tc-bf16-4-stages",
-        "preset-async-1024"])
+        "preset-async-1024", "async-register-double-buffer", "async-register-double-buffer-16x8-2-stages",
+        "sync-register-double-buffer-1-stage", "async-store-vector-4", "async-1024-split-k-2",
+        "async-1024-split-k-4-register-double-buffer"])
 def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
     tolerance = 4 * np.finfo(np.float32).eps * spec.workload.reduction_length() * max(1.0, np.abs(expected).max())
     np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance)
+
+
+@pytest.mark.gpu
+def test_split_k_is_measured_from_a_cuda_graph_too():
+    """The partial sums live in a workspace TVM allocates per call: replayed from a captured CUDA
+    graph, both kernels must still run and give the right output (the graph check compares it)."""
+    pytest.importorskip("torch")
+    from explorer.measure import Settings, measure, shutdown
+
+    try:
+        m = measure(Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=2)), settings=Settings(repeats=3))
+    finally:
+        shutdown()
+    assert m.correct, m.check.describe()
+    assert m.graph is not None and m.graph_us > 0

@@ -34,14 +34,13 @@ from .common import (
     loops_below,
     new_schedule,
     pipeline,
+    rfactor_slices,
     schedule_errors,
     stages_knob,
+    sum_partials,
     unroll,
     unroll_max_step_knob,
 )
-
-# Threads of the kernel that adds the split-K partials.
-REDUCE_THREADS = 128
 
 
 @dataclass(frozen=True)
@@ -166,11 +165,9 @@ def _schedule(workload: Conv2d, k: Conv2dAsyncKnobs):
     if k.split_k > 1:
         # The input channels' outer loop becomes a spatial axis of a partial-sum block
         # ("conv_rf", one partial per slice); "conv" then adds the partials.
-        rc = sch.get_loops(conv)[4]
-        slice_, _ = sch.split(rc, factors=[k.split_k, None])
-        partial = sch.rfactor(slice_, factor_axis=0)
+        partial = rfactor_slices(sch, sch.get_loops(conv)[4], k.split_k)
         _schedule_partial_sums(sch, workload, k, partial, sliced=True)
-        _schedule_sum_of_partials(sch, conv)
+        sum_partials(sch, conv)
     else:
         _schedule_partial_sums(sch, workload, k, conv, sliced=False)
     return sch
@@ -230,16 +227,6 @@ def _read_filter_as_vectors(sch, kernel_local, anchor, vector: int) -> None:
     *_, channels = loops_below(sch, kernel_local, anchor)
     if vector > 1:
         sch.vectorize(sch.split(channels, factors=[None, vector])[1])
-
-
-def _schedule_sum_of_partials(sch, conv) -> None:
-    """The second kernel: one thread per output adds its split_k partial sums in a register."""
-    total = sch.cache_write(conv, 0, "local")
-    n, f, y, x = sch.get_loops(total)
-    block, thread = sch.split(sch.fuse(n, f, y, x), factors=[None, REDUCE_THREADS])
-    bind(sch, block, "blockIdx.x")
-    bind(sch, thread, "threadIdx.x")
-    sch.compute_at(conv, thread)
 
 
 TEMPLATE = Template(

@@ -13,6 +13,15 @@ they go from global to shared memory without passing through registers and witho
 the thread, which waits for them (``cp.async.wait_group``) only when it needs the data.
 Several stages need more shared memory than the 48 KB a block gets statically:
 ``dynamic_shared`` allocates it dynamically (up to 227 KB per block on the H100, by opt-in).
+
+Inside a step, each thread reads its column of A and row of B from shared memory into
+registers, one ``k`` at a time, and multiplies them into its tile. ``register_double_buffer``
+pipelines that inner loop as well, two register copies deep: the reads for ``k + 1`` are
+issued before the multiply-adds of ``k``, so their latency hides behind arithmetic.
+
+``split_k`` > 1 cuts K into slices, each summed by its own blocks (``blockIdx.z``) into a
+buffer of partial sums, which a second small kernel adds (TVM's ``rfactor``): more blocks
+when M × N alone gives too few to fill the GPU.
 """
 from __future__ import annotations
 
@@ -32,8 +41,11 @@ from .common import (
     dynamic_shared_knob,
     new_schedule,
     pipeline,
+    prefetch_registers,
+    rfactor_slices,
     schedule_errors,
     stages_knob,
+    sum_partials,
     unroll,
     unroll_max_step_knob,
 )
@@ -53,6 +65,9 @@ class MatmulAsyncKnobs(KnobSet):
     warp_n: int = knob(64, "Columns of C computed by one warp.", choices=TILES)
     thread_m: int = knob(8, "Rows of C each thread computes (its register tile).", choices=(1, 2, 4, 8, 16))
     thread_n: int = knob(8, "Columns of C each thread computes.", choices=(1, 2, 4, 8, 16))
+    split_k: int = knob(1, "Slices of the reduction (K), each summed by its own blocks: split_k times more blocks "
+                        "when M × N gives too few to fill the GPU; a second kernel adds the partial sums. "
+                        "1 = one kernel, no partial sums.", choices=(1, 2, 4, 8, 16))
     stages: int = stages_knob()
     async_copy: bool = async_copy_knob()
     fetch_vector: int = knob(4, "Elements per copy instruction (4 = 16 bytes, cp.async's widest).",
@@ -62,6 +77,13 @@ class MatmulAsyncKnobs(KnobSet):
                              "element per copy instruction (cp.async cannot scatter a vector).")
     read_vector: int = knob(4, "Elements each thread reads per instruction from shared memory into its "
                             "register tiles: B always, A when transpose_a is on.", choices=(1, 2, 4))
+    store_vector: int = knob(1, "Elements of C each thread writes per store instruction (4 = 16 bytes): fewer "
+                             "stores, each filling whole 32-byte sectors of memory.", choices=(1, 2, 4))
+    register_double_buffer: bool = knob(False, "Two copies of the registers that hold a thread's values of A and "
+                                        "B: while the multiply-adds use one copy, the next k's values are read "
+                                        "from shared memory into the other, so the thread does not wait for its "
+                                        "reads. The loop over k inside a step is then unrolled, which keeps both "
+                                        "copies in registers.")
     shared_pad: int = knob(4, "Elements added to each row of the shared tiles, so that the transposed "
                            "stores of A and the reads of a warp spread over the memory banks; 0 = none.",
                            choices=(0, 1, 2, 4, 8))
@@ -104,6 +126,9 @@ def check_knobs(workload: Matmul, k: MatmulAsyncKnobs) -> None:
         if getattr(workload, dim) % getattr(k, block):
             raise InvalidKnobs(f"{block} = {getattr(k, block)} does not divide {dim} = {getattr(workload, dim)}: "
                                f"this template has no guard for partial tiles.", (block,))
+    if workload.k % (k.split_k * k.block_k):
+        raise InvalidKnobs(f"split_k × block_k = {k.split_k} × {k.block_k} does not divide k = {workload.k}: "
+                           f"each slice of the reduction must hold whole steps of block_k.", ("split_k", "block_k"))
     check_pipeline(k)
     if k.async_copy and k.fetch_vector * 4 not in (4, 8, 16):
         raise InvalidKnobs("cp.async copies 4, 8 or 16 bytes at once.", ("fetch_vector",))
@@ -115,7 +140,9 @@ def _check_vectors(k: MatmulAsyncKnobs) -> None:
     a misaligned 16-byte cp.async or float4 load faults at run time."""
     fetched = {"block_n": k.block_n, "shared_pad": k.shared_pad} | ({} if k.transpose_a else {"block_k": k.block_k})
     read = {"thread_n": k.thread_n, "shared_pad": k.shared_pad} | ({"thread_m": k.thread_m} if k.transpose_a else {})
-    for name, v, sizes in (("fetch_vector", k.fetch_vector, fetched), ("read_vector", k.read_vector, read)):
+    checks = (("fetch_vector", k.fetch_vector, fetched), ("read_vector", k.read_vector, read),
+              ("store_vector", k.store_vector, {"thread_n": k.thread_n}))
+    for name, v, sizes in checks:
         bad = [n for n, size in sizes.items() if size % v]
         if bad:
             listed = ", ".join(f"{n} = {sizes[n]}" for n in bad)
@@ -133,6 +160,19 @@ def schedule(workload: Matmul, k: MatmulAsyncKnobs):
 def _schedule(workload: Matmul, k: MatmulAsyncKnobs):
     sch = new_schedule(workload)
     c = sch.get_sblock("C")
+    if k.split_k > 1:
+        # K's outer loop becomes a spatial axis of a partial-sum block ("C_rf", one
+        # partial per slice); "C" then adds the partials in a second kernel.
+        partial = rfactor_slices(sch, sch.get_loops(c)[2], k.split_k)
+        _schedule_products(sch, k, partial)
+        sum_partials(sch, c)
+    else:
+        _schedule_products(sch, k, c)
+    return sch
+
+
+def _schedule_products(sch, k: MatmulAsyncKnobs, c) -> None:
+    """Block, warp and thread tiles of C (or of one slice of K's partial sums), fed by pipelined shared tiles."""
     scope = "shared.dyn" if k.dynamic_shared else "shared"
     output = sch.cache_write(c, 0, "local")
     a_shared = sch.cache_read(c, 0, scope)
@@ -140,17 +180,9 @@ def _schedule(workload: Matmul, k: MatmulAsyncKnobs):
     if k.transpose_a:
         sch.transform_layout(a_shared, ("write", 0), lambda i, r: (r, i))
     registers = [sch.cache_read(c, i, "local") for i in (0, 1)]
-
-    warps_y, warps_x = warps_per_block(k)
-    lanes_y, lanes_x = lanes_per_warp(k)
-    i, j = sch.get_loops(output)[:2]
-    by, wy, ly, yi = sch.split(i, factors=[None, warps_y, lanes_y, k.thread_m])
-    bx, wx, lx, xi = sch.split(j, factors=[None, warps_x, lanes_x, k.thread_n])
-    sch.reorder(by, bx, wy, wx, ly, lx, yi, xi)
-    warp = sch.fuse(wy, wx)
-    lane = sch.fuse(ly, lx)
-    for loop, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (warp, "threadIdx.y"), (lane, "threadIdx.x")):
-        bind(sch, loop, tag)
+    lane = _bind_tiles(sch, k, output)
+    if k.store_vector > 1:  # the write-back's innermost loop walks a row of the thread's tile
+        sch.vectorize(sch.split(sch.get_loops(output)[-1], factors=[None, k.store_vector])[1])
 
     sch.compute_at(c, lane, preserve_unit_loops=True)
     *_, ci, cj, kk = sch.get_loops(c)
@@ -161,6 +193,7 @@ def _schedule(workload: Matmul, k: MatmulAsyncKnobs):
         if k.read_vector > 1 and (operand == 1 or k.transpose_a):
             inner = sch.get_loops(stage)[-1]
             sch.vectorize(sch.split(inner, factors=[None, k.read_vector])[1])
+    warps_y, warps_x = warps_per_block(k)
     threads = [("threadIdx.y", warps_y * warps_x), ("threadIdx.x", WARP_SIZE)]
     # A transposed: consecutive elements of a global row land a shared row apart, so one per copy.
     a_copy = (k.block_m, 1) if k.transpose_a else (k.block_k, k.fetch_vector)
@@ -170,20 +203,42 @@ def _schedule(workload: Matmul, k: MatmulAsyncKnobs):
             sch.storage_align(stage, 0, axis=0, factor=row + k.shared_pad, offset=0)
         cooperative_fetch(sch, stage, ko, threads, vector=vector)
     sch.decompose_reduction(c, ko)
-    pipeline(sch, ko, k.stages, k.async_copy)  # ko's body: [copy A, copy B, multiply]
+    if k.register_double_buffer:
+        prefetch_registers(sch, ki)  # ki's body: [read A's registers, read B's registers, multiply]
+    # ko's body: [copy A, copy B, multiply], the multiply pipelined itself with register_double_buffer.
+    pipeline(sch, ko, k.stages, k.async_copy, nested=k.register_double_buffer)
     unroll(sch, lane, k.unroll_max_step)
-    return sch
+
+
+def _bind_tiles(sch, k: MatmulAsyncKnobs, output):
+    """Split C's rows and columns into block, warp and lane tiles, bind them (a slice of K, where
+    split-K adds that loop, to blockIdx.z) and return the lane loop, under which each thread
+    computes its register tile."""
+    warps_y, warps_x = warps_per_block(k)
+    lanes_y, lanes_x = lanes_per_warp(k)
+    *slices, i, j = sch.get_loops(output)
+    by, wy, ly, yi = sch.split(i, factors=[None, warps_y, lanes_y, k.thread_m])
+    bx, wx, lx, xi = sch.split(j, factors=[None, warps_x, lanes_x, k.thread_n])
+    sch.reorder(*slices, by, bx, wy, wx, ly, lx, yi, xi)
+    warp = sch.fuse(wy, wx)
+    lane = sch.fuse(ly, lx)
+    tags = ((by, "blockIdx.y"), (bx, "blockIdx.x"), (warp, "threadIdx.y"), (lane, "threadIdx.x"))
+    for loop, tag in (*((s, "blockIdx.z") for s in slices), *tags):
+        bind(sch, loop, tag)
+    return lane
 
 
 TEMPLATE = Template(
     name="matmul_async",
     title="Matmul — warp tiles, cp.async and a multi-stage pipeline (fp32)",
     summary="Block, warp and thread tiles; shared tiles filled by cp.async copies that run stages − 1 "
-            "reduction steps ahead of the multiply-adds; vector reads into register tiles.",
+            "reduction steps ahead of the multiply-adds; vector reads into register tiles, optionally double "
+            "buffered; split-K slices whose partial sums a second kernel adds.",
     workload=Matmul,
     knobs=MatmulAsyncKnobs,
     apply=schedule,
     tag_knobs={
+        "blockIdx.z": ("split_k",),
         "blockIdx.y": ("block_m",),
         "blockIdx.x": ("block_n",),
         "threadIdx.y": ("block_m", "block_n", "warp_m", "warp_n"),
