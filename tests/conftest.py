@@ -6,7 +6,6 @@ import tempfile
 
 import pytest
 import tvm
-from streamlit.components.v2 import manifest_scanner
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
@@ -15,7 +14,12 @@ os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer
 # Every AppTest scans the metadata of every installed package for Streamlit components on its
 # first run (a fifth of a second each, a third of the app tests' time); nothing is installed
 # while the tests run, so one scan per process finds the same components.
-manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+try:  # the GPU machine runs the kernel tests without Streamlit
+    from streamlit.components.v2 import manifest_scanner
+except ImportError:
+    manifest_scanner = None
+else:
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 
 def pytest_collection_modifyitems(config, items):
