@@ -137,6 +137,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def merged_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """The rows kept in ``path`` with this run's in place of those of the same setting, so that runs
+    with ``--only`` add up to the whole table; each new row carries its date."""
+    today = datetime.date.today().isoformat()
+    kept = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    by_setting = {r["setting"]: {"date": kept.get("date"), **r} for r in kept["rows"]}
+    by_setting.update({r["setting"]: {**r, "date": today} for r in rows})
+    order = [*PEAKS, *SETTINGS]
+    return sorted(by_setting.values(), key=lambda r: order.index(r["setting"]) if r["setting"] in order else len(order))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
@@ -163,7 +174,8 @@ def main(argv=None) -> int:
         gpu = tvm.cuda(0).device_name.replace(" ", "-") if tvm.cuda(0).exist else "no-gpu"
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"hopper-gemm-{gpu}.json"
-        path.write_text(json.dumps({"date": datetime.date.today().isoformat(), "gpu": gpu, "rows": rows}, indent=1))
+        path.write_text(json.dumps({"date": datetime.date.today().isoformat(), "gpu": gpu,
+                                    "rows": merged_rows(path, rows)}, indent=1))
         print(f"wrote {path}")
     return 0 if all(r.get("correct") or "peak_tflops" in r for r in rows) else 1
 

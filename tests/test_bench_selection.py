@@ -2,8 +2,10 @@
 rows and keeps earlier ones; bench/search_best.py --max-minutes stops a search and still
 prints the best point so far, and its fp32 matmul plans sample the structures each size needs."""
 import argparse
+import datetime
 import json
 
+import hopper_gemm
 import kernels  # bench/ (pytest's pythonpath)
 import pytest
 import search_best
@@ -28,6 +30,19 @@ def test_only_picks_rows_by_part_of_their_label_or_the_whole_label():
     assert len(kernels.selected(["float16"])) == 4  # 4096³, 8192³, 4096×11008×4096; bfloat16 contains it too
     assert kernels.selected(["no such workload"]) == ()
     assert kernels.selected(None) == kernels.BENCHMARKS
+
+
+def test_hopper_gemm_runs_with_only_keep_the_other_settings(tmp_path):
+    path = tmp_path / "hopper-gemm-gpu.json"
+    old = [{"setting": "default-fp16", "us": 199.0}, {"setting": "persistent-fp16", "us": 195.0}]
+    path.write_text(json.dumps({"date": "2026-11-20", "rows": old}))
+    rows = hopper_gemm.merged_rows(path, [{"setting": "cluster-fp16", "us": 201.0},
+                                          {"setting": "default-fp16", "us": 198.0}])
+    today = datetime.date.today().isoformat()
+    assert rows == [{"setting": "default-fp16", "us": 198.0, "date": today},  # replaced, in SETTINGS' order
+                    {"setting": "persistent-fp16", "us": 195.0, "date": "2026-11-20"},  # kept, with its date
+                    {"setting": "cluster-fp16", "us": 201.0, "date": today}]
+    assert hopper_gemm.merged_rows(tmp_path / "none.json", [{"setting": "x"}]) == [{"setting": "x", "date": today}]
 
 
 def test_the_conv2d_goal_is_half_of_cudnns_time():
