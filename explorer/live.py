@@ -75,6 +75,18 @@ class LiveSettings:
     # Where compiled kernels are kept for the measuring worker (a library is ~100 KB).
     library_dir: str = field(default_factory=lambda: os.environ.get(
         "EXPLORER_LIBRARY_DIR", os.path.join(tempfile.gettempdir(), "explorer-kernel-libraries")))
+    # A diagnosis builds every neighbour of a setting (seconds of CPU, at low priority); a small
+    # machine may keep its cores for the pages' builds: 0 runs no diagnosing process.
+    diagnose: bool = field(default_factory=lambda: _env_flag("EXPLORER_DIAGNOSE", True))
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if text not in ("0", "1"):
+        raise ExplorerError(f"{name} must be 1 (on) or 0 (off), not '{text}'.")
+    return text == "1"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -281,6 +293,13 @@ def _pool_init(root: str) -> None:
     os.environ[SOURCE_ONLY] = "1"
 
 
+NOT_DIAGNOSED = "This server does not diagnose settings (EXPLORER_DIAGNOSE=0)."
+
+
+def _not_diagnosed(*args) -> ExplorerError:
+    return ExplorerError(NOT_DIAGNOSED)
+
+
 def _background_pool_init(root: str) -> None:
     """A build process for the server's own work (diagnoses): the operating system runs the
     pages' builds first where cores are short."""
@@ -405,8 +424,10 @@ class Live:
         # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
         # not queue behind it (a 2-core machine has one build process).
         self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init)
-        self.diagnoses = Diagnoses(lambda *args: self.diagnosing.run(diagnose_in_process, *args,
-                                                                     doing="Diagnosing this setting"))
+        self.diagnoses = Diagnoses(self._diagnose if self.settings.diagnose else _not_diagnosed)
+
+    def _diagnose(self, *args):
+        return self.diagnosing.run(diagnose_in_process, *args, doing="Diagnosing this setting")
 
     # -- the API the pages use --------------------------------------------------------------
 

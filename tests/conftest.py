@@ -11,6 +11,12 @@ import tvm
 # one class), never the checkout's data/ folder.
 os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3")
 
+# The pages' diagnoses (a process per server that builds every neighbour of each setting shown) are
+# off in the servers and app tests here, this process's and those it starts: they kept the cores busy
+# for settings no test asks about. The tests of the diagnosis compute theirs in their own process
+# (diagnoses_in_this_process); tests/test_live.py checks the diagnosing process itself.
+os.environ["EXPLORER_DIAGNOSE"] = "0"
+
 # Every AppTest scans the metadata of every installed package for Streamlit components on its
 # first run (a fifth of a second each, a third of the app tests' time); nothing is installed
 # while the tests run, so one scan per process finds the same components.

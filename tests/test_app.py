@@ -10,12 +10,11 @@ import tvm
 from live_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
+import explorer.live
 from app import code_view, panels, server, widgets
 from explorer import urlstate
 from explorer.build import build
 from explorer.cuda_compile import nvcc_path
-from explorer.diagnoses import Diagnoses
-from explorer.errors import ExplorerError
 from explorer.figures import tries_figure
 from explorer.highlight import kernels_only
 from explorer.presets import all_presets, get_preset
@@ -23,17 +22,6 @@ from explorer.presets import all_presets, get_preset
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 60
 THREAD_X = "knob:depthwise_blog.num_thread_x"
-
-
-@pytest.fixture(autouse=True)
-def no_diagnoses(monkeypatch):
-    """The pages here are not diagnosed: a diagnosis builds dozens of neighbouring settings in
-    the server's diagnosing process, which kept a core busy through these tests for nothing
-    they check (tests/test_diagnosis_panel.py tests the panel)."""
-    monkeypatch.setattr(server.live(), "diagnoses", Diagnoses(lambda *args: ExplorerError(NOT_DIAGNOSED)))
-
-
-NOT_DIAGNOSED = "not diagnosed in these tests"
 
 
 def app(query=None, view=None) -> AppTest:
@@ -122,6 +110,18 @@ def test_analysis_tabs_render(preset):
         at = app({"preset": preset}, view=label).run()
         assert_clean(at)
         assert [t.label for t in at.tabs][len(code_view.VIEWS):] == labels
+
+
+def test_a_server_that_does_not_diagnose_says_so_on_the_page():
+    # EXPLORER_DIAGNOSE=0 in the tests (conftest.py): the pages here are not diagnosed.
+    assert not server.live().settings.diagnose
+    at = app({"preset": "dw-blog-final-96"}).run()
+    assert_clean(at)
+    for _ in range(50):  # the refusal comes back from the diagnoses' thread at once
+        if any(explorer.live.NOT_DIAGNOSED in c.value for c in at.caption):
+            break
+        at.run()
+    assert f"Diagnosis: {explorer.live.NOT_DIAGNOSED}" in [c.value for c in at.caption]
 
 
 def test_thread_slider_changes_launch_bounds():

@@ -2,6 +2,7 @@
 pool (source only), and the measurement scheduler's per-session slots, with stand-in
 measurers (no GPU)."""
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -9,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from explorer.errors import ExplorerError
-from explorer.live import SOURCE_ONLY, BuildService, Live, LiveSettings, SingleFlight
+from explorer.live import NOT_DIAGNOSED, SOURCE_ONLY, BuildService, Live, LiveSettings, SingleFlight
 from explorer.measure.scheduler import Scheduler
 from explorer.presets import get_preset
 
@@ -339,9 +340,32 @@ def test_page_runs_keep_the_cpu_of_the_latest_runs():
 
 
 def test_the_diagnosing_process_runs_behind_the_pages_builds():
-    live = Live(LiveSettings(build_workers=1))
+    live = Live(LiveSettings(build_workers=1, diagnose=True))
     try:
         niceness = live.diagnosing.run(os.nice, 0)  # os.nice(0) returns the process's niceness
         assert niceness >= os.nice(0) + 10
     finally:
         live.close()
+
+
+def test_a_server_told_not_to_diagnose_says_so_and_starts_no_diagnosing_process(monkeypatch):
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", "0")
+    live = Live(LiveSettings(build_workers=1))
+    try:
+        with pytest.raises(ExplorerError, match=re.escape(NOT_DIAGNOSED)):
+            live.diagnoses.get(get_preset("dw-blog-final-96").spec, "auto").result(10)
+        assert live.diagnosing._pool is None  # never started
+    finally:
+        live.close()
+
+
+@pytest.mark.parametrize("text,expected", [("", True), ("1", True), ("0", False)])
+def test_explorer_diagnose_is_on_unless_set_to_0(monkeypatch, text, expected):
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", text)
+    assert LiveSettings().diagnose is expected
+
+
+def test_a_bad_explorer_diagnose_is_refused_with_one_sentence(monkeypatch):
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
+    with pytest.raises(ExplorerError, match="EXPLORER_DIAGNOSE must be 1 \\(on\\) or 0 \\(off\\), not 'yes'"):
+        LiveSettings()
