@@ -59,9 +59,10 @@ class LiveSettings:
     """Server-wide sizes and ages, from the environment (``EXPLORER_*``) with reasoned defaults."""
 
     # Half the cores build the pages' code (a build is 50-300 ms); the other half compile
-    # kernels to measure (NVRTC, 1-3 s each).
+    # kernels to measure (NVRTC, 1-3 s each). 0: the server builds in its own process (one user
+    # on a small machine: no process to start, no build copied between processes).
     build_workers: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_WORKERS",
-                                                                max(1, (os.cpu_count() or 2) // 2)))
+                                                                max(1, (os.cpu_count() or 2) // 2), minimum=0))
     # A build holds its TIR modules (~100 KB); 512 covers a class exploring for an hour.
     build_cache: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_CACHE", 512))
     # A measurement is a few hundred bytes; the cache bounds memory, not the age.
@@ -89,12 +90,13 @@ def _env_flag(name: str, default: bool) -> bool:
     return text == "1"
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, minimum: int = 1) -> int:
     text = os.environ.get(name, "").strip()
     if not text:
         return default
-    if not text.isdigit() or int(text) < 1:
-        raise ExplorerError(f"{name} must be a positive whole number, not '{text}'.")
+    if not text.isdigit() or int(text) < minimum:
+        kind = "a positive whole number" if minimum == 1 else f"a whole number from {minimum}"
+        raise ExplorerError(f"{name} must be {kind}, not '{text}'.")
     return int(text)
 
 
@@ -242,14 +244,19 @@ class BuildService(ProcessPool):
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
         # A server's processes take seconds to start (each imports TVM, all at once on a busy
         # machine); until :meth:`start` has them ready, this process builds what a page asks
-        # for itself, one build at a time, so the first page never waits for them.
-        self._here_until_ready = here_until_ready
+        # for itself, one build at a time, so the first page never waits for them. With no
+        # build processes (build_workers 0) it always does.
+        self._here_until_ready = here_until_ready or self.workers == 0
         self._here_lock = threading.Lock()
         self.built_here = 0
 
     def build(self, spec: Spec, target: str) -> Build:
         """The build of ``spec`` for the target named ``target`` (raises ExplorerError)."""
         return self._cache.get((spec, target), lambda: self._build(spec, target))
+
+    def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
+        if self.workers:  # else never ready: every build is made in this process
+            super().start(warm_specs, target)
 
     def _build(self, spec: Spec, target: str) -> Build:
         # One build at a time here (the GIL runs one anyway); a build waiting for its turn

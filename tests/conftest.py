@@ -3,6 +3,7 @@ are skipped on machines without one (CI has none)."""
 import functools
 import os
 import tempfile
+from collections import Counter
 
 import pytest
 import tvm
@@ -17,6 +18,12 @@ os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer
 # (diagnoses_in_this_process); tests/test_live.py checks the diagnosing process itself.
 os.environ["EXPLORER_DIAGNOSE"] = "0"
 
+# The app tests' server (app.server.live() in a test process) builds in that process: no build process
+# to start, no build copied back, and a file's tests share one build per setting with the builds they
+# make themselves. The servers the tests start keep a class server's build processes
+# (test_classroom_bench.server_environment); tests/test_live.py tests the build processes.
+os.environ["EXPLORER_BUILD_WORKERS"] = "0"
+
 # Every AppTest scans the metadata of every installed package for Streamlit components on its
 # first run (a fifth of a second each, a third of the app tests' time); nothing is installed
 # while the tests run, so one scan per process finds the same components.
@@ -29,12 +36,22 @@ else:
 
 
 def pytest_collection_modifyitems(config, items):
+    _waiting_files_first(items)
     if tvm.cuda(0).exist:
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _waiting_files_first(items) -> None:
+    """pytest-xdist hands out whole files in this order (``--no-loadscope-reorder`` in pyproject.toml):
+    first the files marked ``waits`` (real servers, classes in real time: seconds of waiting on a
+    socket), so that their waits overlap the other files' work instead of ending the run; then the
+    files with the most tests. A file's tests keep their order."""
+    counts = Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -counts[item.path], str(item.path)))
 
 
 @pytest.fixture

@@ -16,6 +16,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_classroom_bench import server_environment
+
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
@@ -55,7 +58,7 @@ def streamlit_server(log_path: Path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=server_environment(),
         )
         try:
             url = f"http://127.0.0.1:{port}"

@@ -10,6 +10,8 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT, WAIT_MS, _require_brow
 
 from explorer import lessons as L
 
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
+
 TOKEN = "browser-class-token"
 BANNER_WAIT_MS = 5_000  # the banner refreshes every second: far more than that means it does not refresh by itself
 

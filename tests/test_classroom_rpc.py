@@ -24,6 +24,8 @@ from explorer.measure.worker import Job
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
+
 KEY = "explorer-class-test"
 ROOT = Path(__file__).resolve().parent.parent
 FAST = Settings(repeats=3, time_limit_s=10, roofline=False)

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from explorer.build import build
 from explorer.errors import ExplorerError
 from explorer.live import NOT_DIAGNOSED, SOURCE_ONLY, BuildService, Live, LiveSettings, SingleFlight
 from explorer.measure.scheduler import Scheduler
@@ -93,6 +94,7 @@ def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
     built = builds[0]
     assert built.runtime_module is None  # nothing runnable crossed the process boundary
     assert "__global__" in built.cuda and built.kernels and built.device_mod is not None
+    assert built.cuda == build(spec, "auto").cuda  # what a process of the pool writes is what this one writes
     stats = service.stats()
     assert stats["misses"] == 1 and stats["shared"] + stats["hits"] == 3
 
@@ -368,4 +370,29 @@ def test_explorer_diagnose_is_on_unless_set_to_0(monkeypatch, text, expected):
 def test_a_bad_explorer_diagnose_is_refused_with_one_sentence(monkeypatch):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
     with pytest.raises(ExplorerError, match="EXPLORER_DIAGNOSE must be 1 \\(on\\) or 0 \\(off\\), not 'yes'"):
+        LiveSettings()
+
+
+def test_without_build_processes_every_build_is_made_in_the_servers_own_process():
+    service = BuildService(LiveSettings(build_workers=0), here_until_ready=False)
+    try:
+        service.start()  # nothing to start
+        built = service.build(spec_x(4), "auto")
+        assert service.build(spec_x(4), "auto") is built and service.built_here == 1
+        assert service._pool is None and not service.ready.is_set()
+        assert built.runtime_module is None and "__global__" in built.cuda
+    finally:
+        service.close()
+
+
+def test_explorer_build_workers_may_be_0_and_the_compile_workers_may_not(monkeypatch):
+    monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "0")
+    monkeypatch.setenv("EXPLORER_COMPILE_WORKERS", "2")
+    assert (LiveSettings().build_workers, LiveSettings().compile_workers) == (0, 2)
+    monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "-1")
+    with pytest.raises(ExplorerError, match="EXPLORER_BUILD_WORKERS must be a whole number from 0, not '-1'"):
+        LiveSettings()
+    monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "1")
+    monkeypatch.setenv("EXPLORER_COMPILE_WORKERS", "0")
+    with pytest.raises(ExplorerError, match="EXPLORER_COMPILE_WORKERS must be a positive whole number, not '0'"):
         LiveSettings()

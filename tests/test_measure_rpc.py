@@ -19,6 +19,8 @@ from tvm.rpc.tracker import Tracker
 from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
 from explorer.presets import get_preset
 
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
+
 KEY = "explorer-test"
 FAST = Settings(repeats=3, time_limit_s=5)
 ROOT = Path(__file__).resolve().parent.parent

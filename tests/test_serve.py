@@ -1,6 +1,5 @@
 """``python -m explorer serve``: Streamlit started with its script health check, the app's
 first page run inside the server before anyone connects, and the server stopped with it."""
-import os
 import signal
 import subprocess
 import sys
@@ -8,9 +7,11 @@ import time
 import urllib.request
 
 import pytest
-from test_classroom_bench import ROOT, free_port
+from test_classroom_bench import ROOT, free_port, server_environment
 
 from explorer import serve
+
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
 
 
 def test_the_command_runs_the_app_with_the_script_health_check():
@@ -33,7 +34,7 @@ def test_serve_warms_the_server_before_anyone_connects_and_stops_it():
     port = free_port()
     launcher = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
                                  "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env=server_environment({"PYTHONUNBUFFERED": "1"}))
     try:
         line = ""
         while not line.startswith("Serving") and launcher.poll() is None:  # streamlit's own lines come first

@@ -39,15 +39,23 @@ def stand_in_latency(spec):
 
 
 @pytest.fixture(scope="module")
-def measured():
+def pool():
+    """Two compile workers shared by this module's sweeps (each worker imports TVM once)."""
+    workers = compile_pool(workers=2)
+    yield workers
+    workers.shutdown()
+
+
+@pytest.fixture(scope="module")
+def measured(pool):
     seen = []
-    result = run(Grid.parse(SMALL, GRID), target="h100", measurer=stand_in_latency, workers=2, on_progress=seen.append)
+    result = run(Grid.parse(SMALL, GRID), target="h100", measurer=stand_in_latency, pool=pool, on_progress=seen.append)
     return result, seen
 
 
 @pytest.fixture(scope="module")
-def scored():
-    return run(Grid.parse(SMALL, GRID), target="h100", scorer=threads_scorer, workers=2)
+def scored(pool):
+    return run(Grid.parse(SMALL, GRID), target="h100", scorer=threads_scorer, pool=pool)
 
 
 # -- grid ---------------------------------------------------------------------------
@@ -198,12 +206,12 @@ def test_heatmap_takes_the_best_over_the_other_knobs(measured):
         result.heatmap("num_thread_x", "unroll")
 
 
-def test_previous_points_are_reused_not_rebuilt():
+def test_previous_points_are_reused_not_rebuilt(pool):
     grid = Grid.parse(SMALL, ["num_thread_x=4,8"])
     done = grid.knobs_at(0)
     previous = {done: Point(done, VALID, latency_us=1.0)}
     fresh = []
-    result = run(grid, target="h100", measurer=stand_in_latency, workers=1, previous=previous, on_point=fresh.append)
+    result = run(grid, target="h100", measurer=stand_in_latency, pool=pool, previous=previous, on_point=fresh.append)
     assert [p.knobs for p in fresh] == [grid.knobs_at(1)]
     assert result.best.knobs == done and result.points[0] is previous[done]
 
@@ -213,19 +221,15 @@ def test_a_sweep_without_gpu_needs_a_scorer():
         run(Grid.parse(SMALL, ["num_thread_x=4"]), target="h100")
 
 
-def test_refine_walks_one_knob_at_a_time_to_the_best_neighbour():
+def test_refine_walks_one_knob_at_a_time_to_the_best_neighbour(pool):
     calls = []
 
     def measurer(spec):
         calls.append(spec.knobs)
         return stand_in_latency(spec)
 
-    pool = compile_pool(workers=2)
-    try:
-        result = refine(SMALL, ["num_thread_x", "num_thread_y", "num_vthread_x"], target="h100",
-                        measurer=measurer, pool=pool)
-    finally:
-        pool.shutdown()
+    result = refine(SMALL, ["num_thread_x", "num_thread_y", "num_vthread_x"], target="h100", measurer=measurer,
+                    pool=pool)
     # From (tx 16, ty 8, vx 2), invalid on 16 columns: tx -> 8 (14.5 µs), ty -> 4 (10.5), vx -> 1 (10.0);
     # the second round changes nothing and stops.
     assert result.best.knobs == SMALL.knobs.replace(num_thread_x=8, num_thread_y=4, num_vthread_x=1)
@@ -252,7 +256,7 @@ def test_a_point_keeps_its_kernels_cluster_through_json():
     assert Point.from_json(DepthwiseBlogKnobs, json.loads(json.dumps(point.to_json()))) == point
 
 
-def test_static_analyses_rank_the_blogs_conflict_free_threads_first():
+def test_static_analyses_rank_the_blogs_conflict_free_threads_first(pool):
     """The blog's claim on [1,256,32,32] (here 8 channels), blocking 32×32: threads (y=1,
     x=32) read shared memory without bank conflicts, (y=32, x=1) with; the same loads per
     output and warps, so the static ranking puts (1, 32) first by the conflict factor."""
@@ -261,7 +265,7 @@ def test_static_analyses_rank_the_blogs_conflict_free_threads_first():
     base = Spec("depthwise_blog", DepthwiseConv2d(channels=8, height=32, width=32),
                 DepthwiseBlogKnobs(num_vthread_x=1))
     result = run(Grid.parse(base, ["num_thread_y=1,32", "num_thread_x=1,32"]), target="h100", scorer=static_score,
-                 workers=2)
+                 pool=pool)
     by_threads = {(p.knobs.num_thread_y, p.knobs.num_thread_x): p for p in result.points}
     row, column = by_threads[1, 32].static, by_threads[32, 1].static
     assert dict(row.metrics)["conflict_factor"] == 1.0 < dict(column.metrics)["conflict_factor"]
