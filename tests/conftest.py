@@ -4,6 +4,7 @@ import functools
 import os
 import tempfile
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import tvm
@@ -35,8 +36,38 @@ else:
     manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 
+# Files that build every preset: run one after the other in one test process, they build each preset once
+# there (explorer.build's cache) instead of once per process.
+EVERY_PRESET = ("test_app.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
+
+
+def group(path: str) -> str:
+    """The group of tests that one test process runs, one after the other: a file, or the files of EVERY_PRESET."""
+    return "every preset" if Path(path).name in EVERY_PRESET else path
+
+
+try:  # pytest-xdist (requirements-dev.txt); the GPU machine runs the tests in one process without it
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:
+    LoadScopeScheduling = None
+else:
+    class GroupScheduling(LoadScopeScheduling):
+        """pytest-xdist's scheduling of whole files (``--dist loadfile``), the files of EVERY_PRESET as one."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return group(nodeid.split("::", 1)[0])
+
+    def pytest_xdist_make_scheduler(config, log):
+        return GroupScheduling(config, log)
+
+    def pytest_xdist_auto_num_workers(config):
+        """``-n auto``: one test process per core, and one more for the files that wait on real servers
+        (handed out first): while they wait, the cores keep working on the rest."""
+        return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_collection_modifyitems(config, items):
-    _waiting_files_first(items)
+    _waiting_groups_first(items)
     if tvm.cuda(0).exist:
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
@@ -45,13 +76,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _waiting_files_first(items) -> None:
-    """pytest-xdist hands out whole files in this order (``--no-loadscope-reorder`` in pyproject.toml):
-    first the files marked ``waits`` (real servers, classes in real time: seconds of waiting on a
-    socket), so that their waits overlap the other files' work instead of ending the run; then the
-    files with the most tests. A file's tests keep their order."""
-    counts = Counter(item.path for item in items)
-    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -counts[item.path], str(item.path)))
+def _waiting_groups_first(items) -> None:
+    """The groups are handed out in this order (``--no-loadscope-reorder`` in pyproject.toml): first those
+    marked ``waits`` (real servers, classes in real time: seconds of waiting on a socket), so that their
+    waits overlap the other groups' work instead of ending the run; then the largest. A file's tests keep
+    their order."""
+    groups = {item: group(item.nodeid.split("::", 1)[0]) for item in items}
+    sizes = Counter(groups.values())
+    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -sizes[groups[item]], groups[item]))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import tvm
@@ -75,7 +76,15 @@ _LDMATRIX_CALL = re.compile(r"(T\.ptx_legacy\.ldmatrix\(.*)\)$", re.M)
 @functools.cache
 def _tvm_intrinsics():
     """``tvm.s_tir.tensor_intrin.cuda``, imported on first use: it parses every CUDA tensor
-    intrinsic as TVMScript (seconds), which no other template needs."""
+    intrinsic as TVMScript (seconds), which no other template needs. The import runs in a thread
+    of its own: the parser reads every frame of the stack for each function it parses, and a new
+    thread's stack is a few frames deep where a page's or a test's is a hundred (a quarter of the
+    import's time)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="tensor-intrinsics") as thread:
+        return thread.submit(_import_tvm_intrinsics).result()
+
+
+def _import_tvm_intrinsics():
     _files_without_a_module_known(sys._getframe())
     return importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
 
