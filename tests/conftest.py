@@ -1,7 +1,9 @@
 """Shared test configuration. Tests marked ``gpu`` run a kernel on a local CUDA GPU and
 are skipped on machines without one (CI has none)."""
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -11,7 +13,9 @@ import tvm
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
-os.environ["EXPLORER_CLASS_DB"] = os.path.join(tempfile.mkdtemp(prefix="explorer-tests-"), "class.sqlite3")
+_CLASS_DIR = tempfile.mkdtemp(prefix="explorer-tests-")
+atexit.register(shutil.rmtree, _CLASS_DIR, ignore_errors=True)
+os.environ["EXPLORER_CLASS_DB"] = os.path.join(_CLASS_DIR, "class.sqlite3")
 
 # The pages' diagnoses (a process per server that builds every neighbour of each setting shown) are
 # off in the servers and app tests here, this process's and those it starts: they kept the cores busy

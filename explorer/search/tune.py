@@ -19,18 +19,16 @@ Two choices here, and why:
   failed with "Timeout". This module's build function skips it: fp32 schedules use no
   tensor intrinsics.
 * The same import in this process (MetaSchedule's TuneContext needs it) takes minutes in a
-  process with many modules loaded, such as the app's: see :func:`import_tensor_intrinsics`.
+  process with many modules loaded, such as the app's: see
+  :func:`explorer.schedules.tensor_intrinsics.import_tensor_intrinsics`.
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
-import inspect
-import linecache
 import logging
 import math
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,6 +42,7 @@ from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
 from ..export import schedule_snippet
 from ..measure import local_gpu
+from ..schedules.tensor_intrinsics import import_tensor_intrinsics
 from ..targets import resolve_target
 from ..workloads import Workload
 from .sweep import EXPLORER_ROOT, cpu_count
@@ -138,37 +137,6 @@ class _ReportProgress(ms.measure_callback.PyMeasureCallback):
             self.on_progress(TuneProgress(self.trials, self.budget, self.failed, self.best_us))
 
 
-def import_tensor_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` (MetaSchedule's TuneContext does) quickly.
-
-    TVMScript's parser calls ``inspect.stack()`` once per function it parses, ~500 times in
-    that module, and ``inspect`` finds each frame's module by scanning ``sys.modules``: 24 s
-    in a bare process, over three minutes in the app's (1,200 modules loaded). The parser
-    only uses the frames and their current source line, which this stand-in gives without
-    the scan (13 s in the app's process on the 2-core machine). It is in place only during
-    this one import."""
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
-        return
-    original = inspect.stack
-    inspect.stack = _frames_and_lines
-    try:
-        importlib.import_module("tvm.s_tir.tensor_intrin")
-    finally:
-        inspect.stack = original
-
-
-def _frames_and_lines(context: int = 1) -> list[inspect.FrameInfo]:
-    frame = sys._getframe(1)
-    stack = []
-    while frame is not None:
-        filename, lineno = frame.f_code.co_filename, frame.f_lineno
-        line = linecache.getline(filename, lineno, frame.f_globals)
-        stack.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, [line] if line else None,
-                                       0 if line else None))
-        frame = frame.f_back
-    return stack
-
-
 def tuning_target(target: str | tvm.target.Target | None) -> tvm.target.Target:
     """The target to tune for; a CPU target gets the core count MetaSchedule requires."""
     target = target if isinstance(target, tvm.target.Target) else resolve_target(target)
@@ -226,19 +194,26 @@ def tune(
             max_workers=workers, f_build=build_candidate,
             initializer=functools.partial(binary_process_init, EXPLORER_ROOT),  # compiles even under the app
         )
-        database = ms.tune_tir(
-            mod,
-            target,
-            directory,
-            max_trials_global=trials,
-            num_trials_per_iter=min(trials, 2 * workers, 64),
-            builder=builder,
-            cost_model=cost_model_name(),
-            strategy=strategy,
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress],
-            num_tuning_cores=workers,
-            seed=seed,
-        )
+        runner = ms.runner.LocalRunner()  # tune_tir's default runner, made here to be shut down below
+        try:
+            database = ms.tune_tir(
+                mod,
+                target,
+                directory,
+                max_trials_global=trials,
+                num_trials_per_iter=min(trials, 2 * workers, 64),
+                builder=builder,
+                runner=runner,
+                cost_model=cost_model_name(),
+                strategy=strategy,
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress],
+                num_tuning_cores=workers,
+                seed=seed,
+            )
+        finally:
+            # The runner's process pool is otherwise left to the garbage collector, whose call of its
+            # shutdown can deadlock the process on the pool's own lock (TVM's PopenPoolExecutor says so).
+            runner.pool.shutdown()
         best = _best_record(database, mod)
         if best is None:
             raise ExplorerError(
