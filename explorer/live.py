@@ -542,7 +542,8 @@ class Live:
 
     def _start_builds(self) -> None:
         self.builds.start()
-        self.warm.step("build processes")
+        if self.builds.workers:  # none (EXPLORER_BUILD_WORKERS=0): the pages are built in this process
+            self.warm.step("build processes")
 
     def _build_ahead(self, specs: tuple[Spec, ...], target: str) -> None:
         """Build ``specs`` on half the build processes: a link then shows its code at once, and

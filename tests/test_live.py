@@ -385,6 +385,17 @@ def test_without_build_processes_every_build_is_made_in_the_servers_own_process(
         service.close()
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_warm_up_names_build_processes_only_where_there_are_some(workers):
+    live = Live(LiveSettings(build_workers=workers), measure_fn=lambda job: 1.0,
+                warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
+    try:
+        live._start(None, "auto")
+        assert ("build processes" in [name for name, _ in live.warm.steps]) is bool(workers)
+    finally:
+        live.close()
+
+
 def test_explorer_build_workers_may_be_0_and_the_compile_workers_may_not(monkeypatch):
     monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "0")
     monkeypatch.setenv("EXPLORER_COMPILE_WORKERS", "2")

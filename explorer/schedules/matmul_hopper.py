@@ -51,6 +51,7 @@ from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
+from ..targets import WARP_SIZE
 from ..workloads import Matmul
 from .common import Template
 
@@ -72,7 +73,6 @@ TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx
 TMA_MULTICAST = TMA_LOAD + ".multicast::cluster"  # the same copy, written into every CTA of ctaMask
 CLUSTER_MASK = 0b11  # ctaMask of a multicast: both CTAs of a cluster of two
 SWIZZLE_ATOM_ROWS = 8  # the swizzle pattern repeats every 8 rows: a copy must start on such a row
-WARP = 32
 # Rounds two float32 values to the 16-bit output type and packs them into one 32-bit word.
 PACK_TWO = {"float16": "cvt.rn.f16x2.f32", "bfloat16": "cvt.rn.bf16x2.f32"}
 
@@ -293,11 +293,11 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         # CTA's empty barrier s (mapa: its address as seen from there).
         T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([s]), T.uint32(1))
         if CLUSTER > 1:
-            if tx % WARP == 0:
+            if tx % WARP_SIZE == 0:
                 peer = T.alloc_buffer((1,), "uint32", scope="local")
                 T.ptx.mapa.shared__cluster.u32(peer[0], T.cuda.cvta_generic_to_shared(empty.ptr_to([s])),
                                                T.uint32(rank ^ 1))
-                T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0], T.uint32(WARP))
+                T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0], T.uint32(WARP_SIZE))
 
     @T.inline
     def store_float32(C, row, col, acc, m, i):
