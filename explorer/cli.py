@@ -264,7 +264,7 @@ def cmd_tune(args) -> int:
     preset, spec = _spec_from_args(args)
     result = tune(
         spec.workload, args.trials, target=args.target, strategy=args.strategy, work_dir=args.work_dir,
-        on_progress=lambda p: _progress_bar(p.fraction, p.describe()),
+        workers=args.workers, on_progress=lambda p: _progress_bar(p.fraction, p.describe()),
     )
     hand_trace = str(spec.template_def.apply(spec.workload, spec.knobs).trace)  # the preset's, for comparison
     if args.json:
@@ -334,6 +334,13 @@ def _add_spec_args(parser):
     parser.add_argument("--target", default=None, help="auto (default: local GPU, else H100), h100, sm_80, a TVM tag")
 
 
+def _processes(text: str) -> int:
+    """A number of processes: a whole number, 1 or more."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number of processes is a whole number of 1 or more, not '{text}'")
+    return int(text)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m explorer", description="Explore TVM GPU kernel schedules.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -356,7 +363,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", required=True, metavar="KNOB=V1,V2,...",
                    help="a knob and its values (or KNOB=all); repeatable; splits are written 8x2x4x1")
     p.add_argument("--sample", type=int, default=None, help="run this many random points of the grid")
-    p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per CPU core)")
+    p.add_argument("--workers", type=_processes, default=None, help="compile processes (default: one per CPU core)")
     p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
     p.add_argument("--rpc", metavar="HOST:PORT", help="measure on a remote GPU through this TVM RPC tracker")
     p.add_argument("--key", help="the device key at the tracker (with --rpc)")
@@ -367,6 +374,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, required=True, help="trial budget (candidates built and run)")
     p.add_argument("--strategy", default="evolutionary", choices=("evolutionary", "replay-trace"))
     p.add_argument("--work-dir", default=None, help="keep MetaSchedule's records and logs here (resumable)")
+    p.add_argument("--workers", type=_processes, default=None, help="build processes (default: one per CPU core)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser("measure", help="check a preset's kernel against NumPy, then time it on a GPU")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -59,13 +60,19 @@ def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
             with open(path, "rb") as f:
                 return f.read()
         binary = bytes(compile_cuda(code, *rest))
-        os.makedirs(cache_dir, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache_dir, delete=False) as f:  # concurrent workers: write, then rename
-            f.write(binary)
-        os.replace(f.name, path)
+        _keep(path, binary)
         return binary
 
     return compile_cached
+
+
+def _keep(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole: processes that write the same file at once each write
+    their own and rename it into place."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+        f.write(data)
+    os.replace(f.name, path)
 
 
 @functools.cache  # once per process: a second call would wrap the cache in itself
@@ -161,13 +168,23 @@ def _run(tool: str, *args: str) -> str:
 
 
 def disassemble(cubin: bytes) -> tuple[str, str]:
-    """(``nvdisasm -g`` SASS with line info, ``cuobjdump --dump-resource-usage``) of a cubin."""
+    """(``nvdisasm -g`` SASS with line info, ``cuobjdump --dump-resource-usage``) of a cubin, kept
+    on disk beside the cubins by the cubin and the tools (a third of a second for nvdisasm to
+    start, whatever the kernel; the server's processes and its next start read it back)."""
+    tools = (tool_path("nvdisasm"), tool_path("cuobjdump"))
+    key = hashlib.sha256(b"\0".join([cubin, *(tool.encode() for tool in tools)])).hexdigest()
+    kept = os.path.join(CUDA_CACHE, "sass", key + ".json")
+    if os.path.exists(kept):
+        with open(kept) as f:
+            sass, usage = json.load(f)
+        return sass, usage
     with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
             f.write(cubin)
-        sass = _run(tool_path("nvdisasm"), "-g", "-c", path)
-        usage = _run(tool_path("cuobjdump"), "--dump-resource-usage", path)
+        sass = _run(tools[0], "-g", "-c", path)
+        usage = _run(tools[1], "--dump-resource-usage", path)
+    _keep(kept, json.dumps([sass, usage]).encode())
     return sass, usage
 
 

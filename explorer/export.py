@@ -156,13 +156,28 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
     return code
 
 
+# TVM's tensor intrinsics are TVMScript, parsed as they are imported, and the parser asks
+# ``inspect`` for the stack of each of its ~500 functions. For each frame of the import
+# machinery ``inspect`` scans every loaded module for the file: 13 s before the script prints
+# anything, against 3 s once it is told that those frames have no module.
+_FAST_INTRINSICS_IMPORT = """\
+import inspect
+
+# TVM parses its tensor intrinsics (TVMScript) as they are imported, asking inspect for the stack
+# of each; inspect is told that the import machinery's frames have no module file to look for.
+for _frame_file in ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"):
+    inspect.modulesbyfile.setdefault(_frame_file, "")
+import tvm.s_tir.tensor_intrin.cuda  # registers TVM's tensor-core intrinsics
+"""
+
+
 def _intrinsics_code(sch: Schedule) -> str:
     """Registration of the tensor intrinsics the trace names: TVM's own register on import;
     the bfloat16 ones are derived here (tensor_intrinsics.py), so their code goes in too."""
     steps = "\n".join(sch.trace.as_python())
     if "tensorize" not in steps:
         return ""
-    code = "import tvm.s_tir.tensor_intrin.cuda  # registers TVM's tensor-core intrinsics\n"
+    code = _FAST_INTRINSICS_IMPORT
     derived = sorted(set(re.findall(r'"explorer_(\w+)_bf16"', steps)))
     if derived:
         code += (

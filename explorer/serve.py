@@ -25,10 +25,11 @@ SCRIPT_HEALTH = "/_stcore/script-health-check"  # runs the app's script once, in
 START_TIMEOUT_S = 120
 
 
-def streamlit_command(port: int, address: str, extra: list[str]) -> list[str]:
-    """The command line of the class server, ``streamlit run``'s own options (``extra``: more of them)."""
+def streamlit_command(port: int, address: str, extra: list[str], script: Path = APP_MAIN) -> list[str]:
+    """The command line of the class server, ``streamlit run``'s own options (``extra``: more of them;
+    ``script``: the app, or a copy of it)."""
     # app.launch: Streamlit's command line after the imports, with the GPU warming meanwhile.
-    return [sys.executable, "-m", "app.launch", "run", str(APP_MAIN), "--server.headless", "true",
+    return [sys.executable, "-m", "app.launch", "run", str(script), "--server.headless", "true",
             "--server.port", str(port), "--server.address", address,
             "--server.scriptHealthCheckEnabled", "true",
             # Streamlit takes a copy that is not in a site-packages folder (a --target install,

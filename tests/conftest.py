@@ -42,7 +42,7 @@ else:
 
 # Files that build every preset: run one after the other in one test process, they build each preset once
 # there (explorer.build's cache) instead of once per process.
-EVERY_PRESET = ("test_app.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
+EVERY_PRESET = ("test_app.py", "test_export.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
 
 
 def group(path: str) -> str:
@@ -116,5 +116,14 @@ def diagnoses_in_this_process(monkeypatch):
     from app import server
     from explorer.diagnoses import Diagnoses, diagnose_in_process
 
-    monkeypatch.setattr(explorer.live, "Diagnoses", lambda run: Diagnoses(diagnose_in_process))
-    monkeypatch.setattr(server.live(), "diagnoses", Diagnoses(diagnose_in_process))
+    made = [Diagnoses(diagnose_in_process)]
+
+    def in_this_process(run):
+        made.append(Diagnoses(diagnose_in_process))
+        return made[-1]
+
+    monkeypatch.setattr(explorer.live, "Diagnoses", in_this_process)
+    monkeypatch.setattr(server.live(), "diagnoses", made[0])
+    yield
+    for diagnoses in made:  # the diagnoses still queued would otherwise run before this process can exit
+        diagnoses.close()

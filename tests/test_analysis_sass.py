@@ -45,25 +45,40 @@ def line_of(source: str, fragment: str) -> int:
     return number
 
 
+@pytest.fixture(scope="module")
+def compiled_here(tmp_path_factory):
+    """This module's own cubin cache and memory of reports, empty at its start: each kernel that the
+    no-toolkit tests look at is compiled for real once, in the first of them, and the others share it."""
+    return tmp_path_factory.mktemp("cuda-cache"), {}
+
+
 @pytest.fixture
-def no_toolkit(monkeypatch, tmp_path):
+def no_toolkit(monkeypatch, compiled_here):
     """PATH without any nvcc, and nvcc unusable for the fallback: everything must come from
-    pip; an empty cubin cache, so that each test compiles for real."""
+    pip; reports from this module's no-toolkit tests only (compiled_here), never from the
+    memory of a test that had the toolkit. Yields the cubin cache folder."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                            if not os.path.exists(os.path.join(p, "nvcc")))
     monkeypatch.setenv("PATH", path)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(sass, "nvcc_path", lambda: None)
-    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", str(tmp_path))
+    cache, reports = compiled_here
+    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", str(cache))
 
     def no_nvcc(*args, **kwargs):
         raise AssertionError("nvcc must not be used")
 
+    compile_and_analyze = sass.analyze_source.__wrapped__  # past the library's memory
+
+    def analyze_here(cuda: str, arch: str) -> sass.SassReport:
+        if (cuda, arch) not in reports:
+            reports[cuda, arch] = compile_and_analyze(cuda, arch)
+        return reports[cuda, arch]
+
     monkeypatch.setattr(sass, "nvcc_binary", no_nvcc)
+    monkeypatch.setattr(sass, "analyze_source", analyze_here)
     assert shutil.which("nvcc") is None
-    sass.analyze_source.cache_clear()  # compile again here, not from an earlier test's memory
-    yield
-    sass.analyze_source.cache_clear()
+    yield cache
 
 
 def test_width_of_loads_and_stores():
@@ -103,9 +118,9 @@ def test_resource_usage_lines():
                                                      "CONSTANT[0]": 548, "TEXTURE": 0}}
 
 
-def test_hand_made_kernel_mix_counted_by_hand(no_toolkit, tmp_path):
+def test_hand_made_kernel_mix_counted_by_hand(no_toolkit):
     (kernel,) = sass.analyze_source(HAND_MADE, "sm_90").kernels
-    assert list(tmp_path.glob("lineinfo/*.bin")), "the cubin is kept in the build's cache"
+    assert list(no_toolkit.glob("lineinfo/*.bin")), "the cubin is kept in the build's cache"
     mix = kernel.mix
     # line 6: one float4 global load, one float4 shared store; line 8: one float global load;
     # the loop (kept rolled by #pragma unroll 1): a float2 and a float4 shared load, 2 fmaf,
@@ -116,6 +131,19 @@ def test_hand_made_kernel_mix_counted_by_hand(no_toolkit, tmp_path):
                           "LDL": {}, "STL": {}}
     assert (mix.branches, mix.loop_branches, mix.spill_bytes) == (2, 1, 0)
     assert kernel.kernel == "mix_kernel" and kernel.registers > 0
+
+
+def test_a_cubins_disassembly_is_kept_on_disk_for_every_process(no_toolkit, monkeypatch):
+    cubin = cuda_compile.compile_cubin(HAND_MADE, "sm_90")
+    disassembled = cuda_compile.disassemble(cubin)
+    assert "FFMA" in disassembled[0] and "REG:" in disassembled[1]
+    assert len(list((no_toolkit / "sass").glob("*.json"))) == 1
+    ran = []
+    monkeypatch.setattr(cuda_compile, "_run", lambda *args: ran.append(args))
+    assert cuda_compile.disassemble(cubin) == disassembled and ran == []  # read back, no tool started
+    monkeypatch.setattr(cuda_compile, "tool_path", lambda name: f"/another/{name}")
+    cuda_compile.disassemble(cubin)
+    assert len(ran) == 2  # other tools: disassembled again
 
 
 def test_instructions_sit_under_their_cuda_line(no_toolkit):

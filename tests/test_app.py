@@ -72,8 +72,7 @@ def test_explorer_page_for_every_preset(preset):
 
 @pytest.mark.parametrize("preset", list(all_presets()))
 def test_compare_page_for_every_preset(preset):
-    at = app({"preset": preset}).run()
-    at.switch_page("views/compare.py").run()
+    at = app({"preset": preset}).switch_page("views/compare.py").run()  # a link to the Compare page
     assert_clean(at)
     assert at.title[0].value == "Compare two settings"
     assert at.session_state["spec"] == get_preset(preset).spec
@@ -105,11 +104,14 @@ def _first_preset_per_template():
 @pytest.mark.parametrize("preset", _first_preset_per_template())
 def test_analysis_tabs_render(preset):
     """Every analysis tab, for one preset of each template (tabs are lazy: only the selected
-    one runs)."""
+    one runs), opened one after the other in one session as a student clicks through them."""
     labels = list(panels.PANELS)
+    at = app({"preset": preset})
     for label in labels:
-        at = app({"preset": preset}, view=label).run()
+        at.session_state["ui.view"] = label
+        at.run()
         assert_clean(at)
+        assert at.session_state["ui.view"] == label
         assert [t.label for t in at.tabs][len(code_view.VIEWS):] == labels
 
 

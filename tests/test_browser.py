@@ -1,6 +1,10 @@
 """The app in a real browser: Debian's chromium driven by Playwright against
-``streamlit run app/main.py`` on a free local port. Moves a thread-count slider with the
-keyboard and checks that the CUDA view changes; saves screenshots under test-output/.
+``streamlit run app/main.py`` on a free local port (one server and one browser for the module).
+Moves a thread-count slider with the keyboard and checks that the CUDA view changes; in class
+mode, the teacher unlocks the Class page and puts the class on a step, and a student's open
+Lessons page shows the banner by itself, without a click, and stays where the student is (the
+time from the teacher's click to the student's banner goes to test-output/class-banner.txt).
+Saves screenshots under test-output/.
 
 Skipped only where chromium or Playwright is genuinely missing on a developer machine;
 under CI (the ``CI`` environment variable, set by .ci/run) a missing browser is a failure.
@@ -18,6 +22,8 @@ from pathlib import Path
 import pytest
 from test_classroom_bench import server_environment
 
+from explorer import lessons as L
+
 pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +33,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 START_TIMEOUT_S = 90
 WAIT_MS = 60_000
+TOKEN = "browser-class-token"
+BANNER_WAIT_MS = 5_000  # the banner refreshes every second: far more than that means it does not refresh by itself
 
 
 def _require_browser():
@@ -50,7 +58,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(log_path: Path):
+def streamlit_server(log_path: Path, env: dict):
     """``streamlit run app/main.py`` on a free local port; yields its URL once healthy."""
     port = _free_port()
     log_path.parent.mkdir(exist_ok=True)
@@ -58,7 +66,7 @@ def streamlit_server(log_path: Path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=server_environment(),
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=server_environment(env),
         )
         try:
             url = f"http://127.0.0.1:{port}"
@@ -82,22 +90,35 @@ def streamlit_server(log_path: Path):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    """A server in class mode (its class board and teacher token): the pages outside the Class
+    page are the same as without it."""
     _require_browser()
-    with streamlit_server(OUTPUT / "streamlit.log") as url:
+    class_mode = {"EXPLORER_CLASS_DB": str(tmp_path_factory.mktemp("class") / "class.sqlite3"),
+                  "EXPLORER_TEACHER_TOKEN": TOKEN}
+    with streamlit_server(OUTPUT / "streamlit.log", class_mode) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser(server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(WAIT_MS)
-        yield page
+        yield browser
         browser.close()
+
+
+def new_page(browser, width=1600, height=1000):
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(WAIT_MS)
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser):
+    return new_page(browser)
 
 
 def cuda_text(page) -> str:
@@ -137,3 +158,33 @@ def test_slider_changes_the_cuda_view(server, page):
     assert launch_bounds(after) == {8 * 8}
     assert "knob.num_thread_x=8" in page.url  # the link now describes the new setting
     page.screenshot(path=OUTPUT / "browser-explorer-after.png", full_page=True)
+
+
+def test_the_teachers_step_reaches_an_open_student_page_by_itself(server, browser):
+    lesson = L.lessons()[0]
+    banner = f"The class is on step 3: {lesson.step(3).preset.title}"
+    student, teacher = (new_page(browser, 1400, 900) for _ in range(2))
+    student.goto(f"{server}/lessons?lesson={lesson.id}&step=1")
+    student.get_by_role("heading", name="Lessons").wait_for()
+
+    teacher.goto(f"{server}/classroom")
+    teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
+    teacher.get_by_role("button", name="Unlock the teacher controls").click()
+    teacher.get_by_role("button", name="Put the class on this step").wait_for()
+    assert TOKEN not in teacher.url
+    step = teacher.get_by_label("Step", exact=True)
+    step.fill("3")
+    step.press("Enter")
+    teacher.get_by_text(lesson.step(3).preset.title).first.wait_for()
+    teacher.get_by_role("button", name="Put the class on this step").click()
+    clicked = time.monotonic()
+    teacher.get_by_text(f"Now: {banner}").wait_for()
+
+    student.get_by_text(banner).wait_for(timeout=BANNER_WAIT_MS)  # no reload, no click
+    seconds = time.monotonic() - clicked
+    # The student was not moved: still on step 1.
+    assert "step=3" not in student.url and student.get_by_role("heading", name="Step 1 of").count() == 1
+    assert student.get_by_role("link", name="Open it").get_attribute("href").endswith(
+        f"lessons?lesson={lesson.id}&step=3")
+    student.screenshot(path=OUTPUT / "browser-class-banner.png", full_page=True)
+    (OUTPUT / "class-banner.txt").write_text(f"teacher's click to the student's banner: {seconds:.2f} s\n")

@@ -4,7 +4,6 @@ links and move knobs through Streamlit's websocket protocol, with no error
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -33,12 +32,12 @@ def server_environment(extra: dict | None = None) -> dict:
     return env
 
 
-def start_server(script: Path, env: dict | None = None, options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+def start_server(script: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     server = subprocess.Popen(
-        # app.launch, as `python -m explorer serve` starts it: a stopped server ends its processes at once.
-        [sys.executable, "-m", "app.launch", "run", str(script), "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", *options],
+        # The class server's command (`python -m explorer serve`): a stopped server ends its processes at
+        # once, and no page run walks the loaded modules for a file watcher.
+        serve.streamlit_command(port, "127.0.0.1", [], script),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_environment(env))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -66,7 +65,7 @@ def stop_server(server: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def server_url():
-    server, url = start_server(ROOT / "app" / "main.py", options=("--server.scriptHealthCheckEnabled", "true"))
+    server, url = start_server(ROOT / "app" / "main.py")
     assert serve.warm(url)[0]  # as `python -m explorer serve` does: the first page has run once
     yield url, server.pid
     stop_server(server)
@@ -74,8 +73,8 @@ def server_url():
 
 def test_three_students_move_knobs_without_errors(server_url):
     url, pid = server_url
-    # A move a second or so: each student moves several times in 15 s.
-    report = classroom.run(url, students=3, seconds=15, think=1.0, want_latency=False, server_pid=pid)
+    # A move a second or so: each student moves several times in 10 s.
+    report = classroom.run(url, students=3, seconds=10, think=1.0, want_latency=False, server_pid=pid)
     assert report["errors"] == []
     assert report["open_to_code"]["n"] == 3
     assert report["moves"] >= 6 and report["knob_to_code"]["n"] + report["refused"] == report["moves"]
@@ -108,7 +107,7 @@ def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url):
     url, pid = server_url
     # The students open the link together after classroom.CONNECT_S and their processes' start (9 s);
     # the rest is the time to open it.
-    report = classroom.run(url, students=4, seconds=18, think=2.0, want_latency=False, links=("dw-blog-final-96",),
+    report = classroom.run(url, students=4, seconds=15, think=2.0, want_latency=False, links=("dw-blog-final-96",),
                            same_link=True, processes=2)  # two processes of two students each
     assert report["errors"] == [] and report["same_link"] == "dw-blog-final-96"
     assert report["open_to_code"]["n"] == 4

@@ -21,7 +21,7 @@ def test_latency_reaches_the_page_after_a_slow_warm_up(tmp_path):
                                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"),
                                                                             os.environ.get("PYTHONPATH")]))})
     try:
-        report = classroom.run(url, students=1, seconds=15, think=1.0, want_latency=True, server_pid=server.pid,
+        report = classroom.run(url, students=1, seconds=12, think=1.0, want_latency=True, server_pid=server.pid,
                                revisit_every=2)
     finally:
         stop_server(server)

@@ -1,7 +1,9 @@
-"""More GPUs through one tracker key, on loopback with target llvm: two servers started with
-``python -m explorer.measure.server`` under one key both get work and give the same
-results, and killing one in the middle of a measurement loses no request (the session is
-run again on the other)."""
+"""Remote measurement end to end on loopback, with target llvm: a TVM RPC tracker started here
+and two servers started with ``python -m explorer.measure.server`` under one key. Kernels are
+built here, uploaded, loaded, checked and timed on a server; a kernel that segfaults ends only
+its session and the server keeps serving; both servers get work and give the same results, and
+killing one in the middle of a measurement loses no request (the session is run again on the
+other)."""
 import contextlib
 import os
 import signal
@@ -13,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import tvm
-from test_measure_worker import WORKLOAD
+from test_measure_worker import WORKLOAD, correct_module, segfault, wrong_at_2_3_module
 from tvm.rpc.tracker import Tracker
 
 from explorer.classroom import Store, submit
-from explorer.measure import Remote, Settings
+from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
 from explorer.measure import remote as remote_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
 from explorer.measure.worker import Job
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.waits  # real servers or processes waited on: handed ou
 KEY = "explorer-class-test"
 ROOT = Path(__file__).resolve().parent.parent
 FAST = Settings(repeats=3, time_limit_s=10, roofline=False)
+WITH_ROOFLINE = Settings(repeats=3, time_limit_s=5)  # and the remote device's ceilings, measured there
 # 3 s and more on the server (a budget past the ten repeats)
 SLOW = Settings(repeats=10, min_repeat_ms=300, time_limit_s=60, roofline=False, timing_budget_ms=60_000)
 BIG = Matmul(m=128, n=128, k=128)  # long enough per launch for the repeat time to be met
@@ -51,7 +54,7 @@ def kill(server: subprocess.Popen) -> None:
 def two_servers():
     """A tracker and two GPU servers under one key, shared by this module's tests in file order
     (starting them is most of the module's time): the test that kills a server comes after the
-    one that needs both, and the tests after it need only one."""
+    ones that need both, and the tests after it need only one."""
     tracker = Tracker(host="127.0.0.1", port=9500, port_end=9590, silent=True)
     remote = Remote("127.0.0.1", tracker.port, KEY)
     servers = [start_server(tracker.port, 9600), start_server(tracker.port, 9650)]
@@ -92,12 +95,58 @@ def join(threads) -> None:
 
 def test_both_servers_get_work_and_give_the_same_results(two_servers):
     remote, _ = two_servers
-    results, errors, threads = measure_in_threads(remote, 6, FAST)
+    # Four at once: each server's session takes one while the other two wait for a free server.
+    results, errors, threads = measure_in_threads(remote, 4, FAST)
     join(threads)
-    assert errors == [] and len(results) == 6
+    assert errors == [] and len(results) == 4
     assert len({server for _, _, server in results}) == 2  # the work was spread over both
     checks = {check for check, _, _ in results}
     assert len(checks) == 1 and next(iter(checks)).correct  # same inputs, same kernel: the same result
+
+
+def test_remote_kernel_is_uploaded_checked_and_timed(two_servers):
+    remote, _ = two_servers
+    m = measure_module(correct_module(), WORKLOAD, target="llvm", remote=remote, settings=WITH_ROOFLINE)
+    assert m.correct and m.timing is not None and len(m.timing.samples_us) == 3
+    assert m.device == f"CPU ({remote})"
+    assert m.ceilings is not None and m.percent_of_roofline > 0
+
+
+def test_remote_wrong_kernel_reports_the_index(two_servers):
+    remote, _ = two_servers
+    m = measure_module(wrong_at_2_3_module(), WORKLOAD, target="llvm", remote=remote, settings=WITH_ROOFLINE)
+    assert not m.correct and m.check.first_wrong_index == (2, 3) and m.timing is None
+
+
+def test_remote_crash_ends_only_the_session(two_servers):
+    remote, _ = two_servers
+    with pytest.raises(KernelCrashed, match="remote server"):
+        measure_module(tvm.IRModule({"main": segfault}), WORKLOAD, target="llvm", remote=remote,
+                       settings=WITH_ROOFLINE)
+    deadline = time.monotonic() + 30
+    while server_count(remote) < 2:  # the server registers again after the session
+        assert time.monotonic() < deadline, "a server stopped serving after a crashed session"
+        time.sleep(0.2)
+    assert measure_module(correct_module(), WORKLOAD, target="llvm", remote=remote, settings=WITH_ROOFLINE).correct
+
+
+def test_unknown_key_and_unreachable_tracker(two_servers):
+    remote, _ = two_servers
+    with pytest.raises(NoDevice, match="No server with key 'no-such-gpu'"):
+        measure_module(correct_module(), WORKLOAD, target="llvm",
+                       remote=Remote("127.0.0.1", remote.port, "no-such-gpu"))
+    with pytest.raises(RemoteError, match="Cannot reach the RPC tracker at 127.0.0.1:1 "):
+        measure_module(correct_module(), WORKLOAD, target="llvm", remote=Remote("127.0.0.1", 1, KEY))
+
+
+@pytest.mark.gpu
+def test_a_preset_is_measured_on_a_remote_gpu(two_servers):
+    # Built here for the target the server's GPU reports ("auto"), uploaded, run there.
+    remote, _ = two_servers
+    m = measure(get_preset("best-dw-96").spec, target="auto", remote=remote, settings=WITH_ROOFLINE)
+    assert m.correct and m.median_us > 0
+    assert tvm.target.Target(m.target).kind.name == "cuda"
+    assert m.device.endswith(f"({remote})") and "CPU" not in m.device
 
 
 def test_killing_a_server_mid_run_loses_no_request(two_servers, monkeypatch):

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from explorer.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,3 +55,14 @@ def test_unknown_preset_and_malformed_set(capsys):
     assert "No preset named 'no-such-preset'" in capsys.readouterr().err
     assert main(["show", "dw-blog-final-96", "--view", "cuda", "--set", "num_thread_x"]) == 2
     assert "knob=value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["sweep", "dw-blog-channel-21", "--grid", "num_thread_x=4,8"],
+                                     ["tune", "dw-blog-channel-21", "--trials", "2"]])
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_a_number_of_processes_below_one_is_refused_with_one_line(command, workers, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--workers", workers])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"argument --workers: a number of processes is a whole number of 1 or more, not '{workers}'")

@@ -81,7 +81,7 @@ def test_settings_come_from_the_environment(monkeypatch):
 
 @pytest.fixture(scope="module")
 def service():
-    service = BuildService(LiveSettings(build_workers=2))
+    service = BuildService(LiveSettings(build_workers=1))
     yield service
     service.close()
 

@@ -3,8 +3,6 @@ raise a typed ExplorerError with a message — never another exception, never a 
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from explorer.build import Spec, build
 from explorer.errors import ExplorerError
@@ -14,49 +12,57 @@ from explorer.schedules import TEMPLATES
 SMALL_SHAPE_CAP = 48
 
 
-INVALID_VALUES = st.one_of(
-    st.integers(-4, 4096),
-    st.text(max_size=6),
-    st.booleans(),
-    st.tuples(st.integers(-2, 64), st.integers(-2, 64)),
-    st.none(),
-)
+def knob_sets():
+    """The strategy of a template's (workload, knob values). Hypothesis is imported here, by the
+    test process that runs these tests (the others collect this file without its import)."""
+    from hypothesis import strategies as st
 
+    invalid_values = st.one_of(
+        st.integers(-4, 4096),
+        st.text(max_size=6),
+        st.booleans(),
+        st.tuples(st.integers(-2, 64), st.integers(-2, 64)),
+        st.none(),
+    )
 
-def workload_strategy(workload_cls):
-    fields = {}
-    for spec in workload_cls.specs():
-        if spec.kind is int:
-            fields[spec.name] = st.integers(spec.low, min(spec.high, SMALL_SHAPE_CAP if spec.low >= 1 else 4))
-        else:
-            fields[spec.name] = st.sampled_from(spec.values())
-    return st.fixed_dictionaries(fields)
+    def workload_strategy(workload_cls):
+        fields = {}
+        for spec in workload_cls.specs():
+            if spec.kind is int:
+                fields[spec.name] = st.integers(spec.low, min(spec.high, SMALL_SHAPE_CAP if spec.low >= 1 else 4))
+            else:
+                fields[spec.name] = st.sampled_from(spec.values())
+        return st.fixed_dictionaries(fields)
 
+    @st.composite
+    def specs(draw, template):
+        try:
+            workload = template.workload(**draw(workload_strategy(template.workload)))
+        except ExplorerError:
+            workload = template.default_workload()
+            # keep the default shape but shrink it where the default is large
+            small = {s.name: min(getattr(workload, s.name), SMALL_SHAPE_CAP) for s in workload.specs()
+                     if s.kind is int}
+            workload = template.workload(**small)
+        knob_specs = template.knobs.specs()
+        values = {s.name: draw(st.sampled_from(s.values(workload))) for s in knob_specs}
+        # A third of the draws put one knob outside its domain; the rest exercise real builds.
+        if draw(st.integers(0, 2)) == 0:
+            corrupted = draw(st.sampled_from(knob_specs)).name
+            values[corrupted] = draw(invalid_values)
+        return workload, values
 
-@st.composite
-def specs(draw, template):
-    try:
-        workload = template.workload(**draw(workload_strategy(template.workload)))
-    except ExplorerError:
-        workload = template.default_workload()
-        # keep the default shape but shrink it where the default is large
-        small = {s.name: min(getattr(workload, s.name), SMALL_SHAPE_CAP) for s in workload.specs() if s.kind is int}
-        workload = template.workload(**small)
-    knob_specs = template.knobs.specs()
-    values = {s.name: draw(st.sampled_from(s.values(workload))) for s in knob_specs}
-    # A third of the draws put one knob outside its domain; the rest exercise real builds.
-    if draw(st.integers(0, 2)) == 0:
-        corrupted = draw(st.sampled_from(knob_specs)).name
-        values[corrupted] = draw(INVALID_VALUES)
-    return workload, values
+    return specs
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_any_knob_values_build_or_raise_a_typed_error(name):
+    from hypothesis import HealthCheck, given, settings
+
     template = TEMPLATES[name]
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-    @given(specs(template))
+    @given(knob_sets()(template))
     def check(drawn):
         workload, values = drawn
         try:

@@ -282,7 +282,7 @@ def test_cli_sweep_prints_json_and_rejects_a_bad_grid(capsys):
     from explorer.cli import main
 
     assert main(["sweep", "dw-blog-channel-21", "--grid", "num_thread_x=4,8", "--grid", "num_thread_y=4,32",
-                 "--workers", "2", "--target", "h100", "--json"]) == 0
+                 "--workers", "1", "--target", "h100", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["preset"] == "dw-blog-channel-21" and out["points"] == 4
     assert out["grid"] == ["num_thread_x=4,8", "num_thread_y=4,32"]

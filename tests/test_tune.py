@@ -16,7 +16,7 @@ TINY = DepthwiseConv2d(channels=4, height=8, width=8)
 @pytest.fixture(scope="module")
 def tuned():
     seen = []
-    result = tune(TINY, 4, target="llvm", strategy="replay-trace", workers=2, on_progress=seen.append)
+    result = tune(TINY, 4, target="llvm", strategy="replay-trace", workers=1, on_progress=seen.append)
     return result, seen
 
 
@@ -107,7 +107,7 @@ def test_cli_tune_prints_the_best_and_both_traces(capsys):
     from explorer.cli import main
 
     assert main(["tune", "dw-blog-channel-21", "--trials", "2", "--target", "llvm", "--strategy", "replay-trace",
-                 "--json"]) == 0
+                 "--workers", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["preset"] == "dw-blog-channel-21" and out["budget"] == 2 and out["best_us"] > 0
     assert out["trace"].startswith("# from tvm import s_tir") and "sch.bind(" in out["hand_trace"]

@@ -4,8 +4,9 @@ produced it, an instruction mix per kernel, and registers/shared/local memory pe
 The compile stage (:mod:`explorer.cuda_compile`) compiles the generated CUDA to a cubin with
 ``-lineinfo`` (NVRTC, no toolkit needed), disassembles it (``nvdisasm -g``) and reads its
 resource usage (``cuobjdump``); this module parses and reports them. The cubin is kept on
-disk like TVM's own compiles (in a ``lineinfo`` folder of the same cache), and the parsed
-result in memory, both by (CUDA source, architecture).
+disk like TVM's own compiles (in a ``lineinfo`` folder of the same cache) and its disassembly
+beside it (``sass``), both for every process of the machine; the parsed result in memory, by
+(CUDA source, architecture).
 """
 from __future__ import annotations
 

@@ -54,6 +54,7 @@ from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import Matmul
 from .common import Template
+from .parsing import tvmscript_frames
 
 SUPPORTED_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 ELEMENT_BYTES = 2
@@ -226,7 +227,9 @@ def tile_origin(tile, tiles_m: int, tiles_n: int):
 
 def schedule(workload: Matmul, k: MatmulHopperKnobs) -> Schedule:
     """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
-    return Schedule(tvm.IRModule({"main": kernel(check_knobs(workload, k))}))
+    plan = check_knobs(workload, k)
+    with tvmscript_frames():  # its T.inline calls ask inspect for the stack each (a third of the build)
+        return Schedule(tvm.IRModule({"main": kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom

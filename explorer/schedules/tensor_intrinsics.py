@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
-import linecache
 import re
 import sys
-import threading
 from dataclasses import dataclass
 
 import tvm
 from tvm.s_tir import TensorIntrin
+
+from .parsing import tvmscript_frames
 
 MMA_SHAPE = (16, 16, 16)  # one tile = two mma.sync.m16n8k16
 SUPPORTED_DTYPES = ("float16", "bfloat16")
@@ -47,8 +46,9 @@ def mma_intrinsics(dtype: str, shared_scope: str) -> MmaIntrinsics:
     names = MmaIntrinsics(group["load_a"], group["load_b"], group["compute"], group["init"], group["store"])
     if dtype == "float16":
         return names
-    return MmaIntrinsics(_bfloat16(names.load_a), _bfloat16(names.load_b), _bfloat16(names.compute),
-                         names.fill, names.store)
+    with tvmscript_frames():  # the bfloat16 twins are parsed on first use
+        return MmaIntrinsics(_bfloat16(names.load_a), _bfloat16(names.load_b), _bfloat16(names.compute),
+                             names.fill, names.store)
 
 
 @functools.cache
@@ -81,38 +81,9 @@ def _tvm_intrinsics():
     return sys.modules["tvm.s_tir.tensor_intrin.cuda"]
 
 
-_IMPORTING = threading.Lock()  # one import at a time swaps inspect.stack (and puts it back)
-
-
 def import_tensor_intrinsics() -> None:
     """Import ``tvm.s_tir.tensor_intrin`` (this module's templates and MetaSchedule's TuneContext
-    need it) quickly.
-
-    TVMScript's parser calls ``inspect.stack()`` once per function it parses, ~500 times in
-    that package, and ``inspect`` finds each frame's module by scanning ``sys.modules`` and
-    reads each frame's source: most of the import's time, the more so the more modules are
-    loaded and the deeper the stack (minutes in a class server's process). The parser only
-    uses the frames and their current source line, which this stand-in gives without the scan
-    (1.7 s instead of 2.7 s in a bare process on the 2-core machine). It is in place only
-    during this one import."""
-    with _IMPORTING:
-        if "tvm.s_tir.tensor_intrin" in sys.modules:
-            return
-        original = inspect.stack
-        inspect.stack = _frames_and_lines
-        try:
-            importlib.import_module("tvm.s_tir.tensor_intrin")
-        finally:
-            inspect.stack = original
-
-
-def _frames_and_lines(context: int = 1) -> list[inspect.FrameInfo]:
-    frame = sys._getframe(1)
-    stack = []
-    while frame is not None:
-        filename, lineno = frame.f_code.co_filename, frame.f_lineno
-        line = linecache.getline(filename, lineno, frame.f_globals)
-        stack.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, [line] if line else None,
-                                       0 if line else None))
-        frame = frame.f_back
-    return stack
+    need it) quickly: it parses every CUDA tensor intrinsic as TVMScript, ~500 functions
+    (:func:`tvmscript_frames`: 1.7 s instead of 2.7 s in a bare process on the 2-core machine)."""
+    with tvmscript_frames():
+        importlib.import_module("tvm.s_tir.tensor_intrin")
