@@ -1,9 +1,12 @@
-"""bench/classroom.py against a real server started here (no GPU): three students open
-links and move knobs through Streamlit's websocket protocol, with no error
+"""bench/classroom.py against the class server started here as a teacher starts it (``python -m
+explorer serve``, no GPU): three students open links and move knobs through Streamlit's
+websocket protocol, with no error; the launcher serves once warm and the server stops with it
 (tests/test_classroom_bench_warm_up.py: a server with a stand-in GPU)."""
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -54,7 +57,7 @@ def start_server(script: Path, env: dict | None = None) -> tuple[subprocess.Pope
 
 def stop_server(server: subprocess.Popen) -> None:
     """Cleanup: SIGTERM, and SIGKILL after 30 s (on a machine loaded by other tests a page still building
-    can hold Streamlit's stop longer; tests/test_serve.py times the stop itself)."""
+    can hold Streamlit's stop longer; the last test of this file checks the stop itself)."""
     server.terminate()
     try:
         server.wait(30)
@@ -64,11 +67,28 @@ def stop_server(server: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    server, url = start_server(ROOT / "app" / "main.py")
-    assert serve.warm(url)[0]  # as `python -m explorer serve` does: the first page has run once
-    yield url, server.pid
-    stop_server(server)
+def class_server():
+    """The class server as a teacher starts it, ``python -m explorer serve``, once the launcher has said
+    that it serves (after the first page ran inside it): (URL, the launcher, what it said)."""
+    port = free_port()
+    launcher = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
+                                 "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env=server_environment({"PYTHONUNBUFFERED": "1"}))
+    said = ""
+    while not said.startswith("Serving") and launcher.poll() is None:  # streamlit's own lines come first
+        said = launcher.stdout.readline()
+    try:
+        yield f"http://127.0.0.1:{port}", launcher, said
+    finally:
+        stop_server(launcher)
+
+
+@pytest.fixture(scope="module")
+def server_url(class_server):
+    """The server's URL and its app process (the launcher's child)."""
+    url, _, said = class_server
+    assert "the first page ran in" in said, said
+    return url, classroom.server_process(url).pid
 
 
 def test_three_students_move_knobs_without_errors(server_url):
@@ -136,3 +156,18 @@ def test_gpu_busy_and_what_limited_the_class():
     assert classroom.limiter(0.5, 3.0, 16, 0.93) == "the GPU (a kernel on it 93% of the time)"
     assert classroom.limiter(0.5, 15.0, 16, 0.2).startswith("the build and compile processes (15.0 of 16 cores)")
     assert classroom.limiter(0.2, 1.0, 16, None).startswith("none saturated")
+
+
+def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped(class_server):
+    """Last in this file: it stops the class server the tests above shared."""
+    url, launcher, said = class_server
+    port = url.rsplit(":", 1)[1]
+    assert said.startswith(f"Serving http://127.0.0.1:{port}: healthy after"), said
+    assert "the first page ran in" in said and "the warm-up has started" in said, said
+    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as answer:
+        assert answer.status == 200
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(30) is not None
+    time.sleep(0.5)
+    with pytest.raises(OSError):  # the server went with its launcher
+        urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)

@@ -1,17 +1,13 @@
-"""``python -m explorer serve``: Streamlit started with its script health check, the app's
-first page run inside the server before anyone connects, and the server stopped with it."""
-import signal
+"""``python -m explorer serve``: Streamlit started with its script health check (the server
+itself, warm before anyone connects and stopped with its launcher: tests/test_classroom_bench.py,
+whose class runs on it)."""
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
-from test_classroom_bench import ROOT, free_port, server_environment
+from test_classroom_bench import ROOT
 
 from explorer import serve
-
-pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
 
 
 def test_the_command_runs_the_app_with_the_script_health_check():
@@ -28,31 +24,6 @@ def test_the_command_runs_the_app_with_the_script_health_check():
 def test_the_local_url_of_a_server_on_every_interface_is_loopback():
     assert serve.local_url(8501, "0.0.0.0") == "http://127.0.0.1:8501"
     assert serve.local_url(9000, "10.1.2.3") == "http://10.1.2.3:9000"
-
-
-def test_serve_warms_the_server_before_anyone_connects_and_stops_it():
-    port = free_port()
-    launcher = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
-                                 "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=server_environment({"PYTHONUNBUFFERED": "1"}))
-    try:
-        line = ""
-        while not line.startswith("Serving") and launcher.poll() is None:  # streamlit's own lines come first
-            line = launcher.stdout.readline()  # the launcher's line comes once the first page has run
-        assert line.startswith(f"Serving http://127.0.0.1:{port}: healthy after"), line
-        assert "the first page ran in" in line and "the warm-up has started" in line, line
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as answer:
-            assert answer.status == 200
-    finally:
-        launcher.send_signal(signal.SIGTERM)
-        assert launcher.wait(30) is not None
-    time.sleep(0.5)
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
-        still_up = True
-    except OSError:
-        still_up = False
-    assert not still_up  # the server went with its launcher
 
 
 def test_the_launcher_keeps_pytorch_out_of_the_app_process():

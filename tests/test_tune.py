@@ -16,7 +16,7 @@ TINY = DepthwiseConv2d(channels=4, height=8, width=8)
 @pytest.fixture(scope="module")
 def tuned():
     seen = []
-    result = tune(TINY, 4, target="llvm", strategy="replay-trace", workers=1, on_progress=seen.append)
+    result = tune(TINY, 4, target="llvm", strategy="replay-trace", workers=2, on_progress=seen.append)
     return result, seen
 
 
