@@ -80,7 +80,9 @@ def main():
     print(sch.mod.script())
     device = tvm.cuda(0)
     target = tvm.target.Target.from_device(device) if device.exist else tvm.target.Target(TARGET)
-    with tvm.transform.PassContext(config=PASS_CONFIG):
+    # In the target's scope: where CUDA is installed but no GPU is visible (a login node), TVM
+    # compiles the kernel with NVRTC and takes the architecture from there.
+    with tvm.transform.PassContext(config=PASS_CONFIG), target:
         executable = tvm.compile(sch.mod, target=tvm.target.Target(target, host="llvm"))
     print(executable.mod.imports[0].inspect_source("cuda"))
     if not device.exist:
@@ -221,7 +223,8 @@ def main():
     print(Kernel.script())
     device = tvm.cuda(0)
     target = tvm.target.Target(TARGET)  # wgmma and TMA need sm_90a, the H100's own instruction set
-    executable = tvm.compile(Kernel, target=tvm.target.Target(target, host="llvm"), tir_pipeline="tirx")
+    with target:  # the architecture for NVRTC where CUDA is installed but no GPU is visible
+        executable = tvm.compile(Kernel, target=tvm.target.Target(target, host="llvm"), tir_pipeline="tirx")
     print(executable.mod.imports[0].inspect_source("cuda"))
     if not device.exist:
         print("No CUDA GPU here: run this file on a Hopper GPU (sm_90a) to check and time the kernel.")
