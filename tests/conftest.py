@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import tvm
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
@@ -71,6 +70,8 @@ else:
 
 
 def pytest_collection_modifyitems(config, items):
+    import tvm  # here, not at the top: the process that hands out the tests (xdist's) never needs TVM
+
     _waiting_groups_first(items)
     if tvm.cuda(0).exist:
         return
@@ -95,6 +96,8 @@ def run_on_gpu():
     """Run a build's kernel on the local GPU; return (output in float32, NumPy reference)."""
 
     def run(built, seed: int = 0):
+        import tvm
+
         workload = built.spec.workload
         device = tvm.cuda(0)
         inputs = workload.random_inputs(seed)
