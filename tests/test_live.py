@@ -320,13 +320,11 @@ def test_until_its_processes_are_ready_a_server_builds_in_its_own_process():
         service.close()
 
 
-def test_a_build_service_without_the_option_always_uses_its_processes():
-    service = BuildService(LiveSettings(build_workers=1))
-    try:
-        service.build(spec_x(4), "auto")
-        assert service.built_here == 0 and service._pool is not None
-    finally:
-        service.close()
+def test_a_build_service_without_the_option_always_uses_its_processes(service):
+    misses = service.stats()["misses"]
+    service.build(spec_x(2), "auto")  # a setting this module's service has not built yet
+    assert service.stats()["misses"] == misses + 1
+    assert service.built_here == 0 and service._pool is not None
 
 
 def test_page_runs_keep_the_cpu_of_the_latest_runs():
