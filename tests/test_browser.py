@@ -136,9 +136,21 @@ def test_a_fresh_server_opens_a_page_link(server, page):
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
+def wait_for_code(page) -> None:
+    """The page's first code view; where it does not come, a screenshot of what the page showed instead
+    (test-output/browser-no-code.png)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(".tvm-code")
+    except PlaywrightTimeout:
+        page.screenshot(path=OUTPUT / "browser-no-code.png", full_page=True)
+        raise
+
+
 def test_slider_changes_the_cuda_view(server, page):
     page.goto(f"{server}/?preset=dw-blog-final-96")
-    page.wait_for_selector(".tvm-code")
+    wait_for_code(page)
     page.get_by_role("tab", name="CUDA").click()
     page.wait_for_selector('.tvm-code[data-view="cuda"]')
     before = cuda_text(page)
