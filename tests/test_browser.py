@@ -137,12 +137,13 @@ def test_a_fresh_server_opens_a_page_link(server, page):
 
 
 def wait_for_code(page) -> None:
-    """The page's first code view; where it does not come, a screenshot of what the page showed instead
+    """The page's first code view (a fresh server's first build, which the rest of the suite may slow
+    down: twice the usual wait); where it does not come, a screenshot of what the page showed instead
     (test-output/browser-no-code.png)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
-        page.wait_for_selector(".tvm-code")
+        page.wait_for_selector(".tvm-code", timeout=2 * WAIT_MS)
     except PlaywrightTimeout:
         page.screenshot(path=OUTPUT / "browser-no-code.png", full_page=True)
         raise
