@@ -12,17 +12,16 @@ under CI (the ``CI`` environment variable, set by .ci/run) a missing browser is 
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from test_classroom_bench import server_environment
+from test_classroom_bench import free_port, server_environment, stop_server
 
 from explorer import lessons as L
+from explorer import serve
 
 pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
 
@@ -51,16 +50,10 @@ def _require_browser():
         pytest.skip("not installed here: " + ", ".join(missing))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def streamlit_server(log_path: Path, env: dict):
     """``streamlit run app/main.py`` on a free local port; yields its URL once healthy."""
-    port = _free_port()
+    port = free_port()
     log_path.parent.mkdir(exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -70,23 +63,13 @@ def streamlit_server(log_path: Path, env: dict):
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                try:
-                    if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                        break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start; see {log_path}")
-                time.sleep(0.5)
+            try:
+                serve.wait_healthy(url, proc, timeout_s=START_TIMEOUT_S)
+            except RuntimeError as error:
+                raise RuntimeError(f"streamlit did not start ({error}); see {log_path}") from None
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
 
 
 @pytest.fixture(scope="module")

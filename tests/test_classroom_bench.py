@@ -43,15 +43,7 @@ def start_server(script: Path, env: dict | None = None) -> tuple[subprocess.Pope
         serve.streamlit_command(port, "127.0.0.1", [], script),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_environment(env))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, "the server did not start"
-        time.sleep(0.3)
+    serve.wait_healthy(url, server, timeout_s=60)
     return server, url
 
 
