@@ -8,6 +8,7 @@ import time
 import streamlit as st
 
 from app import server, session  # `streamlit run` puts only app/ on the path: `app` is the installed package
+from explorer.errors import ExplorerError
 
 # The pages live in views/, not pages/: Streamlit treats a pages/ folder next to the main
 # script as an old-style multipage app, and a server's first visitor arriving on a page's
@@ -22,8 +23,13 @@ pages = [
     st.Page("views/device.py", title="Device", icon=":material/developer_board:"),
     st.Page("views/classroom.py", title="Class", icon=":material/groups:"),
 ]
+try:
+    live = server.live()
+except ExplorerError as error:  # a server setting (EXPLORER_*) it cannot take: its sentence, no traceback
+    st.error(str(error))
+    st.stop()
 cpu_started = time.thread_time()  # this session's script thread: what the page costs the server
 try:
     st.navigation(pages).run()
 finally:
-    server.live().page_runs.record(time.thread_time() - cpu_started)
+    live.page_runs.record(time.thread_time() - cpu_started)

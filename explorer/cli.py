@@ -23,6 +23,7 @@ from .analysis.tiling import analyze_tiling, format_tiling
 from .build import Spec, build
 from .errors import ExplorerError
 from .export import file_name, snippet
+from .live import LiveSettings
 from .measure.errors import NoDevice, RemoteError
 from .presets import all_presets, get_preset, tutorials
 from .schedules import TEMPLATES
@@ -324,6 +325,7 @@ def cmd_measure(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    LiveSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
     return serve.serve(args.port, args.address, extra)
 

@@ -15,6 +15,7 @@ from app import code_view, panels, server, widgets
 from explorer import urlstate
 from explorer.build import build
 from explorer.cuda_compile import nvcc_path
+from explorer.errors import ExplorerError
 from explorer.figures import tries_figure
 from explorer.highlight import kernels_only
 from explorer.presets import all_presets, get_preset
@@ -125,6 +126,16 @@ def test_a_server_that_does_not_diagnose_says_so_on_the_page():
             break
         at.run()
     assert f"Diagnosis: {explorer.live.NOT_DIAGNOSED}" in [c.value for c in at.caption]
+
+
+def test_a_server_setting_it_cannot_take_is_its_sentence_on_every_page(monkeypatch):
+    def refused():
+        raise ExplorerError("EXPLORER_BUILD_WORKERS must be a whole number from 0, not '-1'.")
+
+    monkeypatch.setattr(server, "live", refused)
+    at = app({"preset": "dw-blog-final-96"}).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["EXPLORER_BUILD_WORKERS must be a whole number from 0, not '-1'."]
 
 
 def test_thread_slider_changes_launch_bounds():

@@ -41,3 +41,12 @@ def test_the_early_warm_up_leaves_a_machine_without_a_gpu_to_the_server_to_repor
     if local_gpu_target() is not None:
         pytest.skip("a GPU machine: the early warm-up starts the worker there")
     warm_up_gpu_early(get_preset("dw-blog-final-96").spec)  # NoDevice stays inside: Live reports it
+
+
+def test_a_server_setting_it_cannot_take_is_refused_before_the_server_starts(monkeypatch, capsys):
+    from explorer.cli import main
+
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
+    monkeypatch.setattr(serve, "serve", lambda *args: pytest.fail("the server was started"))
+    assert main(["serve", "--port", "8502"]) == 2
+    assert capsys.readouterr().err == "error: EXPLORER_DIAGNOSE must be 1 (on) or 0 (off), not 'yes'.\n"
