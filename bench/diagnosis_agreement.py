@@ -193,20 +193,20 @@ def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
     progress(f"diagnosed {len(presets)} presets")
     pairs = [(p.spec, top[0].spec) for p, top in zip(presets, tops, strict=True) if top]
     specs = list(dict.fromkeys(spec for pair in pairs for spec in pair))
-    directory = tempfile.mkdtemp(prefix="diagnosis-libraries-")
-    with processes(workers) as pool:
-        libraries = dict(zip(specs, pool.map(_compile, specs, [directory] * len(specs)), strict=True))
-    progress(f"compiled {len(specs)} kernels")
     times = {}
-    for spec in specs:
-        if time.time() > deadline:
-            break
-        try:
-            result = measure(spec, settings=Settings(repeats=10), library=libraries[spec])
-            times[spec] = result.median_us if result.correct else None
-        except Exception as error:  # one kernel's failure must not end the run; its row says so
-            progress(f"no time: {error}")
-            times[spec] = None
+    with tempfile.TemporaryDirectory(prefix="diagnosis-libraries-") as directory:
+        with processes(workers) as pool:
+            libraries = dict(zip(specs, pool.map(_compile, specs, [directory] * len(specs)), strict=True))
+        progress(f"compiled {len(specs)} kernels")
+        for spec in specs:
+            if time.time() > deadline:
+                break
+            try:
+                result = measure(spec, settings=Settings(repeats=10), library=libraries[spec])
+                times[spec] = result.median_us if result.correct else None
+            except Exception as error:  # one kernel's failure must not end the run; its row says so
+                progress(f"no time: {error}")
+                times[spec] = None
     return [_row(preset, top[0] if top else None, times) for preset, top in zip(presets, tops, strict=True)]
 
 

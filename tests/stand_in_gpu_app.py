@@ -28,6 +28,11 @@ live._warm_up_local_gpu, live._measure_job = warm_up, measure
 # No lesson step is built ahead (a hundred builds on a core the test's class needs; tests/test_live.py
 # tests building ahead): the class here opens one link and moves its knobs.
 live.Live._build_ahead = lambda self, specs, target: None
+# Nothing is compiled for a device that runs nothing (tests/test_live_pipeline.py tests the
+# compile processes): their start (TVM, the tensor-core intrinsics) and each setting's compile
+# would take a core from the class.
+live.Live._compile_job = lambda self, job: None
+live.CompileService.start = lambda self, warm_specs=(), target="auto": None
 live.Live._measure_ceilings = lambda self, target: None
 live.Live.baseline = lambda self, workload: None
 panels.can_measure = lambda: True

@@ -299,7 +299,9 @@ def test_an_uncoalesced_store_in_a_real_build():
     assert loads["Filter"].excess == 1
 
 
-def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch):
+def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_path):
+    import tempfile
+
     import diagnosis_agreement as bench
     from live_fakes import fake_measurement
 
@@ -314,10 +316,12 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch):
         return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
 
     monkeypatch.setattr(explorer.measure, "measure", stand_in)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
     assert [r["preset"] for r in rows] == [p.id for p in presets]
     assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
     assert len(measured) == len(set(measured)) >= 3
+    assert not list(tmp_path.glob("diagnosis-libraries-*"))  # the libraries go with the run
 
 
 @pytest.mark.gpu

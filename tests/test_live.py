@@ -1,6 +1,7 @@
 """The live loop shared by a server's sessions: single-flight caches, builds in a process
 pool (source only), and the measurement scheduler's per-session slots, with stand-in
-measurers (no GPU)."""
+measurers (no GPU). A test that is not about the build processes runs without them
+(build_workers=0): each would import TVM, a second of CPU."""
 import os
 import re
 import threading
@@ -239,7 +240,7 @@ def test_jobs_wait_for_the_warm_up():
 
 
 def test_live_without_a_gpu_says_so_and_measures_nothing():
-    live = Live(LiveSettings(build_workers=1), measure_fn=lambda job: pytest.fail("measured without a GPU"),
+    live = Live(LiveSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
                 warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
     try:
         live.start(SPEC)
@@ -268,7 +269,7 @@ def test_a_gpu_server_builds_lesson_steps_ahead_and_measures_them_between_studen
     monkeypatch.setattr(Live, "_measure_ceilings", lambda self, target: None)
     monkeypatch.setattr(Live, "baseline", lambda self, workload: None)
     gpu = StandInGPU()  # each measurement held until the test releases it
-    live = Live(LiveSettings(build_workers=1), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    live = Live(LiveSettings(build_workers=0), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
     ahead = tuple(spec_x(x) for x in (4, 8, 16))
     try:
         live.start(None, build_ahead=ahead, measure_ahead=ahead)
@@ -292,7 +293,7 @@ def test_a_gpu_server_builds_lesson_steps_ahead_and_measures_them_between_studen
 
 
 def test_without_a_gpu_nothing_is_built_or_measured_ahead():
-    live = Live(LiveSettings(build_workers=1), measure_fn=lambda job: pytest.fail("measured without a GPU"),
+    live = Live(LiveSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
                 warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
     try:
         live._start(None, "auto", build_ahead=(SPEC,), measure_ahead=(SPEC,))
@@ -340,7 +341,7 @@ def test_page_runs_keep_the_cpu_of_the_latest_runs():
 
 
 def test_the_diagnosing_process_runs_behind_the_pages_builds():
-    live = Live(LiveSettings(build_workers=1, diagnose=True))
+    live = Live(LiveSettings(build_workers=0, diagnose=True))
     try:
         niceness = live.diagnosing.run(os.nice, 0)  # os.nice(0) returns the process's niceness
         assert niceness >= os.nice(0) + 10
@@ -350,7 +351,7 @@ def test_the_diagnosing_process_runs_behind_the_pages_builds():
 
 def test_a_server_told_not_to_diagnose_says_so_and_starts_no_diagnosing_process(monkeypatch):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "0")
-    live = Live(LiveSettings(build_workers=1))
+    live = Live(LiveSettings(build_workers=0))
     try:
         with pytest.raises(ExplorerError, match=re.escape(NOT_DIAGNOSED)):
             live.diagnoses.get(get_preset("dw-blog-final-96").spec, "auto").result(10)
