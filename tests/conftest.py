@@ -33,10 +33,26 @@ os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 # while the tests run, so one scan per process finds the same components.
 try:  # the GPU machine runs the kernel tests without Streamlit
     from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import local_script_runner
 except ImportError:
-    manifest_scanner = None
+    manifest_scanner = local_script_runner = None
 else:
     manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+def _wait_for_the_script(runner, timeout: float = 3) -> None:
+    """AppTest's wait for a script run, without its polling: every millisecond it searched the run's
+    events (one per element sent, thousands) for the end, taking the GIL from the script it waits for
+    (a tenth of the app tests' CPU). The script's thread ends when the run ends; the rest is AppTest's."""
+    runner._script_thread.join(timeout)
+    if not runner.script_stopped():
+        runner.request_stop()
+        runner.join()
+        raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
+
+
+if local_script_runner is not None:
+    local_script_runner.require_widgets_deltas = _wait_for_the_script
 
 
 # Files that build every preset: run one after the other in one test process, they build each preset once

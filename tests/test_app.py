@@ -148,11 +148,21 @@ def test_thread_slider_changes_launch_bounds():
     assert param(at, "knob.num_thread_x") == "8"
 
 
+def build_line(at: AppTest) -> str:
+    """The line under the title that says how the current setting built."""
+    (line,) = [c.value for c in at.caption if "Built in" in c.value or "cannot be built" in c.value]
+    return line
+
+
 def test_invalid_setting_shows_error_and_keeps_last_result_stale():
     at = app({"preset": "dw-blog-final-96"}, view="CUDA").run()
+    built = server.live().builds.build(get_preset("dw-blog-final-96").spec, at.session_state["target"])
+    assert re.fullmatch(r":material/check_circle: Built in \d+ ms — (.*)", build_line(at)).group(1) == \
+        panels.launch_summary(built)
     before = code_text(at, "cuda")
     at.sidebar.select_slider(key=THREAD_X).set_value(64).run()
     assert not at.exception
+    assert build_line(at) == ":material/error: This setting cannot be built"
     assert len(at.error) == 1 and "num_thread_x" in at.error[0].value and "\n" not in at.error[0].value
     assert "stale" in at.warning[0].value
     assert code_text(at, "cuda") == before

@@ -7,6 +7,7 @@ import cloudpickle
 import pytest
 import tvm
 
+import explorer.search.sweep as sweep_module
 from explorer.analysis.ranking import StaticScore
 from explorer.build import Spec, build
 from explorer.errors import ExplorerError, InvalidKnobs
@@ -44,6 +45,20 @@ def pool():
     workers = compile_pool(workers=2)
     yield workers
     workers.shutdown()
+
+
+@pytest.fixture
+def sweeps_share_the_pool(pool, monkeypatch):
+    """The sweeps that the CLI and the page start use this module's workers (each new worker imports
+    TVM: a second of CPU) and leave them running for the next test."""
+
+    class Shared:
+        submit = pool.submit
+
+        def shutdown(self, wait=True):
+            pass
+
+    monkeypatch.setattr(sweep_module, "compile_pool", lambda *args, **kwargs: Shared())
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +291,7 @@ def test_static_analyses_rank_the_blogs_conflict_free_threads_first(pool):
     assert "rough model" in result.ranking
 
 
-def test_cli_sweep_prints_json_and_rejects_a_bad_grid(capsys):
+def test_cli_sweep_prints_json_and_rejects_a_bad_grid(capsys, sweeps_share_the_pool):
     import json
 
     from explorer.cli import main
@@ -292,7 +307,7 @@ def test_cli_sweep_prints_json_and_rejects_a_bad_grid(capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and "not allowed" in err[0]
 
 
-def test_sweep_page_runs_ranks_statically_and_applies_the_best():
+def test_sweep_page_runs_ranks_statically_and_applies_the_best(sweeps_share_the_pool):
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
