@@ -47,7 +47,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
 from app.widgets import format_value
-from explorer.build import build
+from explorer.build import scheduled
 from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
 from explorer.presets import get_preset
@@ -188,8 +188,9 @@ def watch(page: Page, started: float, until: float, want_latency: bool):
 
 
 def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
-    """A random knob slider moved to another value that the library builds (the app would
-    refuse the others, with its reason): (new spec, widget id, label, the label it had), or None."""
+    """A random knob slider moved to another value that the library schedules (the app would
+    refuse the others, with its reason; the few it refuses later, while lowering, count as
+    refused): (new spec, widget id, label, the label it had), or None."""
     prefix = f"{KNOB_PREFIX}{spec.template}."
     knobs = {key[len(prefix):]: key for key in sliders if key.startswith(prefix)}
     for _ in range(tries):
@@ -210,7 +211,8 @@ def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
 
 @functools.lru_cache(maxsize=4096)
 def _buildable(spec) -> bool:
-    build(spec, "auto")  # raises ExplorerError for a setting the app would refuse
+    # A third of a build: a load generator on the server's machine takes little of its CPU.
+    scheduled(spec, "auto")  # raises ExplorerError for a setting the app would refuse
     return True
 
 

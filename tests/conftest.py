@@ -2,6 +2,7 @@
 are skipped on machines without one (CI has none)."""
 import atexit
 import functools
+import itertools
 import os
 import shutil
 import tempfile
@@ -81,14 +82,14 @@ else:
 
     def pytest_xdist_auto_num_workers(config):
         """``-n auto``: one test process per core, and one more for the files that wait on real servers
-        (handed out first): while they wait, the cores keep working on the rest."""
+        (handed out between the others): while they wait, the cores keep working on the rest."""
         return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_collection_modifyitems(config, items):
     import tvm  # here, not at the top: the process that hands out the tests (xdist's) never needs TVM
 
-    _waiting_groups_first(items)
+    _order_groups(items)
     if tvm.cuda(0).exist:
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
@@ -97,14 +98,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _waiting_groups_first(items) -> None:
-    """The groups are handed out in this order (``--no-loadscope-reorder`` in pyproject.toml): first those
-    marked ``waits`` (real servers, classes in real time: seconds of waiting on a socket), so that their
-    waits overlap the other groups' work instead of ending the run; then the largest. A file's tests keep
-    their order."""
+def _order_groups(items) -> None:
+    """The groups are handed out in this order (``--no-loadscope-reorder`` in pyproject.toml): those marked
+    ``waits`` (real servers, classes in real time: seconds of waiting on a socket) alternate with the others,
+    each kind largest first. The waits then overlap the other groups' work instead of ending the run, and
+    at most about half the test processes wait at a time while the rest keep the cores busy. A file's tests
+    keep their order."""
     groups = {item: group(item.nodeid.split("::", 1)[0]) for item in items}
     sizes = Counter(groups.values())
-    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -sizes[groups[item]], groups[item]))
+    waiting = {groups[item] for item in items if item.get_closest_marker("waits") is not None}
+    by_size = sorted(sizes, key=lambda name: (-sizes[name], name))
+    alternating = itertools.zip_longest([g for g in by_size if g in waiting], [g for g in by_size if g not in waiting])
+    rank = {name: i for i, name in enumerate(g for pair in alternating for g in pair if g is not None)}
+    items.sort(key=lambda item: rank[groups[item]])
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from test_classroom_bench import free_port, server_environment, stop_server
 from explorer import lessons as L
 from explorer import serve
 
-pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out between the others (conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
@@ -57,8 +57,11 @@ def streamlit_server(log_path: Path, env: dict):
     log_path.parent.mkdir(exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
+            # The README's command; without the file watcher, which polls every imported module for edits
+            # (a development aid: seconds of the server's CPU here, none of its behaviour).
             [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=server_environment(env),
         )
         try:

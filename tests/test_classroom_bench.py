@@ -17,7 +17,8 @@ import pytest
 from explorer import serve
 
 ROOT = Path(__file__).resolve().parent.parent
-# A real server and a class in real time: scheduled first (conftest.py), so that its waits overlap other tests.
+# A real server and a class in real time: handed out between the others (conftest.py), so that its waits
+# overlap other tests.
 pytestmark = pytest.mark.waits
 
 

@@ -26,7 +26,7 @@ from explorer.measure.worker import Job
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
-pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out between the others (conftest.py)
 
 KEY = "explorer-class-test"
 ROOT = Path(__file__).resolve().parent.parent

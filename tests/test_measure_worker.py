@@ -11,7 +11,7 @@ from explorer.measure.errors import NoDevice
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
-pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out first (conftest.py)
+pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out between the others (conftest.py)
 
 WORKLOAD = Matmul(m=8, n=8, k=8)
 FAST = Settings(repeats=3, time_limit_s=2)

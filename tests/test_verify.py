@@ -2,8 +2,9 @@
 import pytest
 import tvm
 
-from explorer.build import Spec, build
+from explorer.build import Spec, build, scheduled
 from explorer.errors import InvalidKnobs
+from explorer.presets import get_preset
 from explorer.schedules.common import bind, new_schedule, schedule_errors
 from explorer.schedules.depthwise_blog import TEMPLATE, DepthwiseBlogKnobs
 from explorer.targets import resolve_target
@@ -87,3 +88,12 @@ def test_a_valid_schedule_passes_every_check():
     b = build(Spec("depthwise_blog", SMALL, DepthwiseBlogKnobs()), H100)
     assert b.kernels and b.cuda.count("__global__") == 2  # declaration + definition
     assert isinstance(b.device_mod, tvm.IRModule)
+
+
+def test_scheduled_is_the_builds_schedule_and_refuses_what_the_build_refuses_before_lowering():
+    spec = get_preset("dw-blog-final-96").spec
+    tvm.ir.assert_structural_equal(scheduled(spec, H100).mod, build(spec, H100).schedule_mod)
+    wide = spec.with_knobs(num_thread_x=64)  # 2 vthreads × 64 threads for a block 32 columns wide
+    with pytest.raises(InvalidKnobs, match="some threads would have no output") as error:
+        scheduled(wide, "h100")
+    assert "num_thread_x" in error.value.knobs
