@@ -1,7 +1,7 @@
 """``python -m explorer.measure.server --tracker HOST:PORT --key KEY``: a GPU server for
 remote measurements (run it on the machine with the GPU).
 
-It is TVM's RPC server (``tvm.rpc.Server``, a process per session) with three additions:
+It is TVM's RPC server (``tvm.rpc.Server``, sessions in spawned processes) with two additions:
 
 - the environment that lets it compile CUDA source at load time from the pip NVRTC on a
   machine with an NVIDIA driver but no CUDA toolkit (explorer/cuda_env.py). The dynamic loader
@@ -25,29 +25,8 @@ _READY = "EXPLORER_MEASURE_SERVER_ENV"  # set once the environment is in place
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-# What the fork server imports before it forks a session: TVM's session loop, no GPU use.
-SESSION_PRELOAD = ["tvm.rpc.server"]
-
-
-def set_up_server_process() -> None:
-    """TVM's ``server_init_callback``: runs in TVM's server process before it takes sessions."""
-    fork_sessions_from_a_server()
-    keep_serving_after_crashes()
-
-
-def fork_sessions_from_a_server() -> None:
-    """A session's process forks from a process that imported TVM and never initialized CUDA.
-    Forking the server process itself is not safe (a process forked after its parent
-    initialized the driver cannot use the GPU: "cudaErrorInitializationError"); spawning is safe
-    but imports TVM again for every session."""
-    import multiprocessing
-
-    multiprocessing.set_start_method("forkserver", force=True)
-    multiprocessing.set_forkserver_preload(SESSION_PRELOAD)
-
-
 def keep_serving_after_crashes() -> None:
-    """A session whose process died is logged and closed."""
+    """Runs in TVM's server process: a session whose process died is logged and closed."""
     from tvm.rpc import server
 
     serve_session = server._serving
@@ -86,10 +65,12 @@ def main() -> None:
     from tvm import rpc
 
     host, port = args.tracker.rsplit(":", 1)
-    # no_fork: TVM never forks its server process (set_up_server_process says why).
+    # Sessions are spawned, not forked: a forked session cannot use a GPU whose driver the
+    # server process already initialized ("cudaErrorInitializationError"). Importing TVM
+    # initializes it, so a fork server that has imported TVM does not help either (tried on an H200).
     server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
                         custom_addr=args.custom_addr, silent=args.silent, no_fork=True,
-                        server_init_callback=set_up_server_process)
+                        server_init_callback=keep_serving_after_crashes)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.proc.join()
