@@ -34,11 +34,31 @@ os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 # while the tests run, so one scan per process finds the same components.
 try:  # the GPU machine runs the kernel tests without Streamlit
     from streamlit.components.v2 import manifest_scanner
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
     from streamlit.testing.v1 import local_script_runner
 except ImportError:
     manifest_scanner = local_script_runner = None
 else:
     manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+def _compiled_once(get_bytecode):
+    """ScriptCache.get_bytecode, shared by every AppTest of this process: each run of an AppTest makes a
+    new cache and compiles the app's scripts again (parsed twice for Streamlit's magic), though they only
+    change between runs when their file does."""
+    compiled = {}
+
+    def once(cache, script_path: str):
+        key = (os.path.abspath(script_path), os.stat(script_path).st_mtime_ns)
+        if key not in compiled:
+            compiled[key] = get_bytecode(cache, script_path)
+        return compiled[key]
+
+    return once
+
+
+if local_script_runner is not None:
+    ScriptCache.get_bytecode = _compiled_once(ScriptCache.get_bytecode)
 
 
 def _wait_for_the_script(runner, timeout: float = 3) -> None:

@@ -1,6 +1,7 @@
 """explorer.measure, the parts without a process or a device: the correctness gate, timing
 statistics, launches per repeat, the device queue, settings, remote addresses, the CUDA
 environment for a toolkit-less machine, the record's derived figures (roofline placement)."""
+import base64
 import json
 import os
 import subprocess
@@ -221,16 +222,17 @@ def test_kernel_environment_adds_nothing_twice(tmp_path):
     assert kernel_environment(environ=environ, root=tmp_path, nvcc=None, nvrtc=(13, 0)) == {}
 
 
-def _nvrtc(sources: list[str], env: dict, target_format: str) -> bytes:
-    """Compile the sources in order in one process (so that a later one can use the
-    precompiled header of an earlier one); the last one's binary."""
-    script = ("import json, sys; from tvm.support import nvcc; "
-              f"out = [nvcc.compile_cuda(s, target_format='{target_format}', arch='sm_90a', compiler='nvrtc') "
-              "for s in json.load(sys.stdin)]; sys.stdout.buffer.write(bytes(out[-1]))")
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], input=json.dumps(sources).encode(), env=env,
+def _nvrtc(jobs: list[tuple[str, str]], env: dict) -> list[bytes]:
+    """Compile (source, "cubin" or "ptx") in order in one process (so that a later one can use the
+    precompiled header of an earlier one); their binaries."""
+    script = ("import base64, json, sys; from tvm.support import nvcc; "
+              "out = [nvcc.compile_cuda(s, target_format=f, arch='sm_90a', compiler='nvrtc') "
+              "for s, f in json.load(sys.stdin)]; "
+              "json.dump([base64.b64encode(bytes(o)).decode() for o in out], sys.stdout)")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], input=json.dumps(jobs).encode(), env=env,
                           capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    return proc.stdout
+    return [base64.b64decode(binary) for binary in json.loads(proc.stdout)]
 
 
 def test_pip_nvrtc_compiles_the_generated_cuda_without_a_toolkit():
@@ -246,9 +248,11 @@ def test_pip_nvrtc_compiles_the_generated_cuda_without_a_toolkit():
                if name not in ("CUDA_PATH", "LD_LIBRARY_PATH", "TVM_CUDA_NVRTC_EXTRA_OPTS")}
     plain = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=None)}
     fast = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=(13, 0))}
-    assert _nvrtc([first], plain, "cubin")[:4] == b"\x7fELF"  # a cubin is an ELF file
+    cubin, plain_ptx = _nvrtc([(first, "cubin"), (second, "ptx")], plain)
+    assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file
+    _, fast_ptx = _nvrtc([(first, "ptx"), (second, "ptx")], fast)
     kernel_code = [[line for line in ptx.decode().splitlines() if not line.startswith(".global")]
-                   for ptx in (_nvrtc([second], plain, "ptx"), _nvrtc([first, second], fast, "ptx"))]
+                   for ptx in (plain_ptx, fast_ptx)]
     assert kernel_code[0] == kernel_code[1]  # the headers' constants (.global) may come in another order
 
 
