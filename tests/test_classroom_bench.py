@@ -86,8 +86,8 @@ def server_url(class_server):
 
 def test_three_students_move_knobs_without_errors(server_url):
     url, pid = server_url
-    # A move a second or so: each student moves several times in 10 s.
-    report = classroom.run(url, students=3, seconds=10, think=1.0, want_latency=False, server_pid=pid)
+    # A move a second or so: each student moves several times in 8 s.
+    report = classroom.run(url, students=3, seconds=8, think=1.0, want_latency=False, server_pid=pid)
     assert report["errors"] == []
     assert report["open_to_code"]["n"] == 3
     assert report["moves"] >= 6 and report["knob_to_code"]["n"] + report["refused"] == report["moves"]

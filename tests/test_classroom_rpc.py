@@ -96,10 +96,10 @@ def join(threads) -> None:
 
 def test_both_servers_get_work_and_give_the_same_results(two_servers):
     remote, _ = two_servers
-    # Four at once: each server's session takes one while the other two wait for a free server.
-    results, errors, threads = measure_in_threads(remote, 4, FAST)
+    # Three at once: each server's session takes one while the third waits for a free server.
+    results, errors, threads = measure_in_threads(remote, 3, FAST)
     join(threads)
-    assert errors == [] and len(results) == 4
+    assert errors == [] and len(results) == 3
     assert len({server for _, _, server in results}) == 2  # the work was spread over both
     checks = {check for check, _, _ in results}
     assert len(checks) == 1 and next(iter(checks)).correct  # same inputs, same kernel: the same result
