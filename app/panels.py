@@ -27,7 +27,7 @@ MAX_FIGURE_CELLS = 1 << 16
 
 
 def launch_summary(built: Build) -> str:
-    """One line: kernels, grid × block, shared memory; e.g. for the status label."""
+    """One line: kernels, grid × block, shared memory; e.g. for the line that says how a setting built."""
     if not built.kernels:
         return f"{targets.target_label(built.target)}: host code only"
     parts = []

@@ -115,6 +115,11 @@ class SingleFlight(Generic[K, V]):
         with self._lock:
             return len(self._done)
 
+    def clear(self) -> None:
+        """Forget every result (those in flight still reach their callers)."""
+        with self._lock:
+            self._done.clear()
+
     def get(self, key: K, compute: Callable[[], V]) -> V:
         """The result for ``key``: cached, or the one being computed, or ``compute()``."""
         with self._lock:
@@ -253,6 +258,10 @@ class BuildService(ProcessPool):
     def build(self, spec: Spec, target: str) -> Build:
         """The build of ``spec`` for the target named ``target`` (raises ExplorerError)."""
         return self._cache.get((spec, target), lambda: self._build(spec, target))
+
+    def forget(self) -> None:
+        """Forget every build: the next request for each is built again (bench/build_latency.py)."""
+        self._cache.clear()
 
     def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
         if self.workers:  # else never ready: every build is made in this process

@@ -51,7 +51,7 @@ def _require_browser():
 
 
 @contextlib.contextmanager
-def streamlit_server(log_path: Path, env: dict):
+def streamlit_server(log_path: Path, env: dict | None = None):
     """``streamlit run app/main.py`` on a free local port; yields its URL once healthy."""
     port = free_port()
     log_path.parent.mkdir(exist_ok=True)

@@ -100,6 +100,18 @@ def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
     assert stats["misses"] == 1 and stats["shared"] + stats["hits"] == 3
 
 
+def test_a_forgotten_build_is_built_again():
+    service = BuildService(LiveSettings(build_workers=0))
+    try:
+        first = service.build(spec_x(4), "auto")
+        assert service.build(spec_x(4), "auto") is first
+        service.forget()
+        again = service.build(spec_x(4), "auto")
+        assert again is not first and again.cuda == first.cuda and service.stats()["misses"] == 2
+    finally:
+        service.close()
+
+
 def test_pool_builds_come_with_their_code_views_highlighted(service):
     from explorer.highlight import VIEW_LANGUAGES, highlight, view_text
 
