@@ -29,18 +29,6 @@ os.environ["EXPLORER_DIAGNOSE"] = "0"
 # (test_classroom_bench.server_environment); tests/test_live.py tests the build processes.
 os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 
-# Every AppTest scans the metadata of every installed package for Streamlit components on its
-# first run (a fifth of a second each, a third of the app tests' time); nothing is installed
-# while the tests run, so one scan per process finds the same components.
-try:  # the GPU machine runs the kernel tests without Streamlit
-    from streamlit.components.v2 import manifest_scanner
-    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
-    from streamlit.testing.v1 import local_script_runner
-except ImportError:
-    manifest_scanner = local_script_runner = None
-else:
-    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
-
 
 def _compiled_once(get_bytecode):
     """ScriptCache.get_bytecode, shared by every AppTest of this process: each run of an AppTest makes a
@@ -57,10 +45,6 @@ def _compiled_once(get_bytecode):
     return once
 
 
-if local_script_runner is not None:
-    ScriptCache.get_bytecode = _compiled_once(ScriptCache.get_bytecode)
-
-
 def _wait_for_the_script(runner, timeout: float = 3) -> None:
     """AppTest's wait for a script run, without its polling: every millisecond it searched the run's
     events (one per element sent, thousands) for the end, taking the GIL from the script it waits for
@@ -72,7 +56,18 @@ def _wait_for_the_script(runner, timeout: float = 3) -> None:
         raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
 
 
-if local_script_runner is not None:
+try:  # the GPU machine runs the kernel tests without Streamlit
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+    from streamlit.testing.v1 import local_script_runner
+except ImportError:
+    pass
+else:
+    # Every AppTest scans the metadata of every installed package for Streamlit components on its
+    # first run (a fifth of a second each, a third of the app tests' time); nothing is installed
+    # while the tests run, so one scan per process finds the same components.
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+    ScriptCache.get_bytecode = _compiled_once(ScriptCache.get_bytecode)
     local_script_runner.require_widgets_deltas = _wait_for_the_script
 
 
