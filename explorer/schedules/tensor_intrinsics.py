@@ -46,8 +46,11 @@ def mma_intrinsics(dtype: str, shared_scope: str) -> MmaIntrinsics:
     names = MmaIntrinsics(group["load_a"], group["load_b"], group["compute"], group["init"], group["store"])
     if dtype == "float16":
         return names
-    return MmaIntrinsics(_bfloat16(names.load_a), _bfloat16(names.load_b), _bfloat16(names.compute),
-                         names.fill, names.store)
+    # The bfloat16 twins are parsed on first use. The stand-ins go around the call, not inside
+    # _bfloat16: its source is copied into exported scripts (explorer/export.py), which lack them.
+    with tvmscript_frames():
+        return MmaIntrinsics(_bfloat16(names.load_a), _bfloat16(names.load_b), _bfloat16(names.compute),
+                             names.fill, names.store)
 
 
 @functools.cache
@@ -55,8 +58,7 @@ def _bfloat16(float16_name: str) -> str:
     """Register the bfloat16 twin of a float16 intrinsic; return its name."""
     name = f"explorer_{float16_name}_bf16"
     source = TensorIntrin.get(float16_name)
-    with tvmscript_frames():  # parsed once, on first use; later builds take no lock
-        desc, impl = (_renamed(func) for func in (source.desc, source.impl))
+    desc, impl = (_renamed(func) for func in (source.desc, source.impl))
     TensorIntrin.register(name, desc, impl, override=True)
     return name
 
