@@ -20,10 +20,13 @@ Nothing here imports streamlit: the app holds one :class:`BuildService` per serv
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
+import pickle
 import site
 import tempfile
 import threading
@@ -35,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+import cloudpickle
+
 from . import measure
 from .build import Build, Spec, build
 from .cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
@@ -43,7 +48,7 @@ from .errors import ExplorerError
 from .highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_html, views_texts
 from .measure.measurement import LOCAL_GPU
 from .measure.scheduler import Scheduler
-from .targets import local_gpu_target
+from .targets import local_gpu_target, resolve_target
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
@@ -65,6 +70,11 @@ class LiveSettings:
                                                                 max(1, (os.cpu_count() or 2) // 2), minimum=0))
     # A build holds its TIR modules (~100 KB); 512 covers a class exploring for an hour.
     build_cache: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_CACHE", 512))
+    # Builds kept on disk for every app process of the machine (a setting one process built is
+    # read, not built, by the others): ~130 KB each (up to 2.5 MB), ~1 GB at 4096. 0: none kept.
+    build_dir: str = field(default_factory=lambda: os.environ.get(
+        "EXPLORER_BUILD_DIR", os.path.join(tempfile.gettempdir(), "explorer-builds")))
+    build_disk_cache: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_DISK_CACHE", 4096, minimum=0))
     # A measurement is a few hundred bytes; the cache bounds memory, not the age.
     measure_cache: int = field(default_factory=lambda: _env_int("EXPLORER_MEASURE_CACHE", 4096))
     # Clocks, other tenants and driver updates drift; after this a setting is timed again.
@@ -241,7 +251,8 @@ class ProcessPool:
 
 
 class BuildService(ProcessPool):
-    """Builds for the whole server: once per (spec, target), in parallel processes."""
+    """Builds for the whole server: once per (spec, target), in parallel processes; once per
+    machine where the app processes share a folder of builds on disk (``build_dir``)."""
 
     def __init__(self, settings: LiveSettings | None = None, *, here_until_ready: bool = False):
         settings = settings or LiveSettings()
@@ -254,29 +265,95 @@ class BuildService(ProcessPool):
         self._here_until_ready = here_until_ready or self.workers == 0
         self._here_lock = threading.Lock()
         self.built_here = 0
+        self.read_from_disk = 0
+        self._disk_since = 0  # files on disk written before this (time.time_ns()) are not read: forget()
 
     def build(self, spec: Spec, target: str) -> Build:
         """The build of ``spec`` for the target named ``target`` (raises ExplorerError)."""
         return self._cache.get((spec, target), lambda: self._build(spec, target))
 
     def forget(self) -> None:
-        """Forget every build: the next request for each is built again (bench/build_latency.py)."""
+        """Forget every build: the next request for each is built again (bench/build_latency.py).
+        The files on disk stay for the machine's other servers; this one no longer reads them."""
         self._cache.clear()
+        self._disk_since = time.time_ns()
 
     def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
         if self.workers:  # else never ready: every build is made in this process
             super().start(warm_specs, target)
 
     def _build(self, spec: Spec, target: str) -> Build:
+        path = self._disk_path(spec, target)
+        start = time.perf_counter()
+        kept = self._read_disk(path)
+        if kept is not None:
+            return self._kept_build(kept, start)
         # One build at a time here (the GIL runs one anyway); a build waiting for its turn
         # goes to the processes as soon as they are ready.
         while self._here_until_ready and not self.ready.is_set():
             if self._here_lock.acquire(timeout=0.05):
                 try:
-                    return self._build_here(spec, target)
+                    return self._build_here(spec, target, path)
                 finally:
                     self._here_lock.release()
-        return self._build_in_pool(spec, target)
+        return self._build_in_pool(spec, target, path)
+
+    @functools.cached_property
+    def _disk(self) -> str | None:
+        """The folder of builds kept on disk; None where none are kept, or where another user
+        could write to it (reading a pickle runs code the file names)."""
+        if not self.settings.build_disk_cache:
+            return None
+        directory = self.settings.build_dir
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            info = os.stat(directory)
+        except OSError as error:
+            log.warning("Builds are not kept on disk: %s", error)
+            return None
+        if info.st_uid != os.getuid() or info.st_mode & 0o022:
+            log.warning("Builds are not kept on disk: other users may write to %s.", directory)
+            return None
+        return directory
+
+    def _disk_path(self, spec: Spec, target: str) -> str | None:
+        if self._disk is None:
+            return None
+        import tvm
+
+        # The resolved target: "auto" is another GPU on another machine sharing the folder.
+        key = build_key(spec, str(resolve_target(target)), tvm.__version__, source_fingerprint())
+        return os.path.join(self._disk, key + ".pickle")
+
+    def _read_disk(self, path: str | None) -> Build | ExplorerError | None:
+        """The outcome another process kept at ``path``; None where there is none to read (a
+        file cut short or of an older format is built again and replaced)."""
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as file:
+                if os.fstat(file.fileno()).st_mtime_ns < self._disk_since:
+                    return None
+                kept = cloudpickle.loads(file.read())
+        except FileNotFoundError:
+            return None
+        except Exception as error:  # truncated, or classes that changed: anything unpickling raises
+            log.info("Build on disk %s not read: %r", path, error)
+            return None
+        if not isinstance(kept, Build | ExplorerError):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # the bound on disk removes the least recently used first
+        return kept
+
+    def _kept_build(self, kept: Build | ExplorerError, start: float) -> Build:
+        self.read_from_disk += 1
+        if isinstance(kept, ExplorerError):
+            raise kept
+        kept.timings_ms = {"read from disk": round((time.perf_counter() - start) * 1000, 2)}
+        if not (self._here_until_ready and not self.ready.is_set()):
+            self._highlight_the_rest(kept)  # as after a build in the processes
+        return kept
 
     def _highlight_the_rest(self, built: Build) -> None:
         """The build's other code views, highlighted in a build process after it is shown
@@ -285,19 +362,20 @@ class BuildService(ProcessPool):
         future = self._executor().submit(texts_html, rest)
         future.add_done_callback(lambda done: done.exception() is None and built.views_html.update(done.result()))
 
-    def _build_here(self, spec: Spec, target: str) -> Build:
+    def _build_here(self, spec: Spec, target: str, path: str | None = None) -> Build:
         self.built_here += 1
-        outcome = build_source_only(spec, target)
+        outcome = build_source_only(spec, target, (), path, self.settings.build_disk_cache)
         if isinstance(outcome, ExplorerError):
             raise outcome
         return outcome
 
     def stats(self) -> dict:
-        return {**self._cache.stats(), "workers": self.workers, "built in this process": self.built_here}
+        return {**self._cache.stats(), "workers": self.workers, "built in this process": self.built_here,
+                "read from disk": self.read_from_disk}
 
-    def _build_in_pool(self, spec: Spec, target: str) -> Build:
+    def _build_in_pool(self, spec: Spec, target: str, path: str | None = None) -> Build:
         start = time.perf_counter()
-        outcome = self.run(build_source_only, spec, target, FIRST_VIEWS)
+        outcome = self.run(build_source_only, spec, target, FIRST_VIEWS, path, self.settings.build_disk_cache)
         self._highlight_the_rest(outcome)
         outcome.timings_ms["pool round trip"] = round((time.perf_counter() - start) * 1000
                                                       - sum(outcome.timings_ms.values()), 2)
@@ -335,21 +413,96 @@ def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     return os.getpid()
 
 
-def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = ()) -> Build | ExplorerError:
+def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = (), keep_at: str | None = None,
+                      keep_at_most: int = 0) -> Build | ExplorerError:
     """In a pool process: the build without its runtime module (it cannot cross processes
     and the app never runs kernels), with its code views ``highlight`` highlighted (the app's
-    one process then only sends them); an ExplorerError comes back as a value, intact."""
+    one process then only sends them); an ExplorerError comes back as a value, intact.
+    Either is also written to ``keep_at`` for the machine's other servers."""
     try:
         built = build(spec, target)
     except ExplorerError as error:
-        return error
-    timings = dict(built.timings_ms)
-    views = {}
-    if highlight:
-        start = time.perf_counter()
-        views = views_html(built, highlight)
-        timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
-    return dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
+        outcome = error  # a setting that cannot be built stays unbuildable
+    else:
+        timings = dict(built.timings_ms)
+        views = {}
+        if highlight:
+            start = time.perf_counter()
+            views = views_html(built, highlight)
+            timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
+        outcome = dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
+    if keep_at is not None:
+        _keep(outcome, keep_at, keep_at_most)
+    return outcome
+
+
+# -- builds kept on disk, shared by a machine's servers --------------------------------------
+
+PRUNE_EVERY = 64  # a process counts the files on disk at its first write and every 64th after
+_kept = 0
+
+
+def build_key(spec: Spec, target: str, tvm_version: str, source: str) -> str:
+    """The name of ``spec``'s build for ``target`` on disk: everything its outcome depends on
+    (``source``: :func:`source_fingerprint`)."""
+    return hashlib.sha256(f"{tvm_version}|{source}|{target}|{spec!r}".encode()).hexdigest()
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """The explorer package's source as this process first saw it: an edited checkout never
+    reads a build made by the code before."""
+    return package_fingerprint(Path(__file__).resolve().parent)
+
+
+def package_fingerprint(package: Path) -> str:
+    """A hash of the name, size and modification time of every Python file under ``package``."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        info = path.stat()
+        digest.update(f"{path.relative_to(package)}|{info.st_size}|{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _keep(outcome: Build | ExplorerError, path: str, at_most: int) -> None:
+    """Write ``outcome`` to ``path`` as the pool sends it back, whole or not at all (other
+    processes may read it at once); past ``at_most`` files the oldest go."""
+    global _kept
+    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        with open(partial, "wb") as file:
+            file.write(cloudpickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(partial, path)
+    except OSError as error:  # a full disk: the build is still shown, only not kept
+        log.warning("Build not kept on disk: %s", error)
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        return
+    if _kept % PRUNE_EVERY == 0:
+        _prune(os.path.dirname(path), at_most)
+    _kept += 1
+
+
+def _prune(directory: str, at_most: int) -> None:
+    """Past ``at_most`` files in ``directory``, remove the least recently written or read down
+    to 90 % of it (one count of the folder, not one per write)."""
+    try:
+        with os.scandir(directory) as found:
+            entries = [entry for entry in found if entry.name.endswith((".pickle", ".part"))]
+    except OSError:
+        return
+    if len(entries) <= at_most:
+        return
+
+    def modified(entry: os.DirEntry) -> int:
+        try:
+            return entry.stat().st_mtime_ns
+        except OSError:  # removed by another process meanwhile
+            return 0
+
+    for entry in sorted(entries, key=modified)[:len(entries) - at_most * 9 // 10]:
+        with contextlib.suppress(OSError):
+            os.remove(entry.path)
 
 
 # -- kernels compiled for measuring, in a pool of their own ---------------------------------

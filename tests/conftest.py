@@ -29,6 +29,10 @@ os.environ["EXPLORER_DIAGNOSE"] = "0"
 # (test_classroom_bench.server_environment); tests/test_live.py tests the build processes.
 os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 
+# No builds kept on disk: the tests count the builds each server makes, and a folder shared with earlier
+# runs would answer them; tests/test_build_disk_cache.py gives each of its servers a folder of its own.
+os.environ["EXPLORER_BUILD_DISK_CACHE"] = "0"
+
 
 def _compiled_once(get_bytecode):
     """ScriptCache.get_bytecode, shared by every AppTest of this process: each run of an AppTest makes a
