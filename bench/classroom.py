@@ -6,15 +6,30 @@ moves one knob slider of the sidebar to another value that the library can build
 move; the app would refuse the others with its reason), and records the time from the
 move until the new code is on the page and until the new latency is (the page polls for
 it, as a browser does, by answering the server's fragment auto-reruns). An observer
-session reads the Device page every few seconds (the GPU queue); the server's memory is
-sampled from its process. With ``--run-log`` it also checks, from the measuring worker's
-log of kernel runs, that no two kernels were ever timed at the same time.
+session reads the Device page every few seconds (the GPU queue). With ``--run-log`` it
+also checks, from the measuring worker's log of kernel runs, that no two kernels were
+ever timed at the same time.
+
+Each student loads the page over HTTP first and sends its cookies with the websocket, as a
+browser does: a reverse proxy that keeps a browser on one app process by a cookie then routes
+the websocket to the process the page came from.
 
 The steps come from ``--lesson NAME`` (repeatable) or ``--links ID,...`` (default: the
 depthwise tutorial's); ``--same-link`` makes every student open the first of them at the
 same moment, reported as a phase of its own. The server is found by the port it listens on
-(or ``--server-pid``); its processes' CPU is sampled with its memory, and the report says
-how many kernels were measured per second and which process limited them.
+(or ``--server-pid``) and taken whole: the ``explorer serve`` launcher above that process,
+where there is one, and everything below it (the proxy, the measuring service, each app
+process, their pools). Every 2 s each part's CPU is sampled with the server's memory; the
+report says how many kernels were measured per second, the share of samples in which each
+part was at 90% of what it can use, and which parts limited the class.
+
+A load test counts only if it made the load it names: the report puts the demand the class
+meant to make (``students / (think time + --intended-reply)`` moves per second) beside the
+moves per second it delivered, and each process playing students samples its own CPU (its
+websockets, and its checks of the students' moves, which schedule them with TVM). A run in
+which one of those processes was at 90% of a core in a quarter of its samples is no verdict
+on the server: the report says so and the script exits with status 3 (1: a student met an
+error; 0: neither).
 
     python bench/classroom.py --url http://localhost:8501 --students 30 --seconds 300 \\
         --think-time 5 [--lesson matmul_modern] [--same-link] [--run-log /tmp/explorer-kernel-runs.log] [--write LABEL]
@@ -25,6 +40,7 @@ import argparse
 import collections
 import contextlib
 import functools
+import http.cookiejar
 import json
 import multiprocessing
 import os
@@ -35,12 +51,14 @@ import statistics
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
+import psutil
 from docs_section import write_section
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -62,6 +80,10 @@ LATENCY = "Latency (median)"
 PAGE_CPU = "Page run CPU (p95)"  # the Device page's figure of what a page run costs the server
 CONNECT_S = 5.0  # with --same-link, the time the students get to connect before they all open the link
 STALE = "now stale"  # the app refused the setting, said why, and kept the last valid one on screen
+SAMPLE_EVERY_S = 2.0  # the server's parts and each load generator process: a CPU sample this often
+SATURATED = 0.9  # of what a part can use (cores, or the GPU's time): a sample at this much is saturated
+LIMIT_SHARE = 0.25  # of a part's samples saturated make it a limit (a load generator process: the run's)
+INTENDED_REPLY_S = 1.0  # the reply a class is meant to get: a move's code on the page in about a second
 
 
 @dataclass
@@ -82,19 +104,38 @@ class Student:
     timeline: list = field(default_factory=list)  # (time of the move, template, code_s, latency_s or None)
 
 
-class Page:
-    """One browser session: sends reruns, reads deltas, answers auto-reruns."""
+def page_cookie(page_url: str, stream_url: str, timeout: float) -> str:
+    """The Cookie header a browser sends with its websocket to ``stream_url`` after loading
+    ``page_url`` ("" where the server set none, as a plain Streamlit server does)."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(page_url, timeout=timeout) as answer:
+        answer.read()
+    request = urllib.request.Request(stream_url)
+    jar.add_cookie_header(request)  # the jar's own rules of domain and path, as a browser's
+    return request.get_header("Cookie", "")
 
-    def __init__(self, url: str, timeout: float):
+
+class Page:
+    """One browser session: loads the page (``query``: its link's), sends reruns, reads deltas,
+    answers auto-reruns."""
+
+    def __init__(self, url: str, timeout: float, query: str = ""):
         parts = urlparse(url)
+        base = f"{parts.netloc}{parts.path.rstrip('/')}"
+        # The page first, as a browser loads it: a proxy that keeps each browser on one app process
+        # by a cookie sets it here, and routes the websocket that sends it back to the same process.
+        cookie = page_cookie(f"{parts.scheme}://{base}/" + (f"?{query}" if query else ""),
+                             f"{parts.scheme}://{base}/_stcore/stream", timeout)
         scheme = "wss" if parts.scheme == "https" else "ws"
         self._closing = contextlib.ExitStack()  # websockets wants its connection used as a context manager
-        self.ws = self._closing.enter_context(connect(f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
-                                                      subprotocols=["streamlit"], open_timeout=timeout, max_size=None))
+        self.ws = self._closing.enter_context(connect(f"{scheme}://{base}/_stcore/stream", subprotocols=["streamlit"],
+                                                      additional_headers={"Cookie": cookie} if cookie else None,
+                                                      open_timeout=timeout, max_size=None))
         self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
         self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
         self.pages: dict[str, str] = {}  # page url name → script hash
-        self.query = ""
+        self.query = query
 
     def rerun(self, widget=None, fragment_id: str = "", page_hash: str = "") -> None:
         msg = BackMsg()
@@ -211,7 +252,8 @@ def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
 
 @functools.lru_cache(maxsize=4096)
 def _buildable(spec) -> bool:
-    # A third of a build: a load generator on the server's machine takes little of its CPU.
+    # A third of a build: a load generator on the server's machine takes little of its CPU. It is
+    # the load generator's own CPU all the same (TVM's scheduling, under its GIL): sampled with it.
     scheduled(spec, "auto")  # raises ExplorerError for a setting the app would refuse
     return True
 
@@ -221,12 +263,11 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
     """One student: open ``me.link`` (at the time ``open_at``, where given: the same moment
     as the others), then move a knob every ``think`` seconds or so until ``end``."""
     try:
-        page = Page(url, timeout=30)
+        page = Page(url, timeout=30, query=urlencode({"preset": me.link}))
     except Exception as error:  # the server refused or is down
         me.errors.append(f"connect: {error}")
         return
     try:
-        page.query = urlencode({"preset": me.link})
         spec = get_preset(me.link).spec
         if open_at is not None:
             time.sleep(max(0.0, open_at - time.time()))
@@ -278,62 +319,186 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
         page.close()
 
 
-def server_process(url: str, pid: int | None = None):
-    """The app server's process: the one listening on ``url``'s port, or ``pid``'s (or, when
-    ``pid`` is a wrapper such as ``timeout`` or a shell, the Streamlit process below it: ``streamlit run``
-    or ``python -m app.launch run``)."""
-    import psutil
+def is_launcher(cmdline: list[str]) -> bool:
+    """Whether a process with this command line is ``explorer serve``'s launcher (``python -m explorer
+    serve``, ``tvm-explorer serve``): the top of the server, above all its processes."""
+    return "explorer serve" in " ".join(cmdline)
 
+
+def role_of(cmdline: list[str]) -> str:
+    """The part of the server that a process with this command line is: "app" (a Streamlit process,
+    ``python -m app.launch run`` or ``streamlit run``), "proxy" (caddy), "measuring" (the measuring
+    service), or "workers" (the others: the launcher, the pools' processes, the measuring worker)."""
+    names = [os.path.basename(part) for part in cmdline]
+    if any("explorer.measure.service" in part for part in cmdline):
+        return "measuring"
+    if names and names[0] in ("caddy", "caddy.exe"):
+        return "proxy"
+    if "app.launch" in cmdline or any(name in ("streamlit", "streamlit.exe") for name in names):
+        return "app"
+    return "workers"
+
+
+def _cmdline(process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # gone, or not ours to read
+        return []
+
+
+def server_process(url: str, pid: int | None = None):
+    """The server's top process, whose tree is the whole server: the process listening on ``url``'s
+    port (or ``pid``'s), or its nearest ancestor that is ``explorer serve``'s launcher (of the proxy,
+    the measuring service and the app processes). When ``pid`` is a wrapper (``timeout``, a shell,
+    a test), the launcher below it, else the Streamlit process below it."""
     if pid is None:
-        port = urlparse(url).port or 80
+        port = urlparse(url).port or (443 if urlparse(url).scheme == "https" else 80)
         pid = next((c.pid for c in psutil.net_connections("tcp")
                     if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid), None)
         if pid is None:
             return None
     process = psutil.Process(pid)
-    for candidate in [process, *process.children(recursive=True)]:
-        if any("streamlit" in part or part == "app.launch" for part in candidate.cmdline()):
+    for candidate in [process, *process.parents()]:
+        if is_launcher(_cmdline(candidate)):
             return candidate
-    return process
+    if role_of(_cmdline(process)) != "workers":  # the server itself: a Streamlit process, or the proxy
+        return process
+    below = process.children(recursive=True)
+    return (next((c for c in below if is_launcher(_cmdline(c))), None)
+            or next((c for c in below if role_of(_cmdline(c)) == "app"), process))
 
 
-def cpu_sample(process, previous: dict) -> dict:
-    """Cores used since ``previous`` (pid → (time, cpu seconds)), by part: the app process
-    and the processes it started (build, compile and measuring processes)."""
-    now, used = time.time(), {"app": 0.0, "children": 0.0}
-    for member in [process, *process.children(recursive=True)]:
+def server_tree(root) -> list[tuple]:
+    """(process, role, parent's pid) of ``root`` and every process below it, by ``role_of``."""
+    members = [root, *root.children(recursive=True)]
+    parents, roles = {}, {}
+    for member in members:
         try:
+            parents[member.pid] = member.ppid()
+        except psutil.Error:
+            parents[member.pid] = None
+        roles[member.pid] = role_of(_cmdline(member))
+    tree = []
+    for member in members:
+        role = roles[member.pid]
+        if role != "workers" and roles.get(parents[member.pid]) == role:
+            role = "workers"  # a forked child runs under its parent's command line: one of its workers
+        tree.append((member, role, parents[member.pid]))
+    return tree
+
+
+def cpu_sample(tree: list[tuple], previous: dict) -> dict | None:
+    """Cores each part of the server used since ``previous`` (its last reading: "t", and "cpu":
+    (pid, start time) → CPU seconds; updated): "app", one number per app process (each its own
+    part: one Python process's GIL); "workers" (all the other processes, summed); "proxy" and
+    "measuring" where the server has them. None on the first reading."""
+    now, cpu = time.time(), {}
+    since = previous.get("t")
+    used: dict = {"app": [], "workers": 0.0}
+    for member, role, _ in tree:
+        try:
+            key = (member.pid, member.create_time())
             times = member.cpu_times()
-        except Exception:  # gone meanwhile
+        except psutil.Error:  # gone meanwhile (a pool restarts its processes)
             continue
-        seconds = times.user + times.system
-        before = previous.get(member.pid)
-        previous[member.pid] = (now, seconds)
-        if before is not None and now > before[0]:
-            used["app" if member.pid == process.pid else "children"] += (seconds - before[1]) / (now - before[0])
-    return used
+        cpu[key] = times.user + times.system
+        if role in ("proxy", "measuring"):
+            used.setdefault(role, 0.0)
+        if since is None or now <= since:
+            continue
+        if key in previous["cpu"]:
+            seconds = cpu[key] - previous["cpu"][key]
+        elif key[1] >= since:  # started since the last reading: all of its CPU is this interval's
+            seconds = cpu[key]
+        elif role == "app":  # an app process not seen before: no reading of its own yet
+            continue
+        else:
+            seconds = 0.0
+        rate = seconds / (now - since)
+        if role == "app":
+            used["app"].append(rate)
+        else:
+            used[role] += rate
+    previous["t"], previous["cpu"] = now, cpu
+    return used if since is not None else None
 
 
 def _rss(process) -> int:
     """A process's resident memory in bytes; 0 when it is gone (a pool restarts its processes)."""
     try:
         return process.memory_info().rss
-    except Exception:
+    except psutil.Error:
         return 0
 
 
-def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = 2.0) -> None:
-    """Every ``every`` s: the Device page's GPU queue, the server's memory (RSS, MiB) and the
-    cores its processes used."""
-    process = server_process(url, server_pid)
-    cpu_seen: dict = {}
-    page = Page(url, timeout=30)
-    page.rerun()
-    for msg in page.read(time.time() + 30):
-        if msg is not None and msg.WhichOneof("type") == "script_finished":
-            break
-    device = next((h for name, h in page.pages.items() if "device" in name.lower()), "")
+def memory_sample(tree: list[tuple]) -> dict:
+    """The server's resident memory (MiB): its app processes ("rss_mib"), with the processes below
+    them ("rss_with_workers_mib"), and all its processes ("rss_server_mib")."""
+    if not tree:
+        return {"rss_mib": None, "rss_with_workers_mib": None, "rss_server_mib": None}
+    rss = {member.pid: _rss(member) for member, _, _ in tree}
+    parents = {member.pid: parent for member, _, parent in tree}
+    apps = {member.pid for member, role, _ in tree if role == "app"}
+
+    def below_an_app(pid):
+        while pid in parents:
+            if pid in apps:
+                return True
+            pid = parents[pid]
+        return False
+
+    return {"rss_mib": sum(rss[pid] for pid in apps) / 2**20,
+            "rss_with_workers_mib": sum(rss[pid] for pid in rss if below_an_app(pid)) / 2**20,
+            "rss_server_mib": sum(rss.values()) / 2**20}
+
+
+def sample_server(root, latest: dict, samples: list, stop: threading.Event, every: float = SAMPLE_EVERY_S) -> None:
+    """Every ``every`` s until ``stop`` (and once more then): the cores of each part of the server
+    (the tree under ``root``, again each time: pools restart their processes) and its memory, with
+    the Device page's reading taken since the last sample (``latest["reading"]``, taken out)."""
+    previous: dict = {}
+    tree: list = []
+    if root is not None:
+        with contextlib.suppress(psutil.Error):
+            cpu_sample(server_tree(root), previous)
+    while True:
+        stopping = stop.wait(every)
+        since, tree, cores = previous.get("t"), [], None
+        if root is not None:
+            try:
+                tree = server_tree(root)
+                cores = cpu_sample(tree, previous)
+            except psutil.Error:  # the server is gone
+                tree = []
+        queue, page_cpu = latest.pop("reading", (None, None))
+        samples.append({"t": time.time(), "since": since, "queue": queue, "page_cpu": page_cpu,
+                        **memory_sample(tree), "cores": cores,
+                        "processes": dict(collections.Counter(role for _, role, _ in tree))})
+        if stopping:
+            return
+
+
+def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = SAMPLE_EVERY_S) -> None:
+    """Until ``end``: the Device page's GPU queue and page-run CPU, read again ``every`` s after each
+    answer, and, every ``every`` s on its own thread (a slow page does not stretch the samples), the
+    cores and memory of the server's processes (``sample_server``)."""
+    root = server_process(url, server_pid)
+    latest: dict = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_server, args=(root, latest, samples, stop, every))
+    sampler.start()
     try:
+        page = Page(url, timeout=30)
+    except BaseException:
+        stop.set()
+        sampler.join()
+        raise
+    try:
+        page.rerun()
+        for msg in page.read(time.time() + 30):
+            if msg is not None and msg.WhichOneof("type") == "script_finished":
+                break
+        device = next((h for name, h in page.pages.items() if "device" in name.lower()), "")
         while time.time() < end:
             queue = page_cpu = None
             page.rerun(page_hash=device)
@@ -345,15 +510,11 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
                     page_cpu = element.metric.body
                 if queue is not None and page_cpu is not None:
                     break
-            rss = rss_all = cores = None
-            if process is not None:
-                rss = process.memory_info().rss / 2**20
-                rss_all = rss + sum(_rss(c) for c in process.children(recursive=True)) / 2**20
-                cores = cpu_sample(process, cpu_seen)
-            samples.append({"t": time.time(), "queue": queue, "rss_mib": rss, "rss_with_workers_mib": rss_all,
-                            "cores": cores, "page_cpu": page_cpu})
-            time.sleep(every)
+            latest["reading"] = (queue, page_cpu)  # one assignment: the sampler takes both or neither
+            time.sleep(max(0.0, min(every, end - time.time())))
     finally:
+        stop.set()
+        sampler.join()
         page.close()
 
 
@@ -379,20 +540,133 @@ def gpu_busy(runs: list[tuple[int, int]], seconds: float) -> float:
     return sum(end - start for start, end in runs) / 1e9 / seconds if seconds > 0 else 0.0
 
 
-def limiter(app_cores: float, worker_cores: float, worker_capacity: float, busy: float | None) -> str:
-    """Which part of the server limited the class, from what each used (a part at 90% of
-    what it can use is saturated): the app's one Python process, the GPU, or the
-    processes that build and compile."""
-    if app_cores >= 0.9:
-        return (f"the app process ({app_cores:.2f} cores: one Python process runs every session's page, "
-                "so the GIL caps it near one core)")
-    if busy is not None and busy >= 0.9:
-        return f"the GPU (a kernel on it {busy:.0%} of the time)"
-    if worker_capacity and worker_cores >= 0.9 * worker_capacity:
-        return f"the build and compile processes ({worker_cores:.1f} of {worker_capacity:.0f} cores)"
-    busy_text = f", GPU busy {busy:.0%}" if busy is not None else ""
-    return (f"none saturated (app process {app_cores:.2f} cores, other processes {worker_cores:.1f} "
-            f"cores{busy_text}): the class asked for no more")
+def busy_between(runs: list[tuple[int, int]], start: float, end: float) -> float:
+    """The share of the seconds ``start``..``end`` during which a kernel of ``runs`` (ns) was on the GPU."""
+    if end <= start:
+        return 0.0
+    lo, hi = start * 1e9, end * 1e9
+    return min(1.0, sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs) / (hi - lo))
+
+
+PARTS = ("app", "measuring", "proxy", "workers", "gpu")  # in the order the report names them
+
+
+def saturation(samples: list[dict], machine_cores: int, runs: list[tuple[int, int]] | None = None) -> dict:
+    """For each part of the server, from its samples: what it can use ("capacity", cores; the GPU: its
+    time), its mean use, and the "share" of its samples at SATURATED of that or more. What a part can use:
+    an app process, one core (one Python process's GIL; each app process's sample counts on its own,
+    "samples" counts those pairs); the measuring service, one core (its own GIL); the proxy, the machine's
+    cores (Go's threads); the workers, the machine's cores less the app processes' and the measuring
+    service's; the GPU (from ``runs``, the kernel runs in ns), all of each sample's time."""
+    readings = collections.defaultdict(list)  # part → [(used, capacity)]
+    processes: dict = collections.defaultdict(int)  # part → the most processes of it in one sample
+    for sample in samples:
+        cores = sample.get("cores")
+        if not cores:
+            continue
+        apps = cores.get("app", [])
+        readings["app"] += [(used, 1.0) for used in apps]
+        processes["app"] = max(processes["app"], len(apps))
+        for part, capacity in (("measuring", 1.0), ("proxy", float(machine_cores))):
+            if part in cores:
+                readings[part].append((cores[part], capacity))
+                processes[part] = 1
+        others = len(apps) + ("measuring" in cores)
+        readings["workers"].append((cores.get("workers", 0.0), max(1.0, float(machine_cores - others))))
+        if runs is not None and sample.get("since") is not None:
+            readings["gpu"].append((busy_between(runs, sample["since"], sample["t"]), 1.0))
+    parts = {}
+    for part in PARTS:
+        pairs = readings.get(part)
+        if not pairs:
+            continue
+        parts[part] = {
+            "samples": len(pairs), "processes": processes.get(part), "mean": statistics.mean(u for u, _ in pairs),
+            "capacity": collections.Counter(c for _, c in pairs).most_common(1)[0][0],
+            "share": sum(used >= SATURATED * capacity for used, capacity in pairs) / len(pairs)}
+    return parts
+
+
+def limits(parts: dict) -> list[str]:
+    """The parts of ``saturation``'s answer saturated in LIMIT_SHARE of their samples or more."""
+    return [part for part in PARTS if part in parts and parts[part]["share"] >= LIMIT_SHARE]
+
+
+def part_text(part: str, p: dict) -> str:
+    """"app processes at ≥ 90% of a core in 48% of samples (...)": one part of ``saturation``'s answer."""
+    share = f"in {p['share']:.0%} of samples"
+    if part == "gpu":
+        return f"the GPU busy ≥ {SATURATED:.0%} of the time {share} (mean {p['mean']:.0%})"
+    if part == "app":
+        return (f"app processes at ≥ {SATURATED:.0%} of a core {share} ({p['processes']} of them, "
+                f"mean {p['mean']:.2f} cores each)")
+    what = {"measuring": "the measuring service", "proxy": "the proxy", "workers": "the workers"}[part]
+    of = "a core" if p["capacity"] == 1 else f"{p['capacity']:.0f} cores"
+    return f"{what} at ≥ {SATURATED:.0%} of {of} {share} (mean {p['mean']:.2f} cores)"
+
+
+LIMIT_WHY = {
+    "app": "one Python process runs every page of its sessions, so its GIL caps it near one core",
+    "measuring": "one Python process hands out every build and measurement",
+    "proxy": "every request and websocket message goes through it",
+    "workers": "the build, compile and measuring processes used the cores the others leave",
+    "gpu": "one kernel is timed at a time",
+}
+
+
+def limiter(parts: dict) -> str:
+    """Which parts of the server limited the class, from ``saturation``'s answer: those saturated
+    in LIMIT_SHARE of their samples or more (a run's mean hides a part at one core half of the time)."""
+    named = limits(parts)
+    if named:
+        return "; ".join(f"{part_text(part, parts[part])}: {LIMIT_WHY[part]}" for part in named)
+    return (f"none saturated (no part at ≥ {SATURATED:.0%} of what it can use in {LIMIT_SHARE:.0%} of its "
+            f"samples): the class asked for no more")
+
+
+def demand(students: int, think: float, intended_reply: float, moves: int, playing_s: float) -> dict:
+    """The moves per second the class meant to make (each student a move every ``think`` s plus the
+    ``intended_reply`` it waits for) and those it made in ``playing_s`` seconds of play."""
+    cycle = think + intended_reply
+    return {"intended_reply_s": intended_reply, "playing_s": playing_s,
+            "intended_moves_per_s": students / cycle if cycle > 0 else None,
+            "delivered_moves_per_s": moves / playing_s if playing_s > 0 else 0.0}
+
+
+@contextlib.contextmanager
+def own_cpu(every: float = SAMPLE_EVERY_S):
+    """This process's cores (CPU seconds over wall seconds), a sample every ``every`` s until the
+    block ends, into the list it yields: what the load generator itself used."""
+    cores: list[float] = []
+    stop = threading.Event()
+
+    def sample():
+        me = psutil.Process()
+        before = (time.monotonic(), sum(me.cpu_times()[:2]))
+        while not stop.wait(every):
+            now = (time.monotonic(), sum(me.cpu_times()[:2]))
+            if now[0] > before[0]:
+                cores.append((now[1] - before[1]) / (now[0] - before[0]))
+            before = now
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield cores
+    finally:
+        stop.set()
+        thread.join()
+
+
+def generator_load(plays: list[dict]) -> dict:
+    """Per load generator process (``plays``: what each ``play`` said of itself), its mean cores and the
+    share of its samples at SATURATED of a core; the run is generator-limited when any process was there
+    in LIMIT_SHARE of its samples or more (its students' moves and readings waited for its GIL)."""
+    generator = [{"pid": p["pid"], "samples": len(p["cores"]),
+                  "mean_cores": statistics.mean(p["cores"]) if p["cores"] else None,
+                  "busy_share": sum(c >= SATURATED for c in p["cores"]) / len(p["cores"]) if p["cores"] else 0.0,
+                  "cores": p["cores"]} for p in plays]
+    return {"generator": generator, "generator_limited": any(g["busy_share"] >= LIMIT_SHARE for g in generator)}
 
 
 def percentiles(values: list[float]) -> dict:
@@ -409,36 +683,44 @@ def lesson_links(names: list[str]) -> tuple[str, ...]:
 
 
 def play(url: str, class_: list[Student], end: float, think: float, want_latency: bool, revisit_every: int = 0,
-         open_at: float | None = None) -> list[Student]:
-    """``class_`` in this process, one thread each, until ``end``; the students, with what they saw."""
+         open_at: float | None = None) -> tuple[list[Student], dict]:
+    """``class_`` in this process, one thread each, until ``end``: the students, with what they saw, and
+    this process (its pid, when its students began, its cores every SAMPLE_EVERY_S s: ``own_cpu``)."""
     seen: set = set()  # settings these students saw measured (the server's caches are shared)
     threads = [threading.Thread(target=student, args=(url, s, end, think, want_latency, random.Random(s.seed),
                                                       seen, revisit_every, open_at)) for s in class_]
-    for t in threads:
-        t.start()
-        if open_at is None:
-            time.sleep(0.02)  # a class does not press enter in the same millisecond
-    for t in threads:
-        t.join(max(0.0, end - time.time()) + 300)
-    return class_
+    with own_cpu() as cores:
+        began = time.time()
+        for t in threads:
+            t.start()
+            if open_at is None:
+                time.sleep(0.02)  # a class does not press enter in the same millisecond
+        for t in threads:
+            t.join(max(0.0, end - time.time()) + 300)
+    return class_, {"pid": os.getpid(), "began": began, "cores": cores}
 
 
-def play_in_processes(processes: int, url: str, class_: list[Student], *args) -> list[Student]:
+def play_in_processes(processes: int, url: str, class_: list[Student], *args) -> tuple[list[Student], list[dict]]:
     """``play`` with the class shared among ``processes`` processes: one Python process cannot
-    read a hundred students' websockets and check their moves without its own GIL delaying them."""
+    read a hundred students' websockets and check their moves without its own GIL delaying them.
+    The students, and what each process said of itself."""
     if processes <= 1:
-        return play(url, class_, *args)
+        students, me = play(url, class_, *args)
+        return students, [me]
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         shares = [pool.submit(play, url, class_[i::processes], *args) for i in range(processes)]
-        return [s for share in shares for s in share.result()]
+        played = [share.result() for share in shares]
+        return [s for students, _ in played for s in students], [me for _, me in played]
 
 
 def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
         run_log: str | None = None, seed: int = 0, revisit_every: int = 0, links: tuple[str, ...] = LINKS,
-        same_link: bool = False, processes: int = 1) -> dict:
+        same_link: bool = False, processes: int = 1, intended_reply: float = INTENDED_REPLY_S) -> dict:
     """``revisit_every`` K > 0: every K-th move of a student moves the last slider back (a
     setting the server has measured); otherwise every move is a random valid one.
-    ``same_link``: every student opens ``links[0]`` at the same moment (once all are connected)."""
+    ``same_link``: every student opens ``links[0]`` at the same moment (once all are connected).
+    ``intended_reply``: the seconds a move is meant to wait for its code (the demand the class means
+    to make is ``students / (think + intended_reply)`` moves per second)."""
     since_ns = time.time_ns()
     started = time.time()
     end = started + seconds
@@ -448,12 +730,18 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     samples: list = []
     observer = threading.Thread(target=observe, args=(url, end, samples, server_pid))
     observer.start()
-    class_ = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at)
+    class_, plays = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at)
     observer.join(60)
+    # Play begins when the first process's students start (a spawned process imports first), or, with
+    # same_link, when they open the link together; no move is sent after ``end``.
+    began = max(min(p["began"] for p in plays), open_at or started)
+    moves = sum(s.moves for s in class_)
     report = {
         "url": url, "students": students, "seconds": seconds, "think_time_s": think, "links": list(links),
         "same_link": links[0] if same_link else None, "wall_s": time.time() - started,
-        "moves": sum(s.moves for s in class_), "refused": sum(s.refused for s in class_),
+        "moves": moves, "refused": sum(s.refused for s in class_),
+        **demand(students, think, intended_reply, moves, max(0.0, end - began)),
+        **generator_load(plays),
         "errors": [e for s in class_ for e in s.errors],
         "open_to_code": percentiles([s.open_s for s in class_ if s.open_s is not None]),
         "open_to_latency": percentiles([s.first_latency_s for s in class_ if s.first_latency_s is not None]),
@@ -467,15 +755,18 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         "slowest_to_code": slowest_moves(class_, 2, started),
         "slowest_to_latency": slowest_moves(class_, 3, started),
     }
+    runs = None
     if run_log and Path(run_log).exists():
+        runs = kernel_runs(run_log, since_ns)
         report["kernel_runs"], report["overlapping_runs"] = overlapping_runs(run_log, since_ns)
         report["measurements_per_s"] = report["kernel_runs"] / report["wall_s"]
-        report["gpu_busy"] = gpu_busy(kernel_runs(run_log, since_ns), report["wall_s"])
-    cores = [s["cores"] for s in samples if s.get("cores")]
-    if cores:
-        app, workers = (statistics.mean(c[part] for c in cores) for part in ("app", "children"))
-        report["cores"] = {"app": app, "children": workers}
-        report["limited_by"] = limiter(app, workers, (os.cpu_count() or 1), report.get("gpu_busy"))
+        report["gpu_busy"] = gpu_busy(runs, report["wall_s"])
+    if any(s.get("cores") for s in samples):
+        parts = saturation(samples, os.cpu_count() or 1, runs)
+        report["saturation"] = parts
+        report["cores"] = {part: p["mean"] for part, p in parts.items() if part != "gpu"}
+        report["limits"] = limits(parts)
+        report["limited_by"] = limiter(parts)
     return report
 
 
@@ -509,6 +800,36 @@ def goal_rows(report: dict, goals: dict[str, float]) -> list[str]:
     return rows
 
 
+def demand_text(report: dict) -> str:
+    """"Demand: 16.7 moves/s intended (...), 12.1 delivered (72%) over 290 s of play."""
+    intended, delivered = report["intended_moves_per_s"], report["delivered_moves_per_s"]
+    share = f" ({delivered / intended:.0%})" if intended else ""
+    intended_text = f"{intended:.1f}" if intended is not None else "—"
+    return (f"Demand: {intended_text} moves/s intended ({report['students']} students, a move every "
+            f"~{report['think_time_s']:g} s + {report['intended_reply_s']:g} s for its code), {delivered:.1f} "
+            f"delivered{share} over {report['playing_s']:.0f} s of play.")
+
+
+def generator_text(report: dict) -> list[str]:
+    """What the load generator's own processes used, and, when one was saturated, that the run is no verdict."""
+    generator = report.get("generator") or []
+    if not generator:
+        return []
+    each = "; ".join(
+        f"{'the main process' if len(generator) == 1 else f'process {i}'} "
+        + (f"{g['mean_cores']:.2f} cores mean, at ≥ {SATURATED:.0%} of a core in {g['busy_share']:.0%} of "
+           f"{g['samples']} samples" if g["samples"] else "no sample (a run shorter than one)")
+        for i, g in enumerate(generator, 1))
+    lines = [f"Load generator (its own CPU, every {SAMPLE_EVERY_S:g} s): {each}."]
+    if report.get("generator_limited"):
+        busy = ", ".join(f"{'the main process' if len(generator) == 1 else f'process {i}'} in {g['busy_share']:.0%}"
+                         for i, g in enumerate(generator, 1) if g["busy_share"] >= LIMIT_SHARE)
+        lines.insert(0, f"Not a verdict: the load generator was at ≥ {SATURATED:.0%} of a core in "
+                        f"{LIMIT_SHARE:.0%} of its samples or more ({busy}), so its students' moves and readings "
+                        "waited for it as well as for the server; share the class among more --processes.")
+    return lines
+
+
 def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     def row(name, p):
         if not p["n"]:
@@ -516,15 +837,19 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         return f"| {name} | {p['n']} | {p['p50']:.3f} | {p['p95']:.3f} | {p['max']:.3f} |"
 
     queue = [s["queue"] for s in report["samples"] if s["queue"]]
-    rss = [s["rss_mib"] for s in report["samples"] if s["rss_mib"] is not None]
+    rss = [s.get("rss_server_mib", s["rss_mib"]) for s in report["samples"]]
+    rss = [x for x in rss if x is not None]
     opening = (f"All {report['students']} students opened `{report['same_link']}` at the same moment, then moved "
                "knobs. " if report.get("same_link") else "")
+    generator = generator_text(report)
     lines = [
         opening +
         f"{report['students']} students, {report['seconds']:.0f} s, a move every ~{report['think_time_s']:g} s each: "
         f"{report['moves']} moves ({report['refused']} refused by the app with a reason), "
         f"{len(report['errors'])} errors.",
+        *(["", generator[0]] if report.get("generator_limited") else []),
         "",
+        *([demand_text(report), ""] if "intended_moves_per_s" in report else []),
         "| from | n | p50 (s) | p95 (s) | max (s) |",
         "| --- | ---: | ---: | ---: | ---: |",
         row("link → code", report["open_to_code"]),
@@ -551,8 +876,9 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"When a latency had not come, the page said ({times}×): {notice or '(nothing)'}")
     if rss:
         third = max(1, len(rss) // 3)
-        lines.append(f"Server RSS: {rss[0]:.0f} MiB at the start, {statistics.mean(rss[third:2 * third] or rss):.0f} "
-                     f"MiB mid-run, {rss[-1]:.0f} MiB at the end (max {max(rss):.0f}).")
+        lines.append(f"Server RSS (all its processes): {rss[0]:.0f} MiB at the start, "
+                     f"{statistics.mean(rss[third:2 * third] or rss):.0f} MiB mid-run, {rss[-1]:.0f} MiB at the end "
+                     f"(max {max(rss):.0f}).")
     if queue:
         waiting = [int(q.split(", ")[1].split()[0]) for q in queue]
         lines.append(f"GPU queue (Device page, every 2 s, {len(queue)} samples): at most {max(waiting)} waiting, "
@@ -565,6 +891,10 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     if page_cpu:
         lines.append(f"Server CPU per page run (Device page, 95th percentile of the latest runs): {page_cpu[-1]} "
                      "at the end.")
+    lines += generator[1:] if report.get("generator_limited") else generator
+    if report.get("saturation"):
+        lines.append(f"Server parts (a sample every {SAMPLE_EVERY_S:g} s): "
+                     + "; ".join(part_text(part, p) for part, p in report["saturation"].items()) + ".")
     if "limited_by" in report:
         lines.append(f"Limited by: {report['limited_by']}.")
     if report["errors"]:
@@ -587,8 +917,12 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--think-time", type=float, default=5.0)
+    parser.add_argument("--intended-reply", type=float, default=INTENDED_REPLY_S, metavar="S",
+                        help="the seconds a move is meant to wait for its code: the class means to make "
+                             "students / (think time + S) moves per second, reported beside those it made")
     parser.add_argument("--no-latency", action="store_true", help="a server without a GPU: time the code only")
-    parser.add_argument("--server-pid", type=int, help="sample this process's memory (the streamlit server)")
+    parser.add_argument("--server-pid", type=int,
+                        help="the server's process (its launcher, or a Streamlit process): its whole tree is sampled")
     parser.add_argument("--run-log", help="the measuring worker's kernel-run log, to check runs never overlapped")
     parser.add_argument("--json", help="write the whole report (with samples) here")
     parser.add_argument("--goal", action="append", default=[], metavar="NAME=SECONDS",
@@ -611,6 +945,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.revisit_every < 0:
         parser.error("--revisit-every takes 0 (never on purpose) or a positive number of moves")
+    if args.intended_reply < 0 or args.think_time + args.intended_reply <= 0:
+        parser.error("--intended-reply takes 0 or more seconds, and with --think-time more than 0")
     try:
         links = chosen_links(args.lesson, args.links)
     except ExplorerError as error:
@@ -623,7 +959,7 @@ def main() -> None:
         print(f"The server answered its health check after {waited:.1f} s; the students connect now.", flush=True)
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
                  args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link,
-                 processes=args.processes)
+                 processes=args.processes, intended_reply=args.intended_reply)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
     text = describe(report, goals)
     print(text)
@@ -634,7 +970,8 @@ def main() -> None:
         write_section(f"classroom-{args.write}", f"### Classroom: {args.write}\n\nMachine: {args.machine}. "
                       f"Date: {time.strftime('%Y-%m-%d')}. Command (server on the same machine, started with "
                       f"`python -m explorer serve`):\n`{command}`\n\n{text}\n")
-    sys.exit(1 if report["errors"] else 0)
+    # 3: the run measured its own load generator as much as the server; 1: a student met an error.
+    sys.exit(3 if report["generator_limited"] else 1 if report["errors"] else 0)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
 #                                                 # process of the server sampled by py-spy from its start
 #
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
+# APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N).
+# INTENDED_REPLY=S: the seconds a move is meant to wait for its code (the class's intended demand;
+# bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
+# it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
 set -u
 phase=${1:?modern, large or first}
 results=${2:?a folder for the results}
@@ -19,9 +23,18 @@ port=8501
 long=${LONG_S:-300}  # the long runs' seconds (shorter only to try the script out)
 url=http://127.0.0.1:$port
 export EXPLORER_RUN_LOG=$results/kernel-runs-$phase.log  # the measuring worker logs each kernel run here
-bench() { python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --machine "${MACHINE:-$(hostname)}" "$@"; }
+bench() {
+  python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --machine "${MACHINE:-$(hostname)}" \
+    ${INTENDED_REPLY:+--intended-reply "$INTENDED_REPLY"} "$@"
+  local status=$?
+  if [ $status -eq 3 ]; then
+    echo "Not a verdict (the load generator was saturated): $*" | tee -a "$results/generator-limited.txt" >&2
+  fi
+  return $status
+}
 
-python -m explorer serve --port $port --address 127.0.0.1 >"$results/server-$phase.log" 2>&1 &
+python -m explorer serve --port $port --address 127.0.0.1 ${APP_PROCESSES:+--app-processes "$APP_PROCESSES"} \
+  >"$results/server-$phase.log" 2>&1 &
 launcher=$!
 trap 'kill $launcher 2>/dev/null; wait $launcher 2>/dev/null' EXIT
 if [ "$phase" = first ] && command -v py-spy >/dev/null; then  # every thread of every process, waiting or not
@@ -37,7 +50,7 @@ elif [ "$phase" = modern ]; then
   bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 \
         --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write h100-first-page
   server=$(pgrep -f "app.launch run|streamlit run" | head -1)
-  if command -v py-spy >/dev/null; then  # the app process under 30 students, a minute in the middle of the run
+  if command -v py-spy >/dev/null; then  # the (first) app process under 30 students, a minute mid-run
     (sleep $((long / 3)); py-spy record --pid "$server" --duration $((long / 5)) --rate 100 --gil --nonblocking --format raw \
        --output "$results/py-spy-30-modern.txt" >"$results/py-spy.log" 2>&1) &
   fi

@@ -7,12 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import classroom  # bench/classroom.py (pytest's pythonpath)
 import pytest
+from websockets.sync.server import serve as serve_websockets
 
 from explorer import serve
 
@@ -78,7 +81,7 @@ def class_server():
 
 @pytest.fixture(scope="module")
 def server_url(class_server):
-    """The server's URL and its app process (the launcher's child)."""
+    """The server's URL and its top process (the launcher, above the app process that listens)."""
     url, _, said = class_server
     assert "the first page ran in" in said, said
     return url, classroom.server_process(url).pid
@@ -92,9 +95,12 @@ def test_three_students_move_knobs_without_errors(server_url):
     assert report["open_to_code"]["n"] == 3
     assert report["moves"] >= 6 and report["knob_to_code"]["n"] + report["refused"] == report["moves"]
     assert any(s["queue"] == "0 running, 0 waiting" for s in report["samples"])  # the observer read the Device page
-    assert all(s["rss_mib"] > 0 for s in report["samples"])
+    assert all(0 < s["rss_mib"] < s["rss_server_mib"] for s in report["samples"])  # the app process, the launcher's
+    assert all(len(s["cores"]["app"]) == 1 for s in report["samples"])  # one app process, the launcher a worker
+    assert report["intended_moves_per_s"] == 3 / (1.0 + 1.0)
+    assert [g["pid"] for g in report["generator"]] == [os.getpid()] and report["generator"][0]["samples"] >= 3
     text = classroom.describe(report)
-    assert "| knob → code |" in text and "0 errors" in text
+    assert "| knob → code |" in text and "0 errors" in text and "Demand: 1.5 moves/s intended" in text
 
 
 def test_overlapping_runs_are_counted_from_the_log(tmp_path):
@@ -126,6 +132,7 @@ def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url):
     assert report["open_to_code"]["n"] == 4
     assert classroom.describe(report).startswith("All 4 students opened `dw-blog-final-96` at the same moment")
     assert report["limited_by"]  # the observer sampled the server's processes
+    assert len(report["generator"]) == 2 and os.getpid() not in [g["pid"] for g in report["generator"]]
     assert any(s["page_cpu"] and s["page_cpu"].endswith(" ms") for s in report["samples"])
 
 
@@ -143,12 +150,169 @@ def test_lessons_and_links_choose_the_steps_students_open():
         classroom.chosen_links(["nope"], None)
 
 
+def samples_of(*cores: dict, every: float = 2.0) -> list[dict]:
+    """Server samples every ``every`` s from 0, with these cores by part."""
+    return [{"t": (i + 1) * every, "since": i * every, "cores": c} for i, c in enumerate(cores)]
+
+
 def test_gpu_busy_and_what_limited_the_class():
     assert classroom.gpu_busy([(0, 500_000_000), (600_000_000, 1_000_000_000)], 2.0) == 0.45
-    assert classroom.limiter(0.95, 3.0, 16, 0.5).startswith("the app process (0.95 cores")
-    assert classroom.limiter(0.5, 3.0, 16, 0.93) == "the GPU (a kernel on it 93% of the time)"
-    assert classroom.limiter(0.5, 15.0, 16, 0.2).startswith("the build and compile processes (15.0 of 16 cores)")
-    assert classroom.limiter(0.2, 1.0, 16, None).startswith("none saturated")
+    # The GPU: 1.9 s of kernels in the first 2 s, none in the next: saturated in half of the samples.
+    runs = [(0, 1_900_000_000)]
+    quiet = {"app": [0.2], "workers": 1.0}
+    parts = classroom.saturation(samples_of(quiet, quiet), 8, runs)
+    assert parts["gpu"]["share"] == 0.5 and classroom.limits(parts) == ["gpu"]
+    assert classroom.limiter(parts).startswith("the GPU busy ≥ 90% of the time in 50% of samples")
+    # The workers: 7 cores of the 7 that an 8-core machine leaves beside one app process, in 1 sample of 4.
+    parts = classroom.saturation(samples_of({"app": [0.2], "workers": 6.3}, quiet, quiet, quiet), 8)
+    assert parts["workers"]["capacity"] == 7 and parts["workers"]["share"] == 0.25
+    assert classroom.limiter(parts).startswith("the workers at ≥ 90% of 7 cores in 25% of samples")
+    # The measuring service and the proxy: one core, and the machine's.
+    parts = classroom.saturation(samples_of({**quiet, "measuring": 0.95, "proxy": 7.0}), 8)
+    assert classroom.limits(parts) == ["measuring"] and parts["proxy"]["capacity"] == 8
+    assert parts["workers"]["capacity"] == 6  # 8 less an app process and the measuring service
+
+
+def test_an_app_process_at_one_core_half_the_time_is_the_limit_though_its_mean_is_lower():
+    samples = samples_of(*({"app": [cores], "workers": 1.0} for cores in (0.95, 0.5, 0.92, 0.3)))
+    parts = classroom.saturation(samples, 8)
+    assert parts["app"]["mean"] == pytest.approx(0.6675) and parts["app"]["mean"] < 0.9  # the run's mean says no
+    assert parts["app"]["share"] == 0.5 and classroom.limits(parts) == ["app"]
+    text = classroom.limiter(parts)
+    assert text.startswith("app processes at ≥ 90% of a core in 50% of samples (1 of them, mean 0.67 cores each)")
+    # Two app processes: each (sample, process) pair counts, 1 of 4 here.
+    parts = classroom.saturation(samples_of({"app": [0.95, 0.2], "workers": 1.0}, {"app": [0.3, 0.2]}), 8)
+    assert (parts["app"]["samples"], parts["app"]["share"], parts["app"]["processes"]) == (4, 0.25, 2)
+    assert parts["workers"]["capacity"] == 6 and classroom.limits(parts) == ["app"]
+
+
+def test_a_quiet_run_names_no_limit():
+    parts = classroom.saturation(samples_of(*({"app": [0.3], "workers": 0.5} for _ in range(4))), 8,
+                                 [(0, 100_000_000)])
+    assert classroom.limits(parts) == []
+    assert classroom.limiter(parts).startswith("none saturated")
+    assert classroom.saturation([{"t": 2.0, "since": 0.0, "cores": None}], 8) == {}  # no server sampled
+
+
+def report_of(**fields) -> dict:
+    """A report as ``run`` makes it, of a run without samples, with ``fields``."""
+    empty = classroom.percentiles([])
+    return {"students": 3, "seconds": 60, "think_time_s": 4.0, "moves": 30, "refused": 0, "errors": [],
+            "samples": [], **dict.fromkeys(("open_to_code", "open_to_latency", "knob_to_code", "knob_to_latency",
+                                            "knob_to_latency_new", "knob_to_latency_revisit"), empty), **fields}
+
+
+def test_the_demand_the_class_meant_beside_what_it_made():
+    assert classroom.demand(100, 5.0, 1.0, 0, 10)["intended_moves_per_s"] == pytest.approx(100 / 6)
+    # 3 students, a move every 4 s + 1 s: 0.6 moves/s meant; 30 moves in 60 s made: 0.5 (83%).
+    made = classroom.demand(3, 4.0, 1.0, 30, 60.0)
+    assert made == {"intended_reply_s": 1.0, "playing_s": 60.0, "intended_moves_per_s": 0.6,
+                    "delivered_moves_per_s": 0.5}
+    text = classroom.describe(report_of(**made))
+    assert "Demand: 0.6 moves/s intended (3 students, a move every ~4 s + 1 s for its code), 0.5 delivered (83%)" \
+        in text
+
+
+def test_a_saturated_load_generator_process_makes_the_run_no_verdict():
+    calm = {"pid": 11, "cores": [0.2, 0.3, 0.1, 0.2]}
+    load = classroom.generator_load([calm, {"pid": 12, "cores": [0.95, 0.5, 0.4, 0.3]}])  # 1 sample in 4 at ≥ 0.9
+    assert load["generator_limited"] and [g["busy_share"] for g in load["generator"]] == [0.0, 0.25]
+    assert load["generator"][1]["mean_cores"] == pytest.approx(0.5375)
+    text = classroom.describe(report_of(**load))
+    assert text.splitlines()[2].startswith("Not a verdict: the load generator was at ≥ 90% of a core in 25% of "
+                                           "its samples or more (process 2 in 25%)")
+    assert "process 1 0.20 cores mean, at ≥ 90% of a core in 0% of 4 samples" in text
+    below = classroom.generator_load([calm, {"pid": 12, "cores": [0.95, 0.5, 0.4, 0.3, 0.2]}])  # 1 in 5
+    assert not below["generator_limited"] and "Not a verdict" not in classroom.describe(report_of(**below))
+
+
+def test_own_cpu_samples_this_process():
+    with classroom.own_cpu(every=0.1) as cores:
+        until = time.process_time() + 0.35
+        while time.process_time() < until:  # a core busy
+            pass
+    assert len(cores) >= 2 and max(cores) > 0.5
+
+
+@pytest.mark.parametrize(("cmdline", "role"), [
+    (["/venv/bin/python", "-m", "explorer", "serve", "--app-processes", "2"], "workers"),  # the launcher
+    (["caddy", "run", "--config", "/tmp/serve/Caddyfile"], "proxy"),
+    (["/usr/local/bin/caddy", "reverse-proxy"], "proxy"),
+    (["/venv/bin/python", "-m", "explorer.measure.service", "--port", "9000"], "measuring"),
+    (["/venv/bin/python", "-m", "app.launch", "run", "/repo/app/main.py", "--server.port", "8502"], "app"),
+    (["/venv/bin/streamlit", "run", "app/main.py"], "app"),
+    (["python", "-m", "streamlit", "run", "app/main.py"], "app"),
+    (["/venv/bin/python", "-m", "tvm.exec.popen_worker", "7", "8"], "workers"),
+    (["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()", "--multiprocessing-fork"],
+     "workers"),
+    ([], "workers"),  # not ours to read
+])
+def test_each_process_of_the_server_has_a_role_by_its_command_line(cmdline, role):
+    assert classroom.role_of(cmdline) == role
+
+
+def test_the_launcher_is_known_by_its_command_line():
+    assert classroom.is_launcher(["/venv/bin/python", "-m", "explorer", "serve", "--port", "8501"])
+    assert classroom.is_launcher(["timeout", "600", "tvm-explorer", "serve"])
+    assert not classroom.is_launcher(["/venv/bin/python", "-m", "app.launch", "run", "app/main.py"])
+    assert not classroom.is_launcher(["python", "-m", "pytest", "tests/test_classroom_bench.py"])
+
+
+class FakeProcess:
+    """What psutil says of a process, as far as the server's sampling asks."""
+
+    def __init__(self, pid, parent, cmdline, mib=1, cpu=0.0, started=0.0, below=()):
+        self.pid, self.parent, self.command, self.mib, self.cpu, self.started = pid, parent, cmdline, mib, cpu, started
+        self.below = list(below)
+
+    def children(self, recursive=False):
+        return [p for child in self.below for p in [child, *(child.children(True) if recursive else [])]]
+
+    def ppid(self):
+        return self.parent
+
+    def cmdline(self):
+        return self.command
+
+    def create_time(self):
+        return self.started
+
+    def cpu_times(self):
+        return SimpleNamespace(user=self.cpu, system=0.0)
+
+    def memory_info(self):
+        return SimpleNamespace(rss=self.mib * 2**20)
+
+
+def several_process_server():
+    """A launcher over a proxy, the measuring service (with its worker), and two app processes (one with a
+    pool worker and a forked child, which runs under its parent's command line)."""
+    app = ["python", "-m", "app.launch", "run", "app/main.py"]
+    first = FakeProcess(4, 1, app, mib=100, below=[FakeProcess(7, 4, ["python", "-m", "tvm.exec.popen_worker"], 20),
+                                                   FakeProcess(8, 4, app, mib=30)])
+    return FakeProcess(1, 0, ["python", "-m", "explorer", "serve", "--app-processes", "2"], mib=5, below=[
+        FakeProcess(2, 1, ["caddy", "run"], mib=10),
+        FakeProcess(3, 1, ["python", "-m", "explorer.measure.service"], mib=50,
+                    below=[FakeProcess(6, 3, ["python", "-m", "tvm.exec.popen_worker"], 40)]),
+        first, FakeProcess(5, 1, app, mib=200)])
+
+
+def test_the_whole_server_is_sampled_by_part(monkeypatch):
+    root = several_process_server()
+    tree = classroom.server_tree(root)
+    assert {m.pid: role for m, role, _ in tree} == {1: "workers", 2: "proxy", 3: "measuring", 4: "app", 5: "app",
+                                                    6: "workers", 7: "workers", 8: "workers"}
+    assert classroom.memory_sample(tree) == {"rss_mib": 300, "rss_with_workers_mib": 350, "rss_server_mib": 455}
+    clock = iter([10.0, 12.0])
+    monkeypatch.setattr(classroom.time, "time", lambda: next(clock))
+    previous: dict = {}
+    assert classroom.cpu_sample(tree, previous) is None  # the first reading
+    by_pid = {m.pid: m for m, _, _ in tree}
+    for pid, cpu in {2: 0.2, 3: 1.0, 4: 1.9, 5: 0.4, 6: 1.0, 7: 3.0}.items():
+        by_pid[pid].cpu += cpu  # CPU seconds over the next 2 s
+    late = FakeProcess(9, 4, ["python", "-m", "tvm.exec.popen_worker"], cpu=1.0, started=11.0)  # new since
+    cores = classroom.cpu_sample([*tree, (late, "workers", 4)], previous)
+    assert cores == {"app": [0.95, 0.2], "proxy": 0.1, "measuring": 0.5, "workers": 2.5}
 
 
 def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped(class_server):
@@ -164,3 +328,28 @@ def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped
     time.sleep(0.5)
     with pytest.raises(OSError):  # the server went with its launcher
         urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+
+
+@pytest.mark.parametrize("cookie", ["lb=app-2", None])
+def test_a_page_sends_the_cookie_its_page_load_was_given_with_its_websocket(cookie):
+    """Behind a proxy that keeps a browser on one app process by a cookie, the websocket goes where the page
+    came from; a plain Streamlit server sets none, and the websocket goes without."""
+    seen = {}
+
+    def answer(connection, request):
+        if request.path == "/_stcore/stream":
+            seen["cookie"] = request.headers.get("Cookie")
+            return None  # the websocket
+        seen["page"] = request.path
+        response = connection.respond(200, "the page\n")
+        if cookie:
+            response.headers["Set-Cookie"] = f"{cookie}; Path=/; HttpOnly"
+        return response
+
+    with serve_websockets(lambda websocket: None, "127.0.0.1", 0, process_request=answer,
+                          subprotocols=["streamlit"]) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.socket.getsockname()[1]
+        classroom.Page(f"http://127.0.0.1:{port}", timeout=5, query="preset=dw-blog-final-96").close()
+        server.shutdown()
+    assert seen == {"page": "/?preset=dw-blog-final-96", "cookie": cookie}
