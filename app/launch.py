@@ -7,6 +7,7 @@ analyses on the first page, so the first visitor waits for them; and the measuri
 starts only then. Here the imports come first and the worker warms the GPU while Streamlit
 starts, so the server answers when the first page can be built at once.
 """
+import os
 import sys
 import threading
 
@@ -17,12 +18,15 @@ sys.modules.setdefault("torch", None)
 from streamlit.web import cli  # noqa: E402
 
 from app import server  # noqa: E402  (TVM, the templates, the analyses)
+from explorer import serve  # noqa: E402
 from explorer.live import warm_up_gpu_early  # noqa: E402
 
 
 def main() -> None:
     server.log_to_stderr()
-    threading.Thread(target=warm_up_gpu_early, args=(server.first_spec(),), name="gpu-warm-up", daemon=True).start()
+    if not os.environ.get(serve.MEASURING_ADDRESS):  # else the server's measuring service warms the GPU
+        threading.Thread(target=warm_up_gpu_early, args=(server.first_spec(),), name="gpu-warm-up",
+                         daemon=True).start()
     sys.argv[0] = "streamlit"
     try:
         cli.main()

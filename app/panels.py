@@ -227,15 +227,14 @@ def roofline(built: Build) -> None:
 
 def _latest_measurement(built: Build):
     """The server's correct measurement of this setting (the latency panel's), or None."""
-    result = server.live().scheduler.result(built.spec, session.target(), session.remote())
+    result = server.live().result(built.spec, session.target(), session.remote())
     return result if getattr(result, "correct", False) and result.ceilings is not None else None
 
 
 def _measured_ceilings():
     """The ceilings of the local device from any measurement so far (they are measured
     once per device), or None before the first one."""
-    result = server.live().scheduler.latest(lambda r: getattr(r, "ceilings", None) is not None)
-    return result.ceilings if result is not None else None
+    return server.live().latest_ceilings()
 
 
 def counters(built: Build) -> None:
@@ -324,7 +323,7 @@ def start_measuring(spec) -> None:
     analyses. The worker checks the setting as the build does, so one the app refuses costs
     it only that check."""
     if server.live().warm.done:
-        server.live().scheduler.request(session.session_id(), spec, session.target(), session.remote())
+        server.live().request(session.session_id(), spec, session.target(), session.remote())
 
 
 def _finished_job(spec, slot: str):
@@ -335,9 +334,9 @@ def _finished_job(spec, slot: str):
     if not live.warm.done:
         _warming_up(live)
         return None
-    job = live.scheduler.request(slot, spec, session.target(), session.remote())
+    job = live.request(slot, spec, session.target(), session.remote())
     if not job.done:
-        if poll_interval(live.scheduler.position(job)) == POLL_NEAR_S:
+        if poll_interval(live.position(job)) == POLL_NEAR_S:
             _measuring_near(job)
         else:
             _measuring_far(job)
@@ -387,7 +386,7 @@ def _measuring_far(job) -> None:
 def _measuring(job, polling_every: float) -> None:
     """What a job waiting for the GPU is doing; the whole page again once it is done, or
     once it comes near the front of the queue (to look more often)."""
-    ahead = server.live().scheduler.position(job)
+    ahead = server.live().position(job)
     if not job.done and not ahead and _looking_again():
         # Compiling or on the GPU: wait for the end here (at most until the next look) rather
         # than see it a look later. Only when looking again: the page's first run goes on to
@@ -395,7 +394,9 @@ def _measuring(job, polling_every: float) -> None:
         job.wait(polling_every)
     if job.done or poll_interval(ahead) < polling_every:
         st.rerun()
-    if job.state == "compiling":
+    if job.state == "unreachable":
+        st.info(job.error, icon=":material/sync:")
+    elif job.state == "compiling":
         st.info("Compiling the kernel (NVRTC, on the server's compile processes); then the GPU checks and times it…",
                 icon=":material/build:")
     elif ahead:
@@ -459,5 +460,5 @@ def _measured_when(result, job) -> str:
     shared = len(job.sessions) - 1
     also = f"; {shared} other session(s) asked for this setting too" if shared > 0 else ""
     return (f"Measured {when} on {result.device}{also}. Each setting is measured once for the whole class and again "
-            f"after {server.live().scheduler.max_age_s / 60:.0f} min.")
+            f"after {server.live().settings.measure_max_age_s / 60:.0f} min.")
 

@@ -10,21 +10,21 @@ import streamlit as st
 
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError
-from explorer.lessons import FIRST_LESSON, get_lesson, lessons
+from explorer.lessons import first_lesson_specs, lesson_specs
 from explorer.live import SOURCE_ONLY, Live
-from explorer.presets import all_presets, get_preset
+from explorer.measuring import shared_live
+from explorer.presets import default_preset, default_spec  # noqa: F401  (the app's pages ask the server)
 
-DEFAULT_PRESET = "dw-blog-final-96"
 
-
-@st.cache_resource(show_spinner=False, on_release=Live.close)
+@st.cache_resource(show_spinner=False, on_release=lambda live: live.close())
 def live() -> Live:
     """The server's one Live, started on the first script run of the first session."""
     # This process lowers and generates CUDA source (and runs the analyses); the one binary
     # compile of a kernel happens in the measuring worker.
     os.environ[SOURCE_ONLY] = "1"
     log_to_stderr()
-    service = Live()
+    # An app process of a multi-process server measures through the server's measuring service.
+    service = shared_live() or Live()
     service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs() + lesson_specs())
     return service
 
@@ -45,23 +45,8 @@ def log_to_stderr() -> None:
         logger.setLevel(logging.INFO)
 
 
-def lesson_specs() -> tuple[Spec, ...]:
-    """Every shipped step, in lesson order, once each: the links a class opens."""
-    return tuple(dict.fromkeys(step.preset.spec for lesson in lessons() for step in lesson.steps))
-
-
-def first_lesson_specs() -> tuple[Spec, ...]:
-    """The steps of the lesson a class starts with: measured ahead of the students first."""
-    return tuple(dict.fromkeys(step.preset.spec for step in get_lesson(FIRST_LESSON).steps))
-
-
-def default_preset() -> str:
-    """The preset a student sees on opening the app without a link."""
-    return DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
-
-
 def first_spec() -> Spec:
-    return get_preset(default_preset()).spec
+    return default_spec()
 
 
 def build(spec: Spec, target: str) -> Build:

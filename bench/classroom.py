@@ -104,29 +104,37 @@ class Student:
     timeline: list = field(default_factory=list)  # (time of the move, template, code_s, latency_s or None)
 
 
-def page_cookie(page_url: str, stream_url: str, timeout: float) -> str:
+def page_cookie(page_url: str, stream_url: str, timeout: float, cookie: str = "") -> tuple[str, str | None]:
     """The Cookie header a browser sends with its websocket to ``stream_url`` after loading
-    ``page_url`` ("" where the server set none, as a plain Streamlit server does)."""
+    ``page_url`` with the cookies ``cookie`` it already had ("" where the server set none, as a
+    plain Streamlit server does), and the app process that answered (a class server's proxy
+    names it in ``X-Explorer-App``; None elsewhere)."""
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    with opener.open(page_url, timeout=timeout) as answer:
+    with opener.open(urllib.request.Request(page_url, headers={"Cookie": cookie} if cookie else {}),
+                     timeout=timeout) as answer:
         answer.read()
+        app = answer.headers.get("X-Explorer-App")
     request = urllib.request.Request(stream_url)
     jar.add_cookie_header(request)  # the jar's own rules of domain and path, as a browser's
-    return request.get_header("Cookie", "")
+    cookies = dict(part.split("=", 1) for part in cookie.split("; ") if "=" in part)
+    cookies.update(part.split("=", 1) for part in request.get_header("Cookie", "").split("; ") if "=" in part)
+    return "; ".join(f"{name}={value}" for name, value in cookies.items()), app
 
 
 class Page:
-    """One browser session: loads the page (``query``: its link's), sends reruns, reads deltas,
+    """One browser session: loads the page (``query``: its link's; ``cookie``: what the browser
+    already holds), sends reruns, reads deltas,
     answers auto-reruns."""
 
-    def __init__(self, url: str, timeout: float, query: str = ""):
+    def __init__(self, url: str, timeout: float, query: str = "", cookie: str = ""):
         parts = urlparse(url)
         base = f"{parts.netloc}{parts.path.rstrip('/')}"
         # The page first, as a browser loads it: a proxy that keeps each browser on one app process
         # by a cookie sets it here, and routes the websocket that sends it back to the same process.
-        cookie = page_cookie(f"{parts.scheme}://{base}/" + (f"?{query}" if query else ""),
-                             f"{parts.scheme}://{base}/_stcore/stream", timeout)
+        self.cookie, self.app = page_cookie(f"{parts.scheme}://{base}/" + (f"?{query}" if query else ""),
+                                            f"{parts.scheme}://{base}/_stcore/stream", timeout, cookie)
+        cookie = self.cookie
         scheme = "wss" if parts.scheme == "https" else "ws"
         self._closing = contextlib.ExitStack()  # websockets wants its connection used as a context manager
         self.ws = self._closing.enter_context(connect(f"{scheme}://{base}/_stcore/stream", subprotocols=["streamlit"],

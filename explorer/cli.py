@@ -327,7 +327,13 @@ def cmd_measure(args) -> int:
 def cmd_serve(args) -> int:
     LiveSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
-    return serve.serve(args.port, args.address, extra)
+    return serve.serve(args.port, args.address, extra, args.app_processes or serve.default_app_processes())
+
+
+def _app_processes(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of app processes from 1, not '{text}'")
+    return int(text)
 
 
 def _add_spec_args(parser):
@@ -399,6 +405,9 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="start the app server for a class, warm from its first second")
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="0.0.0.0", help="the address to listen on (default: every interface)")
+    p.add_argument("--app-processes", type=_app_processes, default=0, metavar="N",
+                   help="app processes behind a reverse proxy (Caddy), each serving its browsers' pages; default "
+                        "one per 4 cores (1 on a small machine: no proxy)")
     p.add_argument("streamlit_options", nargs=argparse.REMAINDER,
                    help="after --: more options of `streamlit run`, e.g. -- --server.maxUploadSize 1")
     p.set_defaults(func=cmd_serve)

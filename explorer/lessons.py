@@ -104,6 +104,16 @@ def get_lesson(lesson_id: str) -> Lesson:
     raise PresetError(f"No lesson named '{lesson_id}'; the lessons are: {known}.")
 
 
+def lesson_specs() -> tuple[Spec, ...]:
+    """Every shipped step, in lesson order, once each: the links a class opens."""
+    return tuple(dict.fromkeys(step.preset.spec for lesson in lessons() for step in lesson.steps))
+
+
+def first_lesson_specs() -> tuple[Spec, ...]:
+    """The steps of the lesson a class starts with: measured ahead of the students first."""
+    return tuple(dict.fromkeys(step.preset.spec for step in get_lesson(FIRST_LESSON).steps))
+
+
 def lesson_of(preset_id: str) -> tuple[Lesson, Step]:
     """The lesson and step a preset belongs to."""
     for lesson in lessons():

@@ -572,9 +572,17 @@ class Live:
     measures ``first`` (the page a student opens) and then the roofline's ceilings, so that the
     first latency a student waits for is a cached one or one warm measurement."""
 
-    def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None):
+    def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None, *,
+                 measuring: bool = True):
         self.settings = settings or LiveSettings()
         self.builds = BuildService(self.settings, here_until_ready=True)
+        self.page_runs = PageRuns()
+        # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
+        # not queue behind it (a 2-core machine has one build process).
+        self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init)
+        self.diagnoses = Diagnoses(self._diagnose if self.settings.diagnose else _not_diagnosed)
+        if not measuring:  # an app process of a multi-process server: the measuring service measures
+            return
         self.compiles = CompileService(self.settings)
         self.ready = threading.Event()
         self.warm = WarmUp()
@@ -589,11 +597,6 @@ class Live:
         self._baseline_started: set = set()
         self._ceilings = None
         self._lock = threading.Lock()
-        self.page_runs = PageRuns()
-        # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
-        # not queue behind it (a 2-core machine has one build process).
-        self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init)
-        self.diagnoses = Diagnoses(self._diagnose if self.settings.diagnose else _not_diagnosed)
 
     def _diagnose(self, *args):
         return self.diagnosing.run(diagnose_in_process, *args, doing="Diagnosing this setting")
@@ -673,12 +676,13 @@ class Live:
 
     def _start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = (),
                measure_ahead: tuple[Spec, ...] = ()) -> None:
-        self._warm_start(first, target, build_ahead)
+        self._warm_start(first, target, build_ahead, measure_ahead)
         if self.warm.gpu:  # a class's server; a laptop without a GPU keeps its cores for its one user
             self._build_ahead(build_ahead, target)
             self._measure_ahead(measure_ahead, target)
 
-    def _warm_start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = ()) -> None:
+    def _warm_start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = (),
+                    measure_ahead: tuple[Spec, ...] = ()) -> None:
         """The GPU's warm-up first, with the build processes starting beside it: the first
         page's latency waits only for the measuring worker. The compile processes start once
         the GPU is warm; until they are, the worker compiles what it measures itself."""
@@ -696,7 +700,7 @@ class Live:
             self.scheduler.request(None, first, target, background=True)
             self.baseline(first.workload)
         if self.warm.gpu and self.scheduler.compiles:
-            self.compiles.start(build_ahead, target)
+            self.compiles.start(build_ahead or measure_ahead, target)
             self.warm.step("compile processes")
         pool.join()
         if first is not None and self.warm.gpu:

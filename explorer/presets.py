@@ -223,3 +223,15 @@ def get_preset(name: str) -> Preset:
         hint = f" Did you mean: {', '.join(close)}?" if close else " List them with: python -m explorer presets"
         raise PresetError(f"No preset named '{name}'.{hint}")
     return presets[name]
+
+
+DEFAULT_PRESET = "dw-blog-final-96"  # what a student sees on opening the app without a link
+
+
+def default_preset() -> str:
+    """The preset a student sees on opening the app without a link."""
+    return DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
+
+
+def default_spec() -> Spec:
+    return get_preset(default_preset()).spec

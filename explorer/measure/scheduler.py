@@ -147,6 +147,11 @@ class Scheduler:
             job = self._results.get((spec, target, device))
         return job.result if job is not None and job.error is None else None
 
+    def find(self, key: tuple) -> Job | None:
+        """The job of ``key`` under way, else its last result's, else None."""
+        with self._changed:
+            return self._jobs.get(key) or self._results.get(key)
+
     def latest(self, accept: Callable[[object], bool]):
         """The most recent measurement that ``accept`` takes, or None."""
         with self._changed:
