@@ -344,9 +344,9 @@ def _finished_job(spec, slot: str):
     return job
 
 
-QUICK_NOTE = ("Timed with a short budget (at most 5 repeats, a third of a second) while other students' "
-              "measurements waited; the server measures it again in full once the GPU is free, and the next look "
-              "at this setting shows that.")
+QUICK_NOTE = ("Timed with a short budget (at most 5 repeats, a third of a second, no CUDA graph) while other "
+              "students' measurements waited; the server measures it again in full once the GPU is free, and the next "
+              "look at this setting shows that.")
 
 # While a measurement waits, a fragment reruns to show its place and then the latency:
 # often near the front of the queue (short next to a warm measurement), once a second

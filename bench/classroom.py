@@ -242,6 +242,8 @@ def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
     refused): (new spec, widget id, label, the label it had), or None."""
     prefix = f"{KNOB_PREFIX}{spec.template}."
     knobs = {key[len(prefix):]: key for key in sliders if key.startswith(prefix)}
+    if not knobs:  # the page showed no knob (it failed: that is counted as its error)
+        return None
     for _ in range(tries):
         name = rng.choice(sorted(knobs))
         widget_id, labels = sliders[knobs[name]]
@@ -338,7 +340,7 @@ def role_of(cmdline: list[str]) -> str:
     ``python -m app.launch run`` or ``streamlit run``), "proxy" (caddy), "measuring" (the measuring
     service), or "workers" (the others: the launcher, the pools' processes, the measuring worker)."""
     names = [os.path.basename(part) for part in cmdline]
-    if any("explorer.measure.service" in part for part in cmdline):
+    if "explorer.measuring" in cmdline:  # python -m explorer.measuring
         return "measuring"
     if names and names[0] in ("caddy", "caddy.exe"):
         return "proxy"

@@ -7,6 +7,9 @@
 #                                                 # modern lessons for 5 min (with a py-spy profile), then
 #                                                 # 30 students opening one link at once, then one student
 #   bash bench/classroom_h100.sh large RESULTS    # fresh server: 100 students on the 2017 depthwise lesson
+#   bash bench/classroom_h100.sh class RESULTS    # fresh server: STUDENTS (100) on the modern lessons and Hopper's
+#                                                 # for 5 min, students connecting the moment it answers, with a
+#                                                 # py-spy profile of one app process mid-run
 #   bash bench/classroom_h100.sh first RESULTS    # fresh server: the teacher's first page only, with every
 #                                                 # process of the server sampled by py-spy from its start
 #
@@ -16,7 +19,7 @@
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
 # it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
 set -u
-phase=${1:?modern, large or first}
+phase=${1:?modern, class, large or first}
 results=${2:?a folder for the results}
 mkdir -p "$results"
 port=8501
@@ -62,6 +65,17 @@ elif [ "$phase" = modern ]; then
   bench --students 1 --seconds 45 --think-time 3 --revisit-every 3 \
         --goal knob_to_latency_new.p50=0.5 --goal knob_to_latency_revisit.p50=0.05 \
         --json "$results/one-student.json" --write h100-one-student
+elif [ "$phase" = class ]; then
+  students=${STUDENTS:-100}
+  if command -v py-spy >/dev/null; then  # one app process, a minute in the middle of the run
+    (sleep $((long / 2)); app=$(pgrep -f "app.launch run" | head -1)
+     py-spy record --pid "$app" --duration 60 --rate 50 --nonblocking --format raw \
+       --output "$results/py-spy-class-app.txt" >"$results/py-spy-class.log" 2>&1) &
+  fi
+  bench --wait-for-server 180 --students "$students" --seconds $long --think-time 5 --processes $((students / 10)) \
+        --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
+        --write "h100-class-$students-modern"
 else
   bench --wait-for-server 120 --students 100 --seconds $long --think-time 5 --processes 5 \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/large-100.json" --write h100-depthwise-100

@@ -52,6 +52,7 @@ from .targets import local_gpu_target, resolve_target
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
+COMPILE_NICENESS = 5  # the compile processes' priority under the pages' builds (os.nice)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -515,7 +516,7 @@ class CompileService(ProcessPool):
     and the worker then compiles the kernel itself."""
 
     def __init__(self, settings: LiveSettings):
-        super().__init__(settings, settings.compile_workers, binary_process_init, kernel_environment)
+        super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment)
 
     def compile(self, spec: Spec, target: str) -> str | None:
         """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while
@@ -523,6 +524,13 @@ class CompileService(ProcessPool):
         if not self.ready.is_set():
             return None
         return self.run(compile_library, spec, target, self.settings.library_dir, doing="Compiling this setting")
+
+
+def _compile_pool_init(root: str) -> None:
+    """A compile process: where cores are short, the operating system runs the pages' builds
+    first (a student waits for the code before the latency)."""
+    binary_process_init(root)
+    os.nice(COMPILE_NICENESS)
 
 
 def library_path(spec: Spec, target: str, directory: str) -> str:

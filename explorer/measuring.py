@@ -262,10 +262,11 @@ class SharedLive(Live):
         pass
 
     def stats(self) -> dict:
+        """As Live's; without "measurements", "queues" and "baselines" while the service does not answer."""
         try:
             measuring = self.call("stats")
         except MeasureError:
-            measuring = {"measurements": {}, "queues": {}, "baselines": {}}
+            measuring = {}
         return {**measuring, "builds": self.builds.stats(), "pages": self.page_runs.stats()}
 
     def start(self, first: Spec | None = None, target: str = "auto", build_ahead: tuple[Spec, ...] = (),
@@ -319,4 +320,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module explorer.measuring, not as __main__: the app processes unpickle its
+    # JobViews by that name.
+    from explorer import measuring
+
+    measuring.main()

@@ -14,6 +14,7 @@ from explorer.analysis.roofline import ceiling_rows, published_ceilings
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import Remote
+from explorer.measuring import UNREACHABLE
 from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
 
 
@@ -90,26 +91,29 @@ else:
     st.caption(f"GPU warm since {time.strftime('%H:%M:%S', time.localtime(warm.started))}: "
                + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
 stats = live.stats()
-builds, measured = stats["builds"], stats["measurements"]
+builds, measured, pages = stats["builds"], stats.get("measurements"), stats["pages"]
 cols = st.columns(5)
 cols[0].metric("Builds cached", f"{builds['entries']} / {builds['capacity']}",
                help=f"Shared by every session: {builds['hits']} hits, {builds['shared']} waited for a build already "
                     f"running, {builds['misses']} built in {builds['workers']} compile processes.")
-cols[1].metric("Measurements cached", f"{measured['results']} / {measured['capacity']}",
-               help=f"Re-measured after {measured['max_age_s'] / 60:.0f} min; {measured['measured']} measured so far.")
-cols[2].metric("GPU queue", f"{measured['running']} running, {measured['waiting']} waiting",
-               help=f"{measured['compiling']} compiling on the compile processes first. One kernel is timed at a "
-                    "time per device; each session has at most one measurement waiting.")
-cols[3].metric("PyTorch baselines", f"{stats['baselines']['entries']}")
-pages = stats["pages"]
 cols[4].metric(PAGE_CPU, f"{pages['p95_ms']:.0f} ms" if pages["p95_ms"] is not None else "—",
-               help=f"The server's CPU for one page run (its script thread), 95th percentile of the latest runs; "
-                    f"median {pages['p50_ms'] or 0:.0f} ms over {pages['runs']} runs so far. One app process runs "
-                    "every session's pages on about one core.")
-st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, taken "
-           f"only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no GPU time "
-           "spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 repeats) and "
-           "measured again in full once the GPU is free.")
+               help=f"This app process's CPU for one page run (its script thread), 95th percentile of the latest "
+                    f"runs; median {pages['p50_ms'] or 0:.0f} ms over {pages['runs']} runs so far. One app process "
+                    "runs the pages of its sessions on about one core.")
+if measured is None:  # an app process of a multi-process server whose measuring service is restarting
+    st.info(UNREACHABLE)
+else:
+    cols[1].metric("Measurements cached", f"{measured['results']} / {measured['capacity']}",
+                   help=f"Re-measured after {measured['max_age_s'] / 60:.0f} min; {measured['measured']} measured so "
+                        "far.")
+    cols[2].metric("GPU queue", f"{measured['running']} running, {measured['waiting']} waiting",
+                   help=f"{measured['compiling']} compiling on the compile processes first. One kernel is timed at a "
+                        "time per device; each session has at most one measurement waiting.")
+    cols[3].metric("PyTorch baselines", f"{stats['baselines']['entries']}")
+    st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, "
+               f"taken only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no "
+               "GPU time spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 "
+               "repeats) and measured again in full once the GPU is free.")
 
 st.subheader("Roofline ceilings")
 try:
