@@ -6,7 +6,7 @@
 #   bash bench/classroom_h100.sh modern RESULTS   # fresh server: the teacher's first page, 30 students on the
 #                                                 # modern lessons for 5 min (with a py-spy profile), then
 #                                                 # 30 students opening one link at once, then one student
-#   bash bench/classroom_h100.sh large RESULTS    # fresh server: 100 students on the 2017 depthwise lesson
+#   bash bench/classroom_h100.sh large RESULTS    # fresh server: STUDENTS (100) on the 2017 depthwise lesson
 #   bash bench/classroom_h100.sh class RESULTS    # fresh server: STUDENTS (100) on the modern lessons and Hopper's
 #                                                 # for 5 min, students connecting the moment it answers, with a
 #                                                 # py-spy profile of one app process mid-run
@@ -46,7 +46,8 @@ if [ "$phase" = first ] && command -v py-spy >/dev/null; then  # every thread of
 fi
 
 if [ "$phase" = first ]; then
-  bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 --json "$results/first-page.json"
+  bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 \
+        --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write h100-first-page
   sleep 25  # the rest of the warm-up, into the server's log and the profile
 elif [ "$phase" = modern ]; then
   # The teacher's first page, the moment the fresh server answers.
@@ -77,6 +78,8 @@ elif [ "$phase" = class ]; then
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
         --write "h100-class-$students-modern"
 else
-  bench --wait-for-server 120 --students 100 --seconds $long --think-time 5 --processes 5 \
-        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/large-100.json" --write h100-depthwise-100
+  students=${STUDENTS:-100}
+  bench --wait-for-server 120 --students "$students" --seconds $long --think-time 5 --processes $((students / 20)) \
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/large-$students.json" \
+        --write "h100-depthwise-$students"
 fi

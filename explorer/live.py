@@ -52,6 +52,7 @@ from .targets import local_gpu_target, resolve_target
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
+FIRST_MEASUREMENT_WAIT_S = 30  # the compile processes start after the first page's measurement, or this
 COMPILE_NICENESS = 5  # the compile processes' priority under the pages' builds (os.nice)
 
 K = TypeVar("K", bound=Hashable)
@@ -705,8 +706,12 @@ class Live:
         finally:
             self.ready.set()
         if first is not None and self.warm.gpu:
-            self.scheduler.request(None, first, target, background=True)
+            first_job = self.scheduler.request(None, first, target, background=True)
             self.baseline(first.workload)
+            # The first page's latency (the worker compiles it) before the compile processes
+            # start: each imports TVM and builds every lesson template, which on a server whose
+            # app processes are starting too took the cores from it (13.9 s on a 16-core H100).
+            first_job.wait(FIRST_MEASUREMENT_WAIT_S)
         if self.warm.gpu and self.scheduler.compiles:
             self.compiles.start(build_ahead or measure_ahead, target)
             self.warm.step("compile processes")

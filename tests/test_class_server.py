@@ -3,6 +3,7 @@ explorer serve --app-processes 2``, a stand-in GPU): a short class through the p
 kept on one process with its export download, an app process killed mid-class, the measuring
 service killed mid-run, and no two measurements at once on the one GPU."""
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from test_classroom_bench import ROOT, free_port
 
-from explorer import serve
+from explorer import measuring, serve
 
 pytestmark = [pytest.mark.waits,
               pytest.mark.skipif(serve.caddy_path() is None, reason=f"no Caddy here: {serve.NO_PROXY}")]
@@ -240,3 +241,29 @@ def test_the_cores_are_shared_out_between_the_processes(monkeypatch):
     env = serve.class_environment(4, 16, "/tmp/x")
     assert env["EXPLORER_BUILD_WORKERS"] == "2"  # half the cores build, shared by the four app processes
     assert env[serve.MEASURING_ADDRESS] == "/tmp/x/measuring.sock" and len(env[serve.MEASURING_KEY]) == 32
+
+
+def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_path):
+    # The service as serve starts it (python -m explorer.measuring): an app process reads its jobs
+    # (no GPU here: the job ends with the service's sentence, not an exception of the transport).
+    address, key = str(tmp_path / "measuring.sock"), secrets.token_hex(16)
+    env = {**os.environ, serve.MEASURING_ADDRESS: address, serve.MEASURING_KEY: key}
+    service = subprocess.Popen(serve.MEASURING, cwd=ROOT, env=env)
+    try:
+        measuring.connect(address, bytes.fromhex(key), timeout_s=60)
+        live = measuring.SharedLive(address, bytes.fromhex(key))
+        job = live.request("a student", classroom.get_preset(LINK).spec, "auto")
+        assert isinstance(job.view, measuring.JobView)
+        assert job.wait(60) and job.done
+        assert job.error.startswith("no CUDA device found") and job.result is None
+        assert live.warm.done and live.warm.error
+        assert set(live.stats()) >= {"measurements", "queues", "baselines", "builds", "pages"}
+        service.kill()
+        service.wait(10)
+        again = live.request("a student", classroom.get_preset(LINK).spec, "sm_90")
+        assert again.state == "unreachable" and again.error == measuring.UNREACHABLE and not again.done
+        assert "measurements" not in live.stats()
+        live.close()
+    finally:
+        service.kill()
+        service.wait(10)
