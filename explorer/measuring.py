@@ -302,6 +302,17 @@ def shared_live() -> SharedLive | None:
     return SharedLive(address, bytes.fromhex(os.environ[KEY])) if address else None
 
 
+def warm_file(address: str) -> str:
+    """The file the service writes once its GPU's warm-up has ended (``serve`` waits for it)."""
+    return address + ".warm"
+
+
+def _say_when_warm(live: Live, address: str) -> None:
+    live.ready.wait()
+    with open(warm_file(address), "w") as file:
+        file.write(live.warm.error or live.warm.device or "")
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m explorer.measuring``: the service of a multi-process server (``serve`` starts it)."""
     parser = argparse.ArgumentParser(prog="python -m explorer.measuring", description=__doc__.split("\n\n")[0])
@@ -314,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # The steps a class opens by link are measured ahead, the first lesson's first.
         live.start(default_spec(), measure_ahead=first_lesson_specs() + lesson_specs())
+        threading.Thread(target=_say_when_warm, args=(live, address), name="warm-file", daemon=True).start()
         serve_forever(live, address, bytes.fromhex(key))
     finally:
         live.close()

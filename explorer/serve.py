@@ -203,6 +203,9 @@ class Class:
         signal.signal(signal.SIGTERM, lambda *_: self._stop_soon())
         try:
             self.service = self._start_service()
+            # The GPU warms up first, on the whole machine: then the first page's latency is ready
+            # when the server answers (its app processes' imports would take the cores from it).
+            self._wait_warm()
             for number in range(self.count):
                 self.apps[number] = self._start_app(number)
             started = time.monotonic()
@@ -223,6 +226,17 @@ class Class:
         except RuntimeError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             return self._stop(1)
+
+    def _wait_warm(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        warm = self.environment[MEASURING_ADDRESS] + ".warm"  # explorer.measuring.warm_file
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(warm):
+            if self.service.poll() is not None:
+                raise RuntimeError(f"The measuring service exited with status {self.service.returncode} as it started.")
+            if time.monotonic() > deadline:
+                print(f"The GPU's warm-up did not end within {timeout_s:.0f} s; serving meanwhile.", flush=True)
+                return
+            time.sleep(0.1)
 
     def _app_url(self, number: int) -> str:
         return f"http://127.0.0.1:{self.app_ports[number]}"
