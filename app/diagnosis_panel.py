@@ -21,6 +21,7 @@ from explorer.errors import ExplorerError, summary_line
 from . import panels, server, session
 
 POLL_S = 1.0  # a diagnosis takes seconds
+PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
 SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.LessonConfig)
 
 
@@ -40,7 +41,13 @@ def panel(built: Build, preset: str | None = None) -> None:
     with st.container(border=True):
         future = job(built.spec, session.target())
         if not future.done():
-            _diagnosing(future)
+            ahead, waited_s = server.live().diagnoses.wait(future)
+            if waited_s < PATIENCE_S:
+                _diagnosing(future)
+            else:  # the page stops looking: a class keeps the diagnosing process busy
+                st.caption(f"Diagnosis: not ready after {waited_s:.0f} s. The server diagnoses one setting at a "
+                           f"time, a few seconds each, and {ahead} setting(s) the class opened are ahead of this one; "
+                           "it stays queued and shows with your next move or when you open this setting again.")
             return
         try:
             diagnosis = future.result()
@@ -55,9 +62,11 @@ def panel(built: Build, preset: str | None = None) -> None:
 
 @st.fragment(run_every=POLL_S)
 def _diagnosing(future: Future) -> None:
-    if future.done():
+    ahead, waited_s = server.live().diagnoses.wait(future)
+    if future.done() or waited_s >= PATIENCE_S:
         st.rerun()
-    st.caption("Diagnosing this setting: building its neighbouring settings to find what limits it…")
+    queue = f" ({ahead} ahead of it)" if ahead else ""
+    st.caption(f"Diagnosing this setting{queue}: building its neighbouring settings to find what limits it…")
 
 
 def show(d: Diagnosis, preset: str | None = None) -> None:

@@ -7,7 +7,9 @@ runs at a time; a setting the class has moved on from is dropped before it start
 """
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +37,8 @@ class Diagnoses:
     def __init__(self, run: Callable[..., Diagnosis | ExplorerError]):
         self._run = run
         self._jobs: OrderedDict[tuple, Future] = OrderedDict()
+        self._asked: dict[Future, tuple[int, float]] = {}  # each future's turn and when it was asked for
+        self._turns = itertools.count()
         self._lock = threading.Lock()
         self._one_at_a_time = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
 
@@ -50,13 +54,21 @@ class Diagnoses:
                 ceilings = measured.ceilings if measured is not None else None
                 future = self._jobs[key] = self._one_at_a_time.submit(self._diagnose, spec, target, ceilings,
                                                                       measured_us)
+                self._asked[future] = (next(self._turns), time.monotonic())
                 while len(self._jobs) > KEEP:
-                    self._jobs.popitem(last=False)
+                    self._asked.pop(self._jobs.popitem(last=False)[1], None)
                 waiting = [f for f in self._jobs.values() if not f.running() and not f.done()]
                 for stale in waiting[:-WAITING]:
                     stale.cancel()  # asked for again, it starts again
             self._jobs.move_to_end(key)
             return future
+
+    def wait(self, future: Future) -> tuple[int, float]:
+        """(diagnoses ahead of ``future``, the one running included; seconds since it was asked for)."""
+        with self._lock:
+            turn, asked = self._asked.get(future, (0, time.monotonic()))
+            ahead = sum(1 for other, (t, _) in self._asked.items() if t < turn and not other.done())
+        return ahead, time.monotonic() - asked
 
     def _diagnose(self, spec: Spec, target: str, ceilings, measured_us) -> Diagnosis:
         outcome = self._run(spec, target, ceilings, measured_us)

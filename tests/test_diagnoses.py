@@ -46,3 +46,17 @@ def test_a_refused_setting_raises_its_sentence():
             service.get(SPEC, "auto").result(10)
     finally:
         service.close()
+
+
+def test_a_waiting_diagnosis_knows_how_many_are_ahead_and_since_when():
+    gate = threading.Event()
+    service = Diagnoses(lambda spec, target, ceilings, measured_us: gate.wait(10) and "done")
+    try:
+        first, second, third = (service.get(spec_x(x), "auto") for x in (8, 16, 32))
+        assert service.wait(first)[0] == 0  # running: nothing ahead of it
+        assert [service.wait(f)[0] for f in (second, third)] == [1, 2]
+        assert 0 <= service.wait(third)[1] < 10
+        gate.set()
+        assert third.result(10) == "done" and service.wait(third)[0] == 0
+    finally:
+        service.close()

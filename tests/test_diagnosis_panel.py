@@ -78,3 +78,21 @@ def test_verdict_sentences():
     assert diagnosis_panel.verdict(10.0, 12.5).startswith("Tried on the GPU: slower, 12.50 µs (1.25×")
     assert diagnosis_panel.verdict(10.0, 10.2) == "Tried on the GPU: the same speed, 10.20 µs."
     assert diagnosis_panel.verdict(10.0, None) == "Tried on the GPU: its result was wrong."
+
+
+def test_a_diagnosis_that_does_not_come_in_time_says_why_and_the_page_stops_looking(monkeypatch):
+    from concurrent.futures import Future
+
+    from app import server
+
+    never = Future()  # the diagnosing process is busy with the class's other settings
+    monkeypatch.setattr(server.live().diagnoses, "get", lambda *args: never)
+    monkeypatch.setattr(server.live().diagnoses, "wait", lambda future: (3, 31.0))
+    monkeypatch.setattr(diagnosis_panel, "PATIENCE_S", 30.0)
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.query_params.update({"preset": PRESET})
+    at.run()
+    assert not at.exception
+    said = [c.value for c in at.caption if c.value.startswith("Diagnosis: not ready after 31 s")]
+    assert said and "3 setting(s) the class opened are ahead of this one" in said[0]
+    assert not any("Diagnosing this setting" in c.value for c in at.caption)  # no fragment polls any more
