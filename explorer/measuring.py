@@ -35,6 +35,7 @@ from .build import Spec
 from .lessons import first_lesson_specs, lesson_specs
 from .live import Live, LiveSettings, WarmUp
 from .measure import MeasureError
+from .measure.scheduler import LOCAL
 from .presets import default_spec
 from .serve import APP_SHARE as SHARE
 from .serve import MEASURING_ADDRESS as ADDRESS
@@ -106,8 +107,15 @@ class Service:
         return {key: value for key, value in self.live.stats().items() if key not in ("builds", "pages")}
 
 
-class _Manager(BaseManager):
-    pass
+class _Server(BaseManager):
+    """The service's side of the socket."""
+
+
+class _Client(BaseManager):
+    """An app process's side: ``service()`` is the service's proxy."""
+
+
+_Client.register("service")
 
 
 def serve_forever(live: Live, address: str, key: bytes) -> None:
@@ -115,8 +123,8 @@ def serve_forever(live: Live, address: str, key: bytes) -> None:
     service = Service(live)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(address)  # the socket of a service that was killed: this one replaces it
-    _Manager.register("service", callable=lambda: service)
-    manager = _Manager(address=address, authkey=key)
+    _Server.register("service", callable=lambda: service)
+    manager = _Server(address=address, authkey=key)
     server = manager.get_server()
     log.info("measuring service: listening at %s", address)
     server.serve_forever()
@@ -125,10 +133,9 @@ def serve_forever(live: Live, address: str, key: bytes) -> None:
 def connect(address: str, key: bytes, timeout_s: float = 0.0):
     """A proxy of the service at ``address`` (it may be used from any thread: each thread gets
     its own connection); waits up to ``timeout_s`` for a service that is starting."""
-    _Manager.register("service")
     deadline = time.monotonic() + timeout_s
     while True:
-        manager = _Manager(address=address, authkey=key)
+        manager = _Client(address=address, authkey=key)
         try:
             manager.connect()
             return manager.service()
@@ -211,7 +218,7 @@ class SharedLive(Live):
             raise MeasureError(UNREACHABLE) from None
 
     def ask(self, session, spec: Spec, target: str, remote=None, background: bool = False) -> JobView:
-        device = remote.name if remote is not None else "local"
+        device = remote.name if remote is not None else LOCAL
         return self.call("request", session, spec, target, remote, background, key=(spec, target, device))
 
     # -- the API the pages use -----------------------------------------------------------

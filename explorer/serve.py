@@ -215,9 +215,10 @@ class Class:
             self.proxy = self._start_proxy()
             url = local_url(self.port, self.address)
             wait_healthy(url, self.proxy)
-            for number in range(self.count):  # each process runs its first page: its warm-up starts now
-                ok, said, first_s = timed_warm(self._app_url(number))
-            report(url, healthy_s, ok, said, first_s)
+            # Each process runs its first page: its build processes start now.
+            warmed = [timed_warm(self._app_url(number)) for number in range(self.count)]
+            failed = [(ok, said, first_s) for ok, said, first_s in warmed if not ok]
+            report(url, healthy_s, *(failed[0] if failed else warmed[-1]))
             print(f"{self.count} app processes (ports {', '.join(map(str, self.app_ports))}) behind Caddy, one "
                   "measuring service for the GPU.", flush=True)
             return self._watch()
