@@ -459,6 +459,7 @@ def _measured_when(result, job) -> str:
     when = "just now" if age < 60 else f"{age / 60:.0f} min ago"
     shared = len(job.sessions) - 1
     also = f"; {shared} other session(s) asked for this setting too" if shared > 0 else ""
-    return (f"Measured {when} on {result.device}{also}. Each setting is measured once for the whole class and again "
-            f"after {server.live().settings.measure_max_age_s / 60:.0f} min.")
+    gpu = f" (GPU {result.gpu} of the server's)" if getattr(result, "gpu", None) is not None else ""
+    return (f"Measured {when} on {result.device}{gpu}{also}. Each setting is measured once for the whole class and "
+            f"again after {server.live().settings.measure_max_age_s / 60:.0f} min.")
 

@@ -528,40 +528,50 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
         page.close()
 
 
-def kernel_runs(log_path: str, since_ns: int) -> list[tuple[int, int]]:
-    """(start, end) in ns of each kernel run in the measuring worker's log since ``since_ns``."""
-    runs = []
+def kernel_runs_by_gpu(log_path: str, since_ns: int) -> dict[str, list[tuple[int, int]]]:
+    """(start, end) in ns of each kernel run in the measuring workers' log since ``since_ns``, by the
+    GPU that ran it (a server with several GPUs logs ``gpu=N`` before the phases; "" otherwise)."""
+    runs = collections.defaultdict(list)
     for line in Path(log_path).read_text().splitlines():
-        pid, start, end, *_ = line.split()
+        head = line.split("|", 1)[0].split()
+        pid, start, end = head[:3]
+        gpu = head[-1][len("gpu="):] if head[-1].startswith("gpu=") else ""
         if int(start) >= since_ns:
-            runs.append((int(start), int(end)))
-    return sorted(runs)
+            runs[gpu].append((int(start), int(end)))
+    return {gpu: sorted(times) for gpu, times in runs.items()}
+
+
+def kernel_runs(log_path: str, since_ns: int) -> list[tuple[int, int]]:
+    """(start, end) in ns of every kernel run in the log since ``since_ns``, whichever GPU ran it."""
+    return sorted(run for runs in kernel_runs_by_gpu(log_path, since_ns).values() for run in runs)
 
 
 def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
-    """(kernel runs in the log since ``since_ns``, pairs that overlapped in time)."""
-    runs = kernel_runs(log_path, since_ns)
-    overlaps = sum(1 for a, b in zip(runs, runs[1:], strict=False) if b[0] < a[1])
-    return len(runs), overlaps
+    """(kernel runs in the log since ``since_ns``, pairs that overlapped in time on one GPU)."""
+    by_gpu = kernel_runs_by_gpu(log_path, since_ns)
+    overlaps = sum(1 for runs in by_gpu.values() for a, b in zip(runs, runs[1:], strict=False) if b[0] < a[1])
+    return sum(len(runs) for runs in by_gpu.values()), overlaps
 
 
-def gpu_busy(runs: list[tuple[int, int]], seconds: float) -> float:
-    """The share of ``seconds`` during which the measuring worker had a kernel on the GPU."""
-    return sum(end - start for start, end in runs) / 1e9 / seconds if seconds > 0 else 0.0
+def gpu_busy(runs: list[tuple[int, int]], seconds: float, gpus: int = 1) -> float:
+    """The share of ``seconds`` during which the measuring workers had a kernel on their ``gpus`` GPUs."""
+    return sum(end - start for start, end in runs) / 1e9 / seconds / gpus if seconds > 0 else 0.0
 
 
-def busy_between(runs: list[tuple[int, int]], start: float, end: float) -> float:
-    """The share of the seconds ``start``..``end`` during which a kernel of ``runs`` (ns) was on the GPU."""
+def busy_between(runs: list[tuple[int, int]], start: float, end: float, gpus: int = 1) -> float:
+    """The share of the seconds ``start``..``end`` during which kernels of ``runs`` (ns) were on the
+    ``gpus`` GPUs."""
     if end <= start:
         return 0.0
     lo, hi = start * 1e9, end * 1e9
-    return min(1.0, sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs) / (hi - lo))
+    return min(1.0, sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs) / (hi - lo) / gpus)
 
 
 PARTS = ("app", "measuring", "proxy", "workers", "gpu")  # in the order the report names them
 
 
-def saturation(samples: list[dict], machine_cores: int, runs: list[tuple[int, int]] | None = None) -> dict:
+def saturation(samples: list[dict], machine_cores: int, runs: list[tuple[int, int]] | None = None,
+               gpus: int = 1) -> dict:
     """For each part of the server, from its samples: what it can use ("capacity", cores; the GPU: its
     time), its mean use, and the "share" of its samples at SATURATED of that or more. What a part can use:
     an app process, one core (one Python process's GIL; each app process's sample counts on its own,
@@ -584,7 +594,7 @@ def saturation(samples: list[dict], machine_cores: int, runs: list[tuple[int, in
         others = len(apps) + ("measuring" in cores)
         readings["workers"].append((cores.get("workers", 0.0), max(1.0, float(machine_cores - others))))
         if runs is not None and sample.get("since") is not None:
-            readings["gpu"].append((busy_between(runs, sample["since"], sample["t"]), 1.0))
+            readings["gpu"].append((busy_between(runs, sample["since"], sample["t"], gpus), 1.0))
     parts = {}
     for part in PARTS:
         pairs = readings.get(part)
@@ -767,12 +777,13 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     }
     runs = None
     if run_log and Path(run_log).exists():
-        runs = kernel_runs(run_log, since_ns)
+        runs, gpus = kernel_runs(run_log, since_ns), max(1, len(kernel_runs_by_gpu(run_log, since_ns)))
         report["kernel_runs"], report["overlapping_runs"] = overlapping_runs(run_log, since_ns)
+        report["gpus"] = gpus
         report["measurements_per_s"] = report["kernel_runs"] / report["wall_s"]
-        report["gpu_busy"] = gpu_busy(runs, report["wall_s"])
+        report["gpu_busy"] = gpu_busy(runs, report["wall_s"], gpus)
     if any(s.get("cores") for s in samples):
-        parts = saturation(samples, os.cpu_count() or 1, runs)
+        parts = saturation(samples, os.cpu_count() or 1, runs, report.get("gpus", 1))
         report["saturation"] = parts
         report["cores"] = {part: p["mean"] for part, p in parts.items() if part != "gpu"}
         report["limits"] = limits(parts)

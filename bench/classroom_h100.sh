@@ -14,7 +14,9 @@
 #                                                 # process of the server sampled by py-spy from its start
 #
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
-# APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N).
+# APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N);
+# EXPLORER_GPUS=N measures on the first N GPUs (serve's default: all it sees); TAG=WORD ends the class
+# row's label (e.g. TAG=1-gpu and TAG=2-gpus for the same class on one GPU and on two).
 # INTENDED_REPLY=S: the seconds a move is meant to wait for its code (the class's intended demand;
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
 # it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
@@ -76,7 +78,7 @@ elif [ "$phase" = class ]; then
   bench --wait-for-server 180 --students "$students" --seconds $long --think-time 5 --processes $((students / 10)) \
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
-        --write "h100-class-$students-modern"
+        --write "h100-class-$students-modern${TAG:+-$TAG}"
 else
   students=${STUDENTS:-100}
   bench --wait-for-server 120 --students "$students" --seconds $long --think-time 5 --processes $((students / 20)) \

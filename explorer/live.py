@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import pickle
+import queue
 import site
 import tempfile
 import threading
@@ -46,8 +47,9 @@ from .cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
 from .highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_html, views_texts
-from .measure.measurement import LOCAL_GPU
+from .measure.measurement import LOCAL_GPU, LocalGPU
 from .measure.scheduler import Scheduler
+from .measure.worker import Job as KernelJob
 from .targets import local_gpu_target, resolve_target
 
 ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import explorer
@@ -91,6 +93,9 @@ class LiveSettings:
     # A diagnosis builds every neighbour of a setting (seconds of CPU, at low priority); a small
     # machine may keep its cores for the pages' builds: 0 runs no diagnosing process.
     diagnose: bool = field(default_factory=lambda: _env_flag("EXPLORER_DIAGNOSE", True))
+    # The GPUs to measure on, one measuring worker each: the first this many of those the server
+    # sees (``serve`` sets it on a machine with several).
+    gpus: int = field(default_factory=lambda: _env_int("EXPLORER_GPUS", 1))
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -596,12 +601,20 @@ class Live:
         self.ready = threading.Event()
         self.warm = WarmUp()
         self._warm_up_fn = warm_up_fn or _warm_up_local_gpu
+        # This process's ways to its GPUs (worker, queue, name, ceilings): the first GPU, or one per
+        # GPU of ``settings.gpus``; a job takes whichever is free.
+        self.gpus = [LOCAL_GPU, *(LocalGPU(str(index)) for index in range(1, self.settings.gpus))]
+        self.gpu = self.gpus[0]
+        self._free_gpus: queue.Queue = queue.Queue()
+        for gpu in self.gpus:
+            self._free_gpus.put(gpu)
+        self.gpu_counts = [{"measured": 0, "crashed": 0} for _ in self.gpus]
+        self._warm_other_gpus = warm_up_fn is None  # a stand-in warm-up stands in for every GPU
         if measure_fn is None:  # the real GPU: its kernels compiled on all cores first
-            measure_fn, compile_fn = _measure_job, compile_fn or self._compile_job
+            measure_fn, compile_fn = self._measure_on_a_gpu, compile_fn or self._compile_job
         self.scheduler = Scheduler(measure_fn, max_age_s=self.settings.measure_max_age_s,
                                    capacity=self.settings.measure_cache, ready=self.ready, compile_fn=compile_fn,
-                                   compile_workers=self.settings.compile_workers)
-        self.gpu = LOCAL_GPU  # this process's way to its GPU: worker, queue, name, ceilings
+                                   compile_workers=self.settings.compile_workers, local_gpus=len(self.gpus))
         self.baselines: SingleFlight[tuple, object] = SingleFlight(256)
         self._baseline_started: set = set()
         self._ceilings = None
@@ -697,8 +710,14 @@ class Live:
         the GPU is warm; until they are, the worker compiles what it measures itself."""
         pool = threading.Thread(target=self._start_builds, name="build-pool-start", daemon=True)
         pool.start()
+        others = [threading.Thread(target=self._warm_up_other, args=(index, first, target), daemon=True)
+                  for index in range(1, len(self.gpus)) if self._warm_other_gpus]
+        for thread in others:  # the machine's other GPUs warm up beside the first
+            thread.start()
         try:
             device = self._warm_up_fn(first, target, self.warm)
+            for thread in others:
+                thread.join()
         except ExplorerError as error:
             self.warm.fail(str(error))
         else:
@@ -718,6 +737,14 @@ class Live:
         pool.join()
         if first is not None and self.warm.gpu:
             self._measure_ceilings(target)
+
+    def _warm_up_other(self, index: int, first: Spec | None, target: str) -> None:
+        try:
+            self.gpus[index].warm_up(first, target)
+        except ExplorerError as error:  # its measurements say why, one by one
+            self.warm.step(f"GPU {index} not warm ({error})")
+        else:
+            self.warm.step(f"GPU {index} warm")
 
     def _start_builds(self) -> None:
         self.builds.start()
@@ -761,8 +788,31 @@ class Live:
         of the device's time); measurements from then on carry them."""
         start = time.time()
         self._ceilings = self.gpu.ceilings(target)
+        for gpu in self.gpus[1:]:  # the machine's other GPUs are the same model
+            gpu.share_ceilings(self.gpu)
         self.warm.step(f"roofline ceilings {time.time() - start:.1f} s" if self._ceilings is not None else
                        f"roofline ceilings not measured ({self.gpu.ceilings_error(target)}); published figures shown")
+
+    def _measure_on_a_gpu(self, job):
+        """``job`` on a free GPU of this machine (or its remote device). A GPU whose worker died
+        mid-run (a crashing kernel, or the process killed) hands the job to another GPU once,
+        where the machine has several."""
+        if job.remote is not None:
+            return _measure_job(job)
+        for attempt in (1, 2):
+            gpu = self._free_gpus.get()
+            index = self.gpus.index(gpu)
+            try:
+                result = _measure_job(job, gpu)
+                self.gpu_counts[index]["measured"] += 1
+                return dataclasses.replace(result, gpu=str(index)) if len(self.gpus) > 1 else result
+            except measure.KernelCrashed:
+                self.gpu_counts[index]["crashed"] += 1
+                if attempt == 2 or len(self.gpus) == 1:
+                    raise
+                log.warning("GPU %d: the measuring worker died mid-run; the job goes to another GPU", index)
+            finally:
+                self._free_gpus.put(gpu)  # last in line: the retry takes another GPU where one is free
 
     def _compile_job(self, job) -> str | None:
         return self.compiles.compile(job.spec, job.target)
@@ -795,7 +845,7 @@ class Live:
         return self.baselines.get((workload,), lambda: self.gpu.baseline(workload, measure.Settings()))
 
     def stats(self) -> dict:
-        return {"builds": self.builds.stats(), "measurements": self.scheduler.stats(),
+        return {"builds": self.builds.stats(), "measurements": {**self.scheduler.stats(), "gpus": self.gpu_counts},
                 "queues": self.scheduler.queue_lengths(), "baselines": self.baselines.stats(),
                 "pages": self.page_runs.stats()}
 
@@ -880,8 +930,13 @@ def _warm_up_local_gpu(first: Spec | None, target: str, warm: WarmUp) -> str:
     return report.device
 
 
-def _measure_job(job):
-    """The scheduler's job on the device: the full budget, or the quick one while others wait."""
+def _measure_job(job, gpu: LocalGPU | None = None):
+    """The scheduler's job on the device (``gpu``: one of this machine's, else the first or the
+    job's remote one): the full budget, or the quick one while others wait."""
     settings = measure.QUICK_SETTINGS if job.quick else measure.Settings()
-    result = measure.measure(job.spec, target=job.target, remote=job.remote, settings=settings, library=job.compiled)
+    if gpu is None:
+        result = measure.measure(job.spec, target=job.target, remote=job.remote, settings=settings,
+                                 library=job.compiled)
+    else:
+        result = gpu.measure(KernelJob(job.spec, job.spec.workload, job.target, settings, job.compiled))
     return dataclasses.replace(result, quick=job.quick)

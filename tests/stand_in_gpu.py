@@ -13,7 +13,7 @@ import explorer.live as live
 MEASURE_S = 0.05
 
 
-def measure(job):
+def measure(job, gpu=None):
     started = time.time_ns()
     time.sleep(MEASURE_S)
     if os.environ.get("EXPLORER_RUN_LOG"):

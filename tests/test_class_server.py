@@ -207,13 +207,14 @@ def test_without_a_proxy_the_server_says_so_and_serves_one_process(monkeypatch, 
     started = []
 
     class Server:
-        def __init__(self, command):
+        def __init__(self, command, env=None):
             started.append(command)
 
         def wait(self):
             return 0
 
     monkeypatch.setattr(serve, "caddy_path", lambda: None)
+    monkeypatch.setattr(serve, "visible_gpus", lambda: 1)
     monkeypatch.setattr(serve.signal, "signal", lambda *args: None)
     monkeypatch.setattr(serve.subprocess, "Popen", Server)
     monkeypatch.setattr(serve, "wait_healthy", lambda url, server: 0.5)
@@ -235,6 +236,16 @@ def test_the_proxy_keeps_a_browser_by_cookie_and_checks_each_process():
     check = subprocess.run([serve.caddy_path(), "validate", "--config", str(config), "--adapter", "caddyfile"],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
+
+
+def test_the_gpus_the_server_sees_get_a_measuring_worker_each(monkeypatch):
+    monkeypatch.delenv("EXPLORER_GPUS", raising=False)
+    monkeypatch.setenv(serve.VISIBLE_GPUS, "2,3")
+    assert serve.visible_gpus() == 2 and serve.gpu_environment(2) == {"EXPLORER_GPUS": "2"}
+    monkeypatch.setenv(serve.VISIBLE_GPUS, "")
+    assert serve.visible_gpus() == 0 and serve.gpu_environment(0) == {} and serve.gpu_environment(1) == {}
+    monkeypatch.setenv("EXPLORER_GPUS", "1")  # the teacher's choice stands
+    assert serve.gpu_environment(2) == {}
 
 
 def test_the_cores_are_shared_out_between_the_processes(monkeypatch):

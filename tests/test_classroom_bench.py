@@ -107,6 +107,10 @@ def test_overlapping_runs_are_counted_from_the_log(tmp_path):
     log = tmp_path / "runs.log"
     log.write_text("1 100 200 a x\n1 200 300 a x\n1 250 400 a x\n1 50 60 a x\n")
     assert classroom.overlapping_runs(str(log), since_ns=100) == (3, 1)
+    # Two GPUs, a worker on each: runs at once on two GPUs are not an overlap, on one they are.
+    log.write_text("1 100 200 a x gpu=0 | load=1\n2 150 250 a x gpu=1 | load=1\n2 240 300 a x gpu=1 | load=1\n")
+    assert classroom.overlapping_runs(str(log), since_ns=100) == (3, 1)
+    assert classroom.gpu_busy(classroom.kernel_runs(str(log), 100), 200e-9, gpus=2) == (100 + 100 + 60) / 400
 
 
 def test_percentiles_by_hand():

@@ -110,6 +110,11 @@ else:
                    help=f"{measured['compiling']} compiling on the compile processes first. One kernel is timed at a "
                         "time per device; each session has at most one measurement waiting.")
     cols[3].metric("PyTorch baselines", f"{stats['baselines']['entries']}")
+    if len(measured.get("gpus", ())) > 1:  # one measuring worker per GPU of the server
+        died = " (its worker died {} time(s); each of those measurements went to another GPU)"
+        st.caption("GPUs: " + "; ".join(f"GPU {index}: {counts['measured']} measured"
+                                        + (died.format(counts["crashed"]) if counts["crashed"] else "")
+                                        for index, counts in enumerate(measured["gpus"])) + ".")
     st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, "
                f"taken only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no "
                "GPU time spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 "

@@ -51,6 +51,9 @@ class Measurement:
     quick: bool = False
     # The workload's input types: they choose the compute roof (FP32, or the tensor cores').
     input_dtypes: tuple[str, ...] = (roofline.FP32,)
+    # Which of the server's GPUs measured it, where it has several (its index among them);
+    # ``device`` names the kind, which is what results are compared by.
+    gpu: str | None = None
 
     @classmethod
     def of(cls, workload: Workload, run: KernelRun) -> Measurement:
@@ -251,9 +254,10 @@ class LocalGPU:
     name and its roofline ceilings, each found once. A process has one (``LOCAL_GPU``): the
     CLI's, a bench script's, and a server's ``Live``, which owns the way to it."""
 
-    def __init__(self):
-        self.worker = LocalWorker()
-        self.queue = queue_for(LOCAL)
+    def __init__(self, gpu: str | None = None):
+        self.gpu = gpu  # the index (among the visible GPUs) of the one GPU it uses; None: the first
+        self.worker = LocalWorker(gpu)
+        self.queue = queue_for(LOCAL if gpu is None else f"{LOCAL}:{gpu}")
         self._name: list[str | None] = []
         self._ceilings: dict[str, Ceilings | str] = {}  # by target name: the ceilings, or why they are missing
 
@@ -265,6 +269,10 @@ class LocalGPU:
         if job.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
             run = dataclasses.replace(run, ceilings=measured)
         return Measurement.of(job.workload, run)
+
+    def share_ceilings(self, other: LocalGPU) -> None:
+        """Use ``other``'s measured ceilings (an identical GPU of the same machine)."""
+        self._ceilings.update(other._ceilings)
 
     def baseline(self, workload: Workload, settings: Settings, on_wait: OnWait | None = None) -> Baseline:
         with self.queue.turn(on_wait):

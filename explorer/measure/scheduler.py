@@ -96,8 +96,10 @@ class _Line:
 
 class Scheduler:
     def __init__(self, measure_fn: MeasureFn, *, max_age_s: float = 1800, capacity: int = 4096,
-                 ready: threading.Event | None = None, compile_fn: CompileFn | None = None, compile_workers: int = 2):
+                 ready: threading.Event | None = None, compile_fn: CompileFn | None = None, compile_workers: int = 2,
+                 local_gpus: int = 1):
         self._measure = measure_fn
+        self._local_gpus = local_gpus  # jobs the local device runs at once: one per GPU of the machine
         self._compile_fn = compile_fn
         self._compiler = ThreadPoolExecutor(compile_workers, thread_name_prefix="compile") if compile_fn else None
         self.max_age_s = max_age_s
@@ -270,7 +272,7 @@ class Scheduler:
     def _line(self, device: str, remote: Remote | None) -> _Line:
         line = self._lines.get(device)
         if line is None:
-            line = self._lines[device] = _Line(_capacity(remote), polls=remote is not None)
+            line = self._lines[device] = _Line(_capacity(remote, self._local_gpus), polls=remote is not None)
             line.thread = threading.Thread(target=self._dispatch, args=(line,), name=f"measure-{device}", daemon=True)
             line.thread.start()
         return line
@@ -350,10 +352,11 @@ class Scheduler:
         self._changed.notify_all()
 
 
-def _capacity(remote: Remote | None) -> Callable[[], int]:
-    """How many jobs a device runs at once: one local GPU; through a tracker, one per GPU
-    server registered under the key (asked again as servers join or leave)."""
+def _capacity(remote: Remote | None, local_gpus: int = 1) -> Callable[[], int]:
+    """How many jobs a device runs at once: one per local GPU (the measuring function gives each
+    job a GPU of its own); through a tracker, one per GPU server registered under the key (asked
+    again as servers join or leave)."""
     if remote is None:
-        return lambda: 1
+        return lambda: local_gpus
 
     return lambda: server_count(remote)

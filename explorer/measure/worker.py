@@ -74,13 +74,44 @@ class Job:
     library: str | None = None
 
 
-class LocalWorker:
-    """Parent side: one worker process, restarted after a crash or a hang."""
+class _PinnedWorker(PopenWorker):
+    """A worker process that sees one GPU of several (``CUDA_VISIBLE_DEVICES``; ``gpu``: its index
+    among those this process sees): the variable must be in its environment when it starts,
+    since importing TVM initializes the CUDA driver."""
 
-    def __init__(self):
+    def __init__(self, gpu: str, **options):
+        super().__init__(**options)
+        self.gpu = gpu
+
+    def _start(self):
+        with _ENVIRON_LOCK:  # the child inherits os.environ as it is at this moment
+            before = os.environ.get(VISIBLE)
+            # The index counts the GPUs this process sees: the parent may see a few of the machine's.
+            visible = [part.strip() for part in before.split(",")] if before else []
+            index = int(self.gpu)
+            os.environ[VISIBLE] = visible[index] if index < len(visible) else self.gpu
+            try:
+                super()._start()
+            finally:
+                if before is None:
+                    os.environ.pop(VISIBLE, None)
+                else:
+                    os.environ[VISIBLE] = before
+
+
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+_ENVIRON_LOCK = threading.Lock()
+
+
+class LocalWorker:
+    """Parent side: one worker process, restarted after a crash or a hang; ``gpu``: the index of
+    the one GPU it sees among this process's, where there are several (None: all, the first used)."""
+
+    def __init__(self, gpu: str | None = None):
         self._lock = threading.Lock()
         self._worker: PopenWorker | None = None
         self._log = None
+        self.gpu = gpu
 
     def call(self, fn, *args, timeout: float, doing: str = "Running the kernel"):
         """``fn(*args)`` in the worker; ``doing`` names the step in a time-limit message."""
@@ -90,8 +121,9 @@ class LocalWorker:
                 os.environ.update(kernel_environment())
                 # Kept open: PopenWorker hands it to every restarted child.
                 self._log = open(LOG_PATH, "ab")
-                self._worker = PopenWorker(initializer=binary_process_init, initargs=(ROOT,), stdout=self._log,
-                                           stderr=self._log)
+                options = {"initializer": binary_process_init, "initargs": (ROOT,), "stdout": self._log,
+                           "stderr": self._log}
+                self._worker = PopenWorker(**options) if self.gpu is None else _PinnedWorker(self.gpu, **options)
             try:
                 self._worker.send(_guarded, (fn, *args), timeout=timeout)
                 outcome = self._worker.recv()
@@ -210,8 +242,10 @@ class _Phases:
 def _log_run(started_ns: int, job: Job, phases_ms: dict) -> None:
     label = job.kernel.template if isinstance(job.kernel, Spec) else "module"
     phases = " ".join(f"{name.replace(' ', '_')}={ms:.1f}" for name, ms in phases_ms.items())
+    # Where the server measures on several GPUs, each worker sees one: the log says which.
+    gpu = f" gpu={os.environ[VISIBLE]}" if os.environ.get(VISIBLE, "").isdigit() else ""
     with open(RUN_LOG_PATH, "a") as log:
-        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {job.workload.label()} | {phases}\n")
+        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {job.workload.label()}{gpu} | {phases}\n")
 
 
 def _gpu_check(p: _Prepared):

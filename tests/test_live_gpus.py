@@ -1,0 +1,121 @@
+"""A server with several GPUs (``EXPLORER_GPUS``): one measuring worker per GPU, a job on
+whichever is free, never two on one GPU at once, a job whose worker died handed to another
+GPU once, and each worker started seeing its one GPU (stand-in GPUs: no CUDA needed)."""
+import os
+import threading
+import time
+
+import pytest
+from live_fakes import fake_measurement
+
+import explorer.live as live_module
+from explorer.live import Live, LiveSettings
+from explorer.measure import KernelCrashed
+from explorer.measure.worker import VISIBLE, _PinnedWorker
+from explorer.presets import get_preset
+
+SPEC = get_preset("dw-blog-final-96").spec
+SETTINGS = [SPEC.with_knobs(num_thread_x=x) for x in (1, 2, 4, 8, 16, 32)]
+
+
+def server(gpus: int, measure, monkeypatch) -> Live:
+    monkeypatch.setattr(live_module, "_measure_job", measure)
+    live = Live(LiveSettings(build_workers=0, diagnose=False, gpus=gpus), compile_fn=lambda job: None,
+                warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    live.ready.set()
+    live.warm.finish("Stand-in GPU")
+    return live
+
+
+def results(live: Live, specs) -> list:
+    jobs = [live.request(f"student {n}", spec, "auto") for n, spec in enumerate(specs)]
+    assert all(job.wait(30) for job in jobs)
+    assert [job.error for job in jobs] == [None] * len(jobs)
+    return [job.result for job in jobs]
+
+
+def test_jobs_run_on_every_gpu_and_never_two_on_one(monkeypatch):
+    runs, lock = [], threading.Lock()
+
+    def measure(job, gpu):
+        started = time.monotonic()
+        time.sleep(0.2)
+        with lock:
+            runs.append((gpu, started, time.monotonic()))
+        return fake_measurement(job.spec, 5.0)
+
+    live = server(2, measure, monkeypatch)
+    try:
+        measured = results(live, SETTINGS)
+        assert len(live.gpus) == 2 and {gpu for gpu, _, _ in runs} == set(live.gpus)
+        for gpu in live.gpus:  # one kernel at a time on each GPU
+            mine = sorted((start, end) for g, start, end in runs if g is gpu)
+            assert all(later[0] >= earlier[1] for earlier, later in zip(mine, mine[1:], strict=False))
+        assert any(a[1] < b[2] and b[1] < a[2] for a in runs for b in runs if a[0] is not b[0])  # both at once
+        assert sorted({m.gpu for m in measured}) == ["0", "1"]
+        assert [c["measured"] for c in live.gpu_counts] == [sum(g is gpu for g, _, _ in runs) for gpu in live.gpus]
+    finally:
+        live.close()
+
+
+def test_a_job_whose_worker_died_goes_to_the_other_gpu(monkeypatch):
+    died = []
+
+    def measure(job, gpu):
+        if gpu is live.gpus[1] and not died:
+            died.append(job.spec)
+            raise KernelCrashed("The kernel crashed the measuring process.")
+        time.sleep(0.05)
+        return fake_measurement(job.spec, 5.0)
+
+    live = server(2, measure, monkeypatch)
+    try:
+        measured = results(live, SETTINGS[:4])
+        assert died and all(m.correct for m in measured)
+        assert live.gpu_counts[1]["crashed"] == 1 and sum(c["measured"] for c in live.gpu_counts) == 4
+    finally:
+        live.close()
+
+
+def test_with_one_gpu_a_crash_is_the_measurement_s_answer(monkeypatch):
+    def measure(job, gpu):
+        raise KernelCrashed("The kernel crashed the measuring process.")
+
+    live = server(1, measure, monkeypatch)
+    try:
+        job = live.request("a student", SPEC, "auto")
+        assert job.wait(30) and job.error == "The kernel crashed the measuring process."
+        assert live.gpu_counts == [{"measured": 0, "crashed": 1}] and live.gpus[0].gpu is None
+    finally:
+        live.close()
+
+
+@pytest.mark.parametrize(("seen", "index", "child"), [(None, "1", "1"), ("2,3", "1", "3"), ("5", "0", "5")])
+def test_a_pinned_worker_sees_its_one_gpu(monkeypatch, seen, index, child):
+    import tvm.support.popen_pool as popen_pool
+
+    started = []
+
+    class Process:
+        def __init__(self, *args, **kwargs):
+            started.append(os.environ.get(VISIBLE))
+
+    monkeypatch.setattr(popen_pool.subprocess, "Popen", Process)
+    if seen is None:
+        monkeypatch.delenv(VISIBLE, raising=False)
+    else:
+        monkeypatch.setenv(VISIBLE, seen)
+    worker = _PinnedWorker(index)
+    worker._start()
+    worker._reader.close()
+    worker._writer.close()
+    worker._proc = None  # nothing was started: nothing to stop
+    assert started == [child] and os.environ.get(VISIBLE) == seen  # this process's own view is kept
+
+
+def test_a_server_setting_of_gpus_it_cannot_take_is_refused(monkeypatch):
+    from explorer.errors import ExplorerError
+
+    monkeypatch.setenv("EXPLORER_GPUS", "two")
+    with pytest.raises(ExplorerError, match="EXPLORER_GPUS must be a positive whole number, not 'two'"):
+        LiveSettings()
