@@ -16,6 +16,7 @@ import time
 
 from docs_section import write_section
 
+from explorer.errors import ExplorerError
 from explorer.live import Live, LiveSettings
 from explorer.measure import Settings
 from explorer.measure.measurement import LocalGPU
@@ -47,8 +48,11 @@ def throughput(gpus: int, presets: tuple[str, ...], variants: int) -> tuple[floa
         spec = get_preset(preset).spec
         name = "num_thread_x" if hasattr(spec.knobs, "num_thread_x") else None
         specs += [spec] if name is None else [spec.with_knobs(**{name: x}) for x in (1, 2, 4, 8, 16, 32)[:variants]]
-    for spec in specs:  # compiled first: the timing below is the GPUs'
-        live.compiles.compile(spec, "auto")
+    for spec in list(specs):  # compiled first: the timing below is the GPUs'
+        try:
+            live.compiles.compile(spec, "auto")
+        except ExplorerError:  # a variant the template refuses
+            specs.remove(spec)
     start = time.monotonic()
     jobs = [live.request(f"student {n}", spec, "auto") for n, spec in enumerate(specs)]
     for job in jobs:
@@ -77,12 +81,13 @@ def main() -> None:
                      + f" | {100 * spread:.1f}% | {'yes' if spread <= AGREE else '**no**'} |")
     for gpu in gpus:
         gpu.close()
+    print("\n".join(lines), flush=True)
     one_s, count = throughput(1, presets, args.variants)
     all_s, _ = throughput(args.gpus, presets, args.variants)
     lines += ["", f"{count} settings through the queue: {count / one_s:.2f} measurements per second on one GPU, "
               f"{count / all_s:.2f} on {args.gpus} ({one_s / all_s:.2f}×)."]
     text = "\n".join(lines)
-    print(text)
+    print(lines[-1])
     if args.write:
         command = "python bench/gpu_agreement.py " + " ".join(sys.argv[1:])
         write_section("gpu-agreement", f"### GPUs of one machine: agreement and throughput\n\nDate: "
