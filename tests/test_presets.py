@@ -63,3 +63,13 @@ def test_bad_workload_and_template(tmp_path):
         load_file(write(tmp_path, GOOD.replace("height = 32", "height = -1")))
     with pytest.raises(PresetError, match="Unknown schedule template 'nope'"):
         load_file(write(tmp_path, GOOD.replace('template = "depthwise_blog"', 'template = "nope"')))
+
+
+def test_a_step_s_title_does_not_repeat_its_number():
+    # The pages number each step themselves ("Step 3: …", "3. …").
+    import re
+
+    from explorer.presets import all_presets
+
+    numbered = [p.id for p in all_presets().values() if re.match(r"\d+\. ", p.title)]
+    assert numbered == []
