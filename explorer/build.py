@@ -134,6 +134,14 @@ def scheduled(spec: Spec, target: str | tvm.target.Target | None = None) -> tvm.
     return sch
 
 
+def keep_builds(count: int) -> None:
+    """Keep at most ``count`` builds in this process's cache (128 by default: the command line, a
+    sweep, a diagnosis building neighbours). A server's build and compile processes build each
+    setting once, and a Hopper or conv2d_async build holds about 5 MB."""
+    global _build_cached
+    _build_cached = functools.lru_cache(maxsize=count)(_build_cached.__wrapped__)
+
+
 @functools.lru_cache(maxsize=128)
 def _build_cached(spec: Spec, target_json: str) -> Build:
     template = spec.template_def

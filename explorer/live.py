@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 import cloudpickle
 
 from . import measure
-from .build import Build, Spec, build
+from .build import Build, Spec, build, keep_builds
 from .cuda_env import SOURCE_ONLY, binary_process_init, kernel_environment
 from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
@@ -56,6 +56,7 @@ ROOT = str(Path(__file__).resolve().parents[1])  # so pool processes can import 
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
 FIRST_MEASUREMENT_WAIT_S = 30  # the compile processes start after the first page's measurement, or this
 COMPILE_NICENESS = 5  # the compile processes' priority under the pages' builds (os.nice)
+POOL_BUILDS = 8  # builds a build or compile process keeps (explorer.build's cache)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -72,8 +73,9 @@ class LiveSettings:
     # on a small machine: no process to start, no build copied between processes).
     build_workers: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_WORKERS",
                                                                 max(1, (os.cpu_count() or 2) // 2), minimum=0))
-    # A build holds its TIR modules (~100 KB); 512 covers a class exploring for an hour.
-    build_cache: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_CACHE", 512))
+    # A build with its highlighted views holds 0.2-5 MB (a Hopper or conv2d_async build 5 MB, measured);
+    # the disk keeps every build, read back in a few ms, so a process keeps the recent ones.
+    build_cache: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_CACHE", 128))
     # Builds kept on disk for every app process of the machine (a setting one process built is
     # read, not built, by the others): ~130 KB each (up to 2.5 MB), ~1 GB at 4096. 0: none kept.
     build_dir: str = field(default_factory=lambda: os.environ.get(
@@ -263,7 +265,7 @@ class BuildService(ProcessPool):
 
     def __init__(self, settings: LiveSettings | None = None, *, here_until_ready: bool = False):
         settings = settings or LiveSettings()
-        super().__init__(settings, settings.build_workers, _pool_init)
+        super().__init__(settings, settings.build_workers, _build_pool_init)
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
         # A server's processes take seconds to start (each imports TVM, all at once on a busy
         # machine); until :meth:`start` has them ready, this process builds what a page asks
@@ -392,6 +394,13 @@ class BuildService(ProcessPool):
 def _pool_init(root: str) -> None:
     site.addsitedir(root)
     os.environ[SOURCE_ONLY] = "1"
+
+
+def _build_pool_init(root: str) -> None:
+    """A build process of the pages: the app process keeps its builds (and the disk every
+    process's), so this one keeps few."""
+    _pool_init(root)
+    keep_builds(POOL_BUILDS)
 
 
 NOT_DIAGNOSED = "This server does not diagnose settings (EXPLORER_DIAGNOSE=0)."
@@ -537,6 +546,7 @@ def _compile_pool_init(root: str) -> None:
     first (a student waits for the code before the latency)."""
     binary_process_init(root)
     os.nice(COMPILE_NICENESS)
+    keep_builds(POOL_BUILDS)  # each setting is compiled once: its library is kept on disk
 
 
 def library_path(spec: Spec, target: str, directory: str) -> str:

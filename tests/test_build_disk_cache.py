@@ -177,3 +177,17 @@ def test_a_server_with_build_processes_reads_before_it_sends(pooled, folder):
     while set(read.views_html) != set(VIEW_LANGUAGES) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert set(read.views_html) == set(VIEW_LANGUAGES)  # highlighted in the build processes, as a build is
+
+
+def test_a_process_that_builds_each_setting_once_keeps_few_builds():
+    import explorer.build as build_module
+
+    before = build_module._build_cached
+    try:
+        build_module.keep_builds(2)
+        for x in (4, 8, 16):
+            build_module.build(get_preset("dw-blog-final-96").spec.with_knobs(num_thread_x=x), "auto")
+        assert build_module._build_cached.cache_info().currsize == 2
+        assert build_module._build_cached.cache_info().maxsize == 2
+    finally:
+        build_module._build_cached = before
