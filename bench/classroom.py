@@ -101,6 +101,7 @@ class Student:
     no_latency: int = 0  # moves whose latency had not come before the next move
     waiting_notices: list = field(default_factory=list)  # what the page said instead, each time
     errors: list = field(default_factory=list)
+    lost: list = field(default_factory=list)  # the moves that showed no code in time: their settings
     timeline: list = field(default_factory=list)  # (time of the move, template, code_s, latency_s or None)
 
 
@@ -313,6 +314,9 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 continue
             if code is None:
                 me.errors.append("no code shown within the time limit")
+                # Which setting, and what the page said meanwhile: the report's lost_moves.
+                me.lost.append({"at": started, "template": spec.template, "knobs": repr(spec.knobs),
+                                "notice": notice[:200]})
                 continue
             me.code_s.append(code)
             me.timeline.append((started, spec.template, code, latency))
@@ -763,6 +767,7 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         **demand(students, think, intended_reply, moves, max(0.0, end - began)),
         **generator_load(plays),
         "errors": [e for s in class_ for e in s.errors],
+        "lost_moves": [move for s in class_ for move in s.lost],
         "open_to_code": percentiles([s.open_s for s in class_ if s.open_s is not None]),
         "open_to_latency": percentiles([s.first_latency_s for s in class_ if s.first_latency_s is not None]),
         "knob_to_code": percentiles([x for s in class_ for x in s.code_s]),
@@ -920,6 +925,9 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Limited by: {report['limited_by']}.")
     if report["errors"]:
         lines.append("Errors: " + "; ".join(sorted(set(report["errors"]))[:5]))
+    if report.get("lost_moves"):
+        lines.append(f"Moves that showed no code in time: {len(report['lost_moves'])} (their settings: the JSON "
+                     "report's lost_moves).")
     return "\n".join(lines)
 
 
