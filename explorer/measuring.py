@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from multiprocessing.managers import BaseManager, RemoteError
 
@@ -44,6 +45,8 @@ from .serve import MEASURING_KEY as KEY
 UNREACHABLE = ("The measuring service is restarting; this measurement is asked for again as soon as it is back "
                "(the code and the analyses are unaffected).")
 
+WAIT_S = 1.0  # a wait without a limit asks the service again this often
+
 log = logging.getLogger(__name__)
 
 
@@ -59,11 +62,12 @@ class JobView:
     finished_at: float | None = None
     sessions: frozenset = frozenset()
     ahead: int | None = None  # measurements ahead of it on its device (0: being measured)
+    service: str = ""  # the service that answered (a restarted one has another name)
 
 
-def view_of(job, ahead: int | None = None) -> JobView:
+def view_of(job, ahead: int | None, service: str) -> JobView:
     return JobView(job.key, job.state, job.result, job.error, job.quick, job.finished_at,
-                   frozenset(job.sessions), ahead)
+                   frozenset(job.sessions), ahead, service)
 
 
 class Service:
@@ -71,19 +75,21 @@ class Service:
 
     def __init__(self, live: Live):
         self.live = live
+        self.name = uuid.uuid4().hex  # a job view from another service is one this one never had
 
     def request(self, session, spec: Spec, target: str, remote=None, background: bool = False) -> JobView:
         job = self.live.request(session, spec, target, remote, background=background)
-        return view_of(job, self.live.position(job))
+        return view_of(job, self.live.position(job), self.name)
 
     def look(self, key: tuple, wait_s: float = 0.0) -> JobView:
-        """The job of ``key`` now, after waiting up to ``wait_s`` for it to finish."""
+        """The job of ``key`` now, after waiting up to ``wait_s`` for it to finish ("dropped": no
+        session waits for it any more)."""
         job = self.live.scheduler.find(key)
         if job is None:
-            return JobView(key, "dropped")
+            return JobView(key, "dropped", service=self.name)
         if wait_s > 0:
             job.wait(wait_s)
-        return view_of(job, self.live.position(job))
+        return view_of(job, self.live.position(job), self.name)
 
     def result(self, spec: Spec, target: str, remote=None):
         return self.live.result(spec, target, remote)
@@ -169,18 +175,22 @@ class SharedJob:
         return None if self.view.finished_at is None else (now or time.time()) - self.view.finished_at
 
     def wait(self, timeout: float | None = None) -> bool:
-        self.look(timeout or 0.0)
+        """Whether the job is done, waiting up to ``timeout`` seconds (None: until it is)."""
+        self.look(timeout if timeout is not None else WAIT_S)
+        while timeout is None and self.view.state not in ("done", "dropped"):
+            self.look(WAIT_S)
         return self.view.state == "done"
 
     def look(self, wait_s: float = 0.0) -> JobView:
-        if self.view.state == "done":
+        if self.view.state in ("done", "dropped"):  # dropped: this page asked for another setting since
             return self.view
-        if self.view.state in ("unreachable", "dropped"):
+        if self.view.state == "unreachable":
             self.view = self._live.ask(*self._ask)
-        else:
-            self.view = self._live.call("look", self.view.key, wait_s, key=self.view.key)
-            if self.view.state == "dropped":  # the service restarted and forgot it: ask again
-                self.view = self._live.ask(*self._ask)
+            return self.view
+        asked_of = self.view.service
+        self.view = self._live.call("look", self.view.key, wait_s, key=self.view.key)
+        if self.view.state == "dropped" and self.view.service != asked_of:  # a restarted service never had it
+            self.view = self._live.ask(*self._ask)
         return self.view
 
 

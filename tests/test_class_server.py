@@ -281,3 +281,27 @@ def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_
     finally:
         service.kill()
         service.wait(10)
+
+
+def test_a_page_asks_again_only_for_a_job_a_restarted_service_never_had():
+    class Stub:  # the app process's side of the socket, answering as the service would
+        def __init__(self, answer):
+            self.answer, self.asked = answer, 0
+
+        def call(self, method, *args, key=None):
+            return self.answer
+
+        def ask(self, *args):
+            self.asked += 1
+            return measuring.JobView("key", "waiting", service="new")
+
+    waiting = measuring.JobView("key", "waiting", service="old")
+    replaced = Stub(measuring.JobView("key", "dropped", service="old"))  # the student asked for another setting
+    job = measuring.SharedJob(replaced, ("a student",), waiting)
+    assert job.look().state == "dropped" and replaced.asked == 0 and not job.wait(0.1)
+    restarted = Stub(measuring.JobView("key", "dropped", service="new"))  # the service was started again
+    job = measuring.SharedJob(restarted, ("a student",), waiting)
+    assert job.look().state == "waiting" and restarted.asked == 1
+    down = Stub(measuring.JobView("key", "unreachable", error=measuring.UNREACHABLE))
+    job = measuring.SharedJob(down, ("a student",), waiting)
+    assert job.look().state == "unreachable" and job.look().state == "waiting" and down.asked == 1
