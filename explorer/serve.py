@@ -239,8 +239,10 @@ class Class:
             warmed = [timed_warm(self._app_url(number)) for number in range(self.count)]
             failed = [(ok, said, first_s) for ok, said, first_s in warmed if not ok]
             report(url, healthy_s, *(failed[0] if failed else warmed[-1]))
+            gpus = self.environment.get("EXPLORER_GPUS", "1")
             print(f"{self.count} app processes (ports {', '.join(map(str, self.app_ports))}) behind Caddy, one "
-                  "measuring service for the GPU.", flush=True)
+                  f"measuring service ({gpus} GPU{'s' if gpus != '1' else ''}, one kernel at a time on each).",
+                  flush=True)
             return self._watch()
         except KeyboardInterrupt:
             return self._stop(0)
