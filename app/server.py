@@ -6,6 +6,10 @@ from __future__ import annotations
 import logging
 import os
 
+# Whole before any page runs: Plotly and Streamlit look pandas up in sys.modules, and a page that
+# did so while another session's first page was importing it got a half-made module
+# ("partially initialized module 'pandas' has no attribute 'Series'").
+import pandas  # noqa: F401
 import streamlit as st
 
 from explorer.build import Build, Spec

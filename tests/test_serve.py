@@ -50,3 +50,11 @@ def test_a_server_setting_it_cannot_take_is_refused_before_the_server_starts(mon
     monkeypatch.setattr(serve, "serve", lambda *args: pytest.fail("the server was started"))
     assert main(["serve", "--port", "8502"]) == 2
     assert capsys.readouterr().err == "error: EXPLORER_DIAGNOSE must be 1 (on) or 0 (off), not 'yes'.\n"
+
+
+def test_pandas_is_imported_whole_before_any_page_runs():
+    # Sessions' first pages run in threads at once: one that found pandas half-imported by another
+    # (Plotly looks it up in sys.modules) failed with "partially initialized module 'pandas'".
+    check = "import sys, app.server; print(hasattr(sys.modules['pandas'], 'Series'))"
+    probe = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "True", probe.stderr
