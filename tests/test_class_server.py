@@ -18,6 +18,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from test_classroom_bench import ROOT, free_port
 
 from explorer import measuring, serve
+from explorer.measure import MeasureError
 
 # CI installs Caddy with requirements.txt: there a missing proxy fails these tests rather than skipping them.
 pytestmark = [pytest.mark.waits,
@@ -271,6 +272,9 @@ def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_
         assert job.wait(60) and job.done
         assert job.error.startswith("no CUDA device found") and job.result is None
         assert live.warm.done and live.warm.error
+        # A leaderboard submission or a lesson's step waits through the same door, with the same sentence.
+        with pytest.raises(MeasureError, match="^no CUDA device found"):
+            live.measure_now(classroom.get_preset(LINK).spec, "auto", timeout=60)
         assert set(live.stats()) >= {"measurements", "queues", "baselines", "builds", "pages"}
         service.kill()
         service.wait(10)
