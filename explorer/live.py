@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 import cloudpickle
+import tvm  # already imported by .build; its version names the builds and libraries kept on disk
 
 from . import measure
 from .build import Build, Spec, build, keep_builds
@@ -328,8 +329,6 @@ class BuildService(ProcessPool):
     def _disk_path(self, spec: Spec, target: str) -> str | None:
         if self._disk is None:
             return None
-        import tvm
-
         # The resolved target: "auto" is another GPU on another machine sharing the folder.
         key = build_key(spec, str(resolve_target(target)), tvm.__version__, source_fingerprint())
         return os.path.join(self._disk, key + ".pickle")
@@ -552,8 +551,6 @@ def _compile_pool_init(root: str) -> None:
 def library_path(spec: Spec, target: str, directory: str) -> str:
     """Where ``spec``'s compiled kernel for ``target`` is kept: one file per setting, TVM
     version and target."""
-    import tvm
-
     key = hashlib.sha256(f"{tvm.__version__}|{target}|{spec!r}".encode()).hexdigest()
     return os.path.join(directory, key + ".so")
 

@@ -41,6 +41,7 @@ from .presets import default_spec
 from .serve import APP_SHARE as SHARE
 from .serve import MEASURING_ADDRESS as ADDRESS
 from .serve import MEASURING_KEY as KEY
+from .serve import warm_file
 
 UNREACHABLE = ("The measuring service is restarting; this measurement is asked for again as soon as it is back "
                "(the code and the analyses are unaffected).")
@@ -317,11 +318,6 @@ def shared_live() -> SharedLive | None:
     """This process's ``SharedLive`` where it is an app process of a multi-process server, else None."""
     address = os.environ.get(ADDRESS)
     return SharedLive(address, bytes.fromhex(os.environ[KEY])) if address else None
-
-
-def warm_file(address: str) -> str:
-    """The file the service writes once its GPU's warm-up has ended (``serve`` waits for it)."""
-    return address + ".warm"
 
 
 def _say_when_warm(live: Live, address: str) -> None:

@@ -138,6 +138,11 @@ COOKIE = "explorer_app"  # the proxy's cookie that keeps a browser on one app pr
 VISIBLE_GPUS = "CUDA_VISIBLE_DEVICES"
 
 
+def warm_file(address: str) -> str:
+    """The file the measuring service at ``address`` writes once its GPU's warm-up has ended."""
+    return address + ".warm"
+
+
 def default_app_processes(cores: int | None = None) -> int:
     """One app process per four cores: each runs its sessions' pages on about one core, and
     the build and compile processes need the rest."""
@@ -251,7 +256,7 @@ class Class:
             return self._stop(1)
 
     def _wait_warm(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        warm = self.environment[MEASURING_ADDRESS] + ".warm"  # explorer.measuring.warm_file
+        warm = warm_file(self.environment[MEASURING_ADDRESS])
         deadline = time.monotonic() + timeout_s
         while not os.path.exists(warm):
             if self.service.poll() is not None:

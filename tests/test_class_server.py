@@ -255,7 +255,7 @@ def test_the_cores_are_shared_out_between_the_processes(monkeypatch):
     env = serve.class_environment(4, 16, "/tmp/x")
     assert env["EXPLORER_BUILD_WORKERS"] == "2"  # half the cores build, shared by the four app processes
     assert env[serve.MEASURING_ADDRESS] == "/tmp/x/measuring.sock" and len(env[serve.MEASURING_KEY]) == 32
-    assert measuring.warm_file("/tmp/x/measuring.sock") == "/tmp/x/measuring.sock.warm"  # what serve waits for
+    assert serve.warm_file("/tmp/x/measuring.sock") == "/tmp/x/measuring.sock.warm"  # the service writes, serve waits
 
 
 def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_path):
