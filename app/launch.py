@@ -20,12 +20,13 @@ from streamlit.web import cli  # noqa: E402
 from app import server  # noqa: E402  (TVM, the templates, the analyses)
 from explorer import serve  # noqa: E402
 from explorer.live import warm_up_gpu_early  # noqa: E402
+from explorer.presets import default_spec  # noqa: E402
 
 
 def main() -> None:
     server.log_to_stderr()
     if not os.environ.get(serve.MEASURING_ADDRESS):  # else the server's measuring service warms the GPU
-        threading.Thread(target=warm_up_gpu_early, args=(server.first_spec(),), name="gpu-warm-up",
+        threading.Thread(target=warm_up_gpu_early, args=(default_spec(),), name="gpu-warm-up",
                          daemon=True).start()
     sys.argv[0] = "streamlit"
     try:

@@ -17,7 +17,7 @@ from explorer.errors import ExplorerError
 from explorer.lessons import first_lesson_specs, lesson_specs
 from explorer.live import SOURCE_ONLY, Live
 from explorer.measuring import shared_live
-from explorer.presets import default_preset, default_spec  # noqa: F401  (the app's pages ask the server)
+from explorer.presets import default_spec
 
 
 @st.cache_resource(show_spinner=False, on_release=lambda live: live.close())
@@ -29,7 +29,7 @@ def live() -> Live:
     log_to_stderr()
     # An app process of a multi-process server measures through the server's measuring service.
     service = shared_live() or Live()
-    service.start(first_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs() + lesson_specs())
+    service.start(default_spec(), build_ahead=lesson_specs(), measure_ahead=first_lesson_specs() + lesson_specs())
     return service
 
 
@@ -47,10 +47,6 @@ def log_to_stderr() -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-
-
-def first_spec() -> Spec:
-    return default_spec()
 
 
 def build(spec: Spec, target: str) -> Build:

@@ -22,7 +22,7 @@ from explorer import urlstate
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError
 from explorer.knobs import Params
-from explorer.presets import all_presets, get_preset
+from explorer.presets import all_presets, default_preset, get_preset
 from explorer.schedules import TEMPLATES, get_template, templates_for, workload_classes
 
 from . import server, widgets
@@ -59,7 +59,7 @@ def init() -> None:
         except ExplorerError as e:
             error = f"This link could not be opened: {e}"
     if spec is None:
-        preset = server.default_preset()
+        preset = default_preset()
         spec = get_preset(preset).spec
     st.session_state.update(spec=spec, preset=preset, target="auto", tries=[], link_error=error)
 
