@@ -78,6 +78,7 @@ LINKS = ("dw-blog-blocking-96", "dw-blog-threads-case2", "dw-blog-vthread-case2"
 KNOB_PREFIX = "knob:"
 LATENCY = "Latency (median)"
 PAGE_CPU = "Page run CPU (p95)"  # the Device page's figure of what a page run costs the server
+GPUS_CAPTION = "GPUs: "  # the Device page's line of measurements per GPU, on a server of several
 CONNECT_S = 5.0  # with --same-link, the time the students get to connect before they all open the link
 STALE = "now stale"  # the app refused the setting, said why, and kept the last valid one on screen
 SAMPLE_EVERY_S = 2.0  # the server's parts and each load generator process: a CPU sample this often
@@ -492,11 +493,14 @@ def sample_server(root, latest: dict, samples: list, stop: threading.Event, ever
             return
 
 
-def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = SAMPLE_EVERY_S) -> None:
-    """Until ``end``: the Device page's GPU queue and page-run CPU, read again ``every`` s after each
-    answer, and, every ``every`` s on its own thread (a slow page does not stretch the samples), the
-    cores and memory of the server's processes (``sample_server``)."""
+def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = SAMPLE_EVERY_S,
+            gpus_seen: list | None = None) -> None:
+    """Until ``end``: the Device page's GPU queue and page-run CPU (and, into ``gpus_seen``, its line
+    of measurements per GPU), read again ``every`` s after each answer, and, every ``every`` s on its
+    own thread (a slow page does not stretch the samples), the cores and memory of the server's
+    processes (``sample_server``)."""
     root = server_process(url, server_pid)
+    gpus_seen = [] if gpus_seen is None else gpus_seen
     latest: dict = {}
     stop = threading.Event()
     sampler = threading.Thread(target=sample_server, args=(root, latest, samples, stop, every))
@@ -522,6 +526,8 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
                     queue = element.metric.body
                 elif kind == "metric" and element.metric.label == PAGE_CPU:
                     page_cpu = element.metric.body
+                elif kind == "markdown" and element.markdown.body.startswith(GPUS_CAPTION):
+                    gpus_seen.append(element.markdown.body)  # the page's count per GPU (a server of several)
                 if queue is not None and page_cpu is not None:
                     break
             latest["reading"] = (queue, page_cpu)  # one assignment: the sampler takes both or neither
@@ -752,7 +758,8 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     class_ = [Student(i, links[0] if same_link else links[i % len(links)], seed=rng.random()) for i in range(students)]
     open_at = started + CONNECT_S + 2 * processes if same_link else None
     samples: list = []
-    observer = threading.Thread(target=observe, args=(url, end, samples, server_pid))
+    gpus_seen: list = []
+    observer = threading.Thread(target=observe, args=(url, end, samples, server_pid), kwargs={"gpus_seen": gpus_seen})
     observer.start()
     class_, plays = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at)
     observer.join(60)
@@ -777,6 +784,7 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         "moves_without_latency": sum(s.no_latency for s in class_),
         "waiting_notices": collections.Counter(n[:120] for s in class_ for n in s.waiting_notices).most_common(3),
         "samples": samples,
+        "device_page_gpus": gpus_seen[-1] if gpus_seen else None,
         "slowest_to_code": slowest_moves(class_, 2, started),
         "slowest_to_latency": slowest_moves(class_, 3, started),
     }
@@ -913,6 +921,8 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Kernel runs in the measuring worker's log: {report['kernel_runs']}, overlapping in time: "
                      f"{report['overlapping_runs']}; {report['measurements_per_s']:.2f} measurements per second, "
                      f"the GPU busy {report['gpu_busy']:.0%} of the time.")
+    if report.get("device_page_gpus"):
+        lines.append(f"The Device page's last reading: {report['device_page_gpus']}")
     page_cpu = [s["page_cpu"] for s in report["samples"] if s.get("page_cpu") not in (None, "—")]
     if page_cpu:
         lines.append(f"Server CPU per page run (Device page, 95th percentile of the latest runs): {page_cpu[-1]} "

@@ -17,6 +17,8 @@
 # APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N);
 # EXPLORER_GPUS=N measures on the first N GPUs (serve's default: all it sees); TAG=WORD ends the class
 # row's label (e.g. TAG=1-gpu and TAG=2-gpus for the same class on one GPU and on two).
+# KILL_GPU=I (class phase): every KILL_EVERY s (60) from a minute in, kill the measuring worker pinned to GPU I
+# (the process whose CUDA_VISIBLE_DEVICES is that GPU), as a failing GPU would; RESULTS/kills.txt lists each kill.
 # INTENDED_REPLY=S: the seconds a move is meant to wait for its code (the class's intended demand;
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
 # it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
@@ -70,6 +72,17 @@ elif [ "$phase" = modern ]; then
         --json "$results/one-student.json" --write h100-one-student
 elif [ "$phase" = class ]; then
   students=${STUDENTS:-100}
+  if [ -n "${KILL_GPU:-}" ]; then  # a GPU's measuring worker dies mid-run: its jobs must finish on the other GPU
+    (sleep 60; end=$((SECONDS + long - 60))
+     while [ $SECONDS -lt $end ]; do
+       for pid in $(pgrep -f popen_worker); do
+         if tr '\0' '\n' </proc/$pid/environ 2>/dev/null | grep -qx "CUDA_VISIBLE_DEVICES=$KILL_GPU"; then
+           kill -9 "$pid" && echo "$(date +%s.%N) killed $pid (GPU $KILL_GPU)" >>"$results/kills.txt"
+         fi
+       done
+       sleep "${KILL_EVERY:-60}"
+     done) &
+  fi
   if command -v py-spy >/dev/null; then  # one app process, a minute in the middle of the run
     (sleep $((long / 2)); app=$(pgrep -f "app.launch run" | head -1)
      py-spy record --pid "$app" --duration 60 --rate 50 --nonblocking --format raw \
