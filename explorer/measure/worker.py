@@ -76,20 +76,24 @@ class Job:
 
 class _PinnedWorker(PopenWorker):
     """A worker process that sees one GPU of several (``CUDA_VISIBLE_DEVICES``; ``gpu``: its index
-    among those this process sees): the variable must be in its environment when it starts,
-    since importing TVM initializes the CUDA driver."""
+    among those this process sees), or, with ``gpu`` None, every GPU this process sees. The variable
+    must be in its environment when it starts, since importing TVM initializes the CUDA driver; the
+    child inherits ``os.environ`` as it is at that moment, so every worker starts under one lock: a
+    worker of GPU 0 started while GPU 1's was being started would otherwise see GPU 1 alone and
+    time its kernels there, beside GPU 1's."""
 
-    def __init__(self, gpu: str, **options):
+    def __init__(self, gpu: str | None, **options):
         super().__init__(**options)
         self.gpu = gpu
 
     def _start(self):
-        with _ENVIRON_LOCK:  # the child inherits os.environ as it is at this moment
+        with _ENVIRON_LOCK:
             before = os.environ.get(VISIBLE)
-            # The index counts the GPUs this process sees: the parent may see a few of the machine's.
-            visible = [part.strip() for part in before.split(",")] if before else []
-            index = int(self.gpu)
-            os.environ[VISIBLE] = visible[index] if index < len(visible) else self.gpu
+            if self.gpu is not None:
+                # The index counts the GPUs this process sees: the parent may see a few of the machine's.
+                visible = [part.strip() for part in before.split(",")] if before else []
+                index = int(self.gpu)
+                os.environ[VISIBLE] = visible[index] if index < len(visible) else self.gpu
             try:
                 super()._start()
             finally:
@@ -123,7 +127,7 @@ class LocalWorker:
                 self._log = open(LOG_PATH, "ab")
                 options = {"initializer": binary_process_init, "initargs": (ROOT,), "stdout": self._log,
                            "stderr": self._log}
-                self._worker = PopenWorker(**options) if self.gpu is None else _PinnedWorker(self.gpu, **options)
+                self._worker = _PinnedWorker(self.gpu, **options)
             try:
                 self._worker.send(_guarded, (fn, *args), timeout=timeout)
                 outcome = self._worker.recv()
