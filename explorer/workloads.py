@@ -40,6 +40,9 @@ class Workload(Params):
     input_names: ClassVar[tuple[str, ...]] = ()
     output_name: ClassVar[str] = ""
     variants: ClassVar[tuple[str, ...]] = ("default",)
+    # The smallest output scale of the correctness gate (explorer.measure.gate.tolerance): inputs
+    # uniform in [-1, 1] make the terms of a sum up to 1 in size, whatever the outputs.
+    tolerance_floor: ClassVar[float] = 1.0
 
     def __post_init__(self):
         super().__post_init__()
@@ -507,3 +510,220 @@ class Matmul(Workload):
         typed = "" if self.dtype == DTYPE else f" {self.dtype}"
         out = "" if self.out_dtype == DTYPE else f", C {self.out_dtype}"
         return f"matmul {self.m}x{self.n}x{self.k}{typed}{out}"
+
+
+# -- row-wise kernels: one reduction (or two) per row, then an elementwise pass over it -----------
+
+ROWWISE_DTYPES = ("float32", "float16")
+
+
+@dataclass(frozen=True)
+class RowWise(Workload):
+    """Base of the row-wise workloads: ``rows`` independent rows of ``cols`` elements, each
+    reduced by the stages named in ``reductions`` (in order; float32 whatever the input type)
+    and then written out elementwise by stage ``output_name``. The template ``rowwise``
+    schedules these stages by name."""
+
+    output_name: ClassVar[str] = "Y"
+    reductions: ClassVar[tuple[str, ...]] = ()
+
+    rows: int = knob(4096, "Rows: each is reduced and normalized on its own.", low=1, high=1 << 16)
+    cols: int = knob(4096, "Elements per row: the reduction length.", low=1, high=1 << 16)
+    dtype: str = knob(DTYPE, "Element type of the input and output; the arithmetic inside is float32.",
+                      choices=ROWWISE_DTYPES)
+
+    def output_shape(self):
+        return (self.rows, self.cols)
+
+    def input_dtypes(self):
+        return (self.dtype,) * len(self.input_shapes())
+
+    def output_dtype(self):
+        return self.dtype
+
+    def _load(self, tensor, *index):
+        """An input element in float32, the type of the arithmetic."""
+        value = tensor[index]
+        return value if self.dtype == DTYPE else value.astype(DTYPE)
+
+    def _store(self, value):
+        return value if self.dtype == DTYPE else value.astype(self.dtype)
+
+    def reduction_length(self):
+        """Terms summed per row; a 16-bit output adds one rounding, counted as the float32 terms it is
+        worth (ε16 / ε32), as for a matmul."""
+        extra = 0 if self.dtype == DTYPE else 2 ** (MANTISSA_BITS[DTYPE] - MANTISSA_BITS[self.dtype])
+        return self.cols + extra
+
+
+@dataclass(frozen=True)
+class Softmax(RowWise):
+    owner: ClassVar[str] = "softmax"
+    kind: ClassVar[str] = "softmax"
+    title: ClassVar[str] = "Softmax over rows"
+    input_names: ClassVar[tuple[str, ...]] = ("X",)
+    reductions: ClassVar[tuple[str, ...]] = ("row_max", "exp_sum")
+    # Probabilities (~1 / cols) summed from positive terms: each output's error is relative to itself,
+    # and a floor of 1 would pass a kernel that writes zeros.
+    tolerance_floor: ClassVar[float] = 0.0
+
+    def input_shapes(self):
+        return ((self.rows, self.cols),)
+
+    def _tensors(self, variant):
+        from tvm import te
+
+        x = te.placeholder((self.rows, self.cols), self.dtype, name="X")
+        k = te.reduce_axis((0, self.cols), name="k")
+        row_max = te.compute((self.rows,), lambda i: te.max(self._load(x, i, k), axis=k), name="row_max")
+        k2 = te.reduce_axis((0, self.cols), name="k")
+        exp_sum = te.compute((self.rows,), lambda i: te.sum(te.exp(self._load(x, i, k2) - row_max[i]), axis=k2),
+                             name="exp_sum")
+        y = te.compute((self.rows, self.cols),
+                       lambda i, j: self._store(te.exp(self._load(x, i, j) - row_max[i]) / exp_sum[i]), name="Y")
+        return [x], y
+
+    def reference(self, x):
+        x = x.astype(np.float64)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(DTYPE)
+
+    def torch_op(self, tensors):
+        import torch
+
+        (x,) = tensors
+        return lambda: torch.softmax(x, dim=-1)
+
+    @property
+    def flops(self):
+        # 7 per element, exp counted as one: the max's compare; subtract, exp, add for the sum;
+        # subtract, exp, divide for the output.
+        return 7 * self.rows * self.cols
+
+    def label(self):
+        return f"softmax {self.rows}x{self.cols} {self.dtype}"
+
+
+LAYER_NORM_EPS = 1e-5
+
+
+def _square(value):
+    """value × value: one multiply (``power(value, 2)`` becomes a call to powf in CUDA)."""
+    return value * value
+
+
+@dataclass(frozen=True)
+class LayerNorm(RowWise):
+    owner: ClassVar[str] = "layer_norm"
+    kind: ClassVar[str] = "layer_norm"
+    title: ClassVar[str] = "LayerNorm over rows"
+    input_names: ClassVar[tuple[str, ...]] = ("X", "gamma", "beta")
+    reductions: ClassVar[tuple[str, ...]] = ("row_sum", "centered_sq_sum")
+
+    rows: int = knob(8192, "Rows (tokens): each is normalized on its own.", low=1, high=1 << 16)
+    cols: int = knob(4096, "Hidden size: elements per row, the reduction length.", low=1, high=1 << 16)
+    dtype: str = knob("float16", "Element type of X, γ, β and Y; mean and variance are float32.",
+                      choices=ROWWISE_DTYPES)
+
+    def input_shapes(self):
+        return ((self.rows, self.cols), (self.cols,), (self.cols,))
+
+    def _tensors(self, variant):
+        from tvm import te, tirx
+
+        n = self.cols
+        x = te.placeholder((self.rows, n), self.dtype, name="X")
+        gamma = te.placeholder((n,), self.dtype, name="gamma")
+        beta = te.placeholder((n,), self.dtype, name="beta")
+        k = te.reduce_axis((0, n), name="k")
+        row_sum = te.compute((self.rows,), lambda i: te.sum(self._load(x, i, k), axis=k), name="row_sum")
+        k2 = te.reduce_axis((0, n), name="k")
+        # Two passes (mean, then the squares of x - mean): no cancellation, as on data kept on chip.
+        centered_sq_sum = te.compute(
+            (self.rows,), lambda i: te.sum(_square(self._load(x, i, k2) - row_sum[i] / n), axis=k2),
+            name="centered_sq_sum")
+        y = te.compute(
+            (self.rows, n),
+            lambda i, j: self._store((self._load(x, i, j) - row_sum[i] / n)
+                                     * tirx.rsqrt(centered_sq_sum[i] / n + LAYER_NORM_EPS)
+                                     * self._load(gamma, j) + self._load(beta, j)),
+            name="Y")
+        return [x, gamma, beta], y
+
+    def reference(self, x, gamma, beta):
+        x = x.astype(np.float64)
+        centered = x - x.mean(axis=1, keepdims=True)
+        variance = (centered**2).mean(axis=1, keepdims=True)
+        return (centered / np.sqrt(variance + LAYER_NORM_EPS) * gamma.astype(np.float64)
+                + beta.astype(np.float64)).astype(DTYPE)
+
+    def torch_op(self, tensors):
+        import torch.nn.functional as F
+
+        x, gamma, beta = tensors
+        return lambda: F.layer_norm(x, (self.cols,), gamma, beta, LAYER_NORM_EPS)
+
+    @property
+    def flops(self):
+        # 8 per element: the mean's add; subtract, square, add for the variance; subtract, scale by
+        # the reciprocal deviation, × γ, + β for the output (the per-row rsqrt not counted).
+        return 8 * self.rows * self.cols
+
+    def label(self):
+        return f"layer_norm {self.rows}x{self.cols} {self.dtype}"
+
+
+@dataclass(frozen=True)
+class RMSNorm(RowWise):
+    owner: ClassVar[str] = "rms_norm"
+    kind: ClassVar[str] = "rms_norm"
+    title: ClassVar[str] = "RMSNorm over rows"
+    input_names: ClassVar[tuple[str, ...]] = ("X", "gamma")
+    reductions: ClassVar[tuple[str, ...]] = ("sq_sum",)
+
+    rows: int = knob(8192, "Rows (tokens): each is normalized on its own.", low=1, high=1 << 16)
+    cols: int = knob(4096, "Hidden size: elements per row, the reduction length.", low=1, high=1 << 16)
+    dtype: str = knob("float16", "Element type of X, γ and Y; the mean of squares is float32.",
+                      choices=ROWWISE_DTYPES)
+
+    def input_shapes(self):
+        return ((self.rows, self.cols), (self.cols,))
+
+    def _tensors(self, variant):
+        from tvm import te, tirx
+
+        n = self.cols
+        x = te.placeholder((self.rows, n), self.dtype, name="X")
+        gamma = te.placeholder((n,), self.dtype, name="gamma")
+        k = te.reduce_axis((0, n), name="k")
+        sq_sum = te.compute((self.rows,), lambda i: te.sum(_square(self._load(x, i, k)), axis=k), name="sq_sum")
+        y = te.compute(
+            (self.rows, n),
+            lambda i, j: self._store(self._load(x, i, j) * tirx.rsqrt(sq_sum[i] / n + LAYER_NORM_EPS)
+                                     * self._load(gamma, j)),
+            name="Y")
+        return [x, gamma], y
+
+    def reference(self, x, gamma):
+        x = x.astype(np.float64)
+        rms = np.sqrt((x**2).mean(axis=1, keepdims=True) + LAYER_NORM_EPS)
+        return (x / rms * gamma.astype(np.float64)).astype(DTYPE)
+
+    def torch_op(self, tensors):
+        import torch
+        import torch.nn.functional as F
+
+        x, gamma = tensors
+        if hasattr(F, "rms_norm"):  # PyTorch 2.4 and later
+            return lambda: F.rms_norm(x, (self.cols,), gamma, LAYER_NORM_EPS)
+        return lambda: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + LAYER_NORM_EPS)
+                        * gamma.float()).to(x.dtype)
+
+    @property
+    def flops(self):
+        # 4 per element: square and add for the sum of squares; scale by the reciprocal RMS and × γ
+        # for the output (the per-row rsqrt not counted).
+        return 4 * self.rows * self.cols
+
+    def label(self):
+        return f"rms_norm {self.rows}x{self.cols} {self.dtype}"

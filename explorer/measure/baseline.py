@@ -49,7 +49,7 @@ def torch_baseline(workload: Workload, settings: Settings) -> BaselineRun:
     output = op()
     torch.cuda.synchronize()
     # fp16/bf16 matmuls return C in the input type; the check reads it as float32.
-    check = compare(output.float().cpu().numpy(), reference, workload.reduction_length())
+    check = compare(output.float().cpu().numpy(), reference, workload.reduction_length(), workload.tolerance_floor)
     timing = time_cuda_graph(op, settings) if check.correct else None
     library = f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
     return BaselineRun(library, torch.cuda.get_device_name(0), check, timing)

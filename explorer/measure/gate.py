@@ -3,9 +3,12 @@
 float32 sums of many terms differ from the float64 reference by rounding that grows with
 the number of terms and with the size of the values, so the tolerance is
 ``SAFETY × ε32 × reduction length × output scale`` (the output scale is the largest
-|reference| value, at least 1). A correct float32 kernel stays one to two orders of
-magnitude below it; a wrong index, a missed tile or a race is off by the size of a term
-(~0.1 to 1 here, since inputs are uniform in [-1, 1]), far above it. NaN, ±inf or an
+|reference| value, at least the workload's ``tolerance_floor``: 1, the size of the terms a sum
+adds, since inputs are uniform in [-1, 1]; 0 for softmax, whose outputs are far smaller than 1
+and whose rounding is relative to each output, all of its terms being positive).
+A correct float32 kernel stays one to two orders of magnitude below it; a wrong index, a
+missed tile or a race is off by the size of a term (~0.1 to 1 here, since inputs are uniform
+in [-1, 1]; for softmax, the size of an output), far above it. NaN, ±inf or an
 element the kernel never wrote (the output buffer starts as NaN) is always wrong.
 """
 from __future__ import annotations
@@ -37,15 +40,15 @@ class Check:
         )
 
 
-def tolerance(reference: np.ndarray, reduction_length: int) -> float:
-    scale = max(1.0, float(np.max(np.abs(reference)))) if reference.size else 1.0
+def tolerance(reference: np.ndarray, reduction_length: int, floor: float = 1.0) -> float:
+    scale = max(floor, float(np.max(np.abs(reference)))) if reference.size else floor
     return SAFETY * EPSILON32 * max(1, reduction_length) * scale
 
 
-def compare(output: np.ndarray, reference: np.ndarray, reduction_length: int) -> Check:
+def compare(output: np.ndarray, reference: np.ndarray, reduction_length: int, floor: float = 1.0) -> Check:
     if output.shape != reference.shape:
         raise ValueError(f"output shape {output.shape} != reference shape {reference.shape}")
-    tol = tolerance(reference, reduction_length)
+    tol = tolerance(reference, reduction_length, floor)
     error = np.abs(output.astype(np.float64) - reference.astype(np.float64))
     error = np.where(np.isfinite(error), error, np.inf)
     wrong = ~(error <= tol)

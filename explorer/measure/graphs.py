@@ -50,7 +50,7 @@ def torch_tensor(array):
 
 
 def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
-                   settings: Settings | None = None, check_output=None) -> Timing:
+                   settings: Settings | None = None, check_output=None, floor: float = 1.0) -> Timing:
     """``module["main"](*args)`` (TVM tensors on the local GPU) timed by :func:`time_cuda_graph`.
 
     With a ``reference``, the output is first set to NaN and one captured launch replayed
@@ -71,7 +71,7 @@ def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
         tensors[-1].fill_(float("nan"))
         _capture(launch, 1)  # replays once
         check = (check_output(tensors[-1]) if check_output is not None
-                 else compare(tensors[-1].cpu().numpy(), reference, reduction_length))
+                 else compare(tensors[-1].cpu().numpy(), reference, reduction_length, floor))
         if not check.correct:
             raise MeasureError(f"Replayed from a CUDA graph, the kernel's output is {check.describe()}; "
                                "the graph timing is not trusted.")

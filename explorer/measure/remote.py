@@ -146,7 +146,8 @@ def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureErr
         module = _upload(session, host_module, "kernel.so")
         compile_ms = (time.perf_counter() - start) * 1e3
         args = device_args(inputs, reference, job.workload.output_dtype(), device)
-        check, timing = run_checked(module, device, args, reference, job.workload.reduction_length(), job.settings)
+        check, timing = run_checked(module, device, args, reference, job.workload.reduction_length(), job.settings,
+                                    floor=job.workload.tolerance_floor)
         ceilings = None
         name = device.device_name if target.kind.name == "cuda" else "CPU"
         if timing is not None and job.settings.roofline:

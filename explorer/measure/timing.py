@@ -133,14 +133,14 @@ def device_args(inputs, reference: np.ndarray, output_dtype: str, device) -> lis
 
 
 def run_checked(module, device, args, reference: np.ndarray, reduction_length: int,
-                settings: Settings, check_output=None) -> tuple[Check, Timing | None]:
+                settings: Settings, check_output=None, floor: float = 1.0) -> tuple[Check, Timing | None]:
     """Run once on ``args`` (:func:`device_args`) and compare with the reference; time
     only a correct kernel. ``check_output(output)`` replaces the comparison on the CPU (the
     worker compares on the GPU)."""
     module["main"](*args)
     device.sync()
     check = (check_output(args[-1]) if check_output is not None
-             else compare(args[-1].numpy(), reference, reduction_length))
+             else compare(args[-1].numpy(), reference, reduction_length, floor))
     if not check.correct:
         return check, None
     return check, time_function(module, device, args, settings)

@@ -214,7 +214,7 @@ def run() -> KernelRun:
         clock.lap("upload")
         check_output = _gpu_check(p) if p.target.kind.name == "cuda" else None
         check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings,
-                                    check_output)
+                                    check_output, floor=p.job.workload.tolerance_floor)
         clock.lap("check and time")
         if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda" \
                 and timing.median_us <= GRAPH_UP_TO_US:
@@ -265,7 +265,8 @@ def _gpu_check(p: _Prepared):
     def check_output(output) -> Check:
         tensor = output if isinstance(output, torch.Tensor) else torch.from_dlpack(output)
         return compare_on_gpu(tensor, reference, tol,
-                              lambda: compare(tensor.float().cpu().numpy(), p.reference, reduction))
+                              lambda: compare(tensor.float().cpu().numpy(), p.reference, reduction,
+                                              p.job.workload.tolerance_floor))
 
     return check_output
 
@@ -276,7 +277,8 @@ def _device_reference(workload: Workload, seed: int):
     import torch
 
     _, reference = workload_data(workload, seed)
-    return torch.from_numpy(reference).cuda(), tolerance(reference, workload.reduction_length())
+    return torch.from_numpy(reference).cuda(), tolerance(reference, workload.reduction_length(),
+                                                         workload.tolerance_floor)
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,7 @@ def _graph_timing(p: _Prepared, args, check_output=None) -> Timing | None:
     back-to-back timing still stands."""
     try:
         return time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), p.job.settings,
-                              check_output)
+                              check_output, floor=p.job.workload.tolerance_floor)
     except BaselineUnavailable:
         return None
 

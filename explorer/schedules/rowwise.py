@@ -1,0 +1,161 @@
+"""Row-wise kernels — softmax, LayerNorm, RMSNorm — as one template, the way TVM's dlight rule
+``general_reduction`` treats them: every row goes through one or two reductions (softmax: max,
+then the sum of exponentials; LayerNorm: the sum, then the sum of squared deviations; RMSNorm:
+the sum of squares), then an elementwise pass writes the row out.
+
+Each row is reduced by ``threads`` threads (``threadIdx.x``): the reduction loop is split so
+that thread t sums elements t, t + threads, … (neighbouring threads read neighbouring elements:
+coalesced), and the loop bound to ``threadIdx.x`` is a cross-thread reduction that TVM lowers
+to warp shuffles, plus a shared-memory exchange between warps. ``rows_per_block`` rows share a
+CUDA block (``threadIdx.y``). ``fusion`` says where the passes meet:
+
+- ``separate``: each pass is its own kernel; the row statistics go through global memory and
+  every kernel reads the whole input again (what framework operators do one by one);
+- ``fused``: one kernel per block of rows; the statistics stay in shared memory, but each pass
+  reads the row again from global memory (the L2 cache catches some of it) — dlight's schedule;
+- ``on_chip``: one kernel, and the block first copies its rows into shared memory: the input
+  leaves DRAM once, every pass reads it from shared memory.
+
+``vector`` is the width of the loads and stores TVM vectorizes: the output pass (its stores
+and loads) and, with ``on_chip``, the copy into shared memory. The reduction passes read one
+element per instruction: TVM vectorizes only loops whose iterations are independent, and a
+reduction loop is not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import InvalidKnobs
+from ..knobs import KnobSet, knob
+from ..workloads import LayerNorm, RMSNorm, RowWise, Softmax, numpy_dtype
+from .common import Template, bind, cooperative_fetch, new_schedule, schedule_errors
+
+FUSIONS = ("separate", "fused", "on_chip")
+# The largest shared memory a block may opt in to on any GPU the explorer targets (H100); the
+# verifier checks the target's own limit.
+MAX_SHARED_BYTES = 227 * 1024
+# Widest load or store of one thread: 16 bytes (float4, or 8 halves).
+MAX_VECTOR_BYTES = 16
+
+
+@dataclass(frozen=True)
+class RowWiseKnobs(KnobSet):
+    owner: ClassVar[str] = "rowwise"
+
+    threads: int = knob(256, "Threads that share one row (threadIdx.x): each sums every threads-th element, then "
+                        "the threads combine their sums (warp shuffles, then shared memory across warps).",
+                        choices=(32, 64, 128, 256, 512, 1024))
+    rows_per_block: int = knob(1, "Rows one CUDA block handles side by side (threadIdx.y): threads × rows_per_block "
+                               "threads per block.", choices=(1, 2, 4, 8, 16, 32))
+    vector: int = knob(1, "Elements per load/store instruction in the output pass and in the copy into shared "
+                       "memory (4 floats or 8 halves = 16 bytes).", choices=(1, 2, 4, 8))
+    fusion: str = knob("fused", "separate: one kernel per pass, statistics through global memory; fused: one kernel, "
+                       "each pass reads the row again from global memory; on_chip: one kernel that copies its rows "
+                       "to shared memory once and reads them from there.", choices=FUSIONS)
+
+
+def row_tile_bytes(workload: RowWise, k: RowWiseKnobs) -> int:
+    """Shared memory the on_chip copy of a block's rows takes."""
+    return k.rows_per_block * workload.cols * numpy_dtype(workload.dtype).itemsize
+
+
+def check_knobs(workload: RowWise, k: RowWiseKnobs) -> None:
+    if k.threads * k.rows_per_block > 1024:
+        raise InvalidKnobs(f"threads × rows_per_block = {k.threads * k.rows_per_block} threads per block, more "
+                           f"than the 1024 a CUDA block may have.", ("threads", "rows_per_block"))
+    width = k.vector * numpy_dtype(workload.dtype).itemsize
+    if width > MAX_VECTOR_BYTES:
+        raise InvalidKnobs(f"vector = {k.vector} {workload.dtype} elements are {width} bytes, wider than the 16 bytes "
+                           f"one load or store can move.", ("vector",))
+    if workload.cols % k.vector:
+        raise InvalidKnobs(f"vector = {k.vector} loads {k.vector} consecutive elements at once, but a row of "
+                           f"{workload.cols} is not a multiple of {k.vector}: the vectors would straddle rows.",
+                           ("vector",))
+    if k.fusion == "on_chip" and row_tile_bytes(workload, k) > MAX_SHARED_BYTES:
+        raise InvalidKnobs(f"on_chip keeps {k.rows_per_block} row(s) of {workload.cols} {workload.dtype} elements in "
+                           f"shared memory, {row_tile_bytes(workload, k):,} bytes, more than the "
+                           f"{MAX_SHARED_BYTES:,} a block may have: use fewer rows_per_block or fusion = fused.",
+                           ("fusion", "rows_per_block"))
+
+
+def schedule(workload: RowWise, k: RowWiseKnobs):
+    check_knobs(workload, k)
+    with schedule_errors(k):
+        return _schedule(workload, k)
+
+
+def _rows(sch, loop, k: RowWiseKnobs):
+    """Split a row loop into (blockIdx.x, threadIdx.y) and bind them."""
+    bx, ty = sch.split(loop, factors=[None, k.rows_per_block])
+    bind(sch, bx, "blockIdx.x")
+    if k.rows_per_block > 1:
+        bind(sch, ty, "threadIdx.y")
+    return bx, ty
+
+
+def _across_threads(sch, loop, k: RowWiseKnobs):
+    """Thread t takes elements t, t + threads, …: the loop bound to threadIdx.x goes outside the
+    loop each thread walks (for a reduction, TVM makes it a cross-thread reduction)."""
+    walk, tx = sch.split(loop, factors=[None, k.threads])
+    sch.reorder(tx, walk)
+    bind(sch, tx, "threadIdx.x")
+    return walk
+
+
+def _schedule(workload: RowWise, k: RowWiseKnobs):
+    sch = new_schedule(workload)
+    output = sch.get_sblock(workload.output_name)
+    reductions = [sch.get_sblock(name) for name in workload.reductions]
+
+    if k.fusion == "on_chip":
+        # One shared copy of X that every pass reads.
+        x_shared = sch.cache_read(output, 0, "shared.dyn", consumer_blocks=[*reductions, output])
+
+    i, j = sch.get_loops(output)
+    bx, _ = _rows(sch, i, k)
+    jo, tx, vec = sch.split(j, factors=[None, k.threads, k.vector])
+    sch.reorder(tx, jo)
+    bind(sch, tx, "threadIdx.x")
+    if k.vector > 1:
+        sch.vectorize(vec)
+
+    for block in reversed(reductions):
+        if k.fusion == "separate":
+            row, col = sch.get_loops(block)
+            _rows(sch, row, k)
+        else:
+            # Under the output's block loop: one row statistic per row of the block, in shared memory
+            # so that every thread of the row reads it.
+            sch.set_scope(block, 0, "shared")
+            sch.compute_at(block, bx, preserve_unit_loops=True)
+            row, col = sch.get_loops(block)[-2:]
+            if k.rows_per_block > 1:
+                bind(sch, row, "threadIdx.y")
+        _across_threads(sch, col, k)
+
+    if k.fusion == "on_chip":
+        sch.compute_at(x_shared, bx, preserve_unit_loops=True)
+        cooperative_fetch(sch, x_shared, bx, [("threadIdx.y", k.rows_per_block), ("threadIdx.x", k.threads)],
+                          vector=k.vector)
+    return sch
+
+
+TITLES = {Softmax: "Softmax", LayerNorm: "LayerNorm", RMSNorm: "RMSNorm"}
+
+# One template per workload (a template schedules one workload class), one schedule for all three.
+TEMPLATES = tuple(
+    Template(
+        name=workload.kind,
+        title=f"{title} — one row per group of threads",
+        summary="Threads per row with a cross-thread reduction, rows per block, vector loads, and where the passes "
+                "meet: separate kernels, one fused kernel re-reading the row, or the row kept in shared memory.",
+        workload=workload,
+        knobs=RowWiseKnobs,
+        apply=schedule,
+        tag_knobs={"blockIdx.x": ("rows_per_block",), "threadIdx.x": ("threads",),
+                   "threadIdx.y": ("rows_per_block",)},
+        shared_knobs=("fusion", "rows_per_block"),
+    )
+    for workload, title in TITLES.items()
+)
