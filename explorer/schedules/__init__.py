@@ -17,6 +17,8 @@ from . import (
     matmul_async,
     matmul_hopper,
     matmul_tensorcore,
+    reduce_rfactor,
+    reduce_tree,
 )
 from .common import Template
 
@@ -25,7 +27,8 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, d
                                                       depthwise_flat.TEMPLATE, conv1d.TEMPLATE, conv2d.TEMPLATE,
                                                       conv2d_async.TEMPLATE,
                                                       matmul.TEMPLATE, matmul_async.TEMPLATE,
-                                                      matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,)}
+                                                      matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,
+                                                      reduce_tree.TEMPLATE, reduce_rfactor.TEMPLATE,)}
 
 
 def get_template(name: str) -> Template:
