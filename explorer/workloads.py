@@ -727,3 +727,65 @@ class RMSNorm(RowWise):
 
     def label(self):
         return f"rms_norm {self.rows}x{self.cols} {self.dtype}"
+
+
+# The longest run of float32 additions into one accumulator that a sum template makes: a thread's
+# serial sum before the tree (the templates refuse longer runs), plus the tree's steps. It sets the
+# sum's tolerance (Sum.reduction_length).
+SUM_MAX_RUN = 1024
+
+
+@dataclass(frozen=True)
+class Sum(Workload):
+    """A float32 vector summed to one float32 (the classic parallel reduction)."""
+
+    owner: ClassVar[str] = "sum"
+    kind: ClassVar[str] = "sum"
+    title: ClassVar[str] = "Sum of a vector (parallel reduction)"
+    input_names: ClassVar[tuple[str, ...]] = ("A",)
+    output_name: ClassVar[str] = "B"
+
+    n: int = knob(1 << 26, "Elements summed (2^26 float32 = 256 MB streams from HBM; 2^22 = 16 MB fits in "
+                  "the H100's L2).", low=1, high=MAX_ELEMENTS)
+
+    def input_shapes(self):
+        return ((self.n,),)
+
+    def output_shape(self):
+        return (1,)
+
+    def _tensors(self, variant):
+        from tvm import te
+
+        a = te.placeholder((self.n,), name="A")
+        k = te.reduce_axis((0, self.n), name="k")
+        b = te.compute((1,), lambda _: te.sum(a[k], axis=k), name="B")
+        return [a], b
+
+    def reference(self, a):
+        return np.array([a.astype(np.float64).sum()]).astype(DTYPE)
+
+    def torch_op(self, tensors):
+        import torch
+
+        (a,) = tensors
+        return lambda: torch.sum(a).reshape(1)
+
+    @property
+    def flops(self):
+        """n additions: every kernel here (and PyTorch's) adds each element once to an accumulator
+        that starts at zero, so a sum of n elements is n additions (not the n − 1 a sum needs at
+        least): one FLOP per 4 bytes read."""
+        return self.n
+
+    def reduction_length(self):
+        """The gate's tolerance is ε × this × |sum|. Counting all n terms (the base class) would allow
+        ε·n·|sum|: 32 times the sum itself at n = 2^26, which accepts a kernel that drops whole
+        blocks of terms. What bounds the rounding is how many additions feed one accumulator in a
+        row: a thread's serial run (at most SUM_MAX_RUN) and the steps of the trees above it
+        (log2 n). A float32 tree sum of 2^26 uniform terms is off by about 10^-3; one block's
+        missing partial sum is off by about its size (√(terms/3), 9 for 256 terms)."""
+        return min(self.n, SUM_MAX_RUN + max(1, self.n - 1).bit_length())
+
+    def label(self):
+        return f"sum n={self.n:,}"

@@ -17,6 +17,8 @@ from . import (
     matmul_async,
     matmul_hopper,
     matmul_tensorcore,
+    reduce_rfactor,
+    reduce_tree,
     rowwise,
 )
 from .common import Template
@@ -27,6 +29,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, d
                                                       conv2d_async.TEMPLATE,
                                                       matmul.TEMPLATE, matmul_async.TEMPLATE,
                                                       matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,
+                                                      reduce_tree.TEMPLATE, reduce_rfactor.TEMPLATE,
                                                       *rowwise.TEMPLATES)}
 
 
