@@ -146,6 +146,14 @@ def _plans(*rows) -> dict[str, Plan]:
             for id, template, benchmark, grid, sample, refine in rows}
 
 
+# The reductions: every knob value (a few hundred points each).
+REDUCE_TREE_GRID = ("addressing=sequential", "threads=all", "elements_per_thread=all", "last_warp=all", "unroll=all")
+REDUCE_TREE_REFINE = ("threads", "elements_per_thread", "last_warp")
+REDUCE_RFACTOR_GRID = ("threads=all", "elements_per_thread=all", "vector=all")
+REDUCE_RFACTOR_REFINE = ("threads", "elements_per_thread", "vector")
+ROWWISE_GRID = ("threads=all", "rows_per_block=all", "vector=all", "fusion=all")
+ROWWISE_REFINE = ("threads", "rows_per_block", "vector", "fusion")
+
 PLANS = _plans(
     ("dw-21", "depthwise_blog", "dw-21", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
     ("dw-32", "depthwise_blog", "dw-32", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
@@ -165,6 +173,13 @@ PLANS = _plans(
     ("matmul-async-4096", "matmul_async", "matmul-4096", MATMUL_ASYNC_4096_GRID, 100, MATMUL_ASYNC_REFINE),
     ("matmul-tc-fp16-4096", "matmul_tensorcore", "matmul-fp16-4096", MATMUL_TC_GRID, 60, MATMUL_TC_REFINE),
     ("matmul-tc-bf16-4096", "matmul_tensorcore", "matmul-bf16-4096", MATMUL_TC_GRID, 60, MATMUL_TC_REFINE),
+    ("sum-hbm-tree", "reduce_tree", "sum-hbm", REDUCE_TREE_GRID, 80, REDUCE_TREE_REFINE),
+    ("sum-hbm-rfactor", "reduce_rfactor", "sum-hbm", REDUCE_RFACTOR_GRID, 80, REDUCE_RFACTOR_REFINE),
+    ("sum-l2-rfactor", "reduce_rfactor", "sum-l2", REDUCE_RFACTOR_GRID, 80, REDUCE_RFACTOR_REFINE),
+    ("softmax-4096", "softmax", "softmax-4096", ROWWISE_GRID, 80, ROWWISE_REFINE),
+    ("softmax-vocab-fp16", "softmax", "softmax-vocab-fp16", ROWWISE_GRID, 80, ROWWISE_REFINE),
+    ("layer-norm-fp16", "layer_norm", "layer-norm-fp16", ROWWISE_GRID, 80, ROWWISE_REFINE),
+    ("rms-norm-fp16", "rms_norm", "rms-norm-fp16", ROWWISE_GRID, 80, ROWWISE_REFINE),
 )
 
 

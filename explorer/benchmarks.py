@@ -63,6 +63,10 @@ def _matmul(id, size, dtype="float32", pytorch_us=None, n=None):
                      pytorch_us=pytorch_us, rate_goal=True)
 
 
+def _memory_bound(id, kind, **shape):
+    return Benchmark(id, workload_from_mapping(kind, shape), FASTER_THAN_PYTORCH, strict=True)
+
+
 BENCHMARKS = (
     _depthwise("dw-21", 21, pytorch_us=2.45),
     _depthwise("dw-32", 32, pytorch_us=3.66),
@@ -84,6 +88,13 @@ BENCHMARKS = (
     _matmul("matmul-bf16-4096", 4096, "bfloat16"),
     _matmul("matmul-fp16-8192", 8192, "float16"),
     _matmul("matmul-fp16-llm-4096x11008", 4096, "float16", n=11008),  # LLaMA-7B's MLP up-projection, 4096 tokens
+    # The memory-bound half of a transformer layer: their roof is HBM's (or L2's) bandwidth.
+    _memory_bound("sum-hbm", "sum", n=1 << 26),  # 256 MB: streams from HBM
+    _memory_bound("sum-l2", "sum", n=1 << 22),  # 16 MB: fits in the H100's 50 MB L2
+    _memory_bound("softmax-4096", "softmax", rows=4096, cols=4096, dtype="float32"),
+    _memory_bound("softmax-vocab-fp16", "softmax", rows=2048, cols=32000, dtype="float16"),  # a 32k vocabulary
+    _memory_bound("layer-norm-fp16", "layer_norm", rows=8192, cols=4096, dtype="float16"),
+    _memory_bound("rms-norm-fp16", "rms_norm", rows=8192, cols=4096, dtype="float16"),
 )
 
 
