@@ -166,7 +166,11 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         verify_device(template, device_mod, target)
 
     start = time.perf_counter()
-    runtime_module = _tir_build.tir_to_runtime(host_mod, device_mods, host_target.host or target)
+    try:  # where CUDA is compiled here too (not SOURCE_ONLY), a source that does not compile fails here
+        runtime_module = _tir_build.tir_to_runtime(host_mod, device_mods, host_target.host or target)
+    except Exception as error:  # TVM raises RuntimeError with the compiler's output
+        raise InvalidKnobs(f"The CUDA that TVM generated for this setting does not compile: {summary_line(error)}",
+                           tuple(spec.knobs.to_dict())) from None
     timings["codegen"] = _ms(start)
     cuda = runtime_module.imports[0].inspect_source("cuda") if device_mod is not None else ""
     return Build(

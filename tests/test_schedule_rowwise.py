@@ -9,6 +9,7 @@ import pytest
 import tvm
 
 from explorer.build import Spec, build
+from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.measure.gate import compare
 from explorer.schedules import get_template
@@ -99,6 +100,19 @@ def test_vector_makes_wide_loads_and_stores():
     assert "uint4" in built.cuda  # 8 halves = 16 bytes
     plain = cuda("softmax", Softmax(rows=64, cols=1024), fusion="fused", vector=4)
     assert "*(float4*)(Y_ptr" in plain.cuda
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA needs nvcc")
+@pytest.mark.parametrize("kind,workload", [("softmax", Softmax(rows=64, cols=2048, dtype="float16")),
+                                           ("layer_norm", LayerNorm(rows=64, cols=1024)),
+                                           ("rms_norm", RMSNorm(rows=64, cols=1024))])
+@pytest.mark.parametrize("fusion", ["fused", "on_chip"])
+def test_16_byte_half_vectors_compile(kind, workload, fusion):
+    """vector = 8 on float16: 16-byte copies, and an output pass of at most 4 float32 lanes (TVM's
+    CUDA for an 8-lane float32 broadcast, make_ulonglong4 of 8 floats, does not compile)."""
+    built = cuda(kind, workload, fusion=fusion, vector=8)
+    assert "make_ulonglong4" not in built.cuda
+    assert nvcc_binary(built.cuda, "sm_90").registers  # compiles
 
 
 def test_rows_per_block_and_threads_shape_the_block():

@@ -37,6 +37,10 @@ FUSIONS = ("separate", "fused", "on_chip")
 MAX_SHARED_BYTES = 227 * 1024
 # Widest load or store of one thread: 16 bytes (float4, or 8 halves).
 MAX_VECTOR_BYTES = 16
+# The output pass computes in float32 whatever the input's type, and TVM's CUDA code generator
+# cannot write a float32 vector wider than 16 bytes (an 8-lane broadcast becomes a make_ulonglong4
+# call with 8 arguments, which does not compile): that pass takes at most 4 lanes.
+OUTPUT_LANES = 4
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,9 @@ class RowWiseKnobs(KnobSet):
                         choices=(32, 64, 128, 256, 512, 1024))
     rows_per_block: int = knob(1, "Rows one CUDA block handles side by side (threadIdx.y): threads × rows_per_block "
                                "threads per block.", choices=(1, 2, 4, 8, 16, 32))
-    vector: int = knob(1, "Elements per load/store instruction in the output pass and in the copy into shared "
-                       "memory (4 floats or 8 halves = 16 bytes).", choices=(1, 2, 4, 8))
+    vector: int = knob(1, "Elements per load instruction in the copy into shared memory (4 floats or 8 halves = "
+                       "16 bytes) and per store in the output pass (at most 4: its arithmetic is float32).",
+                       choices=(1, 2, 4, 8))
     fusion: str = knob("fused", "separate: one kernel per pass, statistics through global memory; fused: one kernel, "
                        "each pass reads the row again from global memory; on_chip: one kernel that copies its rows "
                        "to shared memory once and reads them from there.", choices=FUSIONS)
@@ -114,10 +119,11 @@ def _schedule(workload: RowWise, k: RowWiseKnobs):
 
     i, j = sch.get_loops(output)
     bx, _ = _rows(sch, i, k)
-    jo, tx, vec = sch.split(j, factors=[None, k.threads, k.vector])
+    lanes = min(k.vector, OUTPUT_LANES)
+    jo, tx, vec = sch.split(j, factors=[None, k.threads, lanes])
     sch.reorder(tx, jo)
     bind(sch, tx, "threadIdx.x")
-    if k.vector > 1:
+    if lanes > 1:
         sch.vectorize(vec)
 
     for block in reversed(reductions):
