@@ -16,6 +16,7 @@ from tvm.s_tir import SBlockRealize
 from tvm.tirx.analysis import undefined_vars
 
 from .errors import InvalidKnobs, summary_line
+from .gpus import gpu_of
 from .schedules.common import Template
 from .targets import is_cuda
 from .tir_walk import allocations, thread_tag, walk
@@ -118,14 +119,6 @@ def _check_launch(template: Template, extents: dict[str, int], target) -> None:
         )
 
 
-# Dynamic shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize), by
-# architecture (CUDA C Programming Guide, compute capabilities table); TVM's CUDA runtime opts in
-# by itself when a kernel asks for 48 KB or more.
-DYNAMIC_SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
-                         "sm_90": 227 * 1024, "sm_90a": 227 * 1024, "sm_100": 227 * 1024, "sm_100a": 227 * 1024,
-                         "sm_120": 99 * 1024}
-
-
 def shared_bytes(func: tirx.PrimFunc) -> int:
     """Shared memory (static and dynamic) allocated by one lowered device function, in bytes."""
     return sum(a.bytes for a in allocations(func) if a.scope in ("shared", "shared.dyn"))
@@ -146,7 +139,10 @@ def dynamic_shared_bytes(func: tirx.PrimFunc) -> int:
 def shared_limits(target: tvm.target.Target) -> tuple[int, int]:
     """(static limit, dynamic opt-in limit) of shared memory per block on ``target``."""
     static = int(target.attrs.get("max_shared_memory_per_block", 49152))
-    return static, max(static, DYNAMIC_SHARED_LIMITS.get(str(target.attrs.get("arch", "")), static))
+    # The dynamic shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
+    # TVM's CUDA runtime opts in by itself when a kernel asks for 48 KB or more.
+    gpu = gpu_of(str(target.attrs.get("arch", "")))
+    return static, max(static, (gpu.max_shared_per_block if gpu else None) or static)
 
 
 def verify_device(template: Template, device_mod: tvm.IRModule, target: tvm.target.Target) -> None:

@@ -3,9 +3,10 @@ import numpy as np
 
 from explorer import figures, style
 from explorer.analysis.banks import LaneMap, analyze_banks
-from explorer.analysis.resources import SM_LIMITS, KernelResources, occupancy
+from explorer.analysis.resources import KernelResources, occupancy
 from explorer.analysis.tiling import analyze_tiling
 from explorer.build import build
+from explorer.gpus import GPUS
 from explorer.presets import get_preset
 
 
@@ -64,7 +65,7 @@ def test_conflicts_figure_has_a_bar_per_access():
 
 def test_occupancy_figure_highlights_the_limiter():
     kernel = KernelResources("k", (1, 1, 1), (256, 1, 1), 256, 4096, 48, 0,
-                             occupancy(SM_LIMITS["sm_90"], 256, 4096, 48))
+                             occupancy(GPUS["sm_90"].limits, 256, 4096, 48))
     bars = figures.occupancy_figure(kernel).data[0]
     colour = dict(zip(bars.x, bars.marker.color, strict=False))
     assert colour["registers"] == style.LIMITER_COLOURS["registers"]

@@ -3,7 +3,6 @@ points for measured settings and the static estimate, published figures per targ
 import pytest
 
 from explorer.analysis.roofline import (
-    PUBLISHED_GPUS,
     STATIC,
     Ceilings,
     bound_us,
@@ -12,6 +11,7 @@ from explorer.analysis.roofline import (
     roofline,
 )
 from explorer.errors import ExplorerError
+from explorer.gpus import published_gpus
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
@@ -68,7 +68,7 @@ def test_without_a_measurement_the_point_is_a_static_estimate_on_the_roof():
 
 
 def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
-    assert set(PUBLISHED_GPUS) == {"sm_90", "sm_80", "sm_75", "sm_89"}
+    assert set(published_gpus()) == {"sm_90", "sm_80", "sm_75", "sm_89"}
     h100 = published_ceilings("sm_90a")
     assert (h100.fp32_gflops, h100.hbm_gbps, h100.l2_gbps) == (67_000, 3_350, None) and not h100.measured
     assert "GDDR6" in published_ceilings("sm_75").source  # the T4's "HBM" roof is its GDDR6

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from .. import urlstate
 from ..build import Build, Spec, build
 from ..errors import ExplorerError, InvalidKnobs
+from ..gpus import DEFAULT, base_arch, gpu_of
 from ..targets import WARP_SIZE
 from . import ncu
 from .accesses import kernel_accesses
@@ -51,10 +52,6 @@ OUTPUT_BYTES = 4  # outputs are float32
 # of recent GPUs put it at 500-600 cycles when it misses the L1).
 MEMORY_LATENCY_CYCLES = 600
 
-# Published SM counts and FP32 lanes per SM of the GPUs explorer.analysis.roofline has figures
-# for (vendors' datasheets); the clock is derived from the FP32 peak: peak = SMs × lanes × 2 × clock.
-SMS = {"sm_90": 132, "sm_80": 108, "sm_75": 40, "sm_89": 128}
-FP32_LANES = {"sm_90": 128, "sm_80": 64, "sm_75": 64, "sm_89": 128}
 
 RANKING_RULE = (f"Findings are ranked by their estimated cost in µs, largest first; one costing less than "
                 f"{MIN_SHARE:.0%} of the roofline's least time is not shown. Each cost is the extra time its "
@@ -172,12 +169,14 @@ class Facts:
 
 
 def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | None = None) -> Device:
-    key = arch[:5] if arch.startswith("sm_") else arch
-    sms = sms or SMS.get(key, SMS["sm_90"])
-    lanes = FP32_LANES.get(key, FP32_LANES["sm_90"])
+    """The clock is derived from the FP32 peak: peak = SMs × FP32 lanes × 2 × clock (explorer.gpus: a
+    GPU the table has no SM count for is taken as the default one)."""
+    entry, key = gpu_of(arch), base_arch(arch)
+    gpu = entry if entry is not None and entry.sms else DEFAULT
+    sms = sms or gpu.sms
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
-    number = int(key[3:]) if key[3:].isdigit() else 90
-    return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * lanes * 2), bandwidth, roof)
+    number = int((key or DEFAULT.arch)[3:])
+    return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof)
 
 
 # -- findings -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import tvm
 
 from ..build import Build
+from ..gpus import DEFAULT
 from ..targets import WARP_SIZE
 from .banks import analyze_banks
 from .resources import analyze_resources
@@ -25,7 +26,7 @@ class StaticScore:
 
 # Without a GPU a sweep ranks by this rough model of the static analyses (and says so).
 LATENCY_HIDING_WARPS = 16  # resident warps per SM taken as enough to hide memory latency
-DEFAULT_SMS = 132  # an H100's SMs, assumed when no GPU is present to ask
+DEFAULT_SMS = DEFAULT.sms  # an H100's SMs, assumed when no GPU is present to ask
 STATIC_MODEL = (
     "Static cost = loads per output (each thread loading its input footprint once, the blog's reuse count) "
     f"× shared-memory wavefronts per conflict-free wavefront ÷ the share of each warp's {WARP_SIZE} lanes in use "

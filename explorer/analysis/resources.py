@@ -8,42 +8,12 @@ limit is reported as unknown ("not compiled").
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 from ..build import warps_for
 from ..errors import ExplorerError
+from ..gpus import SMLimits, nearest_limits
 from ..targets import WARP_SIZE
-
-
-@dataclass(frozen=True)
-class SMLimits:
-    arch: str
-    threads: int  # resident threads per SM
-    blocks: int  # resident blocks per SM
-    registers: int  # 32-bit registers per SM
-    register_unit: int  # registers are allocated per warp in units of this many
-    max_registers_per_thread: int
-    shared: int  # shared memory per SM at the largest carveout, bytes
-    shared_unit: int  # shared memory is allocated per block in units of this many bytes
-    shared_reserved: int  # bytes the system reserves per block
-
-
-# Per compute capability. Sources: CUDA C++ Programming Guide, "Compute Capabilities",
-# table "Technical Specifications per Compute Capability" (threads, blocks, registers and
-# shared memory per SM; 1 KB reserved per block from 8.0); the CUDA Occupancy Calculator
-# (cuda_occupancy.h / Nsight Compute's occupancy calculator) for the allocation
-# granularities: registers in units of 256 per warp, shared memory in units of 256 bytes
-# (7.x) or 128 bytes (8.0+).
-SM_LIMITS = {
-    "sm_70": SMLimits("sm_70", 2048, 32, 65536, 256, 255, 96 * 1024, 256, 0),  # V100
-    "sm_75": SMLimits("sm_75", 1024, 16, 65536, 256, 255, 64 * 1024, 256, 0),  # T4, RTX 20
-    "sm_80": SMLimits("sm_80", 2048, 32, 65536, 256, 255, 164 * 1024, 128, 1024),  # A100
-    "sm_86": SMLimits("sm_86", 1536, 16, 65536, 256, 255, 100 * 1024, 128, 1024),  # RTX 30, A10
-    "sm_87": SMLimits("sm_87", 2048, 16, 65536, 256, 255, 164 * 1024, 128, 1024),  # Jetson Orin
-    "sm_89": SMLimits("sm_89", 1536, 24, 65536, 256, 255, 100 * 1024, 128, 1024),  # RTX 40, L4, L40
-    "sm_90": SMLimits("sm_90", 2048, 32, 65536, 256, 255, 228 * 1024, 128, 1024),  # H100, H200
-}
 
 NOT_COMPILED = "not compiled"
 SUB_PARTITIONS = 4  # SM sub-partitions (warp schedulers) from sm_70 on
@@ -51,19 +21,7 @@ SUB_PARTITIONS = 4  # SM sub-partitions (warp schedulers) from sm_70 on
 
 def sm_limits(arch: str) -> tuple[SMLimits, str]:
     """Limits for ``arch`` (``sm_90a`` uses sm_90's), and a note when a neighbour's are used."""
-    found = re.fullmatch(r"sm_(\d+)[a-z]?", arch or "")
-    if not found:
-        raise ExplorerError(f"Occupancy needs a CUDA architecture such as sm_90, not '{arch}'.")
-    number = int(found.group(1))
-    key = f"sm_{number}"
-    if key in SM_LIMITS:
-        return SM_LIMITS[key], ""
-    known = sorted(int(k[3:]) for k in SM_LIMITS)
-    lower = [k for k in known if k <= number]
-    if not lower:
-        raise ExplorerError(f"No occupancy limits for {arch}; the table covers {', '.join(SM_LIMITS)}.")
-    closest = f"sm_{lower[-1]}"
-    return SM_LIMITS[closest], f"{arch} is not in the limits table; {closest}'s limits are used."
+    return nearest_limits(arch)
 
 
 @dataclass(frozen=True)

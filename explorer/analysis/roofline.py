@@ -17,10 +17,10 @@ without one, from the published figures below, labelled as such.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 from ..errors import ExplorerError
+from ..gpus import MB, gpu_of, published_gpus
 
 MEASURED = "measured"
 PUBLISHED = "published"
@@ -83,41 +83,13 @@ class Ceilings:
         return {**asdict(self), "tensor_gflops": dict(self.tensor_gflops)}
 
 
-@dataclass(frozen=True)
-class PublishedGPU:
-    name: str
-    fp32_gflops: float
-    memory: str  # the device memory behind the "HBM" roof
-    hbm_gbps: float
-    l2_bytes: int
-    reference: str  # the document the figures are from
-    tensor_gflops: tuple[tuple[str, float], ...] = ()  # dense, float32 accumulation, by input type
-
-
-MB = 1024 * 1024
-# Vendors' datasheet figures (boost clocks). FP32: dense, on the CUDA cores. Tensor cores:
-# dense (without structured sparsity, which doubles the datasheets' headline figures) and
-# with float32 accumulation; the T4 (Turing) has no bfloat16. None of them publishes the L2
-# cache's bandwidth, so published ceilings have no L2 roof.
-PUBLISHED_GPUS = {
-    "sm_90": PublishedGPU("H100 SXM", 67_000, "HBM3", 3_350, 50 * MB, "NVIDIA H100 Tensor Core GPU datasheet",
-                          (("bfloat16", 989_500), ("float16", 989_500))),
-    "sm_80": PublishedGPU("A100 SXM 80GB", 19_500, "HBM2e", 2_039, 40 * MB, "NVIDIA A100 Tensor Core GPU datasheet",
-                          (("bfloat16", 312_000), ("float16", 312_000))),
-    "sm_75": PublishedGPU("Tesla T4", 8_100, "GDDR6", 320, 4 * MB, "NVIDIA T4 Tensor Core GPU datasheet",
-                          (("float16", 65_000),)),
-    "sm_89": PublishedGPU("GeForce RTX 4090", 82_580, "GDDR6X", 1_008, 72 * MB,
-                          "NVIDIA Ada GPU architecture whitepaper", (("bfloat16", 165_200), ("float16", 165_200))),
-}
-
-
 def published_ceilings(arch: str) -> Ceilings:
     """The published figures for a CUDA architecture (``sm_90a`` uses sm_90's)."""
-    found = re.fullmatch(r"(sm_\d+)[a-z]?", arch or "")
-    gpu = PUBLISHED_GPUS.get(found.group(1)) if found else None
+    entry = gpu_of(arch)
+    gpu = entry.published if entry else None
     if gpu is None:
         raise ExplorerError(f"No published figures for {arch or 'this target'}; the table covers "
-                            f"{', '.join(f'{a} ({g.name})' for a, g in PUBLISHED_GPUS.items())}. Measure on a GPU.")
+                            f"{', '.join(f'{a} ({g.name})' for a, g in published_gpus().items())}. Measure on a GPU.")
     return Ceilings(gpu.fp32_gflops, gpu.hbm_gbps, None, gpu.l2_bytes,
                     f"{PUBLISHED} figures for {gpu.name}, {gpu.memory} ({gpu.reference})", gpu.tensor_gflops)
 

@@ -50,6 +50,7 @@ from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
+from ..gpus import GPUS
 from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import Matmul
@@ -63,8 +64,8 @@ WGMMA_M, WGMMA_K = 64, 16  # rows and reduction of one wgmma instruction (16-bit
 # Swizzle knob value -> (CUtensorMapSwizzle / wgmma descriptor code, bytes of a swizzled row).
 SWIZZLES = {"128B": (3, 128), "64B": (2, 64), "32B": (1, 32)}
 MAX_ACCUMULATORS = 128  # float32 accumulators per thread that leave registers for the rest (255 at most)
-SHARED_LIMIT = 227 * 1024  # dynamic shared memory a block may opt in to on the H100
-PERSISTENT_BLOCKS = 132  # the H100 SXM's SMs: one block each when tiles are persistent
+SHARED_LIMIT = GPUS["sm_90"].max_shared_per_block  # dynamic shared memory a block may opt in to on the H100
+PERSISTENT_BLOCKS = GPUS["sm_90"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
 RASTER_GROUP = 8  # rows of tiles visited together, so that concurrent blocks share tiles in L2
 PRODUCER_REGISTERS = 40  # setmaxnreg: what the copying warpgroup keeps
 # ... and what the multiplying ones get: at least what the compiler gave every thread (up to 255 for

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import InvalidKnobs
+from ..gpus import DEFAULT
 from ..knobs import KnobSet, knob
 from ..workloads import LayerNorm, RMSNorm, RowWise, Softmax, numpy_dtype
 from .common import Template, bind, cooperative_fetch, new_schedule, schedule_errors
@@ -34,7 +35,8 @@ from .common import Template, bind, cooperative_fetch, new_schedule, schedule_er
 FUSIONS = ("separate", "fused", "on_chip")
 # The largest shared memory a block may opt in to on any GPU the explorer targets (H100); the
 # verifier checks the target's own limit.
-MAX_SHARED_BYTES = 227 * 1024
+# The largest on-chip row the template writes (the target's own limit is checked when it is verified).
+MAX_SHARED_BYTES = DEFAULT.max_shared_per_block
 # Widest load or store of one thread: 16 bytes (float4, or 8 halves).
 MAX_VECTOR_BYTES = 16
 # The output pass computes in float32 whatever the input's type, and TVM's CUDA code generator
