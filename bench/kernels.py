@@ -5,7 +5,7 @@ roofline, and whether the benchmark's goal is met.
     python bench/kernels.py [--no-write]
     python bench/kernels.py --only conv2d "matmul 1024"     # a subset: label contains a TEXT (or equals it)
     python bench/kernels.py --list                           # the workloads' labels
-    python bench/kernels.py --only float16 --cold-l2 --ncu   # the 16-bit (Hopper) rows, also cold and under ncu
+    python bench/kernels.py --only float16 --cold-l2 --ncu   # the 16-bit rows, also cold and under ncu
 
 Every shipped preset of a benchmark's workload is measured (checked against NumPy first, then
 timed with the default measurement settings: median of 20 repeats of >= 1 ms), both

@@ -27,7 +27,9 @@ def test_only_picks_rows_by_part_of_their_label_or_the_whole_label():
     assert labels(kernels.selected(["MATMUL 4096x4096x4096"])) == ["matmul 4096x4096x4096"]  # a whole label
     assert labels(kernels.selected(["matmul 4096x4096x4096 float16", "1024"])) == [
         "matmul 1024x1024x1024", "matmul 4096x4096x4096 float16"]
-    assert len(kernels.selected(["float16"])) == 4  # 4096³, 8192³, 4096×11008×4096; bfloat16 contains it too
+    # The matmuls at 4096³, 8192³ and 4096×11008×4096 (bfloat16 contains it too), softmax over a vocabulary,
+    # LayerNorm and RMSNorm.
+    assert len(kernels.selected(["float16"])) == 7
     assert kernels.selected(["no such workload"]) == ()
     assert kernels.selected(None) == kernels.BENCHMARKS
 
@@ -155,7 +157,7 @@ def test_a_stored_row_is_judged_in_the_benchmarks_current_words():
 def test_the_hopper_rows_measure_the_template_s_defaults_and_persistent_tiles_where_no_preset_has_them():
     from explorer.schedules.matmul_hopper import check_knobs
 
-    fp16_4096, bf16_4096, fp16_8192, llm = kernels.selected(["float16"])
+    fp16_4096, bf16_4096, fp16_8192, llm = kernels.selected(["float16"])[:4]  # the matmuls come first
     # The shipped fp16 4096³ presets already have both settings; bf16 has the defaults only.
     assert not {"matmul_hopper defaults", "matmul_hopper persistent"} & set(kernels.candidates(fp16_4096.workload))
     assert "matmul_hopper persistent" in kernels.candidates(bf16_4096.workload)
