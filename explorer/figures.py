@@ -144,12 +144,15 @@ def tree_figure(report: TreeReport) -> go.Figure:
         marker={"color": TREE_COLOURS["divergent"], "symbol": "diamond", "size": 12}, hovertext=hover,
         hoverinfo="text"))
     warps = report.warps
+    banks = ["registers" if t.bank_ways is None else f"{t.bank_ways}-way" for t in steps]
+    figure.update_xaxes(tickvals=labels, ticktext=[f"{label}<br>{ways}" for label, ways in zip(labels, banks,
+                                                                                               strict=True)])
     return _layout(figure, f"Tree of {report.threads} threads ({warps} warps): {report.addressing} addressing, "
-                           f"last warp {report.last_warp}",
-                   barmode="stack", legend={"orientation": "h", "y": -0.2},
-                   yaxis={"title": "threads", "range": [0, report.threads * 1.05]},
-                   yaxis2={"title": "divergent warps", "overlaying": "y", "side": "right",
-                           "range": [0, warps * 1.05 + 0.5], "showgrid": False})
+                           f"last warp {report.last_warp}<br><sup>under each step: its shared-memory bank ways</sup>",
+                   barmode="stack", legend={"orientation": "h", "y": -0.25},
+                   yaxis={"title": "threads", "range": [0, report.threads * 1.08]},
+                   yaxis2={"title": "divergent warps", "overlaying": "y", "side": "right", "showgrid": False,
+                           "range": [0, warps * 1.08], "dtick": max(1, warps // 8)})
 
 
 # -- tiling ------------------------------------------------------------------------------

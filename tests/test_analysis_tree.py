@@ -143,6 +143,8 @@ def test_tree_figure_stacks_threads_and_marks_divergent_warps():
     assert list(needed.y) == [t.active_threads for t in report.steps] and set(extra.y) == {0}
     assert [a + b for a, b in zip(needed.y, idle.y, strict=True)] == [256] * 8
     assert list(divergent.y) == [8, 8, 8, 8, 8, 4, 2, 1] and divergent.marker.color == style.TREE_COLOURS["divergent"]
+    strided = figures.tree_figure(tree_of(addressing="interleaved_strided"))
+    assert list(strided.layout.xaxis.ticktext)[:3] == ["s=1<br>2-way", "s=2<br>4-way", "s=4<br>8-way"]
     shuffle = figures.tree_figure(tree_of(last_warp="shuffle")).data
     assert list(shuffle[0].x)[2:] == [f"s={s} (warp 0)" for s in (32, 16, 8, 4, 2, 1)]
     assert list(shuffle[1].y) == [0, 0, 0, 16, 24, 28, 30, 31]  # lanes adding values no one reads
