@@ -138,5 +138,6 @@ def show_sass(built) -> None:
             show_code(text, "sass", "sass", f"SASS of {kernel.kernel} for {report.arch}, under its CUDA lines")
     st.caption(f"Compiled and read without a CUDA toolkit: {', '.join(report.tools)}. Counts are static: each "
                "instruction once, however often it runs. LDS/STS/LDG/STG/LDL/STL are split by the bits one thread "
-               "moves (LDS.64: two floats); loop branches jump back to an earlier address, a loop not unrolled. "
+               "moves (LDS.64: two floats); SHFL are warp shuffles (a lane reads another lane's register); loop "
+               "branches jump back to an earlier address, a loop not unrolled. "
                + SHARED_NOTE)

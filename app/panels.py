@@ -10,7 +10,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer import figures, targets
-from explorer.analysis import banks, ncu
+from explorer.analysis import banks, ncu, tree
 from explorer.analysis.resources import analyze_resources
 from explorer.analysis.roofline import no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
@@ -155,6 +155,33 @@ def bank_conflicts(built: Build) -> None:
         st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes)))
 
 
+def reduction_tree(built: Build) -> None:
+    """The written sum's shared-memory tree step by step: active and idle threads, idle and
+    divergent warps, bank ways and the barrier of each step."""
+    try:
+        report = tree.analyze_tree(built.spec)
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    if report is None:
+        st.caption(tree.NOT_APPLICABLE)
+        return
+    st.markdown(f"**A block of {report.threads} threads ({report.warps} warps) adds its sums in "
+                f"{len(report.steps)} steps** — worst bank conflict {report.worst_bank_ways}-way; both kernels "
+                "run this tree.")
+    st.plotly_chart(figures.tree_figure(report), key="tree-steps-figure")
+    st.dataframe([
+        {"step size s": t.s, "stage": t.stage, "active threads": t.active_threads, "needed": t.needed_threads,
+         "idle threads": t.idle_threads, "idle warps": t.idle_warps, "divergent warps": t.divergent_warps,
+         "bank ways": "registers only" if t.bank_ways is None else f"{t.bank_ways}-way", "then": t.barrier}
+        for t in report.steps
+    ], hide_index=True, key="tree-steps")
+    st.caption("Active threads execute the step's add; needed ones add a sum a later step reads (the last warp's "
+               "lanes all add, needed or not). A divergent warp has lanes that add beside lanes that wait; an idle "
+               "warp has none that add. Bank ways: the most distinct 4-byte words one of the 32 banks serves in any "
+               "warp's shared-memory access of the step (the Bank conflicts tab counts them for the whole launch).")
+
+
 def vthreads(built: Build) -> None:
     """This setting beside the same block and threads without vthreads: loop nests, the
     outputs each thread owns, one warp's shared load and its banks, and latencies."""
@@ -282,6 +309,7 @@ PANELS = {
     "SASS": code_view.show_sass,
     "Tiling": tiling,
     "Bank conflicts": bank_conflicts,
+    "Reduction tree": reduction_tree,
     "Resources": resources,
     "vthread": vthreads,
     "Roofline": roofline,

@@ -20,6 +20,7 @@ from .analysis.resources import analyze_resources, format_resources
 from .analysis.roofline import format_roofline, published_ceilings, roofline
 from .analysis.sass import analyze_sass, compile_binary, format_sass
 from .analysis.tiling import analyze_tiling, format_tiling
+from .analysis.tree import analyze_tree, format_tree
 from .build import Spec, build
 from .errors import ExplorerError
 from .export import file_name, snippet
@@ -147,6 +148,12 @@ def _view_banks(spec, args):
 def _view_tiling(spec, args):
     tiling = analyze_tiling(build(spec, args.target))
     return format_tiling(tiling), {"tiling": tiling.to_dict()}
+
+
+@view("tree")
+def _view_tree(spec, args):
+    report = analyze_tree(spec)
+    return format_tree(report), {"tree": report.to_dict() if report is not None else None}
 
 
 @view("resources")

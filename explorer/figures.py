@@ -15,6 +15,7 @@ from .analysis.banks import BANK_BYTES, BANKS, BankReport, LaneMap
 from .analysis.resources import KernelResources
 from .analysis.roofline import Point, Roofline
 from .analysis.tiling import Tiling
+from .analysis.tree import LOOP, TreeReport
 from .style import (
     CATEGORICAL,
     CONFLICT_COLOUR,
@@ -26,6 +27,7 @@ from .style import (
     POINT_COLOURS,
     ROOF_COLOURS,
     SCOPE_COLOURS,
+    TREE_COLOURS,
     TRIES_FIGURE_HEIGHT,
 )
 
@@ -113,6 +115,44 @@ def conflicts_figure(report: BankReport) -> go.Figure:
     figure.update_xaxes(title="wavefronts per request", rangemode="tozero")
     figure.update_yaxes(autorange="reversed")
     return _layout(figure, "Shared-memory accesses: wavefronts per request")
+
+
+# -- reduction tree ----------------------------------------------------------------------
+
+
+def tree_figure(report: TreeReport) -> go.Figure:
+    """A block's threads at each tree step, stacked: those whose sum is used, those of the last
+    warp that add a value no one reads, the idle ones; the divergent warps as diamonds on the
+    right axis (0: every warp either adds with all its lanes or waits whole)."""
+    steps = report.steps
+    labels = [f"s={t.s}" if t.stage == LOOP else f"s={t.s} (warp 0)" for t in steps]
+    hover = [f"{t.stage}, s = {t.s}: {t.active_threads} threads add ({t.needed_threads} needed), {t.idle_threads} "
+             f"idle<br>{t.idle_warps} warps idle, {t.divergent_warps} divergent<br>banks: "
+             + ("no shared memory" if t.bank_ways is None else f"{t.bank_ways}-way") + f"<br>then {t.barrier}"
+             for t in steps]
+    figure = go.Figure()
+    for name, values in (("needed", [t.needed_threads for t in steps]),
+                         ("extra", [t.active_threads - t.needed_threads for t in steps]),
+                         ("idle", [t.idle_threads for t in steps])):
+        title = {"needed": "threads adding a sum that is used", "extra": "last-warp lanes adding unused values",
+                 "idle": "idle threads"}[name]
+        figure.add_trace(go.Bar(x=labels, y=values, name=title, marker={"color": TREE_COLOURS[name]},
+                                hovertext=hover, hoverinfo="text"))
+    figure.add_trace(go.Scatter(
+        x=labels, y=[t.divergent_warps for t in steps], yaxis="y2", mode="markers+text", name="divergent warps",
+        text=[str(t.divergent_warps) if t.divergent_warps else "" for t in steps], textposition="top center",
+        marker={"color": TREE_COLOURS["divergent"], "symbol": "diamond", "size": 12}, hovertext=hover,
+        hoverinfo="text"))
+    warps = report.warps
+    banks = ["registers" if t.bank_ways is None else f"{t.bank_ways}-way" for t in steps]
+    figure.update_xaxes(tickvals=labels, ticktext=[f"{label}<br>{ways}" for label, ways in zip(labels, banks,
+                                                                                               strict=True)])
+    return _layout(figure, f"Tree of {report.threads} threads ({warps} warps): {report.addressing} addressing, "
+                           f"last warp {report.last_warp}<br><sup>under each step: its shared-memory bank ways</sup>",
+                   barmode="stack", legend={"orientation": "h", "y": -0.25},
+                   yaxis={"title": "threads", "range": [0, report.threads * 1.08]},
+                   yaxis2={"title": "divergent warps", "overlaying": "y", "side": "right", "showgrid": False,
+                           "range": [0, warps * 1.08], "dtick": max(1, warps // 8)})
 
 
 # -- tiling ------------------------------------------------------------------------------

@@ -28,6 +28,10 @@ LIMITER_COLOURS = {
 # Loads vs stores in bank-conflict charts.
 OP_COLOURS = {"load": SCOPE_COLOURS["shared"], "store": "#E45756"}
 
+# Reduction tree steps: threads that add (those whose sum is used, and the rest of the last warp),
+# idle threads, and the warps that diverge (some lanes add, some wait).
+TREE_COLOURS = {"needed": OK_COLOUR, "extra": "#A1D99B", "idle": INACTIVE_COLOUR, "divergent": "#7F3C8D"}
+
 # Categorical palette for ids (blocks, threads, vthreads): neighbours must differ.
 CATEGORICAL = tuple(qualitative.Light24)
 

@@ -244,6 +244,37 @@ def test_unrolling_removes_branches_and_widens_shared_loads(no_toolkit):
     assert unrolled.ffma == rolled.ffma
 
 
+def test_warp_shuffles_are_counted(no_toolkit):
+    """reduce-shuffle's last warp is five __shfl_down_sync steps in each of its two kernels; the
+    sequential tree of kernel 3 has none (its last steps go through shared memory)."""
+    shuffle, sequential = (sass.analyze_sass(build(get_preset(p).spec, "h100"))
+                           for p in ("reduce-shuffle", "reduce-3-sequential"))
+    assert [k.mix.shfl for k in shuffle.kernels] == [5, 5]
+    assert {i.opcode for k in shuffle.kernels for i in k.instructions if i.opcode.startswith("SHFL")} == {"SHFL.DOWN"}
+    assert all("SHFL 5" in sass.mix_summary(k.mix) for k in shuffle.kernels)
+    assert [k.mix.shfl for k in sequential.kernels] == [0, 0]
+    assert all("SHFL" not in sass.mix_summary(k.mix) for k in sequential.kernels)
+    assert ("SHFL", 0) in sequential.kernels[0].mix.rows()  # the row is there for every kernel, so tries line up
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="the cross-check needs nvcc")
+def test_nvcc_compiles_the_same_shuffles(tmp_path):
+    """nvcc's cubin of the same CUDA (fast math, as TVM compiles), disassembled: SHFL.DOWN five times per
+    kernel for reduce-shuffle, never for reduce-3-sequential."""
+    found = {}
+    for preset in ("reduce-shuffle", "reduce-3-sequential"):
+        built = build(get_preset(preset).spec, "h100")
+        path, cubin = tmp_path / f"{preset}.cu", tmp_path / f"{preset}.cubin"
+        path.write_text(built.cuda)
+        subprocess.run([nvcc_path(), "--cubin", f"-arch={built.target.arch}", "-O3", "--use_fast_math", "-o",
+                        str(cubin), str(path)], check=True, capture_output=True)
+        kernels = sass.parse_sass(cuda_compile.disassemble(cubin.read_bytes())[0])
+        found[preset] = {name: [i.opcode for i in instructions if i.opcode.startswith("SHFL")]
+                         for name, instructions in kernels.items()}
+    assert found["reduce-shuffle"] == {"main_kernel": ["SHFL.DOWN"] * 5, "main_kernel_1": ["SHFL.DOWN"] * 5}
+    assert found["reduce-3-sequential"] == {"main_kernel": [], "main_kernel_1": []}
+
+
 def test_cli_sass_view(no_toolkit, capsys):
     from explorer.cli import main
 

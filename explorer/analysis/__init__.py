@@ -4,6 +4,8 @@
   lowered device TIR, in Nsight Compute's units.
 - :mod:`.tiling` — which block/vthread/thread/iteration computes each output, and the
   input footprint (with halo) of a block and a thread.
+- :mod:`.tree` — the written sum's shared-memory tree per step: active and idle threads, idle
+  and divergent warps, bank ways, barrier (template ``reduce_tree`` only).
 - :mod:`.resources` — threads, shared memory, registers per block and occupancy.
 - :mod:`.sass` — the SASS under each CUDA line, the instruction mix, registers and spills,
   from the cubin NVRTC compiles (no toolkit needed).

@@ -77,6 +77,7 @@ class InstructionMix:
     hmma: int = 0  # mma.sync: a warp multiplies a tile on the tensor cores (Volta to Hopper)
     hgmma: int = 0  # wgmma: a warpgroup multiplies a 64-row tile from shared memory (Hopper)
     tma: int = 0  # UTMALDG/UTMASTG: one thread hands a whole tile copy to the TMA unit (Hopper)
+    shfl: int = 0  # warp shuffles (__shfl_*_sync): a lane reads another lane's register, no shared memory
 
     @property
     def spill_bytes(self) -> int:
@@ -92,7 +93,7 @@ class InstructionMix:
             widths = sorted(set(self.memory[op]) | (set() if op in ("LDL", "STL") else {32, 64, 128}))
             rows += [(f"{op}.{width}", self.memory[op].get(width, 0)) for width in widths] or [(op, 0)]
         rows += [("LDSM", self.ldsm), ("HMMA", self.hmma), ("HGMMA", self.hgmma), ("TMA", self.tma),
-                 ("BAR", self.bar), ("branches", self.branches),
+                 ("SHFL", self.shfl), ("BAR", self.bar), ("branches", self.branches),
                  ("loop branches (backward)", self.loop_branches), ("instructions", self.instructions)]
         return rows
 
@@ -116,7 +117,7 @@ def instruction_mix(instructions: tuple[Instruction, ...]) -> InstructionMix:
         instructions=sum(n for op, n in counts.items() if op not in _PADDING),
         ffma=counts["FFMA"], fadd=counts["FADD"], fmul=counts["FMUL"], memory=memory,
         ldsm=counts["LDSM"], hmma=counts["HMMA"], hgmma=counts["HGMMA"], tma=counts["UTMALDG"] + counts["UTMASTG"],
-        bar=counts["BAR"], branches=branches, loop_branches=loops,
+        shfl=counts["SHFL"], bar=counts["BAR"], branches=branches, loop_branches=loops,
     )
 
 
