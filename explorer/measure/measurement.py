@@ -182,8 +182,8 @@ def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = No
     """Check ``spec``'s kernel against the workload's reference and, if it is right, time
     it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a tracker and
     key; ``on_wait(ahead)`` is told how many measurements are ahead in the device's queue
-    while this one waits; ``library`` the kernel already compiled (``explorer.live``'s
-    compile processes), which the local worker loads instead of compiling it."""
+    while this one waits; ``library`` the kernel already compiled (``explorer.services.compiles``)
+    compile process), which the local worker loads instead of compiling it."""
     return _measure(Job(spec, spec.workload, target, settings or Settings(), library), remote, on_wait)
 
 
