@@ -28,7 +28,7 @@ from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
 from .measure.measurement import LOCAL_GPU, LocalGPU
 from .measure.scheduler import Scheduler
-from .measure.worker import Job as KernelJob
+from .measure.worker import Trial
 from .page_runs import PageRuns
 from .services.builds import BuildService
 from .services.compiles import CompileService
@@ -349,5 +349,5 @@ def _measure_job(job, gpu: LocalGPU | None = None):
         result = measure.measure(job.spec, target=job.target, remote=job.remote, settings=settings,
                                  library=job.compiled)
     else:
-        result = gpu.measure(KernelJob(job.spec, job.spec.workload, job.target, settings, job.compiled))
+        result = gpu.measure(Trial(job.spec, job.spec.workload, job.target, settings, job.compiled))
     return dataclasses.replace(result, quick=job.quick)
