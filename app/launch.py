@@ -19,8 +19,8 @@ from streamlit.web import cli  # noqa: E402
 
 from app import server  # noqa: E402  (TVM, the templates, the analyses)
 from explorer import serve  # noqa: E402
-from explorer.live import warm_up_gpu_early  # noqa: E402
 from explorer.presets import default_spec  # noqa: E402
+from explorer.warm_up import warm_up_gpu_early  # noqa: E402
 
 
 def main() -> None:

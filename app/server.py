@@ -13,9 +13,10 @@ import pandas  # noqa: F401
 import streamlit as st
 
 from explorer.build import Build, Spec
+from explorer.cuda_env import SOURCE_ONLY
 from explorer.errors import ExplorerError
 from explorer.lessons import first_lesson_specs, lesson_specs
-from explorer.live import SOURCE_ONLY, Live
+from explorer.live import Live
 from explorer.measuring import shared_live
 from explorer.presets import default_spec
 

@@ -20,7 +20,7 @@ from explorer.errors import ExplorerError
 from explorer.live import Live, LiveSettings
 from explorer.measure import Settings
 from explorer.measure.measurement import LocalGPU
-from explorer.measure.worker import Job
+from explorer.measure.worker import Trial
 from explorer.presets import get_preset
 
 PRESETS = ("dw-blog-final-96", "modern-vector-1024", "modern-tensorcore-fp16-4096", "conv2d-modern-async")
@@ -32,7 +32,7 @@ def agreement(gpus: list[LocalGPU], presets: tuple[str, ...]) -> list[tuple[str,
     rows = []
     for preset in presets:
         spec = get_preset(preset).spec
-        rows.append((preset, [gpu.measure(Job(spec, spec.workload, "auto", Settings())).median_us for gpu in gpus]))
+        rows.append((preset, [gpu.measure(Trial(spec, spec.workload, "auto", Settings())).median_us for gpu in gpus]))
     return rows
 
 

@@ -34,7 +34,7 @@ from multiprocessing.managers import BaseManager, RemoteError
 
 from .build import Spec
 from .lessons import first_lesson_specs, lesson_specs
-from .live import Live, LiveSettings, WarmUp
+from .live import Live, LiveSettings
 from .measure import MeasureError
 from .measure.scheduler import LOCAL
 from .presets import default_spec
@@ -42,6 +42,7 @@ from .serve import APP_SHARE as SHARE
 from .serve import MEASURING_ADDRESS as ADDRESS
 from .serve import MEASURING_KEY as KEY
 from .serve import warm_file
+from .warm_up import WarmUp
 
 UNREACHABLE = ("The measuring service is restarting; this measurement is asked for again as soon as it is back "
                "(the code and the analyses are unaffected).")

@@ -9,6 +9,7 @@ import time
 from live_fakes import fake_measurement
 
 import explorer.live as live
+from explorer.services.compiles import CompileService
 
 MEASURE_S = 0.05
 
@@ -28,7 +29,7 @@ def warm_up(first, target, warm):
 
 
 def install() -> None:
-    live._warm_up_local_gpu, live._measure_job = warm_up, measure
+    live.warm_up_local_gpu, live._measure_job = warm_up, measure
     # No lesson step is built ahead (a hundred builds on a core the test's class needs;
     # tests/test_live.py tests building ahead): the class here opens one link and moves its knobs.
     live.Live._build_ahead = lambda self, specs, target: None
@@ -36,6 +37,6 @@ def install() -> None:
     # compile processes): their start (TVM, the tensor-core intrinsics) and each setting's compile
     # would take a core from the class.
     live.Live._compile_job = lambda self, job: None
-    live.CompileService.start = lambda self, warm_specs=(), target="auto": None
+    CompileService.start = lambda self, warm_specs=(), target="auto": None
     live.Live._measure_ceilings = lambda self, target: None
     live.Live.baseline = lambda self, workload: None

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from explorer import live
 from explorer.errors import ExplorerError
-from explorer.live import BuildService, LiveSettings, build_key, package_fingerprint
 from explorer.presets import all_presets, get_preset
+from explorer.services import build_disk
+from explorer.services.build_disk import build_key, package_fingerprint
+from explorer.services.builds import BuildService
+from explorer.services.settings import LiveSettings
 
 SPEC = get_preset("dw-blog-final-96").spec
 WIDE = SPEC.with_knobs(num_thread_x=64, num_thread_y=32)  # 2048 threads per block: never builds
@@ -115,14 +117,14 @@ def test_the_folder_keeps_the_most_recently_used_files(tmp_path):
         (tmp_path / name).write_bytes(b"x")
         os.utime(tmp_path / name, ns=(i * 10**9, i * 10**9))
     (tmp_path / "notes.txt").write_text("not a build")
-    live._prune(str(tmp_path), 20)
+    build_disk.prune(str(tmp_path), 20)
     assert len(kept_files(tmp_path)) == 20  # not over the bound
-    live._prune(str(tmp_path), 10)
+    build_disk.prune(str(tmp_path), 10)
     assert kept_files(tmp_path) == names[11:] and (tmp_path / "notes.txt").exists()  # 90 % of 10: the 9 newest
 
 
 def test_a_server_bounds_the_folder_as_it_writes(tmp_path, monkeypatch):
-    monkeypatch.setattr(live, "PRUNE_EVERY", 1)
+    monkeypatch.setattr(build_disk, "PRUNE_EVERY", 1)
     service = service_in(tmp_path, build_disk_cache=4)
     for x in (1, 2, 4, 8, 16):
         service.build(SPEC.with_knobs(num_thread_x=x), "auto")

@@ -22,7 +22,7 @@ from explorer.classroom import Store, submit
 from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
 from explorer.measure import remote as remote_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
-from explorer.measure.worker import Job
+from explorer.measure.worker import Trial
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
 
@@ -78,7 +78,8 @@ def measure_in_threads(remote: Remote, count: int, settings: Settings, workload=
 
     def one() -> None:
         try:
-            run = measure_remote(Job(tvm.IRModule({"main": workload.prim_func()}), workload, "llvm", settings), remote)
+            trial = Trial(tvm.IRModule({"main": workload.prim_func()}), workload, "llvm", settings)
+            run = measure_remote(trial, remote)
             results.append((run.check, last_attempts(), last_server()))
         except Exception as error:  # noqa: BLE001 (reported below)
             errors.append(error)

@@ -11,10 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from explorer.build import build
+from explorer.cuda_env import SOURCE_ONLY
 from explorer.errors import ExplorerError
-from explorer.live import NOT_DIAGNOSED, SOURCE_ONLY, BuildService, Live, LiveSettings, SingleFlight
+from explorer.live import NOT_DIAGNOSED, Live
 from explorer.measure.scheduler import Scheduler
 from explorer.presets import get_preset
+from explorer.services.builds import BuildService
+from explorer.services.settings import LiveSettings
+from explorer.services.single_flight import SingleFlight
 
 SPEC = get_preset("dw-blog-final-96").spec
 
@@ -341,7 +345,7 @@ def test_a_build_service_without_the_option_always_uses_its_processes(service):
 
 
 def test_page_runs_keep_the_cpu_of_the_latest_runs():
-    from explorer.live import PageRuns
+    from explorer.page_runs import PageRuns
 
     runs = PageRuns(window=20)
     assert runs.stats() == {"runs": 0, "p50_ms": None, "p95_ms": None}

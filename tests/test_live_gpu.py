@@ -6,7 +6,8 @@ import pytest
 import tvm
 
 from explorer.build import build
-from explorer.live import SOURCE_ONLY, Live, LiveSettings
+from explorer.cuda_env import SOURCE_ONLY
+from explorer.live import Live, LiveSettings
 from explorer.presets import get_preset
 
 pytestmark = pytest.mark.gpu

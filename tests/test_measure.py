@@ -35,7 +35,7 @@ from explorer.measure import (
 )
 from explorer.measure import measurement as measurement_module
 from explorer.measure.gate import EPSILON32, SAFETY, compare, tolerance
-from explorer.measure.queue import DeviceQueue
+from explorer.measure.measurement import LocalGPU
 from explorer.measure.timing import KernelRun, device_args, launches_for
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
@@ -266,47 +266,45 @@ def _wait_until(condition, timeout=5.0):
         time.sleep(0.005)
 
 
-def test_queue_runs_one_at_a_time_first_come_first_served_and_reports_positions():
-    queue = DeviceQueue("test")
+def test_a_gpu_takes_one_caller_at_a_time_and_tells_a_waiting_one_how_many_are_ahead():
+    gpu = LocalGPU("test")  # its worker starts only when called: none here
     release = {name: threading.Event() for name in "ABC"}
     seen = {name: [] for name in "ABC"}
-    order = []
-    running = []
+    inside = []
+    entered = []
 
     def user(name):
-        with queue.turn(on_wait=seen[name].append):
-            running.append(name)
-            assert len(running) == 1, "two kernels on the device at once"
-            order.append(name)
+        with gpu.turn(on_wait=seen[name].append):
+            inside.append(name)
+            assert len(inside) == 1, "two kernels on the GPU at once"
+            entered.append(name)
             release[name].wait(5)
-            running.remove(name)
+            inside.remove(name)
 
     threads = {}
-    for count, name in enumerate("ABC", start=1):
+    for count, name in enumerate("ABC"):
         threads[name] = threading.Thread(target=user, args=(name,))
         threads[name].start()
-        _wait_until(lambda count=count: len(queue) == count)
-    _wait_until(lambda: seen["C"] == [2])
-    assert order == ["A"] and seen == {"A": [], "B": [1], "C": [2]}
-    release["A"].set()
-    threads["A"].join(5)
-    # C moves up when A finishes; B holds the device until released, so C must see 1 ahead.
-    _wait_until(lambda: seen["C"] == [2, 1] and order == ["A", "B"])
-    for name in "BC":
+        _wait_until(lambda name=name, count=count: seen[name] == ([count] if count else []))
+    assert entered == ["A"] and seen == {"A": [], "B": [1], "C": [2]}
+    for name in "ABC":
         release[name].set()
+    for name in "ABC":
         threads[name].join(5)
-    assert order == ["A", "B", "C"]
-    assert seen["C"] == [2, 1]
-    assert len(queue) == 0
+    assert sorted(entered) == ["A", "B", "C"]
+    with gpu.turn(on_wait=seen["A"].append):
+        pass
+    assert seen["A"] == []  # nobody ahead any more
 
 
-def test_queue_passes_the_turn_on_when_the_holder_fails():
-    queue = DeviceQueue("test")
+def test_a_gpu_passes_its_turn_on_when_the_holder_fails():
+    gpu = LocalGPU("test")
     with pytest.raises(RuntimeError):
-        with queue.turn():
+        with gpu.turn():
             raise RuntimeError("kernel failed")
-    with queue.turn() as ticket:
-        assert queue.position(ticket) == 0
+    heard = []
+    with gpu.turn(on_wait=heard.append):
+        assert heard == []
 
 
 def test_remote_cuda_target_comes_from_the_device_attributes():
@@ -321,30 +319,6 @@ def test_remote_cuda_target_comes_from_the_device_attributes():
     assert target.kind.name == "cuda" and target.arch == "sm_90"
     assert int(target.attrs["max_shared_memory_per_block"]) == 49152
     assert int(target.attrs["thread_warp_size"]) == 32
-
-
-def test_a_queue_with_two_places_lets_two_run_and_the_third_wait():
-    from explorer.measure.queue import DeviceQueue
-
-    queue, inside, release, reported = DeviceQueue("two servers"), threading.Semaphore(0), threading.Event(), []
-
-    def user(name):
-        waits = [] if name != "C" else reported
-        with queue.turn(waits.append, capacity=lambda: 2, poll_s=0.05):
-            inside.release()
-            release.wait(10)
-
-    threads = [threading.Thread(target=user, args=(name,)) for name in "AB"]
-    for t in threads:
-        t.start()
-    assert inside.acquire(timeout=10) and inside.acquire(timeout=10)  # A and B hold a place each
-    third = threading.Thread(target=user, args=("C",))
-    third.start()
-    _wait_until(lambda: reported == [1])  # C waits for one of them
-    release.set()
-    for t in [*threads, third]:
-        t.join(10)
-    assert inside.acquire(timeout=1) and len(queue) == 0
 
 
 def test_a_pip_cuda_root_without_libcudacxx_is_not_one(tmp_path):

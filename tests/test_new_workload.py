@@ -24,8 +24,8 @@ from explorer.build import Spec, build
 from explorer.cli import main
 from explorer.export import snippet
 from explorer.knobs import KnobSet, knob
-from explorer.live import BuildService
 from explorer.schedules.common import Template, bind, new_schedule, schedule_errors
+from explorer.services.builds import BuildService
 from explorer.workloads import DTYPE, Workload
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")

@@ -34,9 +34,9 @@ def test_the_launcher_keeps_pytorch_out_of_the_app_process():
 
 
 def test_the_early_warm_up_leaves_a_machine_without_a_gpu_to_the_server_to_report():
-    from explorer.live import warm_up_gpu_early
     from explorer.presets import get_preset
     from explorer.targets import local_gpu_target
+    from explorer.warm_up import warm_up_gpu_early
 
     if local_gpu_target() is not None:
         pytest.skip("a GPU machine: the early warm-up starts the worker there")

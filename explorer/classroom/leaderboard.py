@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 from ..build import Spec
 from ..errors import ExplorerError
-from ..measure import MeasureError, Measurement, Remote, Settings, baseline, measure
-from ..measure.remote import last_server, measure_remote
-from ..measure.worker import Job
+from ..measure import MeasureError, Remote, baseline, measure
+from ..measure.remote import last_server
 from ..urlstate import to_query
 from ..workloads import Workload
 from .store import Entry, Store
@@ -55,14 +54,11 @@ def validate_name(name: str) -> str:
 
 
 def measure_for_board(spec: Spec, *, target: str = "auto", remote=None, on_wait=None):
-    """The one call through which the board measures. On this machine's GPU: the normal
-    measurement queue, so a submission waits its turn with everyone else's measurements.
-    Through a tracker: as many at a time as the key has GPU servers (the tracker gives each
-    session a server of its own), retried on another server if one dies. ``on_wait(ahead)``
-    is told how many measurements are ahead while this one waits."""
-    if remote is None:
-        return measure(spec, target=target, on_wait=on_wait)
-    return Measurement.of(spec.workload, measure_remote(Job(spec, spec.workload, target, Settings()), remote, on_wait))
+    """The one call through which the board measures outside a server (a server's board
+    measures through its ``Live``). On this machine's GPU in its turn, ``on_wait(ahead)``
+    told how many of this process's calls are ahead; through a tracker, on a GPU server it
+    hands out (waiting there while every one is busy), retried on another if one dies."""
+    return measure(spec, target=target, remote=remote, on_wait=on_wait)
 
 
 def pytorch_for_board(workload: Workload) -> float | None:

@@ -9,7 +9,8 @@ latency, and it is measured the same way as what it is compared with.
   kernel gets the first wrong index instead of a latency.
 - Isolation (``worker.py``): kernels run in TVM's ``PopenWorker`` process, never in the
   caller's; a crash or a hang restarts it and raises KernelCrashed / KernelTimeout.
-- One queue per device (``queue.py``): ``on_wait(ahead)`` and :func:`queue_length`.
+- One kernel at a time per GPU (``LocalGPU.turn``); a server's measurements wait in one queue
+  per device, the scheduler's (``scheduler.py``: one job per setting, target and device).
 - Remote GPUs (``remote.py``): ``remote=Remote.parse("HOST:PORT", "KEY")`` goes through
   TVM's RPC tracker; ``python -m explorer.measure.server`` starts a GPU server.
 - Ranking many settings (``measurer.py``): :func:`gpu_measurer` gives a search its
@@ -42,7 +43,6 @@ from .measurement import (
                      local_gpu,
                      measure,
                      measure_module,
-                     queue_length,
                      shutdown,
                      warm_up,
 )
@@ -55,6 +55,6 @@ from .worker import NO_GPU
 __all__ = [
     "Baseline", "BaselineUnavailable", "Check", "InvalidMeasureSettings", "KernelCrashed", "KernelTimeout",
     "MeasureError", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Settings", "Timing", "WrongResult",
-    "baseline", "latency_us", "local_gpu", "measure", "measure_module", "queue_length", "shutdown", "warm_up",
+    "baseline", "latency_us", "local_gpu", "measure", "measure_module", "shutdown", "warm_up",
     "ceilings", "ceilings_error", "SWEEP_SETTINGS", "QUICK_SETTINGS", "gpu_measurer",
 ]

@@ -1,10 +1,12 @@
 """``measure(spec)``: check a kernel against NumPy, then time it, on the local GPU (through
-the worker process) or on a remote one (through TVM's RPC tracker), one kernel per device
-at a time."""
+the worker process) or on a remote one (through TVM's RPC tracker), one kernel per GPU at a
+time."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import tvm
@@ -18,13 +20,11 @@ from . import worker
 from .baseline import BaselineRun, torch_baseline
 from .errors import WrongResult
 from .gate import Check
-from .queue import queue_for
 from .remote import Remote, measure_remote
 from .settings import Settings
 from .timing import KernelRun, Timing
-from .worker import COMPILE_LIMIT_S, Job, LocalWorker
+from .worker import COMPILE_LIMIT_S, LocalWorker, Trial
 
-LOCAL = "local"  # the queue of this machine's GPU
 # The FP32 and bandwidth kernels take seconds; on a Hopper GPU two wgmma chains (TIRx
 # lowering and NVRTC, ~5 s each) come on top.
 CEILINGS_LIMIT_S = 150
@@ -181,17 +181,18 @@ def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = No
             on_wait: OnWait | None = None, library: str | None = None) -> Measurement:
     """Check ``spec``'s kernel against the workload's reference and, if it is right, time
     it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a tracker and
-    key; ``on_wait(ahead)`` is told how many measurements are ahead in the device's queue
-    while this one waits; ``library`` the kernel already compiled (``explorer.live``'s
-    compile processes), which the local worker loads instead of compiling it."""
-    return _measure(Job(spec, spec.workload, target, settings or Settings(), library), remote, on_wait)
+    key; ``on_wait(ahead)`` is told how many of this process's calls are ahead when the local
+    GPU is busy (a remote request waits at the tracker, untold); ``library`` the kernel
+    already compiled (``explorer/services/compiles.py``), which the local worker loads
+    instead of compiling it."""
+    return _measure(Trial(spec, spec.workload, target, settings or Settings(), library), remote, on_wait)
 
 
 def measure_module(module: tvm.IRModule, workload: Workload, *, target: str, remote: Remote | None = None,
                    settings: Settings | None = None, on_wait: OnWait | None = None) -> Measurement:
     """The same for a hand-made TIR module whose ``main`` takes the workload's inputs and
     output (e.g. ``llvm`` kernels in tests, or a schedule from MetaSchedule)."""
-    return _measure(Job(module, workload, target, settings or Settings()), remote, on_wait)
+    return _measure(Trial(module, workload, target, settings or Settings()), remote, on_wait)
 
 
 def latency_us(spec: Spec, **options) -> float:
@@ -204,7 +205,7 @@ def latency_us(spec: Spec, **options) -> float:
 
 
 def baseline(workload: Workload, *, settings: Settings | None = None, on_wait: OnWait | None = None) -> Baseline:
-    """PyTorch on the local GPU (in the worker), through the same queue."""
+    """PyTorch on the local GPU (in the worker), in its turn like a kernel."""
     return LOCAL_GPU.baseline(workload, settings or Settings(), on_wait)
 
 
@@ -217,11 +218,6 @@ def warm_up(first: Spec | None = None, target: str | None = None) -> worker.Warm
     """Start the local measuring worker and warm it up (CUDA, PyTorch, NVRTC); raises
     NoDevice without a GPU."""
     return LOCAL_GPU.warm_up(first, target)
-
-
-def queue_length(remote: Remote | None = None) -> int:
-    """Measurements running or waiting for the device."""
-    return len(queue_for(remote.name if remote else LOCAL))
 
 
 def shutdown() -> None:
@@ -242,40 +238,63 @@ def ceilings(target: str | None = None):
     return LOCAL_GPU.ceilings(target)
 
 
-def _measure(job: Job, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
-    if remote is not None:  # as many at a time as the tracker has servers for the key
-        return Measurement.of(job.workload, measure_remote(job, remote, on_wait))
-    return LOCAL_GPU.measure(job, on_wait)
+def _measure(trial: Trial, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
+    if remote is not None:  # the tracker hands it a free server of the key
+        return Measurement.of(trial.workload, measure_remote(trial, remote))
+    return LOCAL_GPU.measure(trial, on_wait)
 
 
 class LocalGPU:
-    """This machine's GPU as a process sees it: the measuring worker (kernels never run in
-    the caller's process), the device's queue (two kernels are never timed at once), its
-    name and its roofline ceilings, each found once. A process has one (``LOCAL_GPU``): the
-    CLI's, a bench script's, and a server's ``Live``, which owns the way to it."""
+    """A GPU of this machine as a process sees it: the measuring worker (kernels never run in
+    the caller's process), its turn (two kernels are never timed on it at once), its name and
+    its roofline ceilings, each found once. A process has one per GPU it measures on: the
+    CLI's and a bench script's ``LOCAL_GPU``; a server's ``Live`` one per GPU, fed by the
+    scheduler's line of the machine's GPUs (explorer/measure/scheduler.py), the one queue a
+    server's measurements wait in."""
 
     def __init__(self, gpu: str | None = None):
         self.gpu = gpu  # the index (among the visible GPUs) of the one GPU it uses; None: the first
         self.worker = LocalWorker(gpu)
-        self.queue = queue_for(LOCAL if gpu is None else f"{LOCAL}:{gpu}")
+        # One caller at a time: a measurement's two calls, the baseline, the ceilings, the warm-up.
+        self._turn = threading.Lock()
+        self._callers = 0  # holding or waiting for the turn
+        self._callers_lock = threading.Lock()
         self._name: list[str | None] = []
         self._ceilings: dict[str, Ceilings | str] = {}  # by target name: the ceilings, or why they are missing
 
-    def measure(self, job: Job, on_wait: OnWait | None = None) -> Measurement:
-        with self.queue.turn(on_wait):
-            self.worker.call(worker.prepare, job, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
-            run = self.worker.call(worker.run, timeout=job.settings.time_limit_s)
-        measured = self._ceilings.get(job.target or "auto")  # by ceilings(), if it was asked for
-        if job.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
+    @contextmanager
+    def turn(self, on_wait: OnWait | None = None) -> Iterator[None]:
+        """Hold the GPU for the ``with`` body. ``on_wait(ahead)`` hears, before it waits, how
+        many of this process's calls hold or wait for the GPU. The order of a server's
+        measurements is the scheduler's, which gives each a free GPU: there, only the
+        baseline or the ceilings are ever ahead."""
+        with self._callers_lock:
+            ahead = self._callers
+            self._callers += 1
+        try:
+            if ahead and on_wait is not None:
+                on_wait(ahead)
+            with self._turn:
+                yield
+        finally:
+            with self._callers_lock:
+                self._callers -= 1
+
+    def measure(self, trial: Trial, on_wait: OnWait | None = None) -> Measurement:
+        with self.turn(on_wait):
+            self.worker.call(worker.prepare, trial, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
+            run = self.worker.call(worker.run, timeout=trial.settings.time_limit_s)
+        measured = self._ceilings.get(trial.target or "auto")  # by ceilings(), if it was asked for
+        if trial.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
             run = dataclasses.replace(run, ceilings=measured)
-        return Measurement.of(job.workload, run)
+        return Measurement.of(trial.workload, run)
 
     def share_ceilings(self, other: LocalGPU) -> None:
         """Use ``other``'s measured ceilings (an identical GPU of the same machine)."""
         self._ceilings.update(other._ceilings)
 
     def baseline(self, workload: Workload, settings: Settings, on_wait: OnWait | None = None) -> Baseline:
-        with self.queue.turn(on_wait):
+        with self.turn(on_wait):
             run: BaselineRun = self.worker.call(torch_baseline, workload, settings, timeout=COMPILE_LIMIT_S,
                                                 doing="The PyTorch baseline")
         return Baseline(workload.label(), run.library, run.device, run.check, run.timing, workload.flops,
@@ -289,14 +308,14 @@ class LocalGPU:
         return self._name[0]
 
     def warm_up(self, first: Spec | None, target: str | None) -> worker.WarmUpReport:
-        with self.queue.turn():
+        with self.turn():
             return self.worker.call(worker.warm_up, first, target, timeout=COMPILE_LIMIT_S, doing="Warming up the GPU")
 
     def ceilings(self, target: str | None = None) -> Ceilings | None:
         """Measured once per target; if that fails or runs past its limit, it is not tried
         again and the roofline uses the published figures."""
         name = target or "auto"
-        with self.queue.turn():
+        with self.turn():
             if name not in self._ceilings:
                 try:
                     self._ceilings[name] = self.worker.call(worker.ceilings_for, target, timeout=CEILINGS_LIMIT_S,

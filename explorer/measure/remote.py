@@ -6,12 +6,12 @@ local worker (``timing.run_checked``). TVM's server runs each session in a child
 with a time limit (``session_timeout``), so a remote kernel that crashes or hangs ends
 only that session.
 
-Several GPU servers may register under one key: :func:`measure_remote` runs as many
-measurements at a time as the tracker has servers for the key, the tracker hands each one a
-free server, and a session that breaks off (its server died, or the kernel crashed it) is
-tried once more on whichever server the tracker hands out next, so no request is lost when
-a machine goes away. :func:`last_server` says which server measured the calling thread's
-last kernel.
+Several GPU servers may register under one key. The tracker is the key's queue: it hands
+each request a free server, in order, and holds the others while every server is busy (a
+server's scheduler sends as many at a time as the key has servers: :func:`server_count`). A
+session that breaks off (its server died, or the kernel crashed it) is tried once more on
+whichever server the tracker hands out next, so no request is lost when a machine goes away.
+:func:`last_server` says which server measured the calling thread's last kernel.
 
 A module built on a machine without a GPU carries CUDA *source* only; the server compiles
 it when it loads the module, through TVM's ``tvm_callback_cuda_compile`` (NVRTC via
@@ -27,7 +27,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,9 +41,8 @@ from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError
-from .queue import queue_for
 from .timing import KernelRun, device_args, run_checked
-from .worker import Job, workload_data
+from .worker import Trial, workload_data
 
 # Upload, NVRTC at load and the ceilings' kernels (on a Hopper GPU two wgmma chains more), on
 # top of the kernel's own time limit: a hung remote kernel is given up after time_limit_s + this.
@@ -54,8 +52,6 @@ CONNECT_TIMEOUT_S = 5
 _ceilings: dict[tuple, Ceilings] = {}
 # A session that broke off is run once more, on whichever server the tracker hands out.
 ATTEMPTS = 2
-# How often a waiting measurement asks the tracker again how many servers the key has.
-SERVERS_POLL_S = 1.0
 _served = threading.local()  # the servers the calling thread's last remote measurement went to
 
 
@@ -84,15 +80,16 @@ class Remote:
         return f"{self.host}:{self.port} key {self.key}"
 
 
-def run_remote(job: Job, remote: Remote) -> KernelRun:
-    """Run ``job`` on a server the tracker hands out; a session that broke off is run again
-    (ATTEMPTS in all), so a server that dies mid-run loses no request."""
+def measure_remote(trial: Trial, remote: Remote) -> KernelRun:
+    """Run ``trial`` on a server the tracker hands out for ``remote``'s key (waiting there
+    while every server is busy); a session that broke off is run again (ATTEMPTS in all), so
+    a server that dies mid-run loses no request."""
     _served.attempts = []
     for attempt in range(1, ATTEMPTS + 1):
-        session, address = _session(remote, job.settings.time_limit_s + SESSION_ALLOWANCE_S)
+        session, address = _session(remote, trial.settings.time_limit_s + SESSION_ALLOWANCE_S)
         _served.attempts.append(address)
         try:
-            outcome = _run_in_session(session, job, remote)
+            outcome = _run_in_session(session, trial, remote)
         except ExplorerError as error:  # the kernel does not build (InvalidKnobs), no GPU there
             outcome = error.with_traceback(None)
         # The server takes its next session only once this one is closed, which happens when
@@ -128,35 +125,28 @@ def server_count(remote: Remote) -> int:
         return 0
 
 
-def measure_remote(job: Job, remote: Remote, on_wait: Callable[[int], None] | None = None) -> KernelRun:
-    """Run ``job`` under ``remote``'s key when a server is free: as many at a time as the key
-    has servers, first come first served; ``on_wait(ahead)`` as in the device queue."""
-    with queue_for(remote.name).turn(on_wait, capacity=lambda: server_count(remote), poll_s=SERVERS_POLL_S):
-        return run_remote(job, remote)
-
-
-def _run_in_session(session, job: Job, remote: Remote) -> KernelRun | MeasureError:
+def _run_in_session(session, trial: Trial, remote: Remote) -> KernelRun | MeasureError:
     """Build here, run there; a failure there comes back as a (not raised) MeasureError."""
-    target = _target(session, job.target)
+    target = _target(session, trial.target)
     device = session.cuda(0) if target.kind.name == "cuda" else session.cpu(0)
-    host_module = _host_module(job.kernel, target)
-    inputs, reference = workload_data(job.workload, job.settings.seed)
+    host_module = _host_module(trial.kernel, target)
+    inputs, reference = workload_data(trial.workload, trial.settings.seed)
     start = time.perf_counter()
     try:
         module = _upload(session, host_module, "kernel.so")
         compile_ms = (time.perf_counter() - start) * 1e3
-        args = device_args(inputs, reference, job.workload.output_dtype(), device)
-        check, timing = run_checked(module, device, args, reference, job.workload.reduction_length(), job.settings,
-                                    floor=job.workload.tolerance_floor)
+        args = device_args(inputs, reference, trial.workload.output_dtype(), device)
+        check, timing = run_checked(module, device, args, reference, trial.workload.reduction_length(),
+                                    trial.settings, floor=trial.workload.tolerance_floor)
         ceilings = None
         name = device.device_name if target.kind.name == "cuda" else "CPU"
-        if timing is not None and job.settings.roofline:
+        if timing is not None and trial.settings.roofline:
             key = (remote, str(target))
             if key not in _ceilings:
                 _ceilings[key] = _measure_ceilings(session, device, target, f"{name} ({remote})")
             ceilings = _ceilings[key]
     except Exception as error:  # the session broke off (its process died or timed out) or a CUDA error
-        if time.perf_counter() - start >= job.settings.time_limit_s:
+        if time.perf_counter() - start >= trial.settings.time_limit_s:
             return KernelTimeout(
                 f"The kernel did not finish within the remote session's time limit on {remote}; the session was ended."
             )

@@ -1,5 +1,9 @@
 """Measurements for a whole class: one job per (setting, target, device), compiled on every
-core, then checked and timed on the device one at a time.
+core, then checked and timed on the device one at a time. This is a server's one queue per
+device (a line of the machine's GPUs, or of a tracker key's GPU servers); below it, a GPU
+only takes one caller at a time (``LocalGPU.turn``) and a tracker hands a request a free
+server (``remote.measure_remote``). A job becomes the worker's :class:`~.worker.Trial` when it
+runs.
 
 A job's way: *compiling* (``compile_fn``, in a thread of a pool as large as the compile
 processes behind it, so a class's compiles run side by side and a compile that fails costs

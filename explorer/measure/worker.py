@@ -60,10 +60,13 @@ RUN_LOG_PATH = Path(os.environ.get("EXPLORER_RUN_LOG", Path(tempfile.gettempdir(
 
 
 @dataclass(frozen=True)
-class Job:
-    """What the worker measures: a template spec or a hand-made IRModule (tests), for a
-    workload (inputs and reference), on a target given by name ("auto" is resolved in the
-    worker: its GPU)."""
+class Trial:
+    """One kernel put to the test, checked against the reference and then timed: the kernel
+    (a template spec, or a hand-made IRModule in tests), its workload (inputs and reference),
+    the target by name ("auto" is resolved where it runs: that GPU) and the measuring
+    settings. What the worker process and a remote server measure; the scheduler's ``Job``
+    (one setting on a device, shared by the sessions that asked) becomes one when it runs.
+    (``explorer.build.Kernel`` is another thing: one CUDA kernel of a build and its launch.)"""
 
     kernel: Spec | tvm.IRModule
     workload: Workload
@@ -170,7 +173,7 @@ def _guarded(fn, *args):
 
 @dataclass
 class _Prepared:
-    job: Job
+    trial: Trial
     target: tvm.target.Target
     device: tvm.runtime.Device
     module: tvm.runtime.Module
@@ -183,19 +186,19 @@ class _Prepared:
 _prepared: _Prepared | None = None
 
 
-def prepare(job: Job) -> str:
+def prepare(trial: Trial) -> str:
     """Compile the kernel, make inputs and the reference; returns the resolved target."""
     global _prepared
     _prepared = None
-    target = resolve_target(job.target)
+    target = resolve_target(trial.target)
     device = local_device(target)
     start = time.perf_counter()
-    module = load_library(job.library) if job.library else compile_kernel(job.kernel, target)
+    module = load_library(trial.library) if trial.library else compile_kernel(trial.kernel, target)
     compile_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
-    inputs, reference = workload_data(job.workload, job.settings.seed)
-    phases = {"compile" if not job.library else "load": compile_ms, "data": (time.perf_counter() - start) * 1e3}
-    _prepared = _Prepared(job, target, device, module, inputs, reference, compile_ms, phases)
+    inputs, reference = workload_data(trial.workload, trial.settings.seed)
+    phases = {"compile" if not trial.library else "load": compile_ms, "data": (time.perf_counter() - start) * 1e3}
+    _prepared = _Prepared(trial, target, device, module, inputs, reference, compile_ms, phases)
     return str(target)
 
 
@@ -204,17 +207,17 @@ def run() -> KernelRun:
     p = _prepared
     if p is None:
         raise MeasureError("Nothing to run: the measuring process was restarted between prepare and run.")
-    settings = p.job.settings
+    settings = p.trial.settings
     target = str(p.target)
     graph = None
     started = time.time_ns()
     clock = _Phases(p.phases_ms)
     try:
-        args = device_args(p.inputs, p.reference, p.job.workload.output_dtype(), p.device)
+        args = device_args(p.inputs, p.reference, p.trial.workload.output_dtype(), p.device)
         clock.lap("upload")
         check_output = _gpu_check(p) if p.target.kind.name == "cuda" else None
-        check, timing = run_checked(p.module, p.device, args, p.reference, p.job.workload.reduction_length(), settings,
-                                    check_output, floor=p.job.workload.tolerance_floor)
+        check, timing = run_checked(p.module, p.device, args, p.reference, p.trial.workload.reduction_length(),
+                                    settings, check_output, floor=p.trial.workload.tolerance_floor)
         clock.lap("check and time")
         if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda" \
                 and timing.median_us <= GRAPH_UP_TO_US:
@@ -226,7 +229,7 @@ def run() -> KernelRun:
         raise KernelCrashed(f"The kernel failed on the device ({summary_line(error)}); "
                             f"the measuring process was restarted.") from None
     finally:
-        _log_run(started, p.job, p.phases_ms)
+        _log_run(started, p.trial, p.phases_ms)
     # The ceilings are measured apart (ceilings_for); the caller adds them.
     return KernelRun(target, device_name(p.device, p.target), check, timing, None, p.compile_ms, graph)
 
@@ -243,13 +246,13 @@ class _Phases:
         self.last = now
 
 
-def _log_run(started_ns: int, job: Job, phases_ms: dict) -> None:
-    label = job.kernel.template if isinstance(job.kernel, Spec) else "module"
+def _log_run(started_ns: int, trial: Trial, phases_ms: dict) -> None:
+    label = trial.kernel.template if isinstance(trial.kernel, Spec) else "module"
     phases = " ".join(f"{name.replace(' ', '_')}={ms:.1f}" for name, ms in phases_ms.items())
     # Where the server measures on several GPUs, each worker sees one: the log says which.
     gpu = f" gpu={os.environ[VISIBLE]}" if os.environ.get(VISIBLE, "").isdigit() else ""
     with open(RUN_LOG_PATH, "a") as log:
-        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {job.workload.label()}{gpu} | {phases}\n")
+        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {trial.workload.label()}{gpu} | {phases}\n")
 
 
 def _gpu_check(p: _Prepared):
@@ -259,14 +262,14 @@ def _gpu_check(p: _Prepared):
         return None
     import torch
 
-    reduction = p.job.workload.reduction_length()
-    reference, tol = _device_reference(p.job.workload, p.job.settings.seed)
+    reduction = p.trial.workload.reduction_length()
+    reference, tol = _device_reference(p.trial.workload, p.trial.settings.seed)
 
     def check_output(output) -> Check:
         tensor = output if isinstance(output, torch.Tensor) else torch.from_dlpack(output)
         return compare_on_gpu(tensor, reference, tol,
                               lambda: compare(tensor.float().cpu().numpy(), p.reference, reduction,
-                                              p.job.workload.tolerance_floor))
+                                              p.trial.workload.tolerance_floor))
 
     return check_output
 
@@ -319,8 +322,8 @@ def _graph_timing(p: _Prepared, args, check_output=None) -> Timing | None:
     """The kernel timed from CUDA graphs; None where PyTorch with CUDA is missing: the
     back-to-back timing still stands."""
     try:
-        return time_tvm_graph(p.module, args, p.reference, p.job.workload.reduction_length(), p.job.settings,
-                              check_output, floor=p.job.workload.tolerance_floor)
+        return time_tvm_graph(p.module, args, p.reference, p.trial.workload.reduction_length(), p.trial.settings,
+                              check_output, floor=p.trial.workload.tolerance_floor)
     except BaselineUnavailable:
         return None
 

@@ -1,0 +1,151 @@
+"""Builds kept on disk, shared by a machine's app processes: the process that builds a
+setting writes it, every other one reads it instead of building it."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+import tvm  # already imported by ..build; its version names the builds kept on disk
+
+from ..build import Build, Spec
+from ..errors import ExplorerError
+from ..targets import resolve_target
+from .settings import LiveSettings
+
+log = logging.getLogger(__name__)
+
+PRUNE_EVERY = 64  # a process counts the files on disk at its first write and every 64th after
+_kept = 0
+
+
+
+class BuildDisk:
+    """The machine's folder of builds (``settings.build_dir``) as one server reads it: where a
+    build's file is, and what a file holds."""
+
+    def __init__(self, settings: LiveSettings):
+        self.settings = settings
+        self._since = 0  # files written before this (time.time_ns()) are not read: forget()
+
+    def forget(self) -> None:
+        """Stop reading the files written so far (they stay for the machine's other servers)."""
+        self._since = time.time_ns()
+
+    @functools.cached_property
+    def folder(self) -> str | None:
+        """The folder of builds kept on disk; None where none are kept, or where another user
+        could write to it (reading a pickle runs code the file names)."""
+        if not self.settings.build_disk_cache:
+            return None
+        directory = self.settings.build_dir
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            info = os.stat(directory)
+        except OSError as error:
+            log.warning("Builds are not kept on disk: %s", error)
+            return None
+        if info.st_uid != os.getuid() or info.st_mode & 0o022:
+            log.warning("Builds are not kept on disk: other users may write to %s.", directory)
+            return None
+        return directory
+
+    def path(self, spec: Spec, target: str) -> str | None:
+        """Where ``spec``'s build for ``target`` is kept; None where none are kept."""
+        if self.folder is None:
+            return None
+        # The resolved target: "auto" is another GPU on another machine sharing the folder.
+        key = build_key(spec, str(resolve_target(target)), tvm.__version__, source_fingerprint())
+        return os.path.join(self.folder, key + ".pickle")
+
+    def read(self, path: str | None) -> Build | ExplorerError | None:
+        """The outcome another process kept at ``path``; None where there is none to read (a
+        file cut short or of an older format is built again and replaced)."""
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as file:
+                if os.fstat(file.fileno()).st_mtime_ns < self._since:
+                    return None
+                kept = cloudpickle.loads(file.read())
+        except FileNotFoundError:
+            return None
+        except Exception as error:  # truncated, or classes that changed: anything unpickling raises
+            log.info("Build on disk %s not read: %r", path, error)
+            return None
+        if not isinstance(kept, Build | ExplorerError):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # the bound on disk removes the least recently used first
+        return kept
+
+
+def build_key(spec: Spec, target: str, tvm_version: str, source: str) -> str:
+    """The name of ``spec``'s build for ``target`` on disk: everything its outcome depends on
+    (``source``: :func:`source_fingerprint`)."""
+    return hashlib.sha256(f"{tvm_version}|{source}|{target}|{spec!r}".encode()).hexdigest()
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """The explorer package's source as this process first saw it: an edited checkout never
+    reads a build made by the code before."""
+    return package_fingerprint(Path(__file__).resolve().parents[1])
+
+
+def package_fingerprint(package: Path) -> str:
+    """A hash of the name, size and modification time of every Python file under ``package``."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        info = path.stat()
+        digest.update(f"{path.relative_to(package)}|{info.st_size}|{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def keep(outcome: Build | ExplorerError, path: str, at_most: int) -> None:
+    """Write ``outcome`` to ``path`` as the pool sends it back, whole or not at all (other
+    processes may read it at once); past ``at_most`` files the oldest go."""
+    global _kept
+    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        with open(partial, "wb") as file:
+            file.write(cloudpickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(partial, path)
+    except OSError as error:  # a full disk: the build is still shown, only not kept
+        log.warning("Build not kept on disk: %s", error)
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        return
+    if _kept % PRUNE_EVERY == 0:
+        prune(os.path.dirname(path), at_most)
+    _kept += 1
+
+
+def prune(directory: str, at_most: int) -> None:
+    """Past ``at_most`` files in ``directory``, remove the least recently written or read down
+    to 90 % of it (one count of the folder, not one per write)."""
+    try:
+        with os.scandir(directory) as found:
+            entries = [entry for entry in found if entry.name.endswith((".pickle", ".part"))]
+    except OSError:
+        return
+    if len(entries) <= at_most:
+        return
+
+    def modified(entry: os.DirEntry) -> int:
+        try:
+            return entry.stat().st_mtime_ns
+        except OSError:  # removed by another process meanwhile
+            return 0
+
+    for entry in sorted(entries, key=modified)[:len(entries) - at_most * 9 // 10]:
+        with contextlib.suppress(OSError):
+            os.remove(entry.path)
+

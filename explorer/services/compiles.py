@@ -1,0 +1,70 @@
+"""The kernels to measure, compiled to loadable libraries in a pool of their own (processes
+that may compile binaries, unlike the build pool's), so the measuring worker only loads,
+checks and times."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import tvm  # already imported by ..build; its version names the libraries kept on disk
+
+from ..build import Spec, build, keep_builds
+from ..cuda_env import binary_process_init, kernel_environment
+from ..errors import ExplorerError
+from .pool import POOL_BUILDS, ProcessPool
+from .settings import LiveSettings
+
+COMPILE_NICENESS = 5  # the compile processes' priority under the pages' builds (os.nice)
+
+
+class CompileService(ProcessPool):
+    """Compiles the kernels to measure on all the cores it is given, in processes that may
+    compile binaries (unlike the build pool's): each returns the path of a library the
+    measuring worker loads, or None where no library can be exported here (no C compiler),
+    and the worker then compiles the kernel itself."""
+
+    def __init__(self, settings: LiveSettings):
+        super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment)
+
+    def compile(self, spec: Spec, target: str) -> str | None:
+        """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while
+        the processes are still starting (the worker then compiles the kernel itself)."""
+        if not self.ready.is_set():
+            return None
+        return self.run(compile_library, spec, target, self.settings.library_dir, doing="Compiling this setting")
+
+
+def _compile_pool_init(root: str) -> None:
+    """A compile process: where cores are short, the operating system runs the pages' builds
+    first (a student waits for the code before the latency)."""
+    binary_process_init(root)
+    os.nice(COMPILE_NICENESS)
+    keep_builds(POOL_BUILDS)  # each setting is compiled once: its library is kept on disk
+
+
+def library_path(spec: Spec, target: str, directory: str) -> str:
+    """Where ``spec``'s compiled kernel for ``target`` is kept: one file per setting, TVM
+    version and target."""
+    key = hashlib.sha256(f"{tvm.__version__}|{target}|{spec!r}".encode()).hexdigest()
+    return os.path.join(directory, key + ".so")
+
+
+def compile_library(spec: Spec, target: str, directory: str) -> str | None | ExplorerError:
+    """In a compile process: build ``spec`` (NVRTC compiles its CUDA, through the disk cache)
+    and export it as a library; None where exporting fails (no C compiler); an ExplorerError
+    comes back as a value, intact."""
+    path = library_path(spec, target, directory)
+    if os.path.exists(path):
+        return path
+    try:
+        built = build(spec, target)
+    except ExplorerError as error:
+        return error
+    os.makedirs(directory, exist_ok=True)
+    partial = f"{path}.{os.getpid()}.so"
+    try:
+        built.runtime_module.export_library(partial)
+    except Exception:  # no C compiler or linker on this machine: the worker compiles instead
+        return None
+    os.replace(partial, path)  # whole or absent: other processes may read it at once
+    return path

@@ -1,0 +1,95 @@
+"""Processes of a server (TVM's ``PopenPoolExecutor``) that run one function at a time each."""
+from __future__ import annotations
+
+import os
+import site
+import threading
+from pathlib import Path
+
+from ..build import Spec, build
+from ..cuda_env import SOURCE_ONLY
+from ..errors import ExplorerError
+from .settings import LiveSettings
+
+ROOT = str(Path(__file__).resolve().parents[2])  # so pool processes can import explorer
+POOL_BUILDS = 8  # builds a build or compile process keeps (explorer.build's cache)
+
+
+class ProcessPool:
+    """``workers`` processes (TVM's ``PopenPoolExecutor``), started by ``initializer`` on
+    first use: runs a function in one of them, with one sentence for a process that ran past
+    the time limit or crashed."""
+
+    def __init__(self, settings: LiveSettings, workers: int, initializer, environment=None):
+        self.settings = settings
+        self.workers = workers
+        self._initializer = initializer
+        self._environment = environment  # () -> variables the processes inherit
+        self._pool = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        self.ready = threading.Event()  # the processes have started and imported what they need
+
+    def run(self, function, *args, doing: str = "Building this setting"):
+        """``function(*args)`` in one of the processes (it returns an ExplorerError as a
+        value); raises ExplorerError with the sentence for a process that ran too long or crashed."""
+        try:
+            outcome = self._executor().submit(function, *args).result()
+        except TimeoutError:
+            raise ExplorerError(f"{doing} took longer than {self.settings.build_time_limit_s} s, "
+                                "so it was stopped; try fewer unrolled or smaller loops.") from None
+        except ChildProcessError:
+            raise ExplorerError("The compile process crashed on this setting; it was restarted. "
+                                "Try another setting.") from None
+        if isinstance(outcome, ExplorerError):
+            raise outcome
+        return outcome
+
+    def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
+        """Start the processes now (each imports TVM and what ``warm_specs``' templates need,
+        seconds) rather than on a student's first knob change."""
+        pool = self._executor()
+        try:
+            for future in [pool.submit(_pool_ready, warm_specs, target) for _ in range(self.workers)]:
+                future.result()
+        except (ValueError, OSError, ChildProcessError):
+            if self._closed:  # the server closed while its processes were starting
+                return
+            raise
+        self.ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+
+    def _executor(self):
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        with self._pool_lock:
+            if self._pool is None:
+                if self._environment is not None:
+                    os.environ.update(self._environment())  # the children inherit it
+                self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.settings.build_time_limit_s,
+                                               initializer=self._initializer, initargs=(ROOT,))
+            return self._pool
+
+
+def source_only_process_init(root: str) -> None:
+    """A process that builds CUDA source and never compiles a binary."""
+    site.addsitedir(root)
+    os.environ[SOURCE_ONLY] = "1"
+
+
+def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
+    """Import TVM (the slow part of a first build) and, by building one setting of each of
+    ``warm_specs``' templates, whatever those import on first use (the tensor-core
+    intrinsics take seconds)."""
+    for spec in {spec.template: spec for spec in reversed(warm_specs)}.values():
+        try:
+            build(spec, target)
+        except ExplorerError:
+            pass  # a step this machine cannot build shows its own sentence when opened
+    return os.getpid()
