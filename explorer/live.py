@@ -37,6 +37,7 @@ from .services.settings import LiveSettings
 from .services.single_flight import SingleFlight
 from .warm_up import WarmUp, warm_up_local_gpu
 
+CLOSE_WAIT_S = 30  # the longest close() waits for the warm-up to end
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue
 FIRST_MEASUREMENT_WAIT_S = 30  # the compile processes start after the first page's measurement, or this
 
@@ -177,8 +178,9 @@ class Live:
         """Warm up in the background; then, on a GPU, build ``build_ahead`` and measure
         ``measure_ahead`` (the lesson steps a class opens by link) while no student waits for
         the GPU."""
-        threading.Thread(target=self._start, args=(first, target, build_ahead, measure_ahead), name="live-start",
-                         daemon=True).start()
+        self._starting = threading.Thread(target=self._start, args=(first, target, build_ahead, measure_ahead),
+                                          name="live-start", daemon=True)
+        self._starting.start()
 
     def _start(self, first: Spec | None, target: str, build_ahead: tuple[Spec, ...] = (),
                measure_ahead: tuple[Spec, ...] = ()) -> None:
@@ -334,6 +336,9 @@ class Live:
                 "pages": self.page_runs.stats()}
 
     def close(self) -> None:
+        starting = getattr(self, "_starting", None)
+        if starting is not None and starting is not threading.current_thread():
+            starting.join(CLOSE_WAIT_S)  # a warm-up still holding the GPU would hold it for the next user
         self.diagnoses.close()
         self.diagnosing.close()
         self.builds.close()

@@ -92,55 +92,33 @@ def test_with_one_gpu_a_crash_is_the_measurement_s_answer(monkeypatch):
 
 @pytest.mark.parametrize(("seen", "index", "child"), [(None, "1", "1"), ("2,3", "1", "3"), ("5", "0", "5")])
 def test_a_pinned_worker_sees_its_one_gpu(monkeypatch, seen, index, child):
-    import tvm.support.popen_pool as popen_pool
-
-    started = []
-
-    class Process:
-        def __init__(self, *args, **kwargs):
-            started.append(os.environ.get(VISIBLE))
-
-    monkeypatch.setattr(popen_pool.subprocess, "Popen", Process)
+    """What a worker process inherits as it starts (``environment``, around TVM's spawn)."""
     if seen is None:
         monkeypatch.delenv(VISIBLE, raising=False)
     else:
         monkeypatch.setenv(VISIBLE, seen)
-    worker = _PinnedWorker(index)
-    worker._start()
-    worker._reader.close()
-    worker._writer.close()
-    worker._proc = None  # nothing was started: nothing to stop
-    assert started == [child] and os.environ.get(VISIBLE) == seen  # this process's own view is kept
+    with _PinnedWorker(index).environment():
+        assert os.environ.get(VISIBLE) == child
+    assert os.environ.get(VISIBLE) == seen  # this process's own view is kept
 
 
 def test_a_worker_of_every_gpu_starts_only_between_other_workers_pinnings(monkeypatch):
     """GPU 0's worker (no pin: it sees every GPU and uses the first) started while GPU 1's is being
     started waits for it, and so never inherits GPU 1's pin from this process's environment."""
-    import tvm.support.popen_pool as popen_pool
-
-    from explorer.measure.worker import _ENVIRON_LOCK
-
-    started = []
-
-    class Process:
-        def __init__(self, *args, **kwargs):
-            started.append(os.environ.get(VISIBLE))
-
-    monkeypatch.setattr(popen_pool.subprocess, "Popen", Process)
     monkeypatch.delenv(VISIBLE, raising=False)
-    worker = _PinnedWorker(None)
-    with _ENVIRON_LOCK:  # GPU 1's worker starting: its pin is in the environment
-        os.environ[VISIBLE] = "1"
-        thread = threading.Thread(target=worker._start)
+    seen = []
+
+    def start():
+        with _PinnedWorker(None).environment():
+            seen.append(os.environ.get(VISIBLE))
+
+    with _PinnedWorker("1").environment():  # GPU 1's worker starting: its pin is in the environment
+        thread = threading.Thread(target=start)
         thread.start()
         thread.join(0.5)
-        assert started == []  # it waits
-        del os.environ[VISIBLE]
+        assert seen == [] and os.environ[VISIBLE] == "1"  # it waits
     thread.join(10)
-    worker._reader.close()
-    worker._writer.close()
-    worker._proc = None
-    assert started == [None]
+    assert seen == [None]
 
 
 def test_a_server_setting_of_gpus_it_cannot_take_is_refused(monkeypatch):

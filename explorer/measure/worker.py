@@ -22,6 +22,7 @@ NVRTC compile is never mistaken for a hung kernel.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
@@ -90,6 +91,12 @@ class _PinnedWorker(PopenWorker):
         self.gpu = gpu
 
     def _start(self):
+        with self.environment():
+            super()._start()
+
+    @contextlib.contextmanager
+    def environment(self):
+        """This process's environment as the child must inherit it, held for the start alone."""
         with _ENVIRON_LOCK:
             before = os.environ.get(VISIBLE)
             if self.gpu is not None:
@@ -98,7 +105,7 @@ class _PinnedWorker(PopenWorker):
                 index = int(self.gpu)
                 os.environ[VISIBLE] = visible[index] if index < len(visible) else self.gpu
             try:
-                super()._start()
+                yield
             finally:
                 if before is None:
                     os.environ.pop(VISIBLE, None)
