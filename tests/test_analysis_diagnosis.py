@@ -427,3 +427,11 @@ def test_the_lessons_steps_get_the_findings_that_lead_to_the_next():
     assert little["work-per-thread"].suggestion.changes == (("elements_per_thread", "1", "2"),)
     assert "pipeline" not in little
     assert "work-per-thread" not in rules(diagnosis("reduce-7-multiple-elements"))
+
+
+def test_the_rule_table_names_every_rule():
+    # Each rule fires on some hand-made Facts; the table the documentation prints names them all.
+    fired = {dx.reread_rule(facts(kernels=3, input_bytes=100, input_reads=(100, 100, 100))).rule,
+             dx.work_per_thread_rule(facts(tree_steps=8, loads_per_thread=1.0)).rule,
+             dx.pipeline_rule(facts(staged_steps=64)).rule, dx.kernels_rule(facts(kernels=2)).rule}
+    assert len(dx.RULE_TABLE) == len(dx.RULES) and fired <= {name for name, _, _ in dx.RULE_TABLE}

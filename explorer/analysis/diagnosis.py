@@ -450,7 +450,7 @@ def work_per_thread_rule(f: Facts) -> Finding | None:
     """A reduction whose threads load one or two elements each before the block's tree: every
     block pays the tree's steps and barriers for a few loads (Brent's theorem: fewer threads,
     each summing more elements serially, pay it once per many elements)."""
-    if not f.tree_steps or f.loads_per_thread is None or f.loads_per_thread > LITTLE_WORK:
+    if not f.tree_steps or not f.loads_per_thread or f.loads_per_thread > LITTLE_WORK:
         return None
     waves = -(-f.blocks // (f.device.sms * f.resident_blocks))
     per_thread = f"{f.loads_per_thread:g} element{'s' if f.loads_per_thread != 1 else ''}"
@@ -469,6 +469,26 @@ def work_per_thread_rule(f: Facts) -> Finding | None:
 RULES: tuple[Callable[[Facts], Finding | None], ...] = (
     occupancy_rule, grid_rule, bank_conflict_rule, coalescing_rule, reuse_rule, spill_rule, kernels_rule, rewrite_rule,
     vector_rule, pipeline_rule, reread_rule, work_per_thread_rule,
+)
+
+
+# Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
+# graded documentation (bench/diagnosis_agreement.py) prints.
+RULE_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("occupancy", "too few warps per SM because of what an SM can hold", PARALLEL_COST),
+    ("grid", "too few blocks, or too few threads with outputs in them, to fill the GPU", PARALLEL_COST),
+    ("bank-conflicts", "shared-memory accesses whose lanes share a bank", BANK_COST),
+    ("coalescing", "global accesses that touch more 32-byte sectors than their data fill", COALESCING_COST),
+    ("reuse", "many loads per output that a larger thread tile would share", REUSE_COST),
+    ("spills", "registers spilled to local memory", SPILL_COST),
+    ("kernels", "more than one kernel launch", KERNELS_COST),
+    ("rewrites", "more bytes stored to global memory than the output holds", REWRITE_COST),
+    ("vector-width", "coalesced global loads narrower than 16 bytes per lane (one 16-bit element included)",
+     VECTOR_COST),
+    ("pipeline", "a loop that stages tiles in shared memory with synchronous copies", PIPELINE_COST),
+    ("re-reads", "the workload's input read by several kernels: passes that could be fused", REREAD_COST),
+    ("work-per-thread", f"a block's tree over its threads' values after {LITTLE_WORK} or fewer loads per thread",
+     WORK_COST),
 )
 
 
@@ -717,7 +737,8 @@ def _input_reads(built: Build, globals_: tuple[GlobalFact, ...]) -> tuple[int, .
 
 def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     """log2(threads per block) when the first kernel adds its threads' values in a tree: it waits at
-    a barrier and stores fewer elements to global memory than a block has threads."""
+    a barrier and stores at most one element per warp to global memory (a tile of outputs stores
+    about one per thread; stores the analysis cannot model say nothing)."""
     first = built.kernels[0]
     kernel = kernel_accesses(built.device_mod)[0]
     if not kernel.barrier_loops and not any(a.epoch for a in kernel.accesses):
@@ -725,7 +746,7 @@ def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     stored = sum(a.ideal_bytes for a in globals_ if a.op == "store" and a.kernel == first.name)
     element_bytes = numpy_dtype(built.spec.workload.output_dtype()).itemsize
     threads = first.threads_per_block
-    if threads < 2 or stored / element_bytes >= first.blocks * threads:
+    if threads < 2 or not stored or stored / element_bytes * WARP_SIZE > first.blocks * threads:
         return 0
     return threads.bit_length() - 1
 
