@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from explorer.analysis import agreement as A
-from explorer.analysis.diagnosis import RANKING_RULE, SUGGESTION_RULE, diagnose_spec
+from explorer.analysis.diagnosis import RANKING_RULE, RULE_TABLE, SUGGESTION_RULE, diagnose_spec
 from explorer.lessons import lessons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,9 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for g in grades:
         if not g.graded:
             lines.append(f"- {g.lesson} step {g.step} ({g.after}): {g.not_graded}.")
-    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}", ""]
+    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}", "",
+              "| finding | what it looks for | its cost |", "| --- | --- | --- |",
+              *(f"| {name} | {what} | {cost} |" for name, what, cost in RULE_TABLE), ""]
     return "\n".join(lines)
 
 

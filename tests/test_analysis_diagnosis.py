@@ -334,3 +334,104 @@ def test_on_a_gpu_with_ncu_the_diagnosis_quotes_the_counters(capsys):
     data = json.loads(capsys.readouterr().out)["diagnosis"]
     assert any("Nsight Compute profiled one launch" in note for note in data["notes"])
     assert any(line.startswith("Nsight Compute: ") for f in data["findings"] for line in f["evidence"])
+
+
+# -- reductions and row-wise kernels --------------------------------------------------------
+
+
+def test_reuse_counts_only_loads_a_tile_could_share():
+    # A matmul-like stage: 8 loads per output where 1 would do: (8 - 1) × 2.56 M / 32 requests at one per cycle.
+    assert dx.reuse_rule(facts(loads_per_output=8.0)).cost_us == pytest.approx(7 * 2_560_000 / 32 / (100 * 2e3))
+    # A row reduction: each output reads its own 4096 elements, which no tile shares.
+    assert dx.reuse_rule(facts(loads_per_output=4096.0, compulsory_loads_per_output=4096.0)) is None
+    # Beyond that floor the extra loads count again: 8 where 4 are compulsory.
+    found = dx.reuse_rule(facts(loads_per_output=8.0, compulsory_loads_per_output=4.0))
+    assert found.cost_us == pytest.approx(4 * 2_560_000 / 32 / (100 * 2e3))
+
+
+def test_threads_sharing_one_output_are_all_useful():
+    # A row per block of 256 threads, reduced across the threads: 1 output per block, not 256.
+    row = dict(blocks=4096, stage_outputs=4096, outputs_per_thread=1, loads_per_output=4096.0,
+               compulsory_loads_per_output=4096.0)
+    assert facts(**row).useful == pytest.approx(1 / 256)  # read as if each thread owned an output
+    assert facts(**row, threads_per_output=256).useful == 1.0
+    assert dx.findings_of(facts(**row, threads_per_output=256)) == {}
+
+
+def test_one_element_16_bit_loads_are_narrow():
+    # A warp of 2-byte loads asks for 64 contiguous bytes: 2 sectors per request.
+    halves = GlobalFact("X[i]", "load", 2, 1000, 2000, 2000, 64_000)
+    found = dx.vector_rule(facts(globals=(halves,)))
+    assert found.title == "Global loads of 2 bytes per lane where 16 would do."
+    assert "a 16-byte load moves 8 of them" in found.evidence[-1]
+    assert found.cost_us == pytest.approx(1000 * (1 - 2 / 16) / 4 / (100 * 2e3))
+    # 4-byte loads still need 4 sectors per request (a warp's 128 contiguous bytes).
+    assert dx.vector_rule(facts(globals=(GlobalFact("A[i]", "load", 4, 1000, 2000, 2000),))) is None
+    assert dx.vector_rule(facts(globals=(GlobalFact("A[i]", "load", 4, 1000, 4000, 4000),))) is not None
+
+
+def test_an_input_read_by_each_of_three_kernels():
+    # Softmax as three kernels over a 64 MB input: 192 MB read, 128 MB of it again, at 1e6 bytes per µs.
+    mb64 = 64_000_000
+    found = dx.reread_rule(facts(kernels=3, input_bytes=mb64, input_reads=(mb64, mb64, mb64)))
+    assert found.rule == "re-reads" and "read 3.0 times" in found.title
+    assert "3 kernels read the input: 192.0 MB together, where reading it once is 64.0 MB" in found.evidence[0]
+    assert found.cost_us == pytest.approx(128.0)
+    assert dx.reread_rule(facts(kernels=1, input_bytes=mb64, input_reads=(mb64,))) is None
+    # A sum's second kernel reads the first one's partial sums, not the input.
+    assert dx.reread_rule(facts(kernels=2, input_bytes=mb64, input_reads=(mb64, 0))) is None
+
+
+def test_a_tree_after_one_load_per_thread():
+    # 16,384 blocks of 256 threads, 8 per SM on 100 SMs: 21 waves, each paying 8 steps of 60 cycles.
+    f = facts(blocks=16_384, tree_steps=8, loads_per_thread=1.0)
+    found = dx.work_per_thread_rule(f)
+    assert found.title == "Too little work per thread: 1 element before a 8-step tree."
+    assert found.cost_us == pytest.approx(21 * 100 * 8 * 60 / (100 * 2e3))
+    assert dx.work_per_thread_rule(facts(blocks=512, tree_steps=8, loads_per_thread=32.0)) is None
+    assert dx.work_per_thread_rule(facts(loads_per_thread=1.0)) is None  # no tree
+
+
+def test_facts_of_reductions_and_rowwise_builds():
+    from explorer.build import build
+
+    def of(preset):
+        return dx.facts_of(build(get_preset(preset).spec))
+
+    x = 4096 * 4096 * 4
+    separate, on_chip = of("rowwise-softmax-separate"), of("rowwise-softmax-on-chip")
+    assert separate.input_reads == (x, x, x) and on_chip.input_reads == (x,)
+    assert separate.compulsory_loads_per_output == 4096 and separate.threads_per_output == 256
+    assert separate.useful == 1.0
+    tree = of("reduce-3-sequential")  # 2^22 floats: 16,384 blocks of 256 threads, one load each
+    assert (tree.loads_per_thread, tree.tree_steps, tree.staged_steps) == (1.0, 8, 0)  # a tree stages nothing
+    assert of("reduce-7-multiple-elements").loads_per_thread == 32
+    assert of("matmul-tiled-1024").staged_steps == 1024 // 8  # block_k = 8: a loop that stages tiles
+
+
+def test_the_lessons_steps_get_the_findings_that_lead_to_the_next():
+    def diagnosis(preset):
+        return dx.diagnose_spec(get_preset(preset).spec, compile=False)
+
+    def rules(d):
+        return {f.rule: f for f in d.findings}
+
+    separate = rules(diagnosis("rowwise-softmax-separate"))
+    assert set(separate) == {"re-reads", "kernels"}  # no reuse or occupancy finding on a row reduction
+    moves = {f.suggestion.changes for f in separate.values()}
+    assert moves == {(("fusion", "separate", "on_chip"),), (("fusion", "separate", "fused"),)}
+    assert "re-reads" not in rules(diagnosis("rowwise-softmax-on-chip"))
+    narrow = rules(diagnosis("rowwise-layernorm-fused"))["vector-width"]
+    assert narrow.title.startswith("Global loads of 2 bytes per lane")
+    little = rules(diagnosis("reduce-3-sequential"))
+    assert little["work-per-thread"].suggestion.changes == (("elements_per_thread", "1", "2"),)
+    assert "pipeline" not in little
+    assert "work-per-thread" not in rules(diagnosis("reduce-7-multiple-elements"))
+
+
+def test_the_rule_table_names_every_rule():
+    # Each rule fires on some hand-made Facts; the table the documentation prints names them all.
+    fired = {dx.reread_rule(facts(kernels=3, input_bytes=100, input_reads=(100, 100, 100))).rule,
+             dx.work_per_thread_rule(facts(tree_steps=8, loads_per_thread=1.0)).rule,
+             dx.pipeline_rule(facts(staged_steps=64)).rule, dx.kernels_rule(facts(kernels=2)).rule}
+    assert len(dx.RULE_TABLE) == len(dx.RULES) and fired <= {name for name, _, _ in dx.RULE_TABLE}

@@ -29,10 +29,11 @@ from ..build import Build, Spec, build
 from ..errors import ExplorerError, InvalidKnobs
 from ..gpus import DEFAULT, base_arch, gpu_of
 from ..targets import WARP_SIZE
+from ..workloads import numpy_dtype
 from . import ncu
 from .accesses import kernel_accesses
 from .banks import analyze_banks
-from .coalescing import analyze_coalescing
+from .coalescing import GLOBAL_SCOPES, analyze_coalescing
 from .ranking import LATENCY_HIDING_WARPS
 from .resources import analyze_resources, occupancy, sm_limits
 from .roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
@@ -105,6 +106,8 @@ class GlobalFact:
     sectors: int
     ideal_sectors: int
     ideal_bytes: int = 0  # the distinct bytes the lanes ask for
+    kernel: str = ""  # the kernel it is in
+    buffer: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,14 @@ class Facts:
     counters: dict = field(default_factory=dict)  # Nsight Compute: metric -> value
     tensor_cores: bool = False  # 16-bit inputs: mma on the tensor cores, and only the memory roof is known
     stage_outputs: int = 0  # outputs of the compute stage (partial sums included), 0 when unknown
+    threads_per_output: int = 1  # threads that share each output (a reduction across threads)
+    # Loads per output that no tiling avoids: the inputs' elements ÷ the compute stage's outputs (1 where each
+    # input feeds many outputs, as in a matmul; the row length for a row-wise reduction).
+    compulsory_loads_per_output: float = 1.0
+    input_bytes: int = 0  # the workload's inputs, each read once
+    input_reads: tuple[int, ...] = ()  # per kernel: bytes of the workload's inputs it reads (one pass each)
+    loads_per_thread: float | None = None  # global elements each thread of the first kernel loads
+    tree_steps: int = 0  # steps of the first kernel's tree over its threads' values (log2 threads), 0 if none
 
     @property
     def warps_per_block(self) -> int:
@@ -151,7 +162,8 @@ class Facts:
         output leaves threads with nothing to compute)."""
         if not self.stage_outputs or not self.outputs_per_thread:
             return 1.0
-        return min(1.0, self.stage_outputs / (self.blocks * self.threads_per_block * self.outputs_per_thread))
+        per_block = self.threads_per_block * self.outputs_per_thread / self.threads_per_output
+        return min(1.0, self.stage_outputs / (self.blocks * per_block))
 
     @property
     def resident_blocks(self) -> int:
@@ -297,16 +309,19 @@ def coalescing_rule(f: Facts) -> Finding | None:
                     evidence, f.device.bytes_us(extra * SECTOR_BYTES), COALESCING_COST)
 
 
-REUSE_COST = ("loads beyond one per output, as one warp-wide request per 32 loads at one per cycle per SM "
-              "(the shared-memory or L1 rate)")
+REUSE_COST = ("loads beyond one per output (or beyond the inputs' elements per output, where each input feeds "
+              "one output only), as one warp-wide request per 32 loads at one per cycle per SM (the shared-memory "
+              "or L1 rate)")
 
 
 def reuse_rule(f: Facts) -> Finding | None:
     """Little work per thread: each output needs many loads that a larger thread tile shares.
-    Not for tensor cores, whose warps load whole fragments (a thread's footprint says nothing)."""
-    if f.loads_per_output is None or f.loads_per_output <= 1 or f.tensor_cores:
+    Not for tensor cores, whose warps load whole fragments (a thread's footprint says nothing),
+    nor for loads no tile can share: a reduction over a row reads each element for one output only."""
+    floor = max(1.0, f.compulsory_loads_per_output)
+    if f.loads_per_output is None or f.loads_per_output <= floor or f.tensor_cores:
         return None
-    extra = (f.loads_per_output - 1) * f.outputs / WARP_SIZE
+    extra = (f.loads_per_output - floor) * f.outputs / WARP_SIZE
     evidence = [f"Each thread computes {f.outputs_per_thread} output(s) and loads {f.loads_per_output:.2f} inputs "
                 "per output (its input footprint once)."]
     if f.ffma_share is not None:
@@ -361,13 +376,19 @@ VECTOR_COST = (f"the extra load instructions a {WIDEST_ACCESS_BYTES}-byte access
 
 
 def vector_rule(f: Facts) -> Finding | None:
-    """Coalesced global loads of fewer than 16 bytes per lane: more instructions than needed."""
+    """Coalesced global loads of fewer than 16 bytes per lane: more instructions than needed. A
+    warp's lanes read one contiguous run (32 × its bytes per lane, up to 4 sectors per request: a
+    warp of one-element 16-bit loads asks for 64 bytes, 2 sectors)."""
     narrow = [a for a in f.globals if a.op == "load" and a.access_bytes < WIDEST_ACCESS_BYTES
-              and a.requests and a.sectors <= a.ideal_sectors * 1.25 and a.ideal_sectors >= a.requests * 4]
+              and a.requests and a.sectors <= a.ideal_sectors * 1.25
+              and a.ideal_sectors >= a.requests * min(4, a.access_bytes)]
     if not narrow:
         return None
     saved = sum(a.requests * (1 - a.access_bytes / WIDEST_ACCESS_BYTES) for a in narrow)
     evidence = [f"{a.op} {a.text}: {a.access_bytes} B per lane, {a.requests:,} requests." for a in narrow[:2]]
+    if any(a.access_bytes == 2 for a in narrow):
+        evidence.append(f"A 2-byte load moves one 16-bit element; a {WIDEST_ACCESS_BYTES}-byte load moves "
+                        f"{WIDEST_ACCESS_BYTES // 2} of them with one instruction.")
     return _finding("vector-width", f"Global loads of {min(a.access_bytes for a in narrow)} bytes per lane where "
                     f"{WIDEST_ACCESS_BYTES} would do.", evidence,
                     f.device.cycles_us(saved / LSU_ISSUE_PER_CYCLE), VECTOR_COST)
@@ -392,9 +413,81 @@ def pipeline_rule(f: Facts) -> Finding | None:
                     PIPELINE_COST)
 
 
+REREAD_COST = ("the input's bytes read beyond once, at the roof's bandwidth (a kernel reads a buffer at most once "
+               "from memory; a later kernel reads it again)")
+
+
+def reread_rule(f: Facts) -> Finding | None:
+    """Several kernels each read the workload's input: passes that one kernel could make over data
+    it has just read (softmax as max, sum and normalize kernels)."""
+    readers = [(i, read) for i, read in enumerate(f.input_reads, start=1) if read]
+    total = sum(read for _, read in readers)
+    if len(readers) < 2 or not f.input_bytes or total <= 1.5 * f.input_bytes:
+        return None
+    times = total / f.input_bytes
+    evidence = [f"{len(readers)} kernels read the input: {total / 1e6:,.1f} MB together, where reading it once is "
+                f"{f.input_bytes / 1e6:,.1f} MB ({times:.1f}×).",
+                "; ".join(f"kernel {i} reads {read / 1e6:,.1f} MB" for i, read in readers) + ".",
+                "Each kernel after the first reads again what the one before already read: one kernel making "
+                "every pass over a row it holds reads it from memory once."]
+    if "l2_hit_rate" in f.counters:
+        evidence.append(f"Nsight Compute: L2 hit rate {f.counters['l2_hit_rate']:.0f}%.")
+    return _finding("re-reads", f"The input is read {times:.1f} times, once per kernel: passes that could be fused.",
+                    evidence, f.device.bytes_us(total - f.input_bytes), REREAD_COST)
+
+
+LITTLE_WORK = 2  # elements per thread before a tree: Harris's kernels 3 (one) and 4 (two) pay its cost per few loads
+# Cycles one step of a tree over a block's values takes: a shared-memory load, an add, a store and the barrier
+# that ends the step, each waiting for the one before (an assumption of the model, not a measurement).
+TREE_STEP_CYCLES = 60
+WORK_COST = (f"the tree's log2(threads) steps at {TREE_STEP_CYCLES} cycles each (an assumption: a shared-memory "
+             "load, an add, a store and a barrier), once per wave of blocks: the time an SM's blocks spend adding "
+             "instead of loading")
+
+
+def work_per_thread_rule(f: Facts) -> Finding | None:
+    """A reduction whose threads load one or two elements each before the block's tree: every
+    block pays the tree's steps and barriers for a few loads (Brent's theorem: fewer threads,
+    each summing more elements serially, pay it once per many elements)."""
+    if not f.tree_steps or not f.loads_per_thread or f.loads_per_thread > LITTLE_WORK:
+        return None
+    waves = -(-f.blocks // (f.device.sms * f.resident_blocks))
+    per_thread = f"{f.loads_per_thread:g} element{'s' if f.loads_per_thread != 1 else ''}"
+    evidence = [f"Each thread loads {per_thread} from global memory, then the block adds its "
+                f"{f.threads_per_block} values in a tree of {f.tree_steps} steps.",
+                f"{f.blocks:,} blocks: {waves} wave(s) of {f.device.sms * f.resident_blocks} blocks, each wave paying "
+                f"the {f.tree_steps} steps for {f.threads_per_block * f.loads_per_thread:g} elements per block.",
+                "Summing more elements per thread in a register before the tree needs fewer blocks, and so "
+                "fewer trees.",
+                *stall_evidence(f, "barrier")]
+    return _finding("work-per-thread", f"Too little work per thread: {per_thread} before a "
+                    f"{f.tree_steps}-step tree.", evidence,
+                    f.device.cycles_us(waves * f.device.sms * f.tree_steps * TREE_STEP_CYCLES), WORK_COST)
+
+
 RULES: tuple[Callable[[Facts], Finding | None], ...] = (
     occupancy_rule, grid_rule, bank_conflict_rule, coalescing_rule, reuse_rule, spill_rule, kernels_rule, rewrite_rule,
-    vector_rule, pipeline_rule,
+    vector_rule, pipeline_rule, reread_rule, work_per_thread_rule,
+)
+
+
+# Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
+# graded documentation (bench/diagnosis_agreement.py) prints.
+RULE_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("occupancy", "too few warps per SM because of what an SM can hold", PARALLEL_COST),
+    ("grid", "too few blocks, or too few threads with outputs in them, to fill the GPU", PARALLEL_COST),
+    ("bank-conflicts", "shared-memory accesses whose lanes share a bank", BANK_COST),
+    ("coalescing", "global accesses that touch more 32-byte sectors than their data fill", COALESCING_COST),
+    ("reuse", "many loads per output that a larger thread tile would share", REUSE_COST),
+    ("spills", "registers spilled to local memory", SPILL_COST),
+    ("kernels", "more than one kernel launch", KERNELS_COST),
+    ("rewrites", "more bytes stored to global memory than the output holds", REWRITE_COST),
+    ("vector-width", "coalesced global loads narrower than 16 bytes per lane (one 16-bit element included)",
+     VECTOR_COST),
+    ("pipeline", "a loop that stages tiles in shared memory with synchronous copies", PIPELINE_COST),
+    ("re-reads", "the workload's input read by several kernels: passes that could be fused", REREAD_COST),
+    ("work-per-thread", f"a block's tree over its threads' values after {LITTLE_WORK} or fewer loads per thread",
+     WORK_COST),
 )
 
 
@@ -551,42 +644,110 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                                                        workload.input_dtypes())
     bound = "memory" if memory_us >= least else "compute"
     kernel = analyze_resources(built, binary).kernels[0]
-    outputs_per_thread, loads, stage_outputs = _tiling(built)
+    tiling = _tiling(built)
     registers = kernel.registers if isinstance(kernel.registers, int) else None
     spills = kernel.spill_bytes if isinstance(kernel.spill_bytes, int) else None
     occ = kernel.occupancy
     if registers is None and like is not None and like.registers is not None:
-        registers, spills = _estimated_registers(like, outputs_per_thread)
+        registers, spills = _estimated_registers(like, tiling.outputs_per_thread)
         occ = occupancy(sm_limits(arch)[0], kernel.threads_per_block, kernel.shared_bytes, registers)
     shared = tuple(SharedFact(a.text, a.op, a.max_degree, a.wavefronts, a.conflicts)
                    for k in analyze_banks(built).kernels for a in k.accesses if not a.not_modelled)
-    globals_ = tuple(GlobalFact(a.text, a.op, a.access_bytes, a.requests, a.sectors, a.ideal_sectors, a.ideal_bytes)
-                     for a in analyze_coalescing(built).accesses if not a.not_modelled)
+    accesses = [a for a in analyze_coalescing(built).accesses if not a.not_modelled]
+    globals_ = tuple(GlobalFact(a.text, a.op, a.access_bytes, a.requests, a.sectors, a.ideal_sectors, a.ideal_bytes,
+                                a.kernel, a.buffer) for a in accesses)
+    first = built.kernels[0]
+    threads = first.blocks * kernel.threads_per_block
+    input_elements = sum(math.prod(shape) for shape in workload.input_shapes())
+    element_bytes = numpy_dtype(workload.input_dtypes()[0]).itemsize
+    first_loads = sum(a.ideal_bytes for a in globals_ if a.op == "load" and a.kernel == first.name)
     return Facts(device, least, bound, len(built.kernels),
-                 built.kernels[0].blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
-                 occ.limiter, registers, spills, math.prod(workload.output_shape()), outputs_per_thread, loads,
-                 shared, globals_, _ffma_share(built, binary), _staged_steps(built), "cp.async" in built.cuda,
-                 measured_us, dict(counters or {}), no_compute_roof, stage_outputs)
+                 first.blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
+                 occ.limiter, registers, spills, math.prod(workload.output_shape()), tiling.outputs_per_thread,
+                 tiling.loads, shared, globals_, _ffma_share(built, binary), _staged_steps(built),
+                 "cp.async" in built.cuda, measured_us, dict(counters or {}), no_compute_roof, tiling.stage_outputs,
+                 tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
+                 _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
+                 _tree_steps(built, globals_))
 
 
 def _staged_steps(built: Build) -> int:
-    """Iterations of the loops whose body has a barrier, in the first kernel (one block's)."""
+    """Iterations of the loops whose body has a barrier and a global load (tiles staged in shared
+    memory), in the first kernel (one block's). A tree that only adds shared values between its
+    barriers stages nothing."""
 
     kernel = kernel_accesses(built.device_mod)[0]
+    globals_ = kernel_accesses(built.device_mod, GLOBAL_SCOPES)[0]
+    loading = {loop.var for access in globals_.accesses if access.op == "load" for loop in access.loops}
     loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
-             if loop.var in kernel.barrier_loops}
+             if loop.var in kernel.barrier_loops and loop.var in loading}
     return math.prod(loops.values()) if loops else 0
 
 
-def _tiling(built: Build) -> tuple[int | None, float | None, int]:
-    """(outputs per thread, loads per output, outputs of the compute stage) from the tiling."""
+@dataclass(frozen=True)
+class _StageTiling:
+    """What the rules read of the tiling of the compute stage (None where it has none)."""
 
+    outputs_per_thread: int | None = None
+    loads: float | None = None  # loads per output, each thread loading its footprint once
+    stage_outputs: int = 0
+    threads_per_output: int = 1
+    reads: float = 0.0  # executed reads per output (no reuse at all)
+
+    def compulsory_loads(self, input_elements: int) -> float:
+        """Loads per output no tile avoids: the reads per output where no input element is read
+        for two outputs (a reduction over rows); 1 where inputs feed many outputs."""
+        if self.stage_outputs and self.reads and self.reads * self.stage_outputs <= input_elements:
+            return self.reads
+        return 1.0
+
+
+def _tiling(built: Build) -> _StageTiling:
     try:
         tiling = analyze_tiling(built)
     except ExplorerError:
-        return None, None, 0
-    return (tiling.outputs_per_thread, sum(f.loads_per_output for f in tiling.footprints) or None,
-            math.prod(tiling.output_shape))
+        return _StageTiling()
+    sharing = math.prod(loop.extent for loop in tiling.loops if loop.role == "thread" and loop.reduces)
+    return _StageTiling(tiling.outputs_per_thread, sum(f.loads_per_output for f in tiling.footprints) or None,
+                        math.prod(tiling.output_shape), sharing, sum(f.reads_per_output for f in tiling.footprints))
+
+
+def _input_bytes(workload) -> int:
+    typed = zip(workload.input_shapes(), workload.input_dtypes(), strict=True)
+    return sum(math.prod(shape) * numpy_dtype(dtype).itemsize for shape, dtype in typed)
+
+
+def _input_reads(built: Build, globals_: tuple[GlobalFact, ...]) -> tuple[int, ...]:
+    """Per kernel, the bytes of the workload's inputs it reads, each input counted once at most (a
+    kernel that reads an element again finds it in a cache, the model's assumption): one kernel per
+    pass reads the input once per pass."""
+    workload = built.spec.workload
+    sizes = {name: math.prod(shape) * numpy_dtype(dtype).itemsize for name, shape, dtype in
+             zip(workload.input_names, workload.input_shapes(), workload.input_dtypes(), strict=True)}
+    out = []
+    for k in built.kernels:
+        read = 0
+        for name, size in sizes.items():
+            read += min(size, sum(a.ideal_bytes for a in globals_
+                                  if a.op == "load" and a.kernel == k.name and a.buffer == name))
+        out.append(read)
+    return tuple(out)
+
+
+def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
+    """log2(threads per block) when the first kernel adds its threads' values in a tree: it waits at
+    a barrier and stores at most one element per warp to global memory (a tile of outputs stores
+    about one per thread; stores the analysis cannot model say nothing)."""
+    first = built.kernels[0]
+    kernel = kernel_accesses(built.device_mod)[0]
+    if not kernel.barrier_loops and not any(a.epoch for a in kernel.accesses):
+        return 0
+    stored = sum(a.ideal_bytes for a in globals_ if a.op == "store" and a.kernel == first.name)
+    element_bytes = numpy_dtype(built.spec.workload.output_dtype()).itemsize
+    threads = first.threads_per_block
+    if threads < 2 or not stored or stored / element_bytes * WARP_SIZE > first.blocks * threads:
+        return 0
+    return threads.bit_length() - 1
 
 
 def _estimated_registers(like: Facts, outputs_per_thread: int | None) -> tuple[int, int | None]:

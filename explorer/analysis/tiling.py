@@ -43,6 +43,7 @@ class LoopRole:
     extent: int
     role: str  # block | vthread | thread | inner | reduction | fixed
     tag: str = ""
+    reduces: bool = False  # a reduction loop (bound to threads: they share their outputs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,7 +179,7 @@ def _roles(stage: _Stage, spatial_vars: set, reduce_vars: set) -> list[LoopRole]
             role = "reduction"
         else:
             role = "fixed"
-        out.append(LoopRole(str(var.name), int(loop.extent), role, tag))
+        out.append(LoopRole(str(var.name), int(loop.extent), role, tag, var in reduce_vars))
     return out
 
 
