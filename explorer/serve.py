@@ -203,11 +203,7 @@ def class_environment(app_processes: int, cores: int, directory: str) -> dict[st
     other half between them)."""
     builds = os.environ.get("EXPLORER_BUILD_WORKERS") or str(max(1, cores // 2 // app_processes))
     return {MEASURING_ADDRESS: os.path.join(directory, "measuring.sock"), MEASURING_KEY: secrets.token_hex(16),
-            "EXPLORER_BUILD_WORKERS": builds,
-            # glibc's malloc gives threads that allocate at once arenas of their own (up to 8 per core), and
-            # an app process runs each session's page on its own thread: memory freed into one arena is
-            # not reused by the others, so the process grows with the class (docs/benchmarks.md).
-            "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
+            "EXPLORER_BUILD_WORKERS": builds}
 
 
 class Class:

@@ -251,13 +251,11 @@ def test_the_gpus_the_server_sees_get_a_measuring_worker_each(monkeypatch):
 
 def test_the_cores_are_shared_out_between_the_processes(monkeypatch):
     monkeypatch.delenv("EXPLORER_BUILD_WORKERS", raising=False)
-    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     assert [serve.default_app_processes(cores) for cores in (2, 4, 16, 32)] == [1, 1, 4, 8]
     env = serve.class_environment(4, 16, "/tmp/x")
     assert env["EXPLORER_BUILD_WORKERS"] == "2"  # half the cores build, shared by the four app processes
     assert env[serve.MEASURING_ADDRESS] == "/tmp/x/measuring.sock" and len(env[serve.MEASURING_KEY]) == 32
     assert serve.warm_file("/tmp/x/measuring.sock") == "/tmp/x/measuring.sock.warm"  # the service writes, serve waits
-    assert env["MALLOC_ARENA_MAX"] == "2"  # a thread per session: a few malloc arenas, not one per thread
 
 
 def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_path):
