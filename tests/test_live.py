@@ -422,3 +422,36 @@ def test_explorer_build_workers_may_be_0_and_the_compile_workers_may_not(monkeyp
     monkeypatch.setenv("EXPLORER_COMPILE_WORKERS", "0")
     with pytest.raises(ExplorerError, match="EXPLORER_COMPILE_WORKERS must be a positive whole number, not '0'"):
         LiveSettings()
+
+
+def test_the_compile_processes_wait_for_the_first_page_only_while_no_student_waits(monkeypatch):
+    """The warm-up holds the compile processes back until the first page's (background) measurement
+    is done, or a student's measurement waits (the worker would compile each itself), or the limit."""
+    from types import SimpleNamespace
+
+    from explorer import live as live_module
+
+    first = threading.Event()  # the first page's job
+    waiting = {"waiting": 0}
+    server = SimpleNamespace(scheduler=SimpleNamespace(stats=lambda: dict(waiting)))
+
+    def returns(limit_s: float) -> bool:
+        monkeypatch.setattr(live_module, "FIRST_MEASUREMENT_WAIT_S", limit_s)
+        thread = threading.Thread(target=Live._wait_first, args=(server, first), kwargs={"poll_s": 0.01})
+        thread.start()
+        thread.join(10)
+        return not thread.is_alive()
+
+    assert returns(0.2)  # nobody waits, nothing measured: the limit
+    waiting["waiting"] = 1
+    assert returns(3600)  # a student's measurement waits
+    waiting["waiting"] = 0
+    first.set()
+    assert returns(3600)  # the first page is measured
+    first.clear()
+    thread = threading.Thread(target=Live._wait_first, args=(server, first), kwargs={"poll_s": 0.01})
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive()  # and otherwise it waits
+    first.set()
+    thread.join(10)
