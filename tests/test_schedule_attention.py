@@ -3,16 +3,20 @@
 hand-computed cases, the definition run on the CPU, what the knobs do to the kernels, the knob
 values refused, and the lesson's CUDA compiled with nvcc. The lesson's structural claims are
 checked by tests/test_preset_claims.py, the golden TensorIR by tests/test_golden.py."""
+import dataclasses
 import math
 import re
 
 import numpy as np
 import pytest
 import tvm
+from cuda_on_cpu import run_on_cpu
+from exported import load
 
 from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
+from explorer.export import snippet
 from explorer.measure.gate import compare
 from explorer.presets import all_presets
 from explorer.schedules import get_template
@@ -165,6 +169,46 @@ def test_the_lessons_cuda_compiles(preset):
     assert binary.registers and not any(binary.spill_bytes.values())
 
 
+def scores(workload: Attention) -> dict:
+    """The global buffers TVM's host code allocates between the three kernels."""
+    shape = (workload.batch, workload.heads, workload.seq, workload.seq)
+    return {"S": (shape, "float32"), "P": (shape, "float32")}
+
+
+EMULATED = [fused(Attention(batch=2, heads=1, seq=64, head_dim=128), block_q=32, block_kv=16, rows_per_thread=2,
+                  threads_per_row=8, kv_shared=False),
+            fused(Attention(batch=1, heads=1, seq=256, causal=True), block_q=128, block_kv=32, rows_per_thread=8,
+                  threads_per_row=8),
+            unfused(Attention(batch=1, heads=1, seq=64, causal=True), score_tile=32, output_rows=32)]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+@pytest.mark.parametrize("spec", EMULATED, ids=["fused-d128-global-kv", "fused-causal-shared-kv", "unfused-causal"])
+def test_the_cuda_matches_numpy_run_on_the_cpu(spec):
+    """The generated CUDA, each block's threads run as CPU threads (tests/cuda_on_cpu.py): its
+    indexing, barriers, shuffles and arithmetic, without a GPU."""
+    workload = spec.workload
+    inputs = workload.random_inputs(seed=4)
+    got = run_on_cpu(build(spec, "h100"), inputs, scores(workload) if spec.template == "attention_unfused" else {})
+    check = compare(got, workload.reference(*inputs), workload.reduction_length(), workload.tolerance_floor)
+    assert check.correct, check.describe()
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+def test_without_the_rescaling_the_fused_kernel_is_wrong():
+    """The CPU run can fail: the same kernel with exp(m_old − m_new) replaced by 1 (the sum and the
+    output not rescaled when a later tile raises the maximum) is refused by the gate."""
+    spec = fused(Attention(batch=1, heads=1, seq=64), block_q=32, block_kv=16, rows_per_thread=2, threads_per_row=8)
+    built = build(spec, "h100")
+    unscaled = re.sub(r"alpha_ptr\[(\d)\] = expf\(\(m_ptr\[\d\] - red_ptr\[0\]\)\);", r"alpha_ptr[\1] = 1.0f;",
+                      built.cuda)
+    assert unscaled.count("alpha_ptr[0] = 1.0f;") == 1
+    inputs = spec.workload.random_inputs(seed=4)
+    got = run_on_cpu(dataclasses.replace(built, cuda=unscaled), inputs, {})
+    assert not compare(got, spec.workload.reference(*inputs), spec.workload.reduction_length(),
+                       spec.workload.tolerance_floor).correct
+
+
 GPU_CASES = [unfused(), unfused(Attention(batch=1, heads=2, seq=128, causal=True)),
              fused(), fused(Attention(batch=1, heads=2, seq=128, causal=True)),
              fused(Attention(batch=2, heads=1, seq=128, head_dim=128, causal=True), block_q=32, block_kv=16,
@@ -179,3 +223,15 @@ def test_matches_numpy_on_the_gpu(spec, run_on_gpu):
     got, expected = run_on_gpu(build(spec))
     check = compare(got, expected, spec.workload.reduction_length(), spec.workload.tolerance_floor)
     assert check.correct, check.describe()
+
+
+@pytest.mark.parametrize("spec", [fused(Attention(batch=1, heads=2, seq=128, causal=True)), unfused()],
+                         ids=["attention_fused", "attention_unfused"])
+def test_export_parses_back_to_the_same_module(spec, tmp_path):
+    path = tmp_path / "attention.py"
+    path.write_text(snippet(spec))
+    module = load(path, "attention_snippet")
+    if hasattr(module, "Kernel"):
+        tvm.ir.assert_structural_equal(module.Kernel, build(spec).schedule_mod)
+    else:
+        tvm.ir.assert_structural_equal(module.schedule(module.Workload).mod, build(spec).schedule_mod)
