@@ -729,6 +729,123 @@ class RMSNorm(RowWise):
         return f"rms_norm {self.rows}x{self.cols} {self.dtype}"
 
 
+# -- attention: softmax(Q·Kᵀ·scale)·V per head --------------------------------------------------
+
+ATTENTION_DTYPE = "float16"
+HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class Attention(Workload):
+    """Scaled dot-product attention, forward: for every batch b and head h,
+    O = softmax(Q·Kᵀ / √head_dim)·V, with queries and keys of the same length ``seq``.
+    Q, K, V and O are float16; products are summed and the softmax computed in float32.
+
+    The definition is the three-step formulation, stage by stage (the templates look the stages
+    up by name): ``S`` the scores Q·Kᵀ·scale (float32), the row statistics ``row_max`` and
+    ``exp_sum`` as in :class:`Softmax`, ``P`` the probabilities, ``O_float32`` = P·V and ``O``
+    its float16 rounding. With ``causal``, query i sees keys j ≤ i only: the masked scores take
+    no part in the statistics and get probability 0 (S itself is computed whole)."""
+
+    owner: ClassVar[str] = "attention"
+    kind: ClassVar[str] = "attention"
+    title: ClassVar[str] = "Attention (scaled dot-product, forward)"
+    input_names: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
+    output_name: ClassVar[str] = "O"
+    # O is a weighted mean of rows of V (the weights sum to 1): its elements are far smaller than the
+    # values they average, and a floor of 1 would pass a kernel that drops a tile of keys; the
+    # error is measured against the outputs themselves, as for softmax.
+    tolerance_floor: ClassVar[float] = 0.0
+
+    batch: int = knob(4, "Sequences in the batch (B).", low=1, high=64)
+    heads: int = knob(32, "Attention heads (H): each attends on its own.", low=1, high=128)
+    seq: int = knob(2048, "Sequence length: queries and keys per head (N).", low=1, high=1 << 15)
+    head_dim: int = knob(64, "Elements per query, key and value vector (d).", choices=HEAD_DIMS)
+    causal: bool = knob(False, "Query i attends to keys 0 … i only (a decoder's mask).")
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
+
+    def input_shapes(self):
+        return (self.output_shape(),) * 3
+
+    def output_shape(self):
+        return (self.batch, self.heads, self.seq, self.head_dim)
+
+    def input_dtypes(self):
+        return (ATTENTION_DTYPE,) * 3
+
+    def output_dtype(self):
+        return ATTENTION_DTYPE
+
+    def _tensors(self, variant):
+        from tvm import te, tirx
+
+        shape = self.output_shape()
+        q, k, v = (te.placeholder(shape, ATTENTION_DTYPE, name=name) for name in self.input_names)
+        rows = shape[:3]
+        scores = (*rows, self.seq)
+        d = te.reduce_axis((0, self.head_dim), name="d")
+        s = te.compute(scores, lambda b, h, i, j: te.sum(
+            q[b, h, i, d].astype(DTYPE) * k[b, h, j, d].astype(DTYPE) * tirx.const(self.scale, DTYPE), axis=d),
+            name="S")
+
+        def seen(i, j, value, masked):
+            return tirx.if_then_else(j <= i, value, masked) if self.causal else value
+
+        j = te.reduce_axis((0, self.seq), name="j")
+        row_max = te.compute(rows, lambda b, h, i: te.max(
+            seen(i, j, s[b, h, i, j], tirx.min_value(DTYPE)), axis=j), name="row_max")
+        j2 = te.reduce_axis((0, self.seq), name="j")
+        zero = tirx.const(0.0, DTYPE)
+        exp_sum = te.compute(rows, lambda b, h, i: te.sum(
+            seen(i, j2, te.exp(s[b, h, i, j2] - row_max[b, h, i]), zero), axis=j2), name="exp_sum")
+        p = te.compute(scores, lambda b, h, i, j: seen(
+            i, j, te.exp(s[b, h, i, j] - row_max[b, h, i]) / exp_sum[b, h, i], zero), name="P")
+        j3 = te.reduce_axis((0, self.seq), name="j")
+        o32 = te.compute(shape, lambda b, h, i, e: te.sum(p[b, h, i, j3] * v[b, h, j3, e].astype(DTYPE), axis=j3),
+                         name="O_float32")
+        o = te.compute(shape, lambda *index: o32(*index).astype(ATTENTION_DTYPE), name="O")
+        return [q, k, v], o
+
+    def reference(self, q, k, v):
+        """In float64, one head at a time (a whole batch's scores would take gigabytes)."""
+        out = np.empty(self.output_shape(), DTYPE)
+        hidden = np.triu(np.ones((self.seq, self.seq), bool), 1) if self.causal else None
+        for b in range(self.batch):
+            for h in range(self.heads):
+                s = q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T * self.scale
+                if hidden is not None:
+                    s[hidden] = -np.inf
+                e = np.exp(s - s.max(axis=1, keepdims=True))
+                out[b, h] = (e / e.sum(axis=1, keepdims=True)) @ v[b, h].astype(np.float64)
+        return out
+
+    def torch_op(self, tensors):
+        import torch.nn.functional as F
+
+        q, k, v = tensors
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+    @property
+    def flops(self):
+        """Two products of 2·N·N·d each per head (Q·Kᵀ and P·V), softmax not counted. Causal: half of
+        them, the half whose scores are not masked (what a kernel that skips masked tiles computes,
+        and how FLOP rates of causal attention are usually reported)."""
+        full = 4 * self.batch * self.heads * self.seq * self.seq * self.head_dim
+        return full // 2 if self.causal else full
+
+    def reduction_length(self):
+        """2·N terms per output (d products per score, N scores per row: the base class's count
+        without the mask), plus one float16 rounding of O, counted as the float32 terms it is worth."""
+        return 2 * self.seq + 2 ** (MANTISSA_BITS[DTYPE] - MANTISSA_BITS[ATTENTION_DTYPE])
+
+    def label(self):
+        mask = " causal" if self.causal else ""
+        return f"attention B{self.batch} H{self.heads} N{self.seq} d{self.head_dim}{mask}"
+
+
 # The longest run of float32 additions into one accumulator that a sum template makes: a thread's
 # serial sum before the tree (the templates refuse longer runs), plus the tree's steps. It sets the
 # sum's tolerance (Sum.reduction_length).

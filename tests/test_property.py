@@ -28,7 +28,7 @@ def knob_sets():
     def workload_strategy(workload_cls):
         fields = {}
         for spec in workload_cls.specs():
-            if spec.kind is int:
+            if spec.kind is int and spec.low is not None:  # a range (an int with choices is sampled below)
                 fields[spec.name] = st.integers(spec.low, min(spec.high, SMALL_SHAPE_CAP if spec.low >= 1 else 4))
             else:
                 fields[spec.name] = st.sampled_from(spec.values())

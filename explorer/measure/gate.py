@@ -5,7 +5,8 @@ the number of terms and with the size of the values, so the tolerance is
 ``SAFETY × ε32 × reduction length × output scale`` (the output scale is the largest
 |reference| value, at least the workload's ``tolerance_floor``: 1, the size of the terms a sum
 adds, since inputs are uniform in [-1, 1]; 0 for softmax, whose outputs are far smaller than 1
-and whose rounding is relative to each output, all of its terms being positive).
+and whose rounding is relative to each output, all of its terms being positive, and for attention,
+whose outputs are weighted means of values in [-1, 1], far smaller than them).
 A correct float32 kernel stays one to two orders of magnitude below it; a wrong index, a
 missed tile or a race is off by the size of a term (~0.1 to 1 here, since inputs are uniform
 in [-1, 1]; for softmax, the size of an output), far above it. NaN, ±inf or an

@@ -7,6 +7,8 @@ from __future__ import annotations
 from ..errors import ExplorerError, InvalidWorkload
 from ..workloads import Workload
 from . import (
+    attention_fused,
+    attention_unfused,
     conv1d,
     conv2d,
     conv2d_async,
@@ -30,7 +32,8 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, d
                                                       matmul.TEMPLATE, matmul_async.TEMPLATE,
                                                       matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,
                                                       reduce_tree.TEMPLATE, reduce_rfactor.TEMPLATE,
-                                                      *rowwise.TEMPLATES)}
+                                                      *rowwise.TEMPLATES, attention_unfused.TEMPLATE,
+                                                      attention_fused.TEMPLATE)}
 
 
 def get_template(name: str) -> Template:

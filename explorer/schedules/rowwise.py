@@ -112,15 +112,21 @@ def _across_threads(sch, loop, k: RowWiseKnobs):
 
 def _schedule(workload: RowWise, k: RowWiseKnobs):
     sch = new_schedule(workload)
-    output = sch.get_sblock(workload.output_name)
-    reductions = [sch.get_sblock(name) for name in workload.reductions]
+    schedule_passes(sch, sch.get_sblock(workload.output_name),
+                    [sch.get_sblock(name) for name in workload.reductions], k)
+    return sch
 
+
+def schedule_passes(sch, output, reductions, k: RowWiseKnobs) -> None:
+    """Schedule row reductions and the elementwise pass that reads them (``output``, whose first
+    input is the rows): all loops but the last of each stage are its rows (fused into one), the
+    last runs along a row. Also the softmax of the attention_unfused template."""
     if k.fusion == "on_chip":
         # One shared copy of X that every pass reads.
         x_shared = sch.cache_read(output, 0, "shared.dyn", consumer_blocks=[*reductions, output])
 
-    i, j = sch.get_loops(output)
-    bx, _ = _rows(sch, i, k)
+    *rows, j = sch.get_loops(output)
+    bx, _ = _rows(sch, _one_loop(sch, rows), k)
     lanes = min(k.vector, OUTPUT_LANES)
     jo, tx, vec = sch.split(j, factors=[None, k.threads, lanes])
     sch.reorder(tx, jo)
@@ -130,8 +136,8 @@ def _schedule(workload: RowWise, k: RowWiseKnobs):
 
     for block in reversed(reductions):
         if k.fusion == "separate":
-            row, col = sch.get_loops(block)
-            _rows(sch, row, k)
+            *rows, col = sch.get_loops(block)
+            _rows(sch, _one_loop(sch, rows), k)
         else:
             # Under the output's block loop: one row statistic per row of the block, in shared memory
             # so that every thread of the row reads it.
@@ -146,7 +152,11 @@ def _schedule(workload: RowWise, k: RowWiseKnobs):
         sch.compute_at(x_shared, bx, preserve_unit_loops=True)
         cooperative_fetch(sch, x_shared, bx, [("threadIdx.y", k.rows_per_block), ("threadIdx.x", k.threads)],
                           vector=k.vector)
-    return sch
+
+
+def _one_loop(sch, loops):
+    """The row loops as one (a batch of matrices' rows are rows too)."""
+    return sch.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
 TITLES = {Softmax: "Softmax", LayerNorm: "LayerNorm", RMSNorm: "RMSNorm"}

@@ -1,0 +1,129 @@
+"""Run a build's CUDA kernels on the CPU, for the tests of a machine without a GPU.
+
+The generated CUDA source is compiled as host code by nvcc (``half`` converts on the host too):
+each block runs on its own, its threads as CPU threads, ``__syncthreads()`` a barrier of the block,
+and a warp shuffle a store to a slot per thread, a barrier, a load of the partner's slot and a
+barrier. A shuffle must therefore be reached by every thread of the block at once: true of the
+kernels here, whose shuffles no thread skips (TVM's cross-thread reductions, the attention kernel's
+row reductions). Slow (one OS thread per CUDA thread) and for small shapes only; what it checks is
+the kernel's indexing, barriers and arithmetic, not its speed or anything of the GPU's memory model
+beyond barriers.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from explorer.cuda_compile import nvcc_path
+from explorer.workloads import numpy_dtype
+
+PRELUDE = r"""
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <thread>
+#include <vector>
+struct EmuDim { int x = 0, y = 0, z = 0; };
+static thread_local EmuDim emu_threadIdx;
+static EmuDim emu_blockIdx;
+static int EMU_BX, EMU_BY;  // the launched kernel's block shape
+static std::barrier<>* emu_barrier;
+static float emu_slots[1024];
+static int emu_flat() { return emu_threadIdx.x + emu_threadIdx.y * EMU_BX + emu_threadIdx.z * EMU_BX * EMU_BY; }
+static void emu_sync() { emu_barrier->arrive_and_wait(); }
+static float emu_exchange(float v, int lane_of_partner) {
+  int t = emu_flat();
+  emu_slots[t] = v;
+  emu_sync();
+  float r = emu_slots[(t & ~31) | lane_of_partner];
+  emu_sync();
+  return r;
+}
+static float emu_shfl_xor(unsigned, float v, int mask, int width) {
+  int lane = emu_flat() & 31;
+  return emu_exchange(v, (lane & ~(width - 1)) | ((lane & (width - 1)) ^ mask));
+}
+static float emu_shfl_down(unsigned, float v, int delta, int width) {
+  int lane = emu_flat() & 31;
+  int src = (lane & (width - 1)) + delta < width ? lane + delta : lane;
+  return emu_exchange(v, src);
+}
+template <typename T> static T emu_max(T a, T b) { return a > b ? a : b; }
+template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
+"""
+
+
+def _host_source(cuda: str) -> str:
+    body = cuda
+    for pattern, replacement in ((r'extern "C" __global__ void __launch_bounds__\(\d+\)', "void"),
+                                 (r'extern "C" __global__ void', "void"),
+                                 (r"__shared__ alignas\(\d+\)", "static"), (r"__shared__", "static"),
+                                 (r"\bthreadIdx\b", "emu_threadIdx"), (r"\bblockIdx\b", "emu_blockIdx"),
+                                 (r"__syncthreads\(\)", "emu_sync()"),
+                                 (r"__shfl_xor_sync", "emu_shfl_xor"), (r"__shfl_down_sync", "emu_shfl_down"),
+                                 (r"__activemask\(\)", "0xffffffffu"),
+                                 (r"(?<![\w.])max\(", "emu_max("), (r"(?<![\w.])min\(", "emu_min(")):
+        body = re.sub(pattern, replacement, body)
+    return body
+
+
+def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[int, ...], str]]) -> np.ndarray:
+    """The output of ``built``'s kernels, launched in order on ``inputs`` (the workload's), with
+    ``scratch`` naming the global buffers that TVM's host code allocates between them (name:
+    (shape, dtype))."""
+    workload = built.spec.workload
+    arrays = dict(zip(workload.input_names, inputs, strict=True))
+    arrays[workload.output_name] = np.full(workload.output_shape(), np.nan, numpy_dtype(workload.output_dtype()))
+    arrays |= {name: np.full(shape, np.nan, dtype) for name, (shape, dtype) in scratch.items()}
+    main = ["int main(int argc, char** argv) {"]
+    names = list(arrays)
+    for i, name in enumerate(names):
+        array = arrays[name]
+        ctype = {"float16": "half", "float32": "float"}[str(array.dtype)]
+        main.append(f"  std::vector<{ctype}> {name}_buf({array.size});")
+        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf.data(), sizeof({ctype}), "
+                    f"{array.size}, f); fclose(f); }}")
+    for kernel in built.kernels:
+        signature = re.search(rf"void {kernel.name}\(([^)]*)\)", _host_source(built.cuda)).group(1)
+        arguments = ", ".join(f"{m}_buf.data()" for m in re.findall(r"(\w+)_ptr\b", signature))
+        threads = kernel.threads_per_block
+        main.append(f"  EMU_BX = {kernel.block[0]}; EMU_BY = {kernel.block[1]};")
+        main.append(f"  for (int bz = 0; bz < {kernel.grid[2]}; ++bz) for (int by = 0; by < {kernel.grid[1]}; ++by)"
+                    f" for (int bx = 0; bx < {kernel.grid[0]}; ++bx) {{")
+        main.append(f"    emu_blockIdx = EmuDim{{bx, by, bz}}; std::barrier<> block({threads}); "
+                    f"emu_barrier = &block; std::vector<std::thread> threads;")
+        main.append(f"    for (int t = 0; t < {threads}; ++t) threads.emplace_back([&, t] {{ "
+                    f"emu_threadIdx = EmuDim{{t % {kernel.block[0]}, t / {kernel.block[0]} % {kernel.block[1]}, "
+                    f"t / ({kernel.block[0]} * {kernel.block[1]})}}; {kernel.name}({arguments}); }});")
+        main.append("    for (auto& th : threads) th.join();")
+        main.append("  }")
+    out = workload.output_name
+    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf.data(), "
+                f"sizeof({out}_buf[0]), {out}_buf.size(), f); fclose(f); }}")
+    main.append("  return 0;\n}")
+    with tempfile.TemporaryDirectory(prefix="explorer-cpu-cuda-") as tmp:
+        tmp = Path(tmp)
+        source = (PRELUDE + _host_source(built.cuda)
+                  + "\n" + "\n".join(main))
+        (tmp / "kernel.cu").write_text(source)
+        compiled = subprocess.run([nvcc_path(), "-std=c++20", "-O1", "-w", "-o", str(tmp / "kernel"),
+                                   str(tmp / "kernel.cu")], capture_output=True, text=True, timeout=300)
+        if compiled.returncode:
+            raise RuntimeError(compiled.stderr[-3000:])
+        paths = []
+        for name in names:
+            path = tmp / f"{name}.bin"
+            np.ascontiguousarray(arrays[name]).tofile(path)
+            paths.append(str(path))
+        result = tmp / "out.bin"
+        ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
+                             timeout=600)
+        if ran.returncode:
+            raise RuntimeError(ran.stderr[-3000:])
+        output = np.fromfile(result, arrays[out].dtype)
+    return output.reshape(workload.output_shape()).astype("float32")
