@@ -132,6 +132,11 @@ def test_every_analysis_is_a_tab_with_its_panel_and_a_view(name):
     assert len(tab.children) > 0
 
 
+def test_every_panel_of_its_own_belongs_to_an_analysis():
+    """A panel keyed by a name the registry lacks would never be shown."""
+    assert set(panels.PANELS) <= set(ANALYSES)
+
+
 def test_a_server_that_does_not_diagnose_says_so_on_the_page():
     # EXPLORER_DIAGNOSE=0 in the tests (conftest.py): the pages here are not diagnosed.
     assert not server.live().settings.diagnose
