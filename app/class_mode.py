@@ -7,7 +7,7 @@ import sqlite3
 
 import streamlit as st
 
-from app import panels
+from app import latency
 from explorer import classroom
 
 from . import session
@@ -60,4 +60,4 @@ def record_move(current) -> None:
 
 def can_submit() -> bool:
     """Whether this server can measure a submission (a GPU here or an RPC tracker)."""
-    return panels.can_measure()
+    return latency.can_measure()

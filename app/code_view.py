@@ -14,11 +14,7 @@ import html
 import streamlit as st
 from pygments.formatters import HtmlFormatter
 
-from explorer.analysis.sass import SHARED_NOTE, analyze_sass, sass_text
-from explorer.errors import ExplorerError
 from explorer.highlight import CSS_CLASS, STYLE, VIEW_LANGUAGES, highlight
-
-from . import session
 
 # The code views of a Build: tab label -> (Build attribute, lexer).
 VIEWS = {label: (attribute, VIEW_LANGUAGES[attribute]) for label, attribute in (
@@ -90,54 +86,3 @@ def show_diff(old: str, new: str, view: str, old_name: str, new_name: str) -> No
         return
     added, removed = diff_counts(text)
     show_code(text, "diff", f"{view}-diff", f"{old_name} → {new_name}: +{added} −{removed} lines")
-
-
-def _sass_report(built):
-    """The SASS report of a build, compiled once per CUDA source and architecture
-    (explorer.analysis.sass caches it); an ExplorerError when it cannot be made here."""
-    with st.spinner("Compiling to a cubin with NVRTC and disassembling it…"):
-        return analyze_sass(built)
-
-
-def show_sass(built) -> None:
-    """The SASS tab: per kernel its resources, the instruction mix (beside the previous
-    try's), and the SASS under the CUDA line of each instruction, or its diff."""
-    try:
-        report = _sass_report(built)
-    except ExplorerError as error:
-        st.info(str(error))
-        return
-    previous_try = session.previous_try(built.spec)
-    previous = None
-    if previous_try is not None and previous_try.build.cuda:
-        try:
-            previous = _sass_report(previous_try.build)
-        except ExplorerError:
-            previous = None
-    before = {k.kernel: k for k in previous.kernels} if previous is not None else {}
-    order = st.segmented_control(
-        "Order", ["program", "CUDA line"], default="program", key="ui.sass.order",
-        help="Program order shows where the scheduler interleaved the lines; CUDA line gathers each line's "
-             "instructions under it once.") or "program"
-    mode = "line" if order == "CUDA line" else "address"
-    for kernel in report.kernels:
-        st.markdown(f"**{kernel.kernel}** — {kernel.registers} registers/thread, {kernel.shared_bytes:,} B shared, "
-                    f"{kernel.stack_bytes:,} B stack frame, {kernel.mix.spill_bytes:,} B spilled "
-                    f"(local loads and stores), {kernel.mix.instructions} instructions")
-        rows = [{"instruction": label, "count": n} for label, n in kernel.mix.rows()]
-        if kernel.kernel in before:
-            old = dict(before[kernel.kernel].mix.rows())
-            for row in rows:
-                row["previous try"] = old.get(row["instruction"], 0)
-        st.dataframe(rows, hide_index=True, key=f"sass-mix-{kernel.kernel}")
-        text = sass_text(kernel, built.cuda, mode)
-        if st.session_state.get("ui.diff") and kernel.kernel in before:
-            show_diff(sass_text(before[kernel.kernel], previous_try.build.cuda, mode), text, "sass",
-                      "previous", "now")
-        else:
-            show_code(text, "sass", "sass", f"SASS of {kernel.kernel} for {report.arch}, under its CUDA lines")
-    st.caption(f"Compiled and read without a CUDA toolkit: {', '.join(report.tools)}. Counts are static: each "
-               "instruction once, however often it runs. LDS/STS/LDG/STG/LDL/STL are split by the bits one thread "
-               "moves (LDS.64: two floats); SHFL are warp shuffles (a lane reads another lane's register); loop "
-               "branches jump back to an earlier address, a loop not unrolled. "
-               + SHARED_NOTE)

@@ -18,7 +18,7 @@ from explorer.analysis.diagnosis import Diagnosis
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
-from . import panels, server, session
+from . import latency, server, session
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
@@ -104,7 +104,7 @@ def _suggested(d: Diagnosis) -> list[Spec]:
 
 def _tried(d: Diagnosis) -> dict[Spec, str]:
     """What the server's measurements say of each suggestion so far (none asked for here)."""
-    if not panels.can_measure():
+    if not latency.can_measure():
         return {}
     live, target, remote = server.live(), session.target(), session.remote()
     now = live.result(d.spec, target, remote)
@@ -131,7 +131,7 @@ def verdict(now_us: float, suggested_us: float | None) -> str:
 
 
 def _try_button(d: Diagnosis, tried: dict) -> None:
-    if not panels.can_measure():
+    if not latency.can_measure():
         return
     asked = session.memo("diagnosis.tries")  # setting -> the background jobs this session asked for
     pending = [spec for spec in _suggested(d) if spec not in tried]

@@ -12,15 +12,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import measure, serve
-from .analysis import ncu, vthread
-from .analysis.banks import analyze_banks, format_report
+from .analyses import ANALYSES, measured_here
+from .analysis import ncu
 from .analysis.diagnosis import counters_of, diagnose, format_diagnosis, ncu_metrics
 from .analysis.ranking import static_score
-from .analysis.resources import analyze_resources, format_resources
-from .analysis.roofline import format_roofline, published_ceilings, roofline
-from .analysis.sass import analyze_sass, compile_binary, format_sass
-from .analysis.tiling import analyze_tiling, format_tiling
-from .analysis.tree import analyze_tree, format_tree
+from .analysis.sass import compile_binary
 from .build import Spec, build
 from .errors import ExplorerError
 from .export import file_name, snippet
@@ -31,7 +27,6 @@ from .schedules import TEMPLATES
 from .search import sweep
 from .search.grid import Grid
 from .search.tune import tune
-from .targets import resolve_target
 
 EXIT_WRONG = 1
 EXIT_INVALID = 2
@@ -103,8 +98,14 @@ def cmd_knobs(args) -> int:
     return 0
 
 
-# --view name -> function(spec, args) -> (text, json-able). Other modules register theirs.
+# --view name -> function(spec, args) -> (text, json-able): the build's code and its diagnosis here;
+# the analyses come from their registry (views()).
 VIEWS: dict[str, Callable] = {}
+
+
+def views() -> dict[str, Callable]:
+    """Every --view: the ones above and one per analysis (explorer/analyses.py)."""
+    return {**VIEWS, **{name: analysis.view for name, analysis in ANALYSES.items()}}
 
 
 def view(name: str):
@@ -133,63 +134,10 @@ def _view_cuda(spec, args):
     return b.cuda, {"cuda": b.cuda}
 
 
-@view("banks")
-def _view_banks(spec, args):
-    report = analyze_banks(build(spec, args.target))
-    text, data = format_report(report), {"banks": report.to_dict()}
-    if args.ncu:  # the same kernels measured by Nsight Compute on this machine's GPU
-        rows = ncu.compare(report, ncu.profile(spec))
-        text += "\n\nNsight Compute (this GPU):\n" + ncu.format_comparison(rows)
-        data["ncu"] = [vars(r) for r in rows]
-    return text, data
-
-
-@view("tiling")
-def _view_tiling(spec, args):
-    tiling = analyze_tiling(build(spec, args.target))
-    return format_tiling(tiling), {"tiling": tiling.to_dict()}
-
-
-@view("tree")
-def _view_tree(spec, args):
-    report = analyze_tree(spec)
-    return format_tree(report), {"tree": report.to_dict() if report is not None else None}
-
-
-@view("resources")
-def _view_resources(spec, args):
-    b = build(spec, args.target)
-    report = analyze_resources(b, compile_binary(b))
-    return format_resources(report), {"resources": report.to_dict()}
-
-
-@view("vthread")
-def _view_vthread(spec, args):
-    comparison = vthread.compare_vthreads(spec, args.target)
-    return vthread.format_comparison(comparison), {"vthread": comparison.to_dict()}
-
-
-@view("sass")
-def _view_sass(spec, args):
-    b = build(spec, args.target)
-    report = analyze_sass(b)
-    return format_sass(report, b.cuda), {"sass": report.to_dict()}
-
-
-@view("roofline")
-def _view_roofline(spec, args):
-    measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
-    if measured is not None and measured.correct and measured.ceilings is not None:
-        r = roofline(spec.workload, measured.ceilings, measured.median_us)
-    else:
-        r = roofline(spec.workload, published_ceilings(str(resolve_target(args.target).arch)))
-    return format_roofline(r), {"roofline": r.to_dict()}
-
-
 @view("diagnosis")
 def _view_diagnosis(spec, args):
     b = build(spec, args.target)  # a refused setting stops here with its one sentence (exit 2)
-    measured = _measured_on_local_gpu(spec) if args.target in (None, "", "auto") else None
+    measured = measured_here(spec) if args.target in (None, "", "auto") else None
     measured = measured if measured is not None and measured.correct else None
     counters = None
     if args.ncu:  # one launch profiled by Nsight Compute on this machine's GPU
@@ -200,17 +148,9 @@ def _view_diagnosis(spec, args):
     return format_diagnosis(d, f"python -m explorer show {args.preset}"), {"diagnosis": d.to_dict()}
 
 
-def _measured_on_local_gpu(spec):
-    """The setting measured on this machine's GPU (its ceilings included), or None without one."""
-    if not measure.local_gpu():
-        return None
-    measure.ceilings()  # once per process; the measurement below carries them
-    return measure.measure(spec)
-
-
 def cmd_show(args) -> int:
     _, spec = _spec_from_args(args)
-    text, data = VIEWS[args.view](spec, args)
+    text, data = views()[args.view](spec, args)
     if args.json:
         print(json.dumps({"template": spec.template, "workload": spec.workload.label(), "view": args.view, **data},
                          indent=2, default=str))
@@ -368,7 +308,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_knobs)
     p = sub.add_parser("show", help="print a view of a preset's build")
     _add_spec_args(p)
-    p.add_argument("--view", required=True, choices=sorted(VIEWS))
+    p.add_argument("--view", required=True, choices=sorted(views()))
     p.add_argument("--json", action="store_true")
     p.add_argument("--ncu", action="store_true",
                    help="with --view banks or diagnosis: measure the counters with Nsight Compute (GPU)")

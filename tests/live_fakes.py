@@ -4,7 +4,7 @@ the server's queue is empty (what the page's polling does in a browser)."""
 import dataclasses
 import time
 
-from app import panels, server
+from app import latency, server
 
 
 def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
@@ -25,7 +25,7 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
     live.ready.set()
     live.warm.finish("Fake GPU")
     monkeypatch.setattr(server, "live", lambda: live)
-    monkeypatch.setattr(panels, "can_measure", lambda: True)
+    monkeypatch.setattr(latency, "can_measure", lambda: True)
     return calls
 
 

@@ -1,7 +1,43 @@
-"""`python -m explorer show PRESET --view banks|tiling|resources [--json]`."""
+"""`python -m explorer show PRESET --view ANALYSIS [--json]`: every analysis of the registry
+(explorer/analyses.py), and banks, tiling, resources, counters in detail."""
 import json
+from pathlib import Path
 
+import pytest
+
+from explorer.analyses import ANALYSES
+from explorer.analysis import ncu
 from explorer.cli import main
+
+NCU_CAPTURE = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()  # of dw-blog-threads-case4
+
+
+@pytest.fixture
+def recorded_ncu(monkeypatch):
+    """Nsight Compute stands in with a recorded profile of one launch of main_kernel."""
+    monkeypatch.setattr(ncu, "profile", lambda spec, metrics=(), **_: ncu.parse_ncu_csv(NCU_CAPTURE))
+
+
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_every_analysis_is_a_view_in_text_and_json(name, capsys, recorded_ncu):
+    assert main(["show", "dw-blog-threads-case4", "--view", name]) == 0
+    text = capsys.readouterr().out
+    assert text.strip()
+    assert main(["show", "dw-blog-threads-case4", "--view", name, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["view"] == name and name in data  # None where it does not apply (the tree of a sum only)
+
+
+def test_counters_view_puts_each_counter_beside_the_model(capsys, recorded_ncu):
+    assert main(["show", "dw-blog-threads-case4", "--view", "counters"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "kernel main_kernel: counter, Nsight Compute, model, agreement"
+    (load,) = [line.split() for line in lines if line.strip().startswith("shared load bank conflicts")]
+    assert load[-2:] == ["0", "DISAGREE"] and load[-3] == "11,520"  # the recorded launch against the bank model
+    assert main(["show", "dw-blog-threads-case4", "--view", "counters", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["counters"]["main_kernel"]
+    duration = next(r for r in rows if r["name"] == "kernel duration")
+    assert duration["measured"] == 7_552 and duration["unit"] == "ns"
 
 
 def test_banks_view_json(capsys):

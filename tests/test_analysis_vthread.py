@@ -151,9 +151,9 @@ def vthread_tab(preset: str):
 
 
 def test_vthread_tab_shows_both_sides(monkeypatch):
-    from app import panels
+    from app import latency
 
-    monkeypatch.setattr(panels, "can_measure", lambda: False)
+    monkeypatch.setattr(latency, "can_measure", lambda: False)
     at = vthread_tab("dw-blog-vthread-case2")
     assert [s.value for s in at.subheader] == ["With vthreads", "Without vthreads"]
     assert any("columns 0, 8, 16, 24 (8 apart)" in m.value for m in at.markdown)

@@ -11,9 +11,11 @@ from live_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 import explorer.live
-from app import code_view, panels, server, widgets
+from app import code_view, latency, panels, server, widgets
 from explorer import urlstate
+from explorer.analyses import ANALYSES
 from explorer.build import build
+from explorer.cli import make_parser
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.figures import tries_figure
@@ -106,7 +108,7 @@ def _first_preset_per_template():
 def test_analysis_tabs_render(preset):
     """Every analysis tab, for one preset of each template (tabs are lazy: only the selected
     one runs), opened one after the other in one session as a student clicks through them."""
-    labels = list(panels.PANELS)
+    labels = [analysis.title for analysis in ANALYSES.values()]
     at = app({"preset": preset})
     for label in labels:
         at.session_state["ui.view"] = label
@@ -114,6 +116,25 @@ def test_analysis_tabs_render(preset):
         assert_clean(at)
         assert at.session_state["ui.view"] == label
         assert [t.label for t in at.tabs][len(code_view.VIEWS):] == labels
+
+
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_every_analysis_is_a_tab_with_its_panel_and_a_view(name):
+    """Each entry of the registry: a --view of the command line, and a tab of its title whose
+    panel (its own, or the default one) shows something."""
+    analysis = ANALYSES[name]
+    assert make_parser().parse_args(["show", "dw-blog-final-96", "--view", name]).view == name
+    at = app({"preset": "dw-blog-final-96"}, view=analysis.title).run()
+    assert_clean(at)
+    titles = [t.label for t in at.tabs][len(code_view.VIEWS):]
+    assert titles == [a.title for a in ANALYSES.values()]
+    tab = at.tabs[len(code_view.VIEWS) + titles.index(analysis.title)]
+    assert len(tab.children) > 0
+
+
+def test_every_panel_of_its_own_belongs_to_an_analysis():
+    """A panel keyed by a name the registry lacks would never be shown."""
+    assert set(panels.PANELS) <= set(ANALYSES)
 
 
 def test_a_server_that_does_not_diagnose_says_so_on_the_page():
@@ -318,9 +339,9 @@ def test_latency_panel_measures_each_setting_once(monkeypatch):
 
 
 def test_a_page_waiting_far_back_in_the_queue_polls_once_a_second():
-    assert panels.poll_interval(None) == panels.poll_interval(0) == panels.POLL_NEAR_S  # compiling, or being timed
-    assert panels.poll_interval(panels.FAR_AHEAD - 1) == panels.POLL_NEAR_S
-    assert panels.poll_interval(panels.FAR_AHEAD) == panels.poll_interval(20) == panels.POLL_FAR_S == 1.0
+    assert latency.poll_interval(None) == latency.poll_interval(0) == latency.POLL_NEAR_S  # compiling, or being timed
+    assert latency.poll_interval(latency.FAR_AHEAD - 1) == latency.POLL_NEAR_S
+    assert latency.poll_interval(latency.FAR_AHEAD) == latency.poll_interval(20) == latency.POLL_FAR_S == 1.0
 
 
 class _Job:
@@ -336,8 +357,8 @@ class _Job:
 
 
 @pytest.mark.parametrize("ahead,fragment_run,waits", [
-    (0, True, [panels.POLL_NEAR_S]),  # on the GPU, the fragment's own run: it waits for the end
-    (None, True, [panels.POLL_NEAR_S]),  # compiling: the same
+    (0, True, [latency.POLL_NEAR_S]),  # on the GPU, the fragment's own run: it waits for the end
+    (None, True, [latency.POLL_NEAR_S]),  # compiling: the same
     (0, False, []),  # the page's run goes on to the code views
     (2, True, []),  # measurements ahead: it only says so
 ])
@@ -346,8 +367,8 @@ def test_a_waiting_fragment_waits_for_a_job_near_its_end_only_on_its_own_runs(mo
     job = _Job()
     monkeypatch.setattr(server.live().scheduler, "position", lambda j: ahead)
     context = type("Context", (), {"fragment_ids_this_run": ["latency"] if fragment_run else None})()
-    monkeypatch.setattr(panels, "get_script_run_ctx", lambda: context)
-    panels._measuring(job, panels.POLL_NEAR_S)
+    monkeypatch.setattr(latency, "get_script_run_ctx", lambda: context)
+    latency._measuring(job, latency.POLL_NEAR_S)
     assert job.waits == waits
 
 
@@ -362,7 +383,7 @@ def test_a_page_behind_a_long_queue_says_its_place_then_shows_its_latency(monkey
     assert_clean(at)
     waiting = [i.value for i in at.info if i.value.startswith("Waiting for the GPU")]
     assert waiting == ["Waiting for the GPU: 4 measurement(s) ahead of this one (one kernel is timed at a time)."]
-    assert live.position(live.request("test", spec, "auto")) >= panels.FAR_AHEAD  # polled once a second
+    assert live.position(live.request("test", spec, "auto")) >= latency.FAR_AHEAD  # polled once a second
     gpu_free.set()
     settle(at)
     assert next(m for m in at.metric if m.label == "Latency (median)").value == "40.00 µs"
@@ -388,7 +409,7 @@ def test_latency_panel_says_when_a_measurement_was_quick(monkeypatch):
     fake_measurements(monkeypatch, lambda spec: 10.0, quick=True)
     at = settle(app({"preset": "dw-blog-final-96"}).run())
     assert_clean(at)
-    assert panels.QUICK_NOTE in [c.value for c in at.caption]
+    assert latency.QUICK_NOTE in [c.value for c in at.caption]
 
 
 def test_latency_panel_shows_a_wrong_result(monkeypatch):

@@ -149,7 +149,7 @@ def test_counters_panel_profiles_once_and_flags_the_missed_conflicts(monkeypatch
     import tvm
     from test_app import app, assert_clean
 
-    from app import panels
+    from app import latency
     from explorer import targets
 
     calls = []
@@ -161,7 +161,7 @@ def test_counters_panel_profiles_once_and_flags_the_missed_conflicts(monkeypatch
     monkeypatch.setattr(ncu, "ncu_path", lambda: "/usr/local/cuda/bin/ncu")
     monkeypatch.setattr(ncu, "profile", fake_profile)
     monkeypatch.setattr(targets, "local_gpu_target", lambda: tvm.target.Target("nvidia/nvidia-h100"))
-    monkeypatch.setattr(panels, "can_measure", lambda: False)
+    monkeypatch.setattr(latency, "can_measure", lambda: False)
     at = app({"preset": PRESET}, view="Counters").run()
     assert_clean(at)
     at.button(key="ui.ncu").click().run()
@@ -199,11 +199,11 @@ def test_counters_of_a_real_launch_beside_the_model():
 def test_counters_panel_on_a_gpu_with_ncu(monkeypatch):
     from test_app import app, assert_clean
 
-    from app import panels
+    from app import latency
 
     if ncu.ncu_path() is None:
         pytest.skip("Nsight Compute (ncu) is not installed")
-    monkeypatch.setattr(panels, "can_measure", lambda: False)  # the counters only, not the latency panel
+    monkeypatch.setattr(latency, "can_measure", lambda: False)  # the counters only, not the latency panel
     monkeypatch.setenv(SOURCE_ONLY, "1")  # as in the app's server process
     at = app({"preset": PRESET}, view="Counters").run()
     assert_clean(at)

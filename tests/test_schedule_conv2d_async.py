@@ -214,9 +214,10 @@ def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
 def test_every_analysis_tab_renders_for_the_two_kernels_of_split_k():
     from test_app import app, assert_clean
 
-    from app import code_view, panels
+    from app import code_view
+    from explorer.analyses import ANALYSES
 
-    labels = list(panels.PANELS)
+    labels = [analysis.title for analysis in ANALYSES.values()]
     for label in labels:
         at = app({"preset": "conv2d-modern-transposed"}, view=label).run()
         assert_clean(at)

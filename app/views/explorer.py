@@ -3,7 +3,8 @@ import functools
 
 import streamlit as st
 
-from app import class_mode, code_view, diagnosis_panel, panels, session
+from app import class_mode, code_view, diagnosis_panel, latency, panels, session
+from explorer.analyses import ANALYSES
 from explorer.export import file_name, snippet
 from explorer.highlight import view_text
 from explorer.presets import get_preset
@@ -28,9 +29,9 @@ if preset is not None and preset.spec == spec:
                 st.write(preset.explanation)
                 st.caption(f"Source: {preset.source}")
 
-measurable = panels.can_measure()
+measurable = latency.can_measure()
 if measurable:
-    panels.start_measuring(spec)
+    latency.start_measuring(spec)
 # A line, not st.status: Streamlit's status box waits 50 ms when it is made, on every run of the
 # page (three quarters of a rerun whose build is cached).
 compiling = st.empty()
@@ -56,7 +57,7 @@ if not stale:
     diagnosis_panel.panel(built)
     class_mode.record_move(built.spec)
 if measurable and not stale and built.kernels:
-    panels.latency(built)
+    latency.latency(built)
 previous = session.previous_try(built.spec) if not stale else None
 left, right = st.columns([3, 1])
 show_diff = left.toggle(
@@ -74,8 +75,8 @@ right.download_button(
          "and checks and times the kernel on a GPU.",
 )
 
-analyses = panels.PANELS
-tabs = st.tabs([*code_view.VIEWS, *analyses], key="ui.view", on_change="rerun")
+analyses = list(ANALYSES.values())
+tabs = st.tabs([*code_view.VIEWS, *(analysis.title for analysis in analyses)], key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
         continue
@@ -91,7 +92,7 @@ for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), st
         else:
             code_view.show_code(text, language, attribute, f"{label} · {spec.workload.label()}", stale=stale,
                                 highlighted=built.views_html.get(attribute) if attribute != "cuda" else None)
-for tab, render in zip(tabs[len(code_view.VIEWS):], analyses.values(), strict=False):
+for tab, analysis in zip(tabs[len(code_view.VIEWS):], analyses, strict=True):
     if tab.open:
         with tab:
-            render(built)
+            panels.show(analysis, built)

@@ -415,6 +415,32 @@ def counter_rows(launch: KernelCounters, model: StaticModel) -> list[CounterRow]
     return rows
 
 
+
+def counters(built, ceilings=None) -> dict[str, list[CounterRow] | None]:
+    """One launch of ``built`` profiled on this machine's GPU, each counter beside the static
+    model's prediction (on ``ceilings``, the target's published figures when None): {kernel:
+    its rows, None where ncu profiled no launch of it}."""
+    launches = profile(built.spec, metrics=PANEL_METRICS)
+    return {kernel: counter_rows(launch, model) if (launch := launch_of(launches, kernel)) is not None else None
+            for kernel, model in static_model(built, ceilings).items()}
+
+
+def format_counters(counters_of: dict[str, list[CounterRow] | None]) -> str:
+    """The Counters panel's tables as text: per kernel, each counter, ncu's value, the model's and
+    whether they agree."""
+    lines = []
+    for kernel, rows in counters_of.items():
+        if rows is None:
+            lines += [f"Nsight Compute profiled no launch of {kernel}.", ""]
+            continue
+        width = max(len(r.name) for r in rows)
+        lines.append(f"kernel {kernel}: counter, Nsight Compute, model, agreement")
+        lines += [f"  {r.name:<{width}}  {r.text(r.measured):>14}  {r.text(r.model):>14}  {r.verdict}".rstrip()
+                  for r in rows]
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
 # -- what the compiler emitted ---------------------------------------------------------
 
 _PTX_SHARED = re.compile(r"\b(ld|st)\.shared(?:\.(v2|v4))?\.(\w+)")
