@@ -235,7 +235,9 @@ def test_own_cpu_samples_this_process():
         until = time.process_time() + 0.35
         while time.process_time() < until:  # a core busy
             pass
-    assert len(cores) >= 2 and max(cores) > 0.5
+    # The samples add up to the CPU the loop used (0.35 s, sampled every 0.1 s: the last part of a
+    # sample may be missed), however the machine shares its cores out meanwhile.
+    assert len(cores) >= 2 and sum(cores) * 0.1 > 0.2
 
 
 @pytest.mark.parametrize(("cmdline", "role"), [
