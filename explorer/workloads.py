@@ -40,6 +40,10 @@ class Workload(Params):
     input_names: ClassVar[tuple[str, ...]] = ()
     output_name: ClassVar[str] = ""
     variants: ClassVar[tuple[str, ...]] = ("default",)
+
+    def __init_subclass__(cls, **options):
+        super().__init_subclass__(**options)
+        cls.owner = cls.kind  # its name in messages is its kind
     # The smallest output scale of the correctness gate (explorer.measure.gate.tolerance): inputs
     # uniform in [-1, 1] make the terms of a sum up to 1 in size, whatever the outputs.
     tolerance_floor: ClassVar[float] = 1.0
@@ -142,7 +146,6 @@ def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class DepthwiseConv2d(Workload):
-    owner: ClassVar[str] = "depthwise_conv2d"
     kind: ClassVar[str] = "depthwise_conv2d"
     title: ClassVar[str] = "Depthwise conv2d (NCHW)"
     batch: int = knob(1, "Images in the batch (N).", low=1, high=16)
@@ -273,7 +276,6 @@ class DepthwiseConv2d(Workload):
 class Conv1d(Workload):
     """Full 1-D convolution: output length M + N - 1 (``np.convolve``)."""
 
-    owner: ClassVar[str] = "conv1d"
     kind: ClassVar[str] = "conv1d"
     title: ClassVar[str] = "1-D full convolution"
     input_names: ClassVar[tuple[str, ...]] = ("A", "W")
@@ -343,7 +345,6 @@ class Conv1d(Workload):
 class Conv2d(Workload):
     """conv2d NCHW with batch 1, as in the AutoTVM tutorial."""
 
-    owner: ClassVar[str] = "conv2d"
     kind: ClassVar[str] = "conv2d"
     title: ClassVar[str] = "Conv2d (NCHW, batch 1)"
     input_names: ClassVar[tuple[str, ...]] = ("data", "kernel")
@@ -433,7 +434,6 @@ class Conv2d(Workload):
 
 @dataclass(frozen=True)
 class Matmul(Workload):
-    owner: ClassVar[str] = "matmul"
     kind: ClassVar[str] = "matmul"
     title: ClassVar[str] = "Matrix multiply"
     input_names: ClassVar[tuple[str, ...]] = ("A", "B")
@@ -558,7 +558,6 @@ class RowWise(Workload):
 
 @dataclass(frozen=True)
 class Softmax(RowWise):
-    owner: ClassVar[str] = "softmax"
     kind: ClassVar[str] = "softmax"
     title: ClassVar[str] = "Softmax over rows"
     input_names: ClassVar[tuple[str, ...]] = ("X",)
@@ -614,7 +613,6 @@ def _square(value):
 
 @dataclass(frozen=True)
 class LayerNorm(RowWise):
-    owner: ClassVar[str] = "layer_norm"
     kind: ClassVar[str] = "layer_norm"
     title: ClassVar[str] = "LayerNorm over rows"
     input_names: ClassVar[tuple[str, ...]] = ("X", "gamma", "beta")
@@ -675,7 +673,6 @@ class LayerNorm(RowWise):
 
 @dataclass(frozen=True)
 class RMSNorm(RowWise):
-    owner: ClassVar[str] = "rms_norm"
     kind: ClassVar[str] = "rms_norm"
     title: ClassVar[str] = "RMSNorm over rows"
     input_names: ClassVar[tuple[str, ...]] = ("X", "gamma")
@@ -747,7 +744,6 @@ class Attention(Workload):
     its float16 rounding. With ``causal``, query i sees keys j ≤ i only: the masked scores take
     no part in the statistics and get probability 0 (S itself is computed whole)."""
 
-    owner: ClassVar[str] = "attention"
     kind: ClassVar[str] = "attention"
     title: ClassVar[str] = "Attention (scaled dot-product, forward)"
     input_names: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
@@ -856,7 +852,6 @@ SUM_MAX_RUN = 1024
 class Sum(Workload):
     """A float32 vector summed to one float32 (the classic parallel reduction)."""
 
-    owner: ClassVar[str] = "sum"
     kind: ClassVar[str] = "sum"
     title: ClassVar[str] = "Sum of a vector (parallel reduction)"
     input_names: ClassVar[tuple[str, ...]] = ("A",)

@@ -38,7 +38,6 @@ MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" 
 class MaxPool1d(Workload):
     """1-D max pooling: output i is the largest of ``window`` inputs from i * stride."""
 
-    owner: ClassVar[str] = "max_pool1d"
     kind: ClassVar[str] = "max_pool1d"
     title: ClassVar[str] = "1-D max pooling"
     input_names: ClassVar[tuple[str, ...]] = ("A",)
