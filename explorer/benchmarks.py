@@ -63,6 +63,11 @@ def _matmul(id, size, dtype="float32", pytorch_us=None, n=None):
                      pytorch_us=pytorch_us, rate_goal=True)
 
 
+def _attention(id, **shape):
+    workload = workload_from_mapping("attention", {"heads": 32, "head_dim": 64, **shape})
+    return Benchmark(id, workload, "at most PyTorch's time", pytorch_us=None)
+
+
 def _memory_bound(id, kind, **shape):
     return Benchmark(id, workload_from_mapping(kind, shape), FASTER_THAN_PYTORCH, strict=True)
 
@@ -95,6 +100,11 @@ BENCHMARKS = (
     _memory_bound("softmax-vocab-fp16", "softmax", rows=2048, cols=32000, dtype="float16"),  # a 32k vocabulary
     _memory_bound("layer-norm-fp16", "layer_norm", rows=8192, cols=4096, dtype="float16"),
     _memory_bound("rms-norm-fp16", "rms_norm", rows=8192, cols=4096, dtype="float16"),
+    # Attention on CUDA cores (the lesson's first part): PyTorch's scaled_dot_product_attention, whichever
+    # backend it picks, is the bar; 2 × 32 heads × 4096 keeps the three-kernel step's scores under 2^31.
+    _attention("attention-2048", batch=4, seq=2048, causal=False),
+    _attention("attention-2048-causal", batch=4, seq=2048, causal=True),
+    _attention("attention-4096", batch=2, seq=4096, causal=False),
 )
 
 
