@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from explorer.analysis import agreement
+from explorer import agreement
 from explorer.analysis import diagnosis as dx
 from explorer.analysis.diagnosis import Device, Facts, GlobalFact, SharedFact
 from explorer.analysis.diagnosis.search import _split_moves
