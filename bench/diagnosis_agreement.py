@@ -7,7 +7,7 @@
 
 For each step k → k+1 of every lesson, the diagnosis of step k (static evidence only) is
 asked for its top two suggestions; the step agrees when one of them moves a knob that step
-k+1 changes, the same way (explorer.analysis.agreement). Diagnoses run in parallel processes.
+k+1 changes, the same way (explorer.agreement). Diagnoses run in parallel processes.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from explorer.analysis import agreement as A
+from explorer import agreement as A
 from explorer.analysis.diagnosis import RANKING_RULE, RULE_TABLE, SUGGESTION_RULE, diagnose_spec
 from explorer.lessons import lessons
 

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from . import measure, serve
+from . import measure, serve, urlstate
 from .analyses import ANALYSES, measured_here
 from .analysis import ncu
-from .analysis.diagnosis import counters_of, diagnose, format_diagnosis, ncu_metrics
+from .analysis.diagnosis import counters_of, diagnose, diagnosis_json, format_diagnosis, ncu_metrics
 from .analysis.ranking import static_score
 from .analysis.sass import compile_binary
 from .build import Spec, build
@@ -145,7 +145,8 @@ def _view_diagnosis(spec, args):
         counters = counters_of(launch) if launch is not None else None
     d = diagnose(b, binary=compile_binary(b), ceilings=measured.ceilings if measured else None,
                  measured_us=measured.median_us if measured else None, counters=counters)
-    return format_diagnosis(d, f"python -m explorer show {args.preset}"), {"diagnosis": d.to_dict()}
+    text = format_diagnosis(d, f"python -m explorer show {args.preset}")
+    return text, {"diagnosis": diagnosis_json(d, urlstate.to_query)}  # each suggestion with its link's parameters
 
 
 def cmd_show(args) -> int:

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from explorer.analysis import agreement
+from explorer import agreement
 from explorer.analysis import diagnosis as dx
 from explorer.analysis.diagnosis import Device, Facts, GlobalFact, SharedFact
+from explorer.analysis.diagnosis.search import _split_moves
 from explorer.cli import main
 from explorer.lessons import get_lesson
 from explorer.presets import get_preset
@@ -131,8 +132,8 @@ def test_neighbours_move_one_knob_to_its_nearest_values():
 
 
 def test_split_moves_shift_the_smallest_prime_factor_between_neighbouring_levels():
-    assert dx._split_moves((6, 1, 4)) == [(3, 2, 4), (6, 2, 2)]
-    assert dx._split_moves((1, 1)) == []
+    assert _split_moves((6, 1, 4)) == [(3, 2, 4), (6, 2, 2)]
+    assert _split_moves((1, 1)) == []
 
 
 def test_a_refused_setting_gets_its_sentence_only(capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from explorer.devtools import import_graph
-from explorer.devtools.import_graph import Import, box, circles, imports, mermaid, modules, reduced
+from explorer.devtools.import_graph import Import, box, box_edges, circles, imports, mermaid, modules, reduced
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +65,21 @@ def test_no_import_circle_in_explorer_or_app(found):
     """Every import counts, a function-local one too: it closes the circle when it runs."""
     assert len(found) > 100  # the reader found the project's imports
     assert circles((i.importer, i.imported) for i in found) == []
+
+
+def test_no_arrow_points_back_up_between_the_drawings_boxes(found):
+    """The boxes of docs/imports.md are layers: no box imports one that imports it back, directly or
+    not, even where no two modules make a circle (an analysis importing urlstate, which imports
+    presets → claims → analysis, would make one)."""
+    assert circles(box_edges(found)) == []
+
+
+def test_the_analyses_never_import_links_or_lessons(found):
+    """Links (urlstate) and lessons sit above the analyses: a diagnosis's links are made by its caller."""
+    upward = [f"{i.importer}:{i.line} imports {i.imported}" for i in found
+              if box(i.importer) == "explorer.analysis"
+              and i.imported in ("explorer.urlstate", "explorer.lessons", "explorer.presets", "explorer.claims")]
+    assert upward == []
 
 
 def test_no_project_module_is_imported_inside_a_function(found):

@@ -14,6 +14,6 @@
   attainable performance and where a setting sits.
 - :mod:`.coalescing` — 32-byte sectors per global load and store against the ideal.
 - :mod:`.diagnosis` — the few findings that most limit a setting, ranked by estimated cost,
-  each with its evidence and the neighbouring setting that addresses it.
-- :mod:`.agreement` — the diagnosis graded against the lessons' steps.
+  each with its evidence and the neighbouring setting that addresses it (a package: facts,
+  one module per rule, the neighbour search, the text and JSON).
 """

@@ -3,8 +3,8 @@
 ``python -m explorer.devtools.import_graph > docs/imports.md`` redraws the picture in
 docs/imports.md: a Mermaid graph of which part of ``explorer/`` and ``app/`` imports which
 (a package's modules drawn as one box, so that the page stays readable). The same edges
-are what tests/test_imports.py checks: no import circle between modules, and no import of a
-project module inside a function (the usual way to hide a circle).
+are what tests/test_imports.py checks: no import circle between modules nor between the drawing's
+boxes, and no import of a project module inside a function (the usual way to hide a circle).
 """
 from __future__ import annotations
 
@@ -158,11 +158,17 @@ def reduced(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted((a, b) for a in graph for b in graph[a] if b not in reachable(a, (a, b)))
 
 
-def mermaid(found: Iterable[Import]) -> str:
-    """A Mermaid flowchart of the module-load imports between boxes (see :func:`box`), reduced."""
+def box_edges(found: Iterable[Import]) -> set[tuple[str, str]]:
+    """The module-load imports between boxes (see :func:`box`): a box's own imports, and the bare
+    packages (their __init__ holds only a docstring), are left out."""
     pairs = {(box(i.importer), box(i.imported)) for i in found if not i.local}
-    # Not drawn: a box's own imports, and the bare packages (their __init__ holds only a docstring).
-    edges = reduced({(a, b) for a, b in pairs if a != b and b not in PACKAGES})
+    return {(a, b) for a, b in pairs if a != b and b not in PACKAGES}
+
+
+def mermaid(found: Iterable[Import]) -> str:
+    """A Mermaid flowchart of the module-load imports between boxes, reduced (the boxes import one
+    another in no circle: a reduction of a graph with one would leave out some of its arrows)."""
+    edges = reduced(box_edges(found))
     ids = {name: name.replace(".", "_") for edge in edges for name in edge}
     lines = ["flowchart LR"]
     lines += [f'    {ids[name]}["{name}"]' for name in sorted(ids)]
@@ -179,8 +185,9 @@ def page(found: list[Import]) -> str:
         "`python -m explorer.devtools.import_graph > docs/imports.md` (redraw it after moving a module).",
         "A box is a subpackage (`explorer.analysis`) or a top-level module (`explorer.build`, `app.panels`);",
         "an arrow points from the importer to what it imports, drawn only where no longer path leads there",
-        "already (so a box imports everything below it along the arrows). There are no circles between modules,",
-        "and a project module is imported at the top of a file, never inside a function (tests/test_imports.py).",
+        "already (so a box imports everything below it along the arrows). There are no circles between modules",
+        "nor between boxes (no arrow points back up), and a project module is imported at the top of a file,",
+        "never inside a function (tests/test_imports.py).",
         "",
         "```mermaid",
         mermaid(found),

@@ -16,9 +16,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from ..build import Spec
-from ..lessons import Lesson, Step
-from .diagnosis import Diagnosis, diagnose_spec
+from .analysis.diagnosis import Diagnosis, diagnose_spec
+from .build import Spec
+from .lessons import Lesson, Step
 
 TOP_SUGGESTIONS = 2
 SLOWER = ("slower", "fewer_gflops")

@@ -1,0 +1,294 @@
+"""What the rules read: a build's analyses reduced to plain numbers (:class:`Facts`), with the
+GPU's figures the cost models need (:class:`Device`).
+
+:func:`facts_of` reads one build: occupancy and its limiter, registers and spills, bank conflicts
+per shared access, sectors per global access, work per thread, the roofline's least time, the SASS
+mix, Nsight Compute's counters when given. A neighbouring setting is not compiled: its registers
+are estimated from the compiled setting's (:data:`REGISTER_NOTE`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...build import Build
+from ...errors import ExplorerError
+from ...gpus import DEFAULT, base_arch, gpu_of
+from ...targets import WARP_SIZE
+from ...workloads import numpy_dtype
+from ..accesses import kernel_accesses
+from ..banks import analyze_banks
+from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
+from ..resources import analyze_resources, occupancy, sm_limits
+from ..roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
+from ..sass import analyze_sass
+from ..tiling import analyze_tiling
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the cost models need of the GPU."""
+
+    name: str
+    arch: int  # compute capability × 10, e.g. 90
+    sms: int
+    clock_ghz: float
+    bandwidth_gbps: float  # the roof that applies to this workload (HBM, or L2 when it fits and is measured)
+    roof: str  # "HBM" or "L2-resident"
+
+    def cycles_us(self, cycles_per_sm: float) -> float:
+        """µs for ``cycles_per_sm`` of work spread over every SM."""
+        return cycles_per_sm / (self.sms * self.clock_ghz * 1e3)
+
+    def bytes_us(self, nbytes: float) -> float:
+        return nbytes / (self.bandwidth_gbps * 1e3)
+
+
+@dataclass(frozen=True)
+class SharedFact:
+    text: str
+    op: str
+    max_degree: int  # n-way
+    wavefronts: int
+    conflicts: int
+
+
+@dataclass(frozen=True)
+class GlobalFact:
+    text: str
+    op: str
+    access_bytes: int
+    requests: int
+    sectors: int
+    ideal_sectors: int
+    ideal_bytes: int = 0  # the distinct bytes the lanes ask for
+    kernel: str = ""  # the kernel it is in
+    buffer: str = ""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Plain numbers from the analyses of one build: what the rules read. Launch and
+    occupancy are the first kernel's (the compute kernel)."""
+
+    device: Device
+    bound_us: float  # the roofline's least time for the workload
+    bound: str  # "memory" or "compute"
+    kernels: int
+    blocks: int
+    threads_per_block: int
+    shared_bytes: int
+    blocks_per_sm: int  # occupancy: blocks an SM can hold
+    limiter: str  # what limits blocks_per_sm
+    registers: int | None = None
+    spill_bytes: int | None = None
+    outputs: int = 0  # output elements of the workload
+    outputs_per_thread: int | None = None
+    loads_per_output: float | None = None  # each thread loading its input footprint once
+    shared: tuple[SharedFact, ...] = ()
+    globals: tuple[GlobalFact, ...] = ()
+    ffma_share: float | None = None  # FFMA among the kernel's SASS instructions
+    staged_steps: int = 0  # iterations of the loop(s) with a barrier (tiles staged in shared memory), per block
+    async_copies: bool = False  # the kernel copies global → shared with cp.async
+    measured_us: float | None = None
+    counters: dict = field(default_factory=dict)  # Nsight Compute: metric -> value
+    tensor_cores: bool = False  # 16-bit inputs: mma on the tensor cores, and only the memory roof is known
+    stage_outputs: int = 0  # outputs of the compute stage (partial sums included), 0 when unknown
+    threads_per_output: int = 1  # threads that share each output (a reduction across threads)
+    # Loads per output that no tiling avoids: the inputs' elements ÷ the compute stage's outputs (1 where each
+    # input feeds many outputs, as in a matmul; the row length for a row-wise reduction).
+    compulsory_loads_per_output: float = 1.0
+    input_bytes: int = 0  # the workload's inputs, each read once
+    input_reads: tuple[int, ...] = ()  # per kernel: bytes of the workload's inputs it reads (one pass each)
+    loads_per_thread: float | None = None  # global elements each thread of the first kernel loads
+    tree_steps: int = 0  # steps of the first kernel's tree over its threads' values (log2 threads), 0 if none
+
+    @property
+    def warps_per_block(self) -> int:
+        return -(-self.threads_per_block // WARP_SIZE)
+
+    @property
+    def lanes_used(self) -> float:
+        """Share of each warp's 32 lanes that hold a thread (a block of 8 threads uses 8)."""
+        return self.threads_per_block / (self.warps_per_block * WARP_SIZE)
+
+    @property
+    def useful(self) -> float:
+        """Share of the launched threads' tiles that hold an output (a tile larger than the
+        output leaves threads with nothing to compute)."""
+        if not self.stage_outputs or not self.outputs_per_thread:
+            return 1.0
+        per_block = self.threads_per_block * self.outputs_per_thread / self.threads_per_output
+        return min(1.0, self.stage_outputs / (self.blocks * per_block))
+
+    @property
+    def resident_blocks(self) -> int:
+        """Blocks an SM runs at once: what the SM can hold, or what the grid gives it."""
+        return max(1, min(self.blocks_per_sm, -(-self.blocks // self.device.sms)))
+
+    @property
+    def warps_per_sm(self) -> int:
+        return self.resident_blocks * self.warps_per_block
+
+    @property
+    def busy_sms(self) -> float:
+        """Share of the SMs that get a block."""
+        return min(1.0, self.blocks / self.device.sms)
+
+
+def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | None = None) -> Device:
+    """The clock is derived from the FP32 peak: peak = SMs × FP32 lanes × 2 × clock (explorer.gpus: a
+    GPU the table has no SM count for is taken as the default one)."""
+    entry, key = gpu_of(arch), base_arch(arch)
+    gpu = entry if entry is not None and entry.sms else DEFAULT
+    sms = sms or gpu.sms
+    bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
+    number = int((key or DEFAULT.arch)[3:])
+    return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof)
+
+
+def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, measured_us: float | None = None,
+             counters: dict | None = None, like: Facts | None = None, sms: int | None = None) -> Facts:
+    """The Facts of ``built``. ``binary`` (``compile_binary``) gives registers, spills and the
+    SASS mix; without it and with ``like`` (the Facts of a compiled neighbour) registers and
+    spills are estimated from the change in outputs per thread (one accumulator each)."""
+
+    if not built.kernels:
+        raise ExplorerError("A CPU build has no CUDA kernel to diagnose.")
+    arch = str(built.target.attrs.get("arch", ""))
+    workload = built.spec.workload
+    ceilings = ceilings or published_ceilings(arch)
+    device = device_for(arch, ceilings, workload.compulsory_bytes, sms)
+    memory_us = device.bytes_us(workload.compulsory_bytes)
+    # 16-bit inputs run on the tensor cores: their roof where the ceilings have its peak, else bytes alone.
+    no_compute_roof = no_roofline_reason(workload, ceilings) is not None
+    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes,
+                                                       workload.input_dtypes())
+    bound = "memory" if memory_us >= least else "compute"
+    kernel = analyze_resources(built, binary).kernels[0]
+    tiling = _tiling(built)
+    registers = kernel.registers if isinstance(kernel.registers, int) else None
+    spills = kernel.spill_bytes if isinstance(kernel.spill_bytes, int) else None
+    occ = kernel.occupancy
+    if registers is None and like is not None and like.registers is not None:
+        registers, spills = _estimated_registers(like, tiling.outputs_per_thread)
+        occ = occupancy(sm_limits(arch)[0], kernel.threads_per_block, kernel.shared_bytes, registers)
+    shared = tuple(SharedFact(a.text, a.op, a.max_degree, a.wavefronts, a.conflicts)
+                   for k in analyze_banks(built).kernels for a in k.accesses if not a.not_modelled)
+    accesses = [a for a in analyze_coalescing(built).accesses if not a.not_modelled]
+    globals_ = tuple(GlobalFact(a.text, a.op, a.access_bytes, a.requests, a.sectors, a.ideal_sectors, a.ideal_bytes,
+                                a.kernel, a.buffer) for a in accesses)
+    first = built.kernels[0]
+    threads = first.blocks * kernel.threads_per_block
+    input_elements = sum(math.prod(shape) for shape in workload.input_shapes())
+    element_bytes = numpy_dtype(workload.input_dtypes()[0]).itemsize
+    first_loads = sum(a.ideal_bytes for a in globals_ if a.op == "load" and a.kernel == first.name)
+    return Facts(device, least, bound, len(built.kernels),
+                 first.blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
+                 occ.limiter, registers, spills, math.prod(workload.output_shape()), tiling.outputs_per_thread,
+                 tiling.loads, shared, globals_, _ffma_share(built, binary), _staged_steps(built),
+                 "cp.async" in built.cuda, measured_us, dict(counters or {}), no_compute_roof, tiling.stage_outputs,
+                 tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
+                 _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
+                 _tree_steps(built, globals_))
+
+
+def _staged_steps(built: Build) -> int:
+    """Iterations of the loops whose body has a barrier and a global load (tiles staged in shared
+    memory), in the first kernel (one block's). A tree that only adds shared values between its
+    barriers stages nothing."""
+
+    kernel = kernel_accesses(built.device_mod)[0]
+    globals_ = kernel_accesses(built.device_mod, GLOBAL_SCOPES)[0]
+    loading = {loop.var for access in globals_.accesses if access.op == "load" for loop in access.loops}
+    loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
+             if loop.var in kernel.barrier_loops and loop.var in loading}
+    return math.prod(loops.values()) if loops else 0
+
+
+@dataclass(frozen=True)
+class _StageTiling:
+    """What the rules read of the tiling of the compute stage (None where it has none)."""
+
+    outputs_per_thread: int | None = None
+    loads: float | None = None  # loads per output, each thread loading its footprint once
+    stage_outputs: int = 0
+    threads_per_output: int = 1
+    reads: float = 0.0  # executed reads per output (no reuse at all)
+
+    def compulsory_loads(self, input_elements: int) -> float:
+        """Loads per output no tile avoids: the reads per output where no input element is read
+        for two outputs (a reduction over rows); 1 where inputs feed many outputs."""
+        if self.stage_outputs and self.reads and self.reads * self.stage_outputs <= input_elements:
+            return self.reads
+        return 1.0
+
+
+def _tiling(built: Build) -> _StageTiling:
+    try:
+        tiling = analyze_tiling(built)
+    except ExplorerError:
+        return _StageTiling()
+    sharing = math.prod(loop.extent for loop in tiling.loops if loop.role == "thread" and loop.reduces)
+    return _StageTiling(tiling.outputs_per_thread, sum(f.loads_per_output for f in tiling.footprints) or None,
+                        math.prod(tiling.output_shape), sharing, sum(f.reads_per_output for f in tiling.footprints))
+
+
+def _input_bytes(workload) -> int:
+    typed = zip(workload.input_shapes(), workload.input_dtypes(), strict=True)
+    return sum(math.prod(shape) * numpy_dtype(dtype).itemsize for shape, dtype in typed)
+
+
+def _input_reads(built: Build, globals_: tuple[GlobalFact, ...]) -> tuple[int, ...]:
+    """Per kernel, the bytes of the workload's inputs it reads, each input counted once at most (a
+    kernel that reads an element again finds it in a cache, the model's assumption): one kernel per
+    pass reads the input once per pass."""
+    workload = built.spec.workload
+    sizes = {name: math.prod(shape) * numpy_dtype(dtype).itemsize for name, shape, dtype in
+             zip(workload.input_names, workload.input_shapes(), workload.input_dtypes(), strict=True)}
+    out = []
+    for k in built.kernels:
+        read = 0
+        for name, size in sizes.items():
+            read += min(size, sum(a.ideal_bytes for a in globals_
+                                  if a.op == "load" and a.kernel == k.name and a.buffer == name))
+        out.append(read)
+    return tuple(out)
+
+
+def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
+    """log2(threads per block) when the first kernel adds its threads' values in a tree: it waits at
+    a barrier and stores at most one element per warp to global memory (a tile of outputs stores
+    about one per thread; stores the analysis cannot model say nothing)."""
+    first = built.kernels[0]
+    kernel = kernel_accesses(built.device_mod)[0]
+    if not kernel.barrier_loops and not any(a.epoch for a in kernel.accesses):
+        return 0
+    stored = sum(a.ideal_bytes for a in globals_ if a.op == "store" and a.kernel == first.name)
+    element_bytes = numpy_dtype(built.spec.workload.output_dtype()).itemsize
+    threads = first.threads_per_block
+    if threads < 2 or not stored or stored / element_bytes * WARP_SIZE > first.blocks * threads:
+        return 0
+    return threads.bit_length() - 1
+
+
+def _estimated_registers(like: Facts, outputs_per_thread: int | None) -> tuple[int, int | None]:
+    if outputs_per_thread is None or like.outputs_per_thread is None:
+        return like.registers, like.spill_bytes
+    registers = min(255, max(16, like.registers + outputs_per_thread - like.outputs_per_thread))
+    spills = like.spill_bytes
+    if spills and outputs_per_thread < like.outputs_per_thread:
+        spills = int(spills * outputs_per_thread / like.outputs_per_thread)
+    return registers, spills
+
+
+def _ffma_share(built: Build, binary) -> float | None:
+    if binary is None or binary.tool != "nvrtc":
+        return None
+
+    mix = analyze_sass(built).kernels[0].mix
+    return mix.ffma / mix.instructions if mix.instructions else None
+
+
+REGISTER_NOTE = ("Registers of a neighbouring setting are not compiled: they are estimated as this setting's, "
+                 "plus one per extra output per thread; spills shrink in proportion to a smaller thread tile.")

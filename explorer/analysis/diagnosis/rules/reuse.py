@@ -1,0 +1,29 @@
+"""Little reuse: many loads per output that a larger thread tile would share."""
+from __future__ import annotations
+
+from ....targets import WARP_SIZE
+from ..facts import Facts
+from ..findings import Finding, Rule, finding
+
+REUSE_COST = ("loads beyond one per output (or beyond the inputs' elements per output, where each input feeds "
+              "one output only), as one warp-wide request per 32 loads at one per cycle per SM (the shared-memory "
+              "or L1 rate)")
+
+
+def reuse_rule(f: Facts) -> Finding | None:
+    """Little work per thread: each output needs many loads that a larger thread tile shares.
+    Not for tensor cores, whose warps load whole fragments (a thread's footprint says nothing),
+    nor for loads no tile can share: a reduction over a row reads each element for one output only."""
+    floor = max(1.0, f.compulsory_loads_per_output)
+    if f.loads_per_output is None or f.loads_per_output <= floor or f.tensor_cores:
+        return None
+    extra = (f.loads_per_output - floor) * f.outputs / WARP_SIZE
+    evidence = [f"Each thread computes {f.outputs_per_thread} output(s) and loads {f.loads_per_output:.2f} inputs "
+                "per output (its input footprint once)."]
+    if f.ffma_share is not None:
+        evidence.append(f"SASS: FFMA is {f.ffma_share:.0%} of the kernel's instructions.")
+    return finding("reuse", f"Little work per thread: {f.loads_per_output:.1f} loads per output.", evidence,
+                   f.device.cycles_us(extra), REUSE_COST)
+
+
+RULE = Rule("reuse", "many loads per output that a larger thread tile would share", REUSE_COST, reuse_rule)

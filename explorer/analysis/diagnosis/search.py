@@ -1,0 +1,146 @@
+"""Suggestions (:data:`SUGGESTION_RULE`): the neighbouring settings of a setting (one knob moved,
+:func:`neighbours`), each built and reduced to Facts (:func:`analysed_neighbours`, from several threads
+where asked), and the neighbour that addresses a finding (:func:`suggest`)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from ...build import Build, Spec
+from ...errors import ExplorerError, InvalidKnobs
+from ..roofline import Ceilings
+from .facts import Facts, facts_of
+from .findings import Suggestion
+from .rules import estimated_total, findings_of
+
+MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this share
+
+SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest allowed value that builds) is built "
+                   f"and analysed; a finding's suggestion is the neighbour that lowers that finding's cost by at least "
+                   f"{MIN_RELIEF:.0%} and has the lowest estimated total (the roofline's least time plus every "
+                   "finding's cost), if that total is below this setting's; a setting suggested for a higher-ranked "
+                   "finding is left to it.")
+
+
+Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
+STEPS_TRIED = 3  # allowed values tried in one direction until one builds
+
+
+def neighbours(spec: Spec) -> list[list[Move]]:
+    """Every setting one knob away, as one list per knob and direction: the next allowed
+    values in that direction, nearest first (a template may refuse the nearest, e.g. fewer
+    rows per block than threads; :func:`analysed_neighbours` takes the first that builds). A switch's
+    other value, each other option, the next smaller and larger choice, a range's ±1 and
+    ×2 or ÷2, a split's smallest prime factor moved between neighbouring levels. Values the
+    knob dataclass refuses are left out."""
+    out = []
+    for knob in spec.knobs.specs():
+        value = getattr(spec.knobs, knob.name)
+        for direction in _directions(knob, value):
+            moves = []
+            for new in direction[:STEPS_TRIED]:
+                try:
+                    moves.append((spec.with_knobs(**{knob.name: new}),
+                                  ((knob.name, knob.format(value), knob.format(new)),)))
+                except ExplorerError:
+                    continue
+            if moves:
+                out.append(moves)
+    return out
+
+
+def _directions(knob, value) -> list[list]:
+    if knob.kind is bool:
+        return [[not value]]
+    if knob.kind is str:
+        return [[c] for c in knob.values() if c != value]
+    if knob.kind is tuple:
+        return [[moved] for moved in _split_moves(value)]
+    if knob.choices is not None:
+        ordered = sorted(knob.choices)
+        i = ordered.index(value)
+        return [list(reversed(ordered[:i])), ordered[i + 1:]]
+    near = {value - 1, value + 1, value * 2, value // 2}
+    return [[v] for v in sorted(near) if v != value and knob.low <= v <= knob.high]
+
+
+def _split_moves(value: tuple) -> list[tuple]:
+    """A split with its smallest prime factor moved from one level to the next or back."""
+    moves = []
+    for i in range(len(value) - 1):
+        for src, dst in ((i, i + 1), (i + 1, i)):
+            if value[src] > 1:
+                factor = next(p for p in range(2, value[src] + 1) if value[src] % p == 0)
+                moved = list(value)
+                moved[src] //= factor
+                moved[dst] *= factor
+                moves.append(tuple(moved))
+    return moves
+
+
+def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]],
+            taken: Iterable[Spec] = ()) -> Suggestion | None:
+    """The suggestion rule (:data:`SUGGESTION_RULE`) for the finding of ``rule``; settings in
+    ``taken`` (suggested for a higher-ranked finding) are left to that finding."""
+    taken = set(taken)
+    now = findings_of(current).get(rule)
+    if now is None:
+        return None
+    total_now = estimated_total(current)
+    best = None
+    for spec, changes, facts in candidates:
+        found = findings_of(facts).get(rule)
+        cost = found.cost_us if found is not None else 0.0
+        total = estimated_total(facts)
+        if cost > now.cost_us * (1 - MIN_RELIEF) or total >= total_now or spec in taken:
+            continue
+        if best is None or (total, cost) < (best.total_us, best.cost_us):
+            best = Suggestion(spec, changes, cost, total)
+    return best
+
+
+def analysed_neighbours(spec: Spec, current: Facts, ceilings: Ceilings | None,
+                        build_fn: Callable[[Spec], Build], workers: int) -> list[tuple[Spec, tuple, Facts]]:
+    """Each neighbour direction's first setting that builds, with its Facts. A direction the
+    template refuses altogether is tried once more with each other knob the refusal names
+    moved one step as well (async copies that need a second pipeline stage)."""
+    def analysed(moves: list[Move]):
+        refusal = None
+        for moved, changes in moves:
+            try:
+                return _analysed(moved, changes, build_fn(moved), current, ceilings)
+            except InvalidKnobs as error:
+                refusal = refusal or error
+            except ExplorerError:
+                continue
+        for moved, changes in _with_named_knobs(moves[0], refusal):
+            try:
+                return _analysed(moved, changes, build_fn(moved), current, ceilings)
+            except ExplorerError:
+                continue
+        return None
+
+    paths = neighbours(spec)
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(analysed, paths))
+    else:
+        results = [analysed(moves) for moves in paths]
+    return [r for r in results if r is not None]
+
+
+def _analysed(moved: Spec, changes: tuple, built: Build, current: Facts, ceilings):
+    return moved, changes, facts_of(built, ceilings=ceilings, like=current, sms=current.device.sms)
+
+
+def _with_named_knobs(move: Move, refusal: InvalidKnobs | None) -> list[Move]:
+    """``move`` with one more knob that ``refusal`` names moved to its nearest value."""
+    if refusal is None:
+        return []
+    spec, changes = move
+    out = []
+    for path in neighbours(spec):
+        both, more = path[0]
+        if more[0][0] in refusal.knobs and more[0][0] != changes[0][0]:
+            out.append((both, changes + more))
+    return out
