@@ -213,13 +213,16 @@ def element_of(msg):
     return element.WhichOneof("type"), element
 
 
-def watch(page: Page, started: float, until: float, want_latency: bool):
+def watch(page: Page, started: float, until: float, want_latency: bool, trace: list | None = None):
     """(seconds to new code, seconds to new latency, refused, errors, the last notice the
-    page showed) of one script run."""
+    page showed) of one script run; ``trace`` gets what arrived meanwhile (a message's kind, a
+    finished run's status), for a move that showed no code."""
     code = latency = None
     notice = ""
     refused, errors, alerts = False, [], []
     for msg in page.read(until):
+        if trace is not None and msg is not None:
+            trace.append(message_kind(msg, time.time() - started))
         kind, element = element_of(msg)
         if kind == "html" and code is None and "data-view=" in element.html.body:
             code = time.time() - started
@@ -236,6 +239,19 @@ def watch(page: Page, started: float, until: float, want_latency: bool):
         if code is not None and (latency is not None or not want_latency or refused):
             break
     return code, latency, refused, errors + ([] if refused else alerts), notice
+
+
+def message_kind(msg, at: float) -> str:
+    """A ForwardMsg in a few words: its type, a delta's element, a finished run's status."""
+    kind = msg.WhichOneof("type")
+    if kind == "delta":
+        kind += ":" + (msg.delta.new_element.WhichOneof("type") if msg.delta.WhichOneof("type") == "new_element"
+                       else msg.delta.WhichOneof("type") or "")
+    elif kind == "script_finished":
+        kind += f":{msg.script_finished}"
+    elif kind == "session_status_changed":
+        kind += ":running" if msg.session_status_changed.script_is_running else ":idle"
+    return f"{at:.2f} {kind}"
 
 
 def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
@@ -307,8 +323,9 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
             started = time.time()
             page.rerun((widget_id, label))
             me.moves += 1
+            trace: list[str] = []
             code, latency, refused, errors, notice = watch(page, started, started + max(30.0, think * 3),
-                                                           want_latency)
+                                                           want_latency, trace)
             me.errors += errors
             if refused:
                 me.refused += 1
@@ -317,7 +334,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 me.errors.append("no code shown within the time limit")
                 # Which setting, and what the page said meanwhile: the report's lost_moves.
                 me.lost.append({"at": started, "template": spec.template, "knobs": repr(spec.knobs),
-                                "notice": notice[:200]})
+                                "notice": notice[:200], "messages": trace[:40]})
                 continue
             me.code_s.append(code)
             me.timeline.append((started, spec.template, code, latency))
