@@ -334,7 +334,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 me.errors.append("no code shown within the time limit")
                 # Which setting, and what the page said meanwhile: the report's lost_moves.
                 me.lost.append({"at": started, "template": spec.template, "knobs": repr(spec.knobs),
-                                "notice": notice[:200], "messages": trace[:40]})
+                                "notice": notice[:200], "messages": trace[:10] + ["…"] + trace[-60:]})
                 continue
             me.code_s.append(code)
             me.timeline.append((started, spec.template, code, latency))
