@@ -89,7 +89,7 @@ def knob_changes(ids: list[str]):
     for preset_id in ids:
         spec = get_preset(preset_id).spec
         changes = []
-        for knob in spec.knobs.specs():
+        for knob in spec.knobs.fields():
             if knob.choices is None and knob.kind is not bool:
                 continue
             values = knob.values(spec.workload)

@@ -82,12 +82,12 @@ def cmd_knobs(args) -> int:
     preset, spec = _spec_from_args(args)
     rows = [
         {
-            "name": s.name,
-            "value": s.format(getattr(spec.knobs, s.name)),
-            "allowed": s.describe_domain(),
-            "help": s.help,
+            "name": knob.name,
+            "value": knob.format(getattr(spec.knobs, knob.name)),
+            "allowed": knob.describe_domain(),
+            "help": knob.help,
         }
-        for s in spec.knobs.specs()
+        for knob in spec.knobs.fields()
     ]
     if args.json:
         print(json.dumps({"preset": preset.id, "template": spec.template, "knobs": rows}, indent=2))

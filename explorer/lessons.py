@@ -66,7 +66,7 @@ def _changed(before, now) -> tuple[str, ...]:
     """Fields of ``now`` (knobs or a workload) that differ from ``before``; all of them
     when the two are of different kinds."""
     if type(before) is not type(now):
-        return tuple(s.name for s in now.specs())
+        return tuple(knob.name for knob in now.fields())
     return now.changed_from(before)
 
 

@@ -262,10 +262,10 @@ def test_widget_kinds_and_labels():
     from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
     from explorer.workloads import Conv1d
 
-    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("num_thread_x")) == "select_slider"
-    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("input_cache")) == "selectbox"
-    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("unroll")) == "toggle"
-    assert widgets.widget_kind(Conv1d.spec("input_length")) == "number_input"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.field("num_thread_x")) == "select_slider"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.field("input_cache")) == "selectbox"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.field("unroll")) == "toggle"
+    assert widgets.widget_kind(Conv1d.field("input_length")) == "number_input"
     assert widgets.format_value((8, 2, 4, 1)) == "8×2×4×1" and widgets.format_value(True) == "on"
 
 

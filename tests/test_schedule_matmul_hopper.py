@@ -251,7 +251,7 @@ def test_a_cluster_needs_an_even_number_of_tile_rows(workload, knobs):
 
 def test_a_cluster_s_half_of_b_must_be_whole_swizzle_patterns(monkeypatch):
     # Every block_k offered splits into halves of whole 8-row patterns ...
-    assert all(k // 2 % matmul_hopper.SWIZZLE_ATOM_ROWS == 0 for k in MatmulHopperKnobs.spec("block_k").choices)
+    assert all(k // 2 % matmul_hopper.SWIZZLE_ATOM_ROWS == 0 for k in MatmulHopperKnobs.field("block_k").choices)
     # ... so the refusal is seen only with a pattern taller than the half.
     monkeypatch.setattr(matmul_hopper, "SWIZZLE_ATOM_ROWS", 64)
     with pytest.raises(InvalidKnobs, match="32 of B's 64 rows, which must be a whole number of 64-row") as error:
