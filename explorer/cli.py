@@ -20,7 +20,7 @@ from .analysis.sass import compile_binary
 from .build import Spec, build
 from .errors import ExplorerError
 from .export import file_name, snippet
-from .live import LiveSettings
+from .live import ServerSettings
 from .measure.errors import NoDevice, RemoteError
 from .presets import all_presets, get_preset, tutorials
 from .schedules import TEMPLATES
@@ -247,7 +247,7 @@ def cmd_measure(args) -> int:
     remote = measure.Remote.parse(args.rpc, args.key) if args.rpc else None
     if remote is not None and args.baseline:
         raise RemoteError("The PyTorch baseline runs on a local GPU only; drop --baseline with --rpc.")
-    settings = measure.Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed,
+    settings = measure.MeasureSettings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed,
                                 cold_l2=args.cold_l2)
     try:
         result = measure.measure(spec, target=args.target, remote=remote, settings=settings,
@@ -273,7 +273,7 @@ def cmd_measure(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    LiveSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
+    ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
     return serve.serve(args.port, args.address, extra, args.app_processes or serve.default_app_processes())
 

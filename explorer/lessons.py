@@ -36,7 +36,7 @@ NEEDS_GPU = "needs a GPU"
 
 
 @dataclass(frozen=True)
-class LessonConfig:
+class ClaimThresholds:
     """How strictly a measured comparison must match the tutorial's."""
 
     # Two times within ±5% count as the same speed: the median of a GPU timing moves by
@@ -141,13 +141,13 @@ def ratio(comparison: Comparison, this: Preset, this_us: float, other: Preset, o
     return rate if comparison.expect == "more_gflops" else 1 / rate
 
 
-def holds(comparison: Comparison, value: float, config: LessonConfig = LessonConfig()) -> bool:
+def holds(comparison: Comparison, value: float, thresholds: ClaimThresholds = ClaimThresholds()) -> bool:
     """Whether a ratio from :func:`ratio` supports the claim."""
     if comparison.expect == "same_speed":
-        return abs(value - 1) <= config.tolerance
+        return abs(value - 1) <= thresholds.tolerance
     if comparison.expect == "no_slower":
-        return value >= 1 - config.tolerance
-    return value >= (comparison.at_least or 1 + config.tolerance)
+        return value >= 1 - thresholds.tolerance
+    return value >= (comparison.at_least or 1 + thresholds.tolerance)
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def check_comparison(
     times_us: Mapping[str, float] | None = None,
     where: str = "",
     errors: Mapping[str, str] | None = None,
-    config: LessonConfig = LessonConfig(),
+    thresholds: ClaimThresholds = ClaimThresholds(),
 ) -> ComparisonCheck:
     """The tutorial's figures and (with ``times_us``) the measured ones for one claim.
     ``errors`` maps preset ids to why measuring them failed."""
@@ -200,12 +200,12 @@ def check_comparison(
     mine, theirs = this.own_reported, other.own_reported
     if mine is not None and theirs is not None and mine.value_us and theirs.value_us:
         value = ratio(comparison, this, mine.value_us, other, theirs.value_us)
-        tutorial = Figures(mine.value_us, theirs.value_us, value, holds(comparison, value, config), mine.hardware)
+        tutorial = Figures(mine.value_us, theirs.value_us, value, holds(comparison, value, thresholds), mine.hardware)
     measured, error = None, ""
     times_us, errors = times_us or {}, errors or {}
     if this.id in times_us and other.id in times_us:
         value = ratio(comparison, this, times_us[this.id], other, times_us[other.id])
-        measured = Figures(times_us[this.id], times_us[other.id], value, holds(comparison, value, config), where)
+        measured = Figures(times_us[this.id], times_us[other.id], value, holds(comparison, value, thresholds), where)
     else:
         error = errors.get(this.id) or errors.get(other.id) or ""
     return ComparisonCheck(comparison, other, tutorial, measured, error)
@@ -216,9 +216,9 @@ def step_checks(
     times_us: Mapping[str, float] | None = None,
     where: str = "",
     errors: Mapping[str, str] | None = None,
-    config: LessonConfig = LessonConfig(),
+    thresholds: ClaimThresholds = ClaimThresholds(),
 ) -> tuple[ComparisonCheck, ...]:
-    return tuple(check_comparison(preset, c, times_us, where, errors, config) for c in preset.compare)
+    return tuple(check_comparison(preset, c, times_us, where, errors, thresholds) for c in preset.compare)
 
 
 def overall(verdicts: Iterable[str]) -> str | None:

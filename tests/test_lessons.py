@@ -62,7 +62,7 @@ def test_time_ratios():
     same = Comparison("x", "same_speed")
     assert L.holds(same, L.ratio(same, FINAL, 91.5, FINAL, 90.9))  # 0.993
     assert not L.holds(same, 1.2)
-    assert L.holds(same, 1.2, L.LessonConfig(tolerance=0.25))
+    assert L.holds(same, 1.2, L.ClaimThresholds(tolerance=0.25))
 
 
 def test_no_slower_holds_when_faster_or_within_the_noise_band():
@@ -73,7 +73,7 @@ def test_no_slower_holds_when_faster_or_within_the_noise_band():
     assert L.holds(no_slower, 2.0)  # much faster is still no slower
     assert L.holds(no_slower, 0.96)  # 4% slower: inside the ±5% band
     assert not L.holds(no_slower, 0.94)
-    assert not L.holds(no_slower, 0.96, L.LessonConfig(tolerance=0.02))
+    assert not L.holds(no_slower, 0.96, L.ClaimThresholds(tolerance=0.02))
 
 
 def test_flop_rate_ratio_across_workloads():

@@ -18,7 +18,7 @@ from explorer.cli import main
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
-from explorer.measure import Settings, measure, shutdown
+from explorer.measure import MeasureSettings, measure, shutdown
 from explorer.schedules import matmul_hopper
 from explorer.schedules.matmul_hopper import SUPPORTED_DTYPES, MatmulHopperKnobs, Plan, check_knobs, tile_origin
 from explorer.workloads import Matmul
@@ -347,7 +347,7 @@ CLUSTER_GPU_CASES = {
     "cluster-32B-swizzle-k32-c-in-bfloat16": (BF16_OUT, {"cluster": 2, "swizzle": "32B", "block_k": 32,
                                                          "block_n": 64, "stages": 6, "warp_specialize": False}),
 }
-CHECK_ONLY = Settings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
+CHECK_ONLY = MeasureSettings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
 
 
 @pytest.mark.parametrize("case", sorted(CLUSTER_GPU_CASES))
