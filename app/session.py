@@ -292,7 +292,7 @@ def sidebar() -> Spec | None:
     template = get_template(name)
     ids = [None, *presets_for(name)]
     keep_widget("ui.preset", ids, preset_id() if preset_id() in ids else ids[0])
-    preset = bar.selectbox("Preset (a tutorial step)", ids, key="ui.preset", on_change=_on_preset,
+    preset = bar.selectbox("Preset (a lesson step)", ids, key="ui.preset", on_change=_on_preset,
                            format_func=_preset_label)
 
     shape_box = bar.expander(f"Shape · {current.workload.label()}")

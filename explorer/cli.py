@@ -22,7 +22,7 @@ from .errors import ExplorerError
 from .export import file_name, snippet
 from .live import ServerSettings
 from .measure.errors import NoDevice, RemoteError
-from .presets import all_presets, get_preset, tutorials
+from .presets import all_presets, get_preset
 from .schedules import TEMPLATES
 from .search import sweep
 from .search.grid import Grid
@@ -63,10 +63,9 @@ def _spec_from_args(args):
 
 def cmd_presets(args) -> int:
     rows = [
-        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "tutorial": t.id,
-         "title": p.title}
-        for t in tutorials()
-        for p in t.presets
+        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "lesson": p.lesson,
+         "step": p.step, "title": p.title}
+        for p in all_presets().values()
     ]
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -1,8 +1,9 @@
-"""Lessons: each tutorial's presets as ordered steps, each step's claim checked.
+"""Lessons: each step's claims checked.
 
-A lesson is a tutorial from ``presets/``; its steps are the tutorial's presets in file
-order. For each step this module says which knobs (and shape parameters) changed from
-the previous step, and checks the step's claims:
+A lesson is a file of ``presets/`` (explorer.presets' :class:`Lesson`) that follows a
+tutorial, blog post or paper; its steps are its presets in file order, each knowing which
+knobs (and shape parameters) changed from the previous step. This module checks the
+steps' claims:
 
 - ``static`` facts (shared bytes, bank-conflict degree, per-thread tiles, global writes…)
   are computed from the build with explorer.analysis and compared with the values the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from .build import Spec, build
 from .claims import FACTS, RELATIONS
 from .errors import ExplorerError, PresetError
-from .presets import Comparison, Preset, Tutorial, all_presets, tutorials
+from .presets import Comparison, Lesson, Preset, Step, all_lessons, all_presets
 
 FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: where the Lessons page and a class start
 REPRODUCED = "reproduced"
@@ -44,56 +45,9 @@ class ClaimThresholds:
     tolerance: float = 0.05
 
 
-@dataclass(frozen=True)
-class Step:
-    number: int  # from 1
-    preset: Preset
-    previous: Preset | None
-
-    @property
-    def changed_knobs(self) -> tuple[str, ...]:
-        """Knobs whose value differs from the previous step's (all of them when the
-        template changes; none for the first step)."""
-        return () if self.previous is None else _changed(self.previous.spec.knobs, self.preset.spec.knobs)
-
-    @property
-    def changed_shape(self) -> tuple[str, ...]:
-        """Workload parameters that differ from the previous step's."""
-        return () if self.previous is None else _changed(self.previous.spec.workload, self.preset.spec.workload)
-
-
-def _changed(before, now) -> tuple[str, ...]:
-    """Fields of ``now`` (knobs or a workload) that differ from ``before``; all of them
-    when the two are of different kinds."""
-    if type(before) is not type(now):
-        return tuple(knob.name for knob in now.fields())
-    return now.changed_from(before)
-
-
-@dataclass(frozen=True)
-class Lesson:
-    id: str
-    title: str
-    source: str
-    summary: str
-    steps: tuple[Step, ...]
-
-    def step(self, number: int) -> Step:
-        """Step ``number`` (from 1); a number out of range gives the nearest step, so a
-        stale or hand-edited URL still opens the lesson."""
-        return self.steps[min(max(number, 1), len(self.steps)) - 1]
-
-
-def lesson_from_tutorial(tutorial: Tutorial) -> Lesson:
-    steps, previous = [], None
-    for number, preset in enumerate(tutorial.presets, start=1):
-        steps.append(Step(number, preset, previous))
-        previous = preset
-    return Lesson(tutorial.id, tutorial.title, tutorial.source, tutorial.summary, tuple(steps))
-
-
 def lessons() -> tuple[Lesson, ...]:
-    return tuple(lesson_from_tutorial(t) for t in tutorials() if t.presets)
+    """The lessons with at least one step."""
+    return tuple(lesson for lesson in all_lessons() if lesson.steps)
 
 
 def get_lesson(lesson_id: str) -> Lesson:
@@ -180,8 +134,8 @@ class ComparisonCheck:
         words = RELATIONS[self.comparison.expect]
         bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
         other = self.other
-        where = (f"step {other.step}" if other.tutorial == this.tutorial
-                 else f"the {other.tutorial} lesson's step {other.step}")
+        where = (f"step {other.step}" if other.lesson == this.lesson
+                 else f"the {other.lesson} lesson's step {other.step}")
         return f"Step {this.step} is {words} {where}{bound}: {other.title}."
 
 

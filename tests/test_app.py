@@ -476,7 +476,7 @@ def test_compare_shows_a_diff_then_both_sides():
     at.switch_page("views/compare.py").run()
     assert_clean(at)
     b_preset = at.session_state["compare.preset"]
-    assert b_preset == "dw-blog-channel-32"  # the next step of the same tutorial
+    assert b_preset == "dw-blog-channel-32"  # the next step of the same lesson
     a_cuda, b_cuda = build(get_preset("dw-blog-channel-21").spec).cuda, build(get_preset(b_preset).spec).cuda
     assert code_text(at, "cuda-diff") == code_view.diff(a_cuda, b_cuda, "A", "B")
     at.toggle(key="ui.side_by_side").set_value(True).run()

@@ -21,8 +21,8 @@ MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.M
 
 
 def in_reading_order(all_lessons) -> dict:
-    """Lessons by id: the first tutorial on top, the other tutorials, then the schedules a
-    search found (every step has a ``found_by`` command), which build on the tutorials."""
+    """Lessons by id: the first lesson on top, the other lessons, then the schedules a search
+    found (every step has a ``found_by`` command), which build on the other lessons."""
     def rank(lesson):
         return all(step.preset.found_by for step in lesson.steps), lesson.id != L.FIRST_LESSON
 
