@@ -22,7 +22,7 @@ from . import latency, server, session
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
-SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.LessonConfig)
+SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.ClaimThresholds)
 
 
 def job(spec: Spec, target: str) -> Future:

@@ -206,11 +206,11 @@ def fields(container, params_class: type[Params], current: Params, workload, pre
     """Widgets for every field of ``params_class``, seeded from ``current``; the values they
     hold, by name. ``workload`` gives the allowed splits (None for the workload's own shape)."""
     values = {}
-    for spec in params_class.specs():
-        key = f"{prefix}{spec.name}"
-        options = widgets.offered(spec, workload)
-        keep_widget(key, *widgets.seed(spec, getattr(current, spec.name), options))
-        values[spec.name] = widgets.field_widget(container, spec, options, key)
+    for knob in params_class.fields():
+        key = f"{prefix}{knob.name}"
+        options = widgets.offered(knob, workload)
+        keep_widget(key, *widgets.seed(knob, getattr(current, knob.name), options))
+        values[knob.name] = widgets.field_widget(container, knob, options, key)
     return values
 
 
@@ -292,7 +292,7 @@ def sidebar() -> Spec | None:
     template = get_template(name)
     ids = [None, *presets_for(name)]
     keep_widget("ui.preset", ids, preset_id() if preset_id() in ids else ids[0])
-    preset = bar.selectbox("Preset (a tutorial step)", ids, key="ui.preset", on_change=_on_preset,
+    preset = bar.selectbox("Preset (a lesson step)", ids, key="ui.preset", on_change=_on_preset,
                            format_func=_preset_label)
 
     shape_box = bar.expander(f"Shape · {current.workload.label()}")

@@ -1,4 +1,4 @@
-"""Widgets generated from knob and shape dataclasses (``Params.specs()``).
+"""Widgets generated from knob and shape dataclasses (``Params.fields()``).
 
 One widget per field, chosen from the field's domain: a select slider over the allowed
 values for sizes, thread counts and tile splits, a selectbox for text choices (cache
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from explorer.knobs import KnobSpec
+from explorer.knobs import Knob
 
 # Integer ranges with more values than this get a number box instead of a slider.
 MAX_SLIDER_VALUES = 64
@@ -41,45 +41,45 @@ def nearest(value: Any, options: tuple) -> Any:
     return options[0]
 
 
-def widget_kind(spec: KnobSpec) -> str:
-    if spec.kind is bool:
+def widget_kind(knob: Knob) -> str:
+    if knob.kind is bool:
         return "toggle"
-    if spec.kind is str:
+    if knob.kind is str:
         return "selectbox"
-    if spec.kind is int and spec.choices is None and spec.high - spec.low + 1 > MAX_SLIDER_VALUES:
+    if knob.kind is int and knob.choices is None and knob.high - knob.low + 1 > MAX_SLIDER_VALUES:
         return "number_input"
     return "select_slider"
 
 
-def offered(spec: KnobSpec, workload) -> range | tuple:
-    """The values the widget of ``spec`` offers (a number box: its range)."""
-    if widget_kind(spec) == "number_input":
-        return range(spec.low, spec.high + 1)
-    return spec.values(workload)
+def offered(knob: Knob, workload) -> range | tuple:
+    """The values the widget of ``knob`` offers (a number box: its range)."""
+    if widget_kind(knob) == "number_input":
+        return range(knob.low, knob.high + 1)
+    return knob.values(workload)
 
 
-def seed(spec: KnobSpec, current: Any, options: range | tuple) -> tuple[Any, Any]:
-    """What the widget of ``spec`` may hold, and the value to hold when it holds none or one no
+def seed(knob: Knob, current: Any, options: range | tuple) -> tuple[Any, Any]:
+    """What the widget of ``knob`` may hold, and the value to hold when it holds none or one no
     longer allowed: ``current``, or the nearest allowed value. A split's widget holds labels
     (a tuple value would make select_slider a range slider)."""
     if isinstance(options, range):
         return options, min(max(current, options.start), options.stop - 1)
-    if spec.kind is tuple:
+    if knob.kind is tuple:
         return [format_value(o) for o in options], format_value(nearest(current, options))
     return options, nearest(current, options)
 
 
-def field_widget(container, spec: KnobSpec, options: range | tuple, key: str) -> Any:
+def field_widget(container, knob: Knob, options: range | tuple, key: str) -> Any:
     """Draw one field's widget in ``container`` (its state seeded); return the value it holds."""
-    kind = widget_kind(spec)
+    kind = widget_kind(knob)
     if kind == "number_input":
-        return container.number_input(spec.name, min_value=spec.low, max_value=spec.high, step=1, key=key,
-                                      help=spec.help)
-    if spec.kind is tuple:
+        return container.number_input(knob.name, min_value=knob.low, max_value=knob.high, step=1, key=key,
+                                      help=knob.help)
+    if knob.kind is tuple:
         by_label = {format_value(o): o for o in options}
-        return by_label[container.select_slider(spec.name, list(by_label), key=key, help=spec.help)]
+        return by_label[container.select_slider(knob.name, list(by_label), key=key, help=knob.help)]
     if kind == "toggle":
-        return container.toggle(spec.name, key=key, help=spec.help)
+        return container.toggle(knob.name, key=key, help=knob.help)
     if kind == "selectbox":
-        return container.selectbox(spec.name, options, key=key, help=spec.help)
-    return container.select_slider(spec.name, options, key=key, help=spec.help, format_func=format_value)
+        return container.selectbox(knob.name, options, key=key, help=knob.help)
+    return container.select_slider(knob.name, options, key=key, help=knob.help, format_func=format_value)

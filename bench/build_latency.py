@@ -57,8 +57,7 @@ def cases() -> dict[str, tuple[str, Spec, str, object, object]]:
 
 def _changeable_knob(spec: Spec):
     """The first knob (thread counts first) with another value that still builds."""
-    specs = sorted(spec.knobs.specs(), key=lambda s: ("thread" not in s.name, s.name))
-    for knob in specs:
+    for knob in sorted(spec.knobs.fields(), key=lambda k: ("thread" not in k.name, k.name)):
         current = getattr(spec.knobs, knob.name)
         for value in knob.values(spec.workload):
             if value == current:
@@ -95,9 +94,9 @@ def app_times(preset: str, template: str, knob: str, a, b, runs: int) -> tuple[l
 
     from app import code_view, server, widgets
 
-    spec_class = TEMPLATES[template].knobs
+    knobs_class = TEMPLATES[template].knobs
     key = f"knob:{template}.{knob}"
-    kind = widgets.widget_kind(spec_class.spec(knob))
+    kind = widgets.widget_kind(knobs_class.field(knob))
 
     def move(at, value):
         shown = widgets.format_value(value) if isinstance(value, tuple) else value

@@ -32,7 +32,7 @@ COMMAND = "python bench/ceilings.py --write"
 
 
 def best_presets() -> list:
-    return [p for p in all_presets().values() if p.tutorial == "best"]
+    return [p for p in all_presets().values() if p.lesson == "best"]
 
 
 def ceilings_first(target: str | None = None) -> None:

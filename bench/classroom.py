@@ -265,7 +265,7 @@ def valid_move(spec, sliders: dict, rng: random.Random, tries: int = 30):
     for _ in range(tries):
         name = rng.choice(sorted(knobs))
         widget_id, labels = sliders[knobs[name]]
-        by_label = {format_value(v): v for v in spec.knobs.spec(name).values(spec.workload)}
+        by_label = {format_value(v): v for v in spec.knobs.field(name).values(spec.workload)}
         label = rng.choice(labels)
         if label not in by_label or by_label[label] == getattr(spec.knobs, name):
             continue

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "diagnosis.md"
 LESSONS_DOC = ROOT / "docs" / "lessons-h100.md"
 BEST_LESSON = "best"  # presets/best.toml: each a search's best point
-TOLERANCE = 0.05  # two times within ±5% are the same speed (explorer.lessons.LessonConfig)
+TOLERANCE = 0.05  # two times within ±5% are the same speed (explorer.lessons.ClaimThresholds)
 NO_GPU_EXIT = 3
 
 def _source_only() -> None:
@@ -187,7 +187,7 @@ def _compile(spec, directory):
 def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
     """Each preset beside its top suggestion, measured on the local GPU (10 repeats), until
     the ``deadline`` (a ``time.time()``); what is left says so."""
-    from explorer.measure import Settings, measure
+    from explorer.measure import MeasureSettings, measure
 
     presets = presets_to_try()
     with diagnosing(workers) as pool:
@@ -204,7 +204,7 @@ def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
             if time.time() > deadline:
                 break
             try:
-                result = measure(spec, settings=Settings(repeats=10), library=libraries[spec])
+                result = measure(spec, settings=MeasureSettings(repeats=10), library=libraries[spec])
                 times[spec] = result.median_us if result.correct else None
             except Exception as error:  # one kernel's failure must not end the run; its row says so
                 progress(f"no time: {error}")

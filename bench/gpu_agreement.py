@@ -17,8 +17,8 @@ import time
 from docs_section import write_section
 
 from explorer.errors import ExplorerError
-from explorer.live import Live, LiveSettings
-from explorer.measure import Settings
+from explorer.live import Live, ServerSettings
+from explorer.measure import MeasureSettings
 from explorer.measure.measurement import LocalGPU
 from explorer.measure.worker import Trial
 from explorer.presets import get_preset
@@ -32,14 +32,15 @@ def agreement(gpus: list[LocalGPU], presets: tuple[str, ...]) -> list[tuple[str,
     rows = []
     for preset in presets:
         spec = get_preset(preset).spec
-        rows.append((preset, [gpu.measure(Trial(spec, spec.workload, "auto", Settings())).median_us for gpu in gpus]))
+        trial = Trial(spec, spec.workload, "auto", MeasureSettings())
+        rows.append((preset, [gpu.measure(trial).median_us for gpu in gpus]))
     return rows
 
 
 def throughput(gpus: int, presets: tuple[str, ...], variants: int) -> tuple[float, int]:
     """Seconds to measure ``variants`` settings of each preset through a server's queue on ``gpus``
     GPUs (the compile processes compile them first), and the measurements made."""
-    live = Live(LiveSettings(build_workers=0, diagnose=False, gpus=gpus))
+    live = Live(ServerSettings(build_workers=0, diagnose=False, gpus=gpus))
     live.start(get_preset(presets[0]).spec)
     live.ready.wait()
     live.compiles.ready.wait(300)

@@ -22,7 +22,7 @@ blocks, which divide every such row's shape: 11008 = 43 × 256) and with persist
 where no shipped preset has those knobs.
 
 ``--cold-l2`` times the best preset and PyTorch again with an L2 that holds none of the inputs
-(``Settings.cold_l2``: a buffer four times the L2 written before each launch, one launch per
+(``MeasureSettings.cold_l2``: a buffer four times the L2 written before each launch, one launch per
 repeat). ``--ncu`` takes both kernels' durations from Nsight Compute (gpu__time_duration, ncu's
 defaults: clocks locked at base, caches flushed before each launch; the warm-up calls left out).
 Needs no streamlit or plotly.
@@ -44,7 +44,7 @@ from explorer.analysis.ncu import DURATION, durations_after_warm_up_us, profile,
 from explorer.benchmarks import BENCHMARKS, Benchmark
 from explorer.build import Spec
 from explorer.errors import ExplorerError
-from explorer.measure import Settings, baseline, local_gpu, measure
+from explorer.measure import MeasureSettings, baseline, local_gpu, measure
 from explorer.measure.baseline import workload_to_json
 from explorer.presets import all_presets
 from explorer.schedules import get_template
@@ -66,7 +66,7 @@ EXTRA_SPECS = {
     "matmul_hopper defaults": _hopper(),
     "matmul_hopper persistent": _hopper(persistent=True),
 }
-COLD_L2 = Settings(cold_l2=True)
+COLD_L2 = MeasureSettings(cold_l2=True)
 NCU_WARM_UP, NCU_CALLS = 2, 5  # calls profiled: the first ones pay lazy loading and cuBLAS's set-up
 
 

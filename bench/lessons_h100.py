@@ -102,8 +102,8 @@ def render(lessons, measured: dict[str, R.MeasuredStep], torch_us: dict, sm_coun
         f"PyTorch ({header['torch']}) is timed with CUDA graphs, TF32 off. % of roofline is the least time the "
         f"measured roofline allows (the workload's FLOPs at the FP32 peak, or its compulsory bytes at the L2 or HBM "
         f"bandwidth) over the kernel's time. A timing claim is reproduced when this GPU's ratio goes "
-        f"the tutorial's way by "
-        f"more than ±{L.LessonConfig().tolerance:.0%} (or by the claim's own bound); \"same speed\" means within it.",
+        f"the tutorial's way by more than ±{L.ClaimThresholds().tolerance:.0%} (or by the claim's own bound); "
+        "\"same speed\" means within it.",
         "",
     ]
     totals = {L.REPRODUCED: 0, L.NOT_REPRODUCED: 0, L.NEEDS_GPU: 0}
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default=None, help="target name for the builds (default: this machine's GPU)")
     args = parser.parse_args(argv)
 
-    from explorer.measure import Settings, local_gpu, shutdown
+    from explorer.measure import MeasureSettings, local_gpu, shutdown
 
     device = local_gpu()
     if device is None:
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
             return 2
         chosen = [p for p in presets if p.id in wanted]
         presets = list({p.id: p for p in (*chosen, *L.presets_to_time(chosen))}.values())
-    settings = Settings()
+    settings = MeasureSettings()
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     try:
         measured = measure_presets(presets, args.target, settings, progress)

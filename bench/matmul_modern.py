@@ -26,14 +26,14 @@ from docs_section import write_section
 from explorer.benchmarks import get_benchmark
 from explorer.build import Spec
 from explorer.measure import baseline, local_gpu, measure
-from explorer.measure.settings import Settings
+from explorer.measure.settings import MeasureSettings
 from explorer.presets import all_presets
 from explorer.schedules.matmul_async import MatmulAsyncKnobs
 from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
 from explorer.workloads import Matmul
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SETTINGS = Settings(repeats=10)
+SETTINGS = MeasureSettings(repeats=10)
 FP32_1024, FP32_4096, FP16_4096, BF16_4096 = (
     get_benchmark(name).workload for name in ("matmul-1024", "matmul-4096", "matmul-fp16-4096", "matmul-bf16-4096"))
 

@@ -39,7 +39,7 @@ os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-h100-cuda-"
 from ceilings import ceilings_first
 
 from explorer.errors import ExplorerError, InvalidKnobs
-from explorer.measure import Settings, baseline, local_gpu, measure, shutdown
+from explorer.measure import MeasureSettings, baseline, local_gpu, measure, shutdown
 from explorer.presets import all_presets, get_preset
 
 SECTION = "measure-h100"
@@ -51,7 +51,7 @@ KNOB_CHANGES = 12
 NCU_AGREEMENT = 0.10
 
 
-def measure_presets(ids: list[str], settings: Settings) -> list[dict]:
+def measure_presets(ids: list[str], settings: MeasureSettings) -> list[dict]:
     rows = []
     for preset_id in ids:
         preset = get_preset(preset_id)
@@ -66,7 +66,7 @@ def measure_presets(ids: list[str], settings: Settings) -> list[dict]:
     return rows
 
 
-def measure_baselines(ids: list[str], settings: Settings) -> list[dict]:
+def measure_baselines(ids: list[str], settings: MeasureSettings) -> list[dict]:
     rows, seen = [], set()
     for preset_id in ids:
         workload = get_preset(preset_id).spec.workload
@@ -89,7 +89,7 @@ def knob_changes(ids: list[str]):
     for preset_id in ids:
         spec = get_preset(preset_id).spec
         changes = []
-        for knob in spec.knobs.specs():
+        for knob in spec.knobs.fields():
             if knob.choices is None and knob.kind is not bool:
                 continue
             values = knob.values(spec.workload)
@@ -104,7 +104,7 @@ def knob_changes(ids: list[str]):
                 yield change
 
 
-def time_knob_changes(ids: list[str], settings: Settings, count: int) -> dict:
+def time_knob_changes(ids: list[str], settings: MeasureSettings, count: int) -> dict:
     """Wall time of measure() for ``count`` knob changes the template accepts (a rejected
     combination is listed but not counted: it never reaches the GPU)."""
     rows = []
@@ -266,7 +266,7 @@ def main() -> int:
             return 3
         ceilings_first()
         ids = args.presets or list(all_presets())
-        settings = Settings()
+        settings = MeasureSettings()
         results = {
             "command": "python bench/measure_h100.py " + " ".join(sys.argv[1:]),
             "environment": environment(),

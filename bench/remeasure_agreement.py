@@ -19,7 +19,7 @@ import time
 from docs_section import write_section
 
 from explorer.live import Live
-from explorer.measure import Settings, measure
+from explorer.measure import MeasureSettings, measure
 from explorer.presets import get_preset
 
 PRESETS = ("dw-blog-final-96", "dw-blog-threads-case2", "modern-vector-1024", "modern-async-1024",
@@ -53,7 +53,7 @@ def rows(presets: tuple[str, ...]) -> list[dict]:
     table = []
     for preset, spec in zip(presets, specs, strict=True):
         again = live.result(spec, "auto")
-        idle = measure(spec, settings=Settings())
+        idle = measure(spec, settings=MeasureSettings())
         quick = first[spec]
         table.append({"preset": preset, "quick": quick.median_us if getattr(quick, "quick", False) else None,
                       "again": again.median_us if again is not None and not again.quick else None,

@@ -20,9 +20,9 @@ from .analysis.sass import compile_binary
 from .build import Spec, build
 from .errors import ExplorerError
 from .export import file_name, snippet
-from .live import LiveSettings
+from .live import ServerSettings
 from .measure.errors import NoDevice, RemoteError
-from .presets import all_presets, get_preset, tutorials
+from .presets import all_presets, get_preset
 from .schedules import TEMPLATES
 from .search import sweep
 from .search.grid import Grid
@@ -63,10 +63,9 @@ def _spec_from_args(args):
 
 def cmd_presets(args) -> int:
     rows = [
-        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "tutorial": t.id,
-         "title": p.title}
-        for t in tutorials()
-        for p in t.presets
+        {"id": p.id, "template": p.spec.template, "workload": p.spec.workload.label(), "lesson": p.lesson,
+         "step": p.step, "title": p.title}
+        for p in all_presets().values()
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -82,12 +81,12 @@ def cmd_knobs(args) -> int:
     preset, spec = _spec_from_args(args)
     rows = [
         {
-            "name": s.name,
-            "value": s.format(getattr(spec.knobs, s.name)),
-            "allowed": s.describe_domain(),
-            "help": s.help,
+            "name": knob.name,
+            "value": knob.format(getattr(spec.knobs, knob.name)),
+            "allowed": knob.describe_domain(),
+            "help": knob.help,
         }
-        for s in spec.knobs.specs()
+        for knob in spec.knobs.fields()
     ]
     if args.json:
         print(json.dumps({"preset": preset.id, "template": spec.template, "knobs": rows}, indent=2))
@@ -247,7 +246,7 @@ def cmd_measure(args) -> int:
     remote = measure.Remote.parse(args.rpc, args.key) if args.rpc else None
     if remote is not None and args.baseline:
         raise RemoteError("The PyTorch baseline runs on a local GPU only; drop --baseline with --rpc.")
-    settings = measure.Settings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed,
+    settings = measure.MeasureSettings(time_limit_s=args.time_limit, repeats=args.repeats, seed=args.seed,
                                 cold_l2=args.cold_l2)
     try:
         result = measure.measure(spec, target=args.target, remote=remote, settings=settings,
@@ -273,7 +272,7 @@ def cmd_measure(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    LiveSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
+    ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
     return serve.serve(args.port, args.address, extra, args.app_processes or serve.default_app_processes())
 

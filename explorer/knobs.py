@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ExplorerError, InvalidKnobs
@@ -24,7 +24,9 @@ _META = "explorer_knob"
 
 
 @dataclass(frozen=True)
-class KnobSpec:
+class Knob:
+    """The declaration of one knob or shape parameter: its type, default, domain and help."""
+
     name: str
     kind: type  # int, bool, str or tuple (a split)
     default: Any
@@ -135,7 +137,7 @@ def knob(default, help: str, *, choices=None, low=None, high=None, split_of=None
         "split_of": split_of,
         "parts": len(default) if split_of is not None else None,
     }
-    return field(default=default, metadata={_META: meta})
+    return dataclasses.field(default=default, metadata={_META: meta})
 
 
 def factorizations(n: int, parts: int) -> tuple[tuple[int, ...], ...]:
@@ -158,29 +160,31 @@ class Params:
     owner: ClassVar[str] = ""  # the template or workload name, for messages
 
     def __post_init__(self):
-        for spec in self.specs():
-            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
+        for knob in self.fields():
+            object.__setattr__(self, knob.name, knob.check(getattr(self, knob.name)))
 
     @classmethod
-    def specs(cls) -> tuple[KnobSpec, ...]:
+    def fields(cls) -> tuple[Knob, ...]:
+        """The declaration of every field, in order (named like ``dataclasses.fields``, whose
+        fields these are: the knobs of a knob set, the shape parameters of a workload)."""
         # Made once per class (each knob set checks its values against them, and a server
-        # makes knob sets on every page run); KnobSpecs are frozen.
-        made = cls.__dict__.get("_made_specs")
+        # makes knob sets on every page run); Knobs are frozen.
+        made = cls.__dict__.get("_made_fields")
         if made is None:
-            made = tuple(KnobSpec(name=f.name, kind=type(f.default), default=f.default, noun=cls.noun,
+            made = tuple(Knob(name=f.name, kind=type(f.default), default=f.default, noun=cls.noun,
                                   error=cls.error, **f.metadata[_META])
-                         for f in fields(cls) if _META in f.metadata)
-            cls._made_specs = made
+                         for f in dataclasses.fields(cls) if _META in f.metadata)
+            cls._made_fields = made
         return made
 
     @classmethod
-    def spec(cls, name: str) -> KnobSpec:
-        for s in cls.specs():
-            if s.name == name:
-                return s
+    def field(cls, name: str) -> Knob:
+        for knob in cls.fields():
+            if knob.name == name:
+                return knob
         message = (
             f"'{cls.owner}' has no {cls.noun.lower()} '{name}'; it has: "
-            f"{', '.join(s.name for s in cls.specs())}."
+            f"{', '.join(knob.name for knob in cls.fields())}."
         )
         raise InvalidKnobs(message, (name,)) if cls.error is InvalidKnobs else cls.error(message)
 
@@ -188,27 +192,27 @@ class Params:
     def from_mapping(cls, values: Mapping[str, Any], base: Params | None = None) -> Params:
         """Build from typed values (a preset file); unknown names fail loudly."""
         for name in values:
-            cls.spec(name)
+            cls.field(name)
         start = dataclasses.asdict(base) if base is not None else {}
         return cls(**{**start, **values})
 
     @classmethod
     def from_strings(cls, values: Mapping[str, str], base: Params | None = None) -> Params:
         """Build from text values (CLI ``--set``, URL query parameters)."""
-        parsed = {name: cls.spec(name).parse(text) for name, text in values.items()}
+        parsed = {name: cls.field(name).parse(text) for name, text in values.items()}
         return cls.from_mapping(parsed, base)
 
     def replace(self, **changes) -> Params:
         return self.from_mapping(changes, self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {s.name: getattr(self, s.name) for s in self.specs()}
+        return {knob.name: getattr(self, knob.name) for knob in self.fields()}
 
     def to_strings(self) -> dict[str, str]:
-        return {s.name: s.format(getattr(self, s.name)) for s in self.specs()}
+        return {knob.name: knob.format(getattr(self, knob.name)) for knob in self.fields()}
 
     def changed_from(self, other: Params) -> tuple[str, ...]:
-        return tuple(s.name for s in self.specs() if getattr(self, s.name) != getattr(other, s.name))
+        return tuple(knob.name for knob in self.fields() if getattr(self, knob.name) != getattr(other, knob.name))
 
 
 def product(values) -> int:

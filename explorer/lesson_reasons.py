@@ -134,13 +134,13 @@ def local_sm_count() -> int | None:
 
 
 def reasons(check: L.ComparisonCheck, this_step: int, this: MeasuredStep, other: MeasuredStep | None,
-            sm_count: int | None, config: L.LessonConfig | None = None) -> str:
+            sm_count: int | None, thresholds: L.ClaimThresholds | None = None) -> str:
     """For a claim this GPU does not reproduce: what the measurements and the static
     analyses of the two kernels show, in a sentence or two."""
-    config = config or L.LessonConfig()
+    thresholds = thresholds or L.ClaimThresholds()
     if check.measured is None or other is None:
         return this.error or (other.error if other is not None else "the compared step was not measured")
-    notes = [*_timing_notes(check, this, other, config), *_launch_notes(check, this_step, this, other, sm_count)]
+    notes = [*_timing_notes(check, this, other, thresholds), *_launch_notes(check, this_step, this, other, sm_count)]
     if len(notes) < 2:
         hardware = check.tutorial.where if check.tutorial is not None else "the tutorial's GPU"
         notes.append(f"nothing in the static analyses singles out a cause: {hardware} and this GPU differ in "
@@ -149,11 +149,11 @@ def reasons(check: L.ComparisonCheck, this_step: int, this: MeasuredStep, other:
     return text[0].upper() + text[1:] + "."
 
 
-def _timing_notes(check: L.ComparisonCheck, this: MeasuredStep, other: MeasuredStep, config: L.LessonConfig):
+def _timing_notes(check: L.ComparisonCheck, this: MeasuredStep, other: MeasuredStep, thresholds: L.ClaimThresholds):
     m = check.measured
     if check.comparison.expect != "same_speed":
-        if abs(m.ratio - 1) <= config.tolerance:
-            yield f"the two differ by less than ±{config.tolerance:.0%} here, within run-to-run noise"
+        if abs(m.ratio - 1) <= thresholds.tolerance:
+            yield f"the two differ by less than ±{thresholds.tolerance:.0%} here, within run-to-run noise"
         elif m.ratio < 1:
             yield f"the order is reversed here (×{m.ratio:.2f})"
     roofs = [x.percent_of_roofline for x in (this, other)]

@@ -1,8 +1,9 @@
-"""Lessons: each tutorial's presets as ordered steps, each step's claim checked.
+"""Lessons: each step's claims checked.
 
-A lesson is a tutorial from ``presets/``; its steps are the tutorial's presets in file
-order. For each step this module says which knobs (and shape parameters) changed from
-the previous step, and checks the step's claims:
+A lesson is a file of ``presets/`` (explorer.presets' :class:`Lesson`) that follows a
+tutorial, blog post or paper; its steps are its presets in file order, each knowing which
+knobs (and shape parameters) changed from the previous step. This module checks the
+steps' claims:
 
 - ``static`` facts (shared bytes, bank-conflict degree, per-thread tiles, global writes…)
   are computed from the build with explorer.analysis and compared with the values the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from .build import Spec, build
 from .claims import FACTS, RELATIONS
 from .errors import ExplorerError, PresetError
-from .presets import Comparison, Preset, Tutorial, all_presets, tutorials
+from .presets import Comparison, Lesson, Preset, Step, all_lessons, all_presets
 
 FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: where the Lessons page and a class start
 REPRODUCED = "reproduced"
@@ -36,7 +37,7 @@ NEEDS_GPU = "needs a GPU"
 
 
 @dataclass(frozen=True)
-class LessonConfig:
+class ClaimThresholds:
     """How strictly a measured comparison must match the tutorial's."""
 
     # Two times within ±5% count as the same speed: the median of a GPU timing moves by
@@ -44,56 +45,9 @@ class LessonConfig:
     tolerance: float = 0.05
 
 
-@dataclass(frozen=True)
-class Step:
-    number: int  # from 1
-    preset: Preset
-    previous: Preset | None
-
-    @property
-    def changed_knobs(self) -> tuple[str, ...]:
-        """Knobs whose value differs from the previous step's (all of them when the
-        template changes; none for the first step)."""
-        return () if self.previous is None else _changed(self.previous.spec.knobs, self.preset.spec.knobs)
-
-    @property
-    def changed_shape(self) -> tuple[str, ...]:
-        """Workload parameters that differ from the previous step's."""
-        return () if self.previous is None else _changed(self.previous.spec.workload, self.preset.spec.workload)
-
-
-def _changed(before, now) -> tuple[str, ...]:
-    """Fields of ``now`` (knobs or a workload) that differ from ``before``; all of them
-    when the two are of different kinds."""
-    if type(before) is not type(now):
-        return tuple(s.name for s in now.specs())
-    return now.changed_from(before)
-
-
-@dataclass(frozen=True)
-class Lesson:
-    id: str
-    title: str
-    source: str
-    summary: str
-    steps: tuple[Step, ...]
-
-    def step(self, number: int) -> Step:
-        """Step ``number`` (from 1); a number out of range gives the nearest step, so a
-        stale or hand-edited URL still opens the lesson."""
-        return self.steps[min(max(number, 1), len(self.steps)) - 1]
-
-
-def lesson_from_tutorial(tutorial: Tutorial) -> Lesson:
-    steps, previous = [], None
-    for number, preset in enumerate(tutorial.presets, start=1):
-        steps.append(Step(number, preset, previous))
-        previous = preset
-    return Lesson(tutorial.id, tutorial.title, tutorial.source, tutorial.summary, tuple(steps))
-
-
 def lessons() -> tuple[Lesson, ...]:
-    return tuple(lesson_from_tutorial(t) for t in tutorials() if t.presets)
+    """The lessons with at least one step."""
+    return tuple(lesson for lesson in all_lessons() if lesson.steps)
 
 
 def get_lesson(lesson_id: str) -> Lesson:
@@ -141,13 +95,13 @@ def ratio(comparison: Comparison, this: Preset, this_us: float, other: Preset, o
     return rate if comparison.expect == "more_gflops" else 1 / rate
 
 
-def holds(comparison: Comparison, value: float, config: LessonConfig = LessonConfig()) -> bool:
+def holds(comparison: Comparison, value: float, thresholds: ClaimThresholds = ClaimThresholds()) -> bool:
     """Whether a ratio from :func:`ratio` supports the claim."""
     if comparison.expect == "same_speed":
-        return abs(value - 1) <= config.tolerance
+        return abs(value - 1) <= thresholds.tolerance
     if comparison.expect == "no_slower":
-        return value >= 1 - config.tolerance
-    return value >= (comparison.at_least or 1 + config.tolerance)
+        return value >= 1 - thresholds.tolerance
+    return value >= (comparison.at_least or 1 + thresholds.tolerance)
 
 
 @dataclass(frozen=True)
@@ -180,8 +134,8 @@ class ComparisonCheck:
         words = RELATIONS[self.comparison.expect]
         bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
         other = self.other
-        where = (f"step {other.step}" if other.tutorial == this.tutorial
-                 else f"the {other.tutorial} lesson's step {other.step}")
+        where = (f"step {other.step}" if other.lesson == this.lesson
+                 else f"the {other.lesson} lesson's step {other.step}")
         return f"Step {this.step} is {words} {where}{bound}: {other.title}."
 
 
@@ -191,7 +145,7 @@ def check_comparison(
     times_us: Mapping[str, float] | None = None,
     where: str = "",
     errors: Mapping[str, str] | None = None,
-    config: LessonConfig = LessonConfig(),
+    thresholds: ClaimThresholds = ClaimThresholds(),
 ) -> ComparisonCheck:
     """The tutorial's figures and (with ``times_us``) the measured ones for one claim.
     ``errors`` maps preset ids to why measuring them failed."""
@@ -200,12 +154,12 @@ def check_comparison(
     mine, theirs = this.own_reported, other.own_reported
     if mine is not None and theirs is not None and mine.value_us and theirs.value_us:
         value = ratio(comparison, this, mine.value_us, other, theirs.value_us)
-        tutorial = Figures(mine.value_us, theirs.value_us, value, holds(comparison, value, config), mine.hardware)
+        tutorial = Figures(mine.value_us, theirs.value_us, value, holds(comparison, value, thresholds), mine.hardware)
     measured, error = None, ""
     times_us, errors = times_us or {}, errors or {}
     if this.id in times_us and other.id in times_us:
         value = ratio(comparison, this, times_us[this.id], other, times_us[other.id])
-        measured = Figures(times_us[this.id], times_us[other.id], value, holds(comparison, value, config), where)
+        measured = Figures(times_us[this.id], times_us[other.id], value, holds(comparison, value, thresholds), where)
     else:
         error = errors.get(this.id) or errors.get(other.id) or ""
     return ComparisonCheck(comparison, other, tutorial, measured, error)
@@ -216,9 +170,9 @@ def step_checks(
     times_us: Mapping[str, float] | None = None,
     where: str = "",
     errors: Mapping[str, str] | None = None,
-    config: LessonConfig = LessonConfig(),
+    thresholds: ClaimThresholds = ClaimThresholds(),
 ) -> tuple[ComparisonCheck, ...]:
-    return tuple(check_comparison(preset, c, times_us, where, errors, config) for c in preset.compare)
+    return tuple(check_comparison(preset, c, times_us, where, errors, thresholds) for c in preset.compare)
 
 
 def overall(verdicts: Iterable[str]) -> str | None:

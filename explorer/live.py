@@ -33,7 +33,7 @@ from .page_runs import PageRuns
 from .services.builds import BuildService
 from .services.compiles import CompileService
 from .services.pool import ProcessPool, source_only_process_init
-from .services.settings import LiveSettings
+from .services.settings import ServerSettings
 from .services.single_flight import SingleFlight
 from .warm_up import WarmUp, warm_up_local_gpu
 
@@ -71,9 +71,9 @@ class Live:
     measures ``first`` (the page a student opens) and then the roofline's ceilings, so that the
     first latency a student waits for is a cached one or one warm measurement."""
 
-    def __init__(self, settings: LiveSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None, *,
+    def __init__(self, settings: ServerSettings | None = None, measure_fn=None, warm_up_fn=None, compile_fn=None, *,
                  measuring: bool = True):
-        self.settings = settings or LiveSettings()
+        self.settings = settings or ServerSettings()
         self.builds = BuildService(self.settings, here_until_ready=True)
         self.page_runs = PageRuns()
         # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
@@ -338,7 +338,7 @@ class Live:
         """PyTorch's measurement of ``workload`` on the local GPU, waiting for it (once per
         server); raises MeasureError where PyTorch cannot run it."""
         self.ready.wait()
-        return self.baselines.get((workload,), lambda: self.gpu.baseline(workload, measure.Settings()))
+        return self.baselines.get((workload,), lambda: self.gpu.baseline(workload, measure.MeasureSettings()))
 
     def stats(self) -> dict:
         return {"builds": self.builds.stats(), "measurements": {**self.scheduler.stats(), "gpus": self.gpu_counts},
@@ -359,7 +359,7 @@ class Live:
 def _measure_job(job, gpu: LocalGPU | None = None):
     """The scheduler's job on the device (``gpu``: one of this machine's, else the first or the
     job's remote one): the full budget, or the quick one while others wait."""
-    settings = measure.QUICK_SETTINGS if job.quick else measure.Settings()
+    settings = measure.QUICK_SETTINGS if job.quick else measure.MeasureSettings()
     if gpu is None:
         result = measure.measure(job.spec, target=job.target, remote=job.remote, settings=settings,
                                  library=job.compiled)

@@ -34,7 +34,7 @@ from multiprocessing.managers import BaseManager, RemoteError
 
 from .build import Spec
 from .lessons import first_lesson_specs, lesson_specs
-from .live import Live, LiveSettings
+from .live import Live, ServerSettings
 from .measure import MeasureError
 from .measure.scheduler import LOCAL
 from .presets import default_spec
@@ -200,7 +200,7 @@ class SharedLive(Live):
     """An app process's ``Live`` on a multi-process server: its builds and diagnoses are its
     own, its measurements the measuring service's (at ``EXPLORER_MEASURING``)."""
 
-    def __init__(self, address: str, key: bytes, settings: LiveSettings | None = None):
+    def __init__(self, address: str, key: bytes, settings: ServerSettings | None = None):
         self._address, self._key = address, key
         # One proxy for every thread (each thread gets its own connection from it): a page run's
         # thread connects once, not once per call.
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     if not address or not key:
         sys.exit(f"error: the measuring service needs {ADDRESS} and {KEY}; python -m explorer serve sets them.")
     logging.basicConfig(format="%(asctime)s %(message)s", level=logging.INFO)
-    live = Live(LiveSettings(build_workers=0, diagnose=False))
+    live = Live(ServerSettings(build_workers=0, diagnose=False))
     try:
         # The steps a class opens by link are measured ahead, the first lesson's first.
         live.start(default_spec(), measure_ahead=first_lesson_specs() + lesson_specs())

@@ -1,13 +1,14 @@
-"""Presets: data files in presets/*.toml, one per tutorial, loaded through the knob and
-workload dataclasses so that an unknown key or a wrong type fails loudly, naming the
-file and the key.
+"""Lessons and their presets: data files in presets/*.toml, one lesson each, loaded through
+the knob and workload dataclasses so that an unknown key or a wrong type fails loudly,
+naming the file and the key. A preset is a named setting (template, workload, knobs) with
+the claim it makes; its step is its place in its lesson, in file order.
 
 File layout::
 
-    [tutorial]
-    id = "depthwise_blog"            # also the lesson id
-    title = "..."
-    source = "003_477c4d8cf32c97d4.txt"
+    [lesson]
+    id = "depthwise_blog"
+    title = ".."
+    source = "003_477c4d8cf32c97d4.txt"   # the tutorial, blog post or paper the lesson follows
 
     [[preset]]
     id = "dw-blog-final-96"
@@ -23,7 +24,7 @@ File layout::
     compare = [ { with = "dw-blog-vthread-case3", expect = "faster" } ]     # optional
     static = { bank_conflict_degree = 2, outputs_per_thread = 8 }            # optional
 
-``this_schedule`` marks the tutorial's time for this very schedule (at most one entry);
+``this_schedule`` marks the source tutorial's time for this very schedule (at most one entry);
 the other entries are context (another library, the tutorial's baseline). ``compare``
 makes a timing claim checkable: this step against another preset, ``expect`` one of
 explorer.claims.RELATIONS (``faster``/``slower``/``same_speed``/``no_slower`` compare
@@ -53,7 +54,7 @@ _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "fo
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
-_TUTORIAL_KEYS = {"id", "title", "source", "summary"}
+_LESSON_KEYS = {"id", "title", "source", "summary"}
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ class Comparison:
 class Preset:
     id: str
     title: str
-    tutorial: str
-    step: int  # position within its tutorial, from 1
+    lesson: str  # the id of the lesson it is a step of
+    step: int  # its place in the lesson, from 1
     source: str
     spec: Spec
     claim: str
@@ -101,33 +102,75 @@ class Preset:
 
 
 @dataclass(frozen=True)
-class Tutorial:
+class Step:
+    """A preset at its place in a lesson, with the one before it."""
+
+    number: int  # from 1
+    preset: Preset
+    previous: Preset | None
+
+    @property
+    def changed_knobs(self) -> tuple[str, ...]:
+        """Knobs whose value differs from the previous step's (all of them when the
+        template changes; none for the first step)."""
+        return () if self.previous is None else _changed(self.previous.spec.knobs, self.preset.spec.knobs)
+
+    @property
+    def changed_shape(self) -> tuple[str, ...]:
+        """Workload parameters that differ from the previous step's."""
+        return () if self.previous is None else _changed(self.previous.spec.workload, self.preset.spec.workload)
+
+
+def _changed(before, now) -> tuple[str, ...]:
+    """Fields of ``now`` (knobs or a workload) that differ from ``before``; all of them
+    when the two are of different kinds."""
+    if type(before) is not type(now):
+        return tuple(knob.name for knob in now.fields())
+    return now.changed_from(before)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One file of presets/: the source it follows and its presets as ordered steps."""
+
     id: str
     title: str
-    source: str
+    source: str  # the tutorial, blog post or paper the lesson follows
     summary: str
-    presets: tuple[Preset, ...]
+    steps: tuple[Step, ...]
+
+    @property
+    def presets(self) -> tuple[Preset, ...]:
+        return tuple(step.preset for step in self.steps)
+
+    def step(self, number: int) -> Step:
+        """Step ``number`` (from 1); a number out of range gives the nearest step, so a
+        stale or hand-edited URL still opens the lesson."""
+        return self.steps[min(max(number, 1), len(self.steps)) - 1]
 
 
-def load_file(path: Path) -> Tutorial:
+def load_file(path: Path) -> Lesson:
     where = path.name
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
         raise PresetError(f"{where}: not valid TOML ({error}).") from None
-    _check_keys(data, {"tutorial", "preset"}, where)
-    tutorial = data.get("tutorial", {})
-    _check_keys(tutorial, _TUTORIAL_KEYS, f"{where} [tutorial]")
-    if "id" not in tutorial or "title" not in tutorial:
-        raise PresetError(f"{where}: [tutorial] needs 'id' and 'title'.")
-    presets = []
-    for step, raw in enumerate(data.get("preset", []), start=1):
-        presets.append(_load_preset(raw, tutorial["id"], step, where))
-    return Tutorial(tutorial["id"], tutorial["title"], tutorial.get("source", ""), tutorial.get("summary", ""),
-                    tuple(presets))
+    if "tutorial" in data:
+        raise PresetError(f"{where}: a lesson file's table is [lesson], not [tutorial].")
+    _check_keys(data, {"lesson", "preset"}, where)
+    lesson = data.get("lesson", {})
+    _check_keys(lesson, _LESSON_KEYS, f"{where} [lesson]")
+    if "id" not in lesson or "title" not in lesson:
+        raise PresetError(f"{where}: [lesson] needs 'id' and 'title'.")
+    steps, previous = [], None
+    for number, raw in enumerate(data.get("preset", []), start=1):
+        preset = _load_preset(raw, lesson["id"], number, where)
+        steps.append(Step(number, preset, previous))
+        previous = preset
+    return Lesson(lesson["id"], lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps))
 
 
-def _load_preset(raw: dict, tutorial: str, step: int, where: str) -> Preset:
+def _load_preset(raw: dict, lesson: str, step: int, where: str) -> Preset:
     name = raw.get("id", f"#{step}")
     here = f"{where} preset '{name}'"
     _check_keys(raw, _PRESET_KEYS, here)
@@ -158,7 +201,7 @@ def _load_preset(raw: dict, tutorial: str, step: int, where: str) -> Preset:
         if key in raw and not isinstance(raw[key], str):
             raise PresetError(f"{here}: '{key}' must be text.")
     return Preset(
-        id=raw["id"], title=raw["title"], tutorial=tutorial, step=step, source=raw["source"], spec=spec,
+        id=raw["id"], title=raw["title"], lesson=lesson, step=step, source=raw["source"], spec=spec,
         claim=raw["claim"], explanation=raw.get("explanation", ""), found_by=raw.get("found_by", ""),
         reported=tuple(reported), compare=compare, static=static,
     )
@@ -194,16 +237,17 @@ def _check_keys(table: dict, allowed: set, where: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def tutorials(directory: Path = PRESET_DIR) -> tuple[Tutorial, ...]:
+def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
+    """Every file of ``directory``, in name order (a file may have no presets yet)."""
     loaded = tuple(load_file(path) for path in sorted(directory.glob("*.toml")))
     seen: dict[str, str] = {}
-    for tutorial in loaded:
-        for preset in tutorial.presets:
+    for lesson in loaded:
+        for preset in lesson.presets:
             if preset.id in seen:
-                raise PresetError(f"Preset id '{preset.id}' is used twice ({seen[preset.id]} and {tutorial.id}).")
-            seen[preset.id] = tutorial.id
-    for tutorial in loaded:
-        for preset in tutorial.presets:
+                raise PresetError(f"Preset id '{preset.id}' is used twice ({seen[preset.id]} and {lesson.id}).")
+            seen[preset.id] = lesson.id
+    for lesson in loaded:
+        for preset in lesson.presets:
             for comparison in preset.compare:
                 if comparison.other not in seen or comparison.other == preset.id:
                     raise PresetError(
@@ -213,7 +257,7 @@ def tutorials(directory: Path = PRESET_DIR) -> tuple[Tutorial, ...]:
 
 
 def all_presets() -> dict[str, Preset]:
-    return {p.id: p for t in tutorials() for p in t.presets}
+    return {p.id: p for lesson in all_lessons() for p in lesson.presets}
 
 
 def get_preset(name: str) -> Preset:

@@ -78,7 +78,7 @@ def _check_async_copy_arch(template: Template, mod: tvm.IRModule, target: tvm.ta
     """TVM emits cp.async for any CUDA target; before sm_80 the kernel would not compile."""
     found = re.fullmatch(r"sm_(\d+)a?", str(target.attrs.get("arch", "")))
     if found and int(found.group(1)) < ASYNC_COPY_MIN_ARCH and has_async_copies(mod):
-        named = tuple(s.name for s in template.knobs.specs() if s.name == "async_copy")
+        named = tuple(knob.name for knob in template.knobs.fields() if knob.name == "async_copy")
         raise InvalidKnobs(f"cp.async copies need a GPU of compute capability 8.0 or newer, and the target is "
                            f"{target.attrs['arch']}: turn async_copy off.", named)
 

@@ -262,10 +262,10 @@ def test_widget_kinds_and_labels():
     from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
     from explorer.workloads import Conv1d
 
-    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("num_thread_x")) == "select_slider"
-    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("input_cache")) == "selectbox"
-    assert widgets.widget_kind(DepthwiseBlogKnobs.spec("unroll")) == "toggle"
-    assert widgets.widget_kind(Conv1d.spec("input_length")) == "number_input"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.field("num_thread_x")) == "select_slider"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.field("input_cache")) == "selectbox"
+    assert widgets.widget_kind(DepthwiseBlogKnobs.field("unroll")) == "toggle"
+    assert widgets.widget_kind(Conv1d.field("input_length")) == "number_input"
     assert widgets.format_value((8, 2, 4, 1)) == "8×2×4×1" and widgets.format_value(True) == "on"
 
 
@@ -476,7 +476,7 @@ def test_compare_shows_a_diff_then_both_sides():
     at.switch_page("views/compare.py").run()
     assert_clean(at)
     b_preset = at.session_state["compare.preset"]
-    assert b_preset == "dw-blog-channel-32"  # the next step of the same tutorial
+    assert b_preset == "dw-blog-channel-32"  # the next step of the same lesson
     a_cuda, b_cuda = build(get_preset("dw-blog-channel-21").spec).cuda, build(get_preset(b_preset).spec).cuda
     assert code_text(at, "cuda-diff") == code_view.diff(a_cuda, b_cuda, "A", "B")
     at.toggle(key="ui.side_by_side").set_value(True).run()

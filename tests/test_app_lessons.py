@@ -1,4 +1,4 @@
-"""The Lessons page opens on the first tutorial, and product text speaks of the product."""
+"""The Lessons page opens on the first lesson, and product text speaks of the product."""
 import re
 from pathlib import Path
 

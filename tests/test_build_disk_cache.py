@@ -13,14 +13,14 @@ from explorer.presets import all_presets, get_preset
 from explorer.services import build_disk
 from explorer.services.build_disk import build_key, package_fingerprint
 from explorer.services.builds import BuildService
-from explorer.services.settings import LiveSettings
+from explorer.services.settings import ServerSettings
 
 SPEC = get_preset("dw-blog-final-96").spec
 WIDE = SPEC.with_knobs(num_thread_x=64, num_thread_y=32)  # 2048 threads per block: never builds
 
 
-def settings(folder, workers: int = 0, **changes) -> LiveSettings:
-    return LiveSettings(**{"build_workers": workers, "build_dir": str(folder), "build_disk_cache": 4096, **changes})
+def settings(folder, workers: int = 0, **changes) -> ServerSettings:
+    return ServerSettings(**{"build_workers": workers, "build_dir": str(folder), "build_disk_cache": 4096, **changes})
 
 
 def service_in(folder, workers: int = 0, **changes) -> BuildService:

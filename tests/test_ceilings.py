@@ -15,7 +15,7 @@ from explorer.measure.ceilings import (
     measure_ceilings,
     stream_read_module,
 )
-from explorer.measure.settings import Settings
+from explorer.measure.settings import MeasureSettings
 
 LLVM = tvm.target.Target("llvm")
 H100 = tvm.target.Target("nvidia/nvidia-h100")
@@ -89,7 +89,7 @@ def test_ceilings_are_measured_on_the_cpu():
         names.append(name)
         return tvm.compile(module, target=LLVM).jit()
 
-    ceilings = measure_ceilings(load, tvm.cpu(0), LLVM, "CPU", Settings(repeats=2), small)
+    ceilings = measure_ceilings(load, tvm.cpu(0), LLVM, "CPU", MeasureSettings(repeats=2), small)
     assert names == ["ceiling_hbm", "ceiling_l2", "ceiling_fma"]
     assert ceilings.source == "measured on CPU" and ceilings.measured
     assert ceilings.fp32_gflops > 0 and ceilings.hbm_gbps > 0 and ceilings.l2_gbps > 0
@@ -120,7 +120,8 @@ def test_a_failing_tensor_chain_costs_the_tensor_roof_only():
         raise RuntimeError(f"CUDA_ERROR_NO_BINARY_FOR_GPU loading {name}")
 
     fp32_only = Ceilings(60_000.0, 3_000.0, 9_000.0, 50 << 20, "measured on a stand-in")
-    ceilings = with_tensor_peaks(fp32_only, StandInGPU("9.0"), H100, "a stand-in H100", Settings(repeats=2), load_fails)
+    ceilings = with_tensor_peaks(fp32_only, StandInGPU("9.0"), H100, "a stand-in H100", MeasureSettings(repeats=2),
+                                 load_fails)
     assert ceilings.tensor_gflops == () and ceilings.fp32_gflops == 60_000.0 and ceilings.l2_gbps == 9_000.0
     assert ceilings.no_tensor_peak.startswith("the wgmma chain that measures their peak failed on a stand-in H100 (")
     assert "CUDA_ERROR_NO_BINARY_FOR_GPU loading tensor_roof_f16" in ceilings.no_tensor_peak

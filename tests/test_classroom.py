@@ -28,13 +28,13 @@ from explorer.classroom import (
     validate_name,
 )
 from explorer.classroom.store import MIGRATIONS
-from explorer.measure import Measurement, Remote, RemoteError, Settings, Timing, measure_module, shutdown
+from explorer.measure import Measurement, MeasureSettings, Remote, RemoteError, Timing, measure_module, shutdown
 from explorer.measure.gate import Check
 from explorer.presets import get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = get_preset("dw-blog-final-96").spec
-FAST = Settings(repeats=3, time_limit_s=5, roofline=False)
+FAST = MeasureSettings(repeats=3, time_limit_s=5, roofline=False)
 
 
 @pytest.fixture(scope="module", autouse=True)

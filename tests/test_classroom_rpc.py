@@ -19,7 +19,7 @@ from test_measure_worker import WORKLOAD, correct_module, segfault, wrong_at_2_3
 from tvm.rpc.tracker import Tracker
 
 from explorer.classroom import Store, submit
-from explorer.measure import KernelCrashed, NoDevice, Remote, RemoteError, Settings, measure, measure_module
+from explorer.measure import KernelCrashed, MeasureSettings, NoDevice, Remote, RemoteError, measure, measure_module
 from explorer.measure import remote as remote_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
 from explorer.measure.worker import Trial
@@ -30,11 +30,11 @@ pytestmark = pytest.mark.waits  # real servers or processes waited on: handed ou
 
 KEY = "explorer-class-test"
 ROOT = Path(__file__).resolve().parent.parent
-FAST = Settings(repeats=3, time_limit_s=10, roofline=False)
-WITH_ROOFLINE = Settings(repeats=3, time_limit_s=5)  # and the remote device's ceilings, measured there
+FAST = MeasureSettings(repeats=3, time_limit_s=10, roofline=False)
+WITH_ROOFLINE = MeasureSettings(repeats=3, time_limit_s=5)  # and the remote device's ceilings, measured there
 # 1.5 s and more of timing on the server (a budget past the ten repeats): a server killed 0.5 s
 # after both sessions opened is killed inside its run; each second of it is a core kept busy
-SLOW = Settings(repeats=10, min_repeat_ms=150, time_limit_s=60, roofline=False, timing_budget_ms=60_000)
+SLOW = MeasureSettings(repeats=10, min_repeat_ms=150, time_limit_s=60, roofline=False, timing_budget_ms=60_000)
 BIG = Matmul(m=128, n=128, k=128)  # long enough per launch for the repeat time to be met
 
 
@@ -72,7 +72,7 @@ def two_servers():
         tracker.terminate()
 
 
-def measure_in_threads(remote: Remote, count: int, settings: Settings, workload=WORKLOAD):
+def measure_in_threads(remote: Remote, count: int, settings: MeasureSettings, workload=WORKLOAD):
     """``count`` measurements at once; each gives (check, servers tried, last server)."""
     results, errors = [], []
 

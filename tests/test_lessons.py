@@ -6,13 +6,13 @@ from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer.build import build
 from explorer.errors import ExplorerError, PresetError
-from explorer.presets import Comparison, all_presets, get_preset, load_file, tutorials
+from explorer.presets import Comparison, all_lessons, all_presets, get_preset, load_file
 
 
-def test_one_lesson_per_tutorial_with_steps_in_file_order():
-    assert [lesson.id for lesson in L.lessons()] == [t.id for t in tutorials() if t.presets]
-    for lesson, tutorial in zip(L.lessons(), tutorials(), strict=False):
-        assert [s.preset.id for s in lesson.steps] == [p.id for p in tutorial.presets]
+def test_one_lesson_per_file_with_steps_in_file_order():
+    assert [lesson.id for lesson in L.lessons()] == [f.id for f in all_lessons() if f.steps] != []
+    for lesson in L.lessons():
+        assert [s.preset.step for s in lesson.steps] == list(range(1, len(lesson.steps) + 1))
         assert [s.number for s in lesson.steps] == list(range(1, len(lesson.steps) + 1))
         assert lesson.steps[0].previous is None
         for before, step in zip(lesson.steps, lesson.steps[1:], strict=False):
@@ -62,7 +62,7 @@ def test_time_ratios():
     same = Comparison("x", "same_speed")
     assert L.holds(same, L.ratio(same, FINAL, 91.5, FINAL, 90.9))  # 0.993
     assert not L.holds(same, 1.2)
-    assert L.holds(same, 1.2, L.LessonConfig(tolerance=0.25))
+    assert L.holds(same, 1.2, L.ClaimThresholds(tolerance=0.25))
 
 
 def test_no_slower_holds_when_faster_or_within_the_noise_band():
@@ -73,7 +73,7 @@ def test_no_slower_holds_when_faster_or_within_the_noise_band():
     assert L.holds(no_slower, 2.0)  # much faster is still no slower
     assert L.holds(no_slower, 0.96)  # 4% slower: inside the ±5% band
     assert not L.holds(no_slower, 0.94)
-    assert not L.holds(no_slower, 0.96, L.LessonConfig(tolerance=0.02))
+    assert not L.holds(no_slower, 0.96, L.ClaimThresholds(tolerance=0.02))
 
 
 def test_flop_rate_ratio_across_workloads():
@@ -164,7 +164,7 @@ def test_measure_presets_measures_each_spec_once_and_keeps_errors():
 
 # -- the preset format's comparison keys -------------------------------------------------
 
-BASE = """[tutorial]
+BASE = """[lesson]
 id = "t"
 title = "T"
 
@@ -201,7 +201,7 @@ def test_bad_comparisons_fail_loudly(tmp_path, extra, message):
 def test_a_comparison_with_an_unknown_preset_fails(tmp_path):
     (tmp_path / "t.toml").write_text(BASE + 'compare = [ { with = "zzz", expect = "faster" } ]\n')
     with pytest.raises(PresetError, match="compares itself with 'zzz', which is not another preset"):
-        tutorials.__wrapped__(tmp_path)
+        all_lessons.__wrapped__(tmp_path)
 
 
 # -- static claims ------------------------------------------------------------------------

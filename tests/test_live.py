@@ -17,7 +17,7 @@ from explorer.live import NOT_DIAGNOSED, Live
 from explorer.measure.scheduler import Scheduler
 from explorer.presets import get_preset
 from explorer.services.builds import BuildService
-from explorer.services.settings import LiveSettings
+from explorer.services.settings import ServerSettings
 from explorer.services.single_flight import SingleFlight
 
 SPEC = get_preset("dw-blog-final-96").spec
@@ -75,10 +75,10 @@ def test_a_bug_in_compute_is_not_cached():
 
 def test_settings_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("EXPLORER_MEASURE_MAX_AGE_S", "60")
-    assert LiveSettings().measure_max_age_s == 60
+    assert ServerSettings().measure_max_age_s == 60
     monkeypatch.setenv("EXPLORER_MEASURE_MAX_AGE_S", "soon")
     with pytest.raises(ExplorerError, match="EXPLORER_MEASURE_MAX_AGE_S must be a positive whole number"):
-        LiveSettings()
+        ServerSettings()
 
 
 # -- builds in the process pool ----------------------------------------------------------------
@@ -86,7 +86,7 @@ def test_settings_come_from_the_environment(monkeypatch):
 
 @pytest.fixture(scope="module")
 def service():
-    service = BuildService(LiveSettings(build_workers=1))
+    service = BuildService(ServerSettings(build_workers=1))
     yield service
     service.close()
 
@@ -105,7 +105,7 @@ def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
 
 
 def test_a_forgotten_build_is_built_again():
-    service = BuildService(LiveSettings(build_workers=0))
+    service = BuildService(ServerSettings(build_workers=0))
     try:
         first = service.build(spec_x(4), "auto")
         assert service.build(spec_x(4), "auto") is first
@@ -256,7 +256,7 @@ def test_jobs_wait_for_the_warm_up():
 
 
 def test_live_without_a_gpu_says_so_and_measures_nothing():
-    live = Live(LiveSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
+    live = Live(ServerSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
                 warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
     try:
         live.start(SPEC)
@@ -285,7 +285,7 @@ def test_a_gpu_server_builds_lesson_steps_ahead_and_measures_them_between_studen
     monkeypatch.setattr(Live, "_measure_ceilings", lambda self, target: None)
     monkeypatch.setattr(Live, "baseline", lambda self, workload: None)
     gpu = StandInGPU()  # each measurement held until the test releases it
-    live = Live(LiveSettings(build_workers=0), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    live = Live(ServerSettings(build_workers=0), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
     ahead = tuple(spec_x(x) for x in (4, 8, 16))
     try:
         live.start(None, build_ahead=ahead, measure_ahead=ahead)
@@ -309,7 +309,7 @@ def test_a_gpu_server_builds_lesson_steps_ahead_and_measures_them_between_studen
 
 
 def test_without_a_gpu_nothing_is_built_or_measured_ahead():
-    live = Live(LiveSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
+    live = Live(ServerSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
                 warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
     try:
         live._start(None, "auto", build_ahead=(SPEC,), measure_ahead=(SPEC,))
@@ -324,7 +324,7 @@ def test_until_its_processes_are_ready_a_server_builds_in_its_own_process():
     """The first page of a fresh server shows code at once: while the build processes start
     (seconds each, all importing TVM at once), the app's process builds what a page asks for;
     once they are ready, builds go to them."""
-    service = BuildService(LiveSettings(build_workers=1), here_until_ready=True)
+    service = BuildService(ServerSettings(build_workers=1), here_until_ready=True)
     try:
         first = service.build(spec_x(4), "auto")
         assert "__global__" in first.cuda and first.runtime_module is None
@@ -357,7 +357,7 @@ def test_page_runs_keep_the_cpu_of_the_latest_runs():
 
 
 def test_the_diagnosing_process_runs_behind_the_pages_builds():
-    live = Live(LiveSettings(build_workers=0, diagnose=True))
+    live = Live(ServerSettings(build_workers=0, diagnose=True))
     try:
         niceness = live.diagnosing.run(os.nice, 0)  # os.nice(0) returns the process's niceness
         assert niceness >= os.nice(0) + 10
@@ -367,7 +367,7 @@ def test_the_diagnosing_process_runs_behind_the_pages_builds():
 
 def test_a_server_told_not_to_diagnose_says_so_and_starts_no_diagnosing_process(monkeypatch):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "0")
-    live = Live(LiveSettings(build_workers=0))
+    live = Live(ServerSettings(build_workers=0))
     try:
         with pytest.raises(ExplorerError, match=re.escape(NOT_DIAGNOSED)):
             live.diagnoses.get(get_preset("dw-blog-final-96").spec, "auto").result(10)
@@ -379,17 +379,17 @@ def test_a_server_told_not_to_diagnose_says_so_and_starts_no_diagnosing_process(
 @pytest.mark.parametrize("text,expected", [("", True), ("1", True), ("0", False)])
 def test_explorer_diagnose_is_on_unless_set_to_0(monkeypatch, text, expected):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", text)
-    assert LiveSettings().diagnose is expected
+    assert ServerSettings().diagnose is expected
 
 
 def test_a_bad_explorer_diagnose_is_refused_with_one_sentence(monkeypatch):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
     with pytest.raises(ExplorerError, match="EXPLORER_DIAGNOSE must be 1 \\(on\\) or 0 \\(off\\), not 'yes'"):
-        LiveSettings()
+        ServerSettings()
 
 
 def test_without_build_processes_every_build_is_made_in_the_servers_own_process():
-    service = BuildService(LiveSettings(build_workers=0), here_until_ready=False)
+    service = BuildService(ServerSettings(build_workers=0), here_until_ready=False)
     try:
         service.start()  # nothing to start
         built = service.build(spec_x(4), "auto")
@@ -402,7 +402,7 @@ def test_without_build_processes_every_build_is_made_in_the_servers_own_process(
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_the_warm_up_names_build_processes_only_where_there_are_some(workers):
-    live = Live(LiveSettings(build_workers=workers), measure_fn=lambda job: 1.0,
+    live = Live(ServerSettings(build_workers=workers), measure_fn=lambda job: 1.0,
                 warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
     try:
         live._start(None, "auto")
@@ -414,14 +414,14 @@ def test_the_warm_up_names_build_processes_only_where_there_are_some(workers):
 def test_explorer_build_workers_may_be_0_and_the_compile_workers_may_not(monkeypatch):
     monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "0")
     monkeypatch.setenv("EXPLORER_COMPILE_WORKERS", "2")
-    assert (LiveSettings().build_workers, LiveSettings().compile_workers) == (0, 2)
+    assert (ServerSettings().build_workers, ServerSettings().compile_workers) == (0, 2)
     monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "-1")
     with pytest.raises(ExplorerError, match="EXPLORER_BUILD_WORKERS must be a whole number from 0, not '-1'"):
-        LiveSettings()
+        ServerSettings()
     monkeypatch.setenv("EXPLORER_BUILD_WORKERS", "1")
     monkeypatch.setenv("EXPLORER_COMPILE_WORKERS", "0")
     with pytest.raises(ExplorerError, match="EXPLORER_COMPILE_WORKERS must be a positive whole number, not '0'"):
-        LiveSettings()
+        ServerSettings()
 
 
 def test_the_compile_processes_wait_for_the_first_page_only_while_no_student_waits(monkeypatch):

@@ -7,7 +7,7 @@ import tvm
 
 from explorer.build import build
 from explorer.cuda_env import SOURCE_ONLY
-from explorer.live import Live, LiveSettings
+from explorer.live import Live, ServerSettings
 from explorer.presets import get_preset
 
 pytestmark = pytest.mark.gpu
@@ -35,7 +35,7 @@ def test_source_only_codegen_never_compiles(monkeypatch):
 
 
 def test_live_warms_up_then_measures_a_correct_kernel():
-    live = Live(LiveSettings(build_workers=2))
+    live = Live(ServerSettings(build_workers=2))
     try:
         live.start(SPEC)
         assert live.ready.wait(180) and live.warm.gpu, live.warm.error

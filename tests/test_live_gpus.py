@@ -9,7 +9,7 @@ import pytest
 from live_fakes import fake_measurement
 
 import explorer.live as live_module
-from explorer.live import Live, LiveSettings
+from explorer.live import Live, ServerSettings
 from explorer.measure import KernelCrashed
 from explorer.measure.worker import VISIBLE, _PinnedWorker
 from explorer.presets import get_preset
@@ -20,7 +20,7 @@ SETTINGS = [SPEC.with_knobs(num_thread_x=x) for x in (1, 2, 4, 8, 16, 32)]
 
 def server(gpus: int, measure, monkeypatch) -> Live:
     monkeypatch.setattr(live_module, "_measure_job", measure)
-    live = Live(LiveSettings(build_workers=0, diagnose=False, gpus=gpus), compile_fn=lambda job: None,
+    live = Live(ServerSettings(build_workers=0, diagnose=False, gpus=gpus), compile_fn=lambda job: None,
                 warm_up_fn=lambda first, target, warm: "Stand-in GPU")
     live.ready.set()
     live.warm.finish("Stand-in GPU")
@@ -126,4 +126,4 @@ def test_a_server_setting_of_gpus_it_cannot_take_is_refused(monkeypatch):
 
     monkeypatch.setenv("EXPLORER_GPUS", "two")
     with pytest.raises(ExplorerError, match="EXPLORER_GPUS must be a positive whole number, not 'two'"):
-        LiveSettings()
+        ServerSettings()

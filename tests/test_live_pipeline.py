@@ -6,7 +6,7 @@ import threading
 import time
 
 from explorer.errors import ExplorerError
-from explorer.live import Live, LiveSettings
+from explorer.live import Live, ServerSettings
 from explorer.measure import Remote
 from explorer.measure import scheduler as scheduler_module
 from explorer.measure.scheduler import QUICK_WHEN_WAITING, Scheduler
@@ -191,7 +191,7 @@ def test_a_slow_tracker_does_not_block_other_sessions_requests(monkeypatch):
 
 def test_measure_now_waits_reports_its_place_and_raises_the_sentence():
     gpu = HeldGPU()
-    live = Live(LiveSettings(build_workers=1), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    live = Live(ServerSettings(build_workers=1), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
     live.ready.set()
     try:
         blocker = live.request("x", spec_x(1), "auto")

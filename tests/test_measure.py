@@ -26,9 +26,9 @@ from explorer.cuda_env import (
 from explorer.measure import (
     InvalidMeasureSettings,
     Measurement,
+    MeasureSettings,
     Remote,
     RemoteError,
-    Settings,
     Timing,
     WrongResult,
     latency_us,
@@ -173,11 +173,11 @@ def test_a_wrong_kernel_has_no_latency(monkeypatch):
 
 
 def test_settings_are_validated():
-    assert Settings().time_limit_s == 10
+    assert MeasureSettings().time_limit_s == 10
     with pytest.raises(InvalidMeasureSettings, match="time_limit_s"):
-        Settings(time_limit_s=0)
+        MeasureSettings(time_limit_s=0)
     with pytest.raises(InvalidMeasureSettings, match="repeats"):
-        Settings(repeats="many")
+        MeasureSettings(repeats="many")
 
 
 def test_remote_address_parsing():
@@ -338,11 +338,11 @@ def test_a_pip_cuda_root_without_libcudacxx_is_not_one(tmp_path):
 def test_the_timed_repeats_fit_the_timing_budget():
     from explorer.measure.settings import QUICK_SETTINGS, repeats_within
 
-    full = Settings()  # 20 repeats within 2 s
+    full = MeasureSettings()  # 20 repeats within 2 s
     assert repeats_within(0.001, full) == 20  # a 1 ms repeat: all twenty
     assert repeats_within(0.3, full) == 6  # 2 s / 0.3 s
     assert repeats_within(1.0, full) == repeats_within(10.0, full) == 3  # never fewer than three
-    assert repeats_within(10.0, Settings(repeats=2)) == 2  # nor more than asked for
+    assert repeats_within(10.0, MeasureSettings(repeats=2)) == 2  # nor more than asked for
     assert repeats_within(0.001, QUICK_SETTINGS) == 5 and repeats_within(0.1, QUICK_SETTINGS) == 3
 
 
@@ -372,7 +372,7 @@ def test_cold_l2_times_one_launch_per_repeat_after_a_flush():
     from explorer.measure.timing import time_function
 
     module = _StandInEvaluated()
-    timing = time_function(module, _StandInH100(), [], Settings(cold_l2=True, repeats=4))
+    timing = time_function(module, _StandInH100(), [], MeasureSettings(cold_l2=True, repeats=4))
     probe, timed = module.asked
     assert probe == {"number": 1, "repeat": 2}  # sizes nothing: a cold repeat is one launch
     assert timed == {"number": 1, "repeat": 4, "cache_flush_bytes": 200 << 20}
@@ -390,5 +390,5 @@ def test_cold_l2_timing_runs_a_real_kernel(monkeypatch):
     b = te.compute(a.shape, lambda i: a[i] * 2.0, name="b")
     module = tvm.compile(te.create_prim_func([a, b]), target="llvm").jit()
     args = [tvm.runtime.tensor(np.ones(1 << 16, "float32")), tvm.runtime.empty((1 << 16,), "float32")]
-    cold = timing_module.time_function(module, tvm.cpu(0), args, Settings(cold_l2=True, repeats=3))
+    cold = timing_module.time_function(module, tvm.cpu(0), args, MeasureSettings(cold_l2=True, repeats=3))
     assert cold.launches_per_repeat == 1 and len(cold.samples_us) == 3 and cold.min_us > 0

@@ -8,7 +8,7 @@ from tvm.script import tirx as T
 
 from explorer.measure import (
     KernelCrashed,
-    Settings,
+    MeasureSettings,
     baseline,
     ceilings,
     ceilings_error,
@@ -22,7 +22,7 @@ from explorer.schedules import workload_classes
 from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
 
 pytestmark = pytest.mark.gpu
-QUICK = Settings(repeats=5)
+QUICK = MeasureSettings(repeats=5)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,9 +101,9 @@ def test_a_knob_change_is_measured_as_a_new_kernel():
 def test_a_cold_l2_times_single_launches_that_read_from_device_memory():
     spec = get_preset("dw-blog-final-96").spec  # 18 MiB of compulsory traffic: L2-resident when warm
     warm = measure(spec, settings=QUICK)
-    cold = measure(spec, settings=Settings(repeats=5, cold_l2=True))
+    cold = measure(spec, settings=MeasureSettings(repeats=5, cold_l2=True))
     assert cold.correct and cold.timing.launches_per_repeat == 1 and cold.graph.launches_per_repeat == 1
     # From a graph, neither pays a host launch: the cold one reads its 18 MiB from HBM instead of L2.
     assert cold.graph_us > warm.graph_us
-    torch_cold = baseline(spec.workload, settings=Settings(repeats=5, cold_l2=True))
+    torch_cold = baseline(spec.workload, settings=MeasureSettings(repeats=5, cold_l2=True))
     assert torch_cold.check.correct and torch_cold.timing.launches_per_repeat == 1

@@ -8,7 +8,7 @@ import tvm
 from tvm import te, tirx
 from tvm.script import tirx as T
 
-from explorer.measure import KernelCrashed, KernelTimeout, Settings, measure, measure_module, shutdown
+from explorer.measure import KernelCrashed, KernelTimeout, MeasureSettings, measure, measure_module, shutdown
 from explorer.measure.errors import NoDevice
 from explorer.presets import get_preset
 from explorer.workloads import Matmul
@@ -16,7 +16,7 @@ from explorer.workloads import Matmul
 pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out between the others (conftest.py)
 
 WORKLOAD = Matmul(m=8, n=8, k=8)
-FAST = Settings(repeats=3, time_limit_s=2)
+FAST = MeasureSettings(repeats=3, time_limit_s=2)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,5 +1,5 @@
 """The presets' static claims, checked on the real builds with the analyses: what each
-tutorial step says about shared memory, bank conflicts, per-thread tiles, kernels and
+lesson step says about shared memory, bank conflicts, per-thread tiles, kernels and
 global-memory traffic. Each claim's numbers are derived by hand in the comments, then
 every preset's ``static`` table is checked the way the Lessons page checks it. (Timing
 claims are measured by bench/lessons_h100.py on a GPU.)"""

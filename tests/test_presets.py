@@ -3,7 +3,7 @@ import pytest
 
 from explorer.build import build
 from explorer.errors import PresetError
-from explorer.presets import all_presets, get_preset, load_file, tutorials
+from explorer.presets import all_lessons, all_presets, get_preset, load_file
 
 PRESET_IDS = sorted(all_presets())
 
@@ -16,15 +16,23 @@ def test_every_preset_builds_cuda_source(preset_id):
     assert preset.claim and preset.source and preset.title
 
 
-def test_tutorials_have_ordered_steps():
-    for tutorial in tutorials():
-        assert [p.step for p in tutorial.presets] == list(range(1, len(tutorial.presets) + 1))
+def test_lessons_have_ordered_steps():
+    for lesson in all_lessons():
+        assert [p.step for p in lesson.presets] == list(range(1, len(lesson.presets) + 1))
+        assert {p.lesson for p in lesson.presets} <= {lesson.id}
 
 
 def write(tmp_path, text):
     path = tmp_path / "bad.toml"
-    path.write_text('[tutorial]\nid = "t"\ntitle = "T"\n' + text)
+    path.write_text('[lesson]\nid = "t"\ntitle = "T"\n' + text)
     return path
+
+
+def test_a_tutorial_table_is_refused_naming_the_lesson_table(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text('[tutorial]\nid = "t"\ntitle = "T"\n')
+    with pytest.raises(PresetError, match=r"table is \[lesson\], not \[tutorial\]"):
+        load_file(path)
 
 
 GOOD = """

@@ -27,11 +27,11 @@ def knob_sets():
 
     def workload_strategy(workload_cls):
         fields = {}
-        for spec in workload_cls.specs():
-            if spec.kind is int and spec.low is not None:  # a range (an int with choices is sampled below)
-                fields[spec.name] = st.integers(spec.low, min(spec.high, SMALL_SHAPE_CAP if spec.low >= 1 else 4))
+        for knob in workload_cls.fields():
+            if knob.kind is int and knob.low is not None:  # a range (an int with choices is sampled below)
+                fields[knob.name] = st.integers(knob.low, min(knob.high, SMALL_SHAPE_CAP if knob.low >= 1 else 4))
             else:
-                fields[spec.name] = st.sampled_from(spec.values())
+                fields[knob.name] = st.sampled_from(knob.values())
         return st.fixed_dictionaries(fields)
 
     @st.composite
@@ -41,14 +41,14 @@ def knob_sets():
         except ExplorerError:
             workload = template.default_workload()
             # keep the default shape but shrink it where the default is large
-            small = {s.name: min(getattr(workload, s.name), SMALL_SHAPE_CAP) for s in workload.specs()
-                     if s.kind is int}
+            small = {knob.name: min(getattr(workload, knob.name), SMALL_SHAPE_CAP) for knob in workload.fields()
+                     if knob.kind is int}
             workload = template.workload(**small)
-        knob_specs = template.knobs.specs()
-        values = {s.name: draw(st.sampled_from(s.values(workload))) for s in knob_specs}
+        knobs = template.knobs.fields()
+        values = {knob.name: draw(st.sampled_from(knob.values(workload))) for knob in knobs}
         # A third of the draws put one knob outside its domain; the rest exercise real builds.
         if draw(st.integers(0, 2)) == 0:
-            corrupted = draw(st.sampled_from(knob_specs)).name
+            corrupted = draw(st.sampled_from(knobs)).name
             values[corrupted] = draw(invalid_values)
         return workload, values
 
@@ -79,7 +79,7 @@ def test_any_knob_values_build_or_raise_a_typed_error(name):
 
 def test_workload_dataclasses_reject_out_of_range_shapes_with_typed_errors():
     for template in TEMPLATES.values():
-        for spec in template.workload.specs():
-            bad = {int: -1, str: "nonsense", bool: "yes"}[spec.kind]
+        for knob in template.workload.fields():
+            bad = {int: -1, str: "nonsense", bool: "yes"}[knob.kind]
             with pytest.raises(ExplorerError):
-                dataclasses.replace(template.default_workload(), **{spec.name: bad})
+                dataclasses.replace(template.default_workload(), **{knob.name: bad})

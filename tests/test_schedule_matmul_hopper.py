@@ -18,7 +18,7 @@ from explorer.cli import main
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
-from explorer.measure import Settings, measure, shutdown
+from explorer.measure import MeasureSettings, measure, shutdown
 from explorer.schedules import matmul_hopper
 from explorer.schedules.matmul_hopper import SUPPORTED_DTYPES, MatmulHopperKnobs, Plan, check_knobs, tile_origin
 from explorer.workloads import Matmul
@@ -251,7 +251,7 @@ def test_a_cluster_needs_an_even_number_of_tile_rows(workload, knobs):
 
 def test_a_cluster_s_half_of_b_must_be_whole_swizzle_patterns(monkeypatch):
     # Every block_k offered splits into halves of whole 8-row patterns ...
-    assert all(k // 2 % matmul_hopper.SWIZZLE_ATOM_ROWS == 0 for k in MatmulHopperKnobs.spec("block_k").choices)
+    assert all(k // 2 % matmul_hopper.SWIZZLE_ATOM_ROWS == 0 for k in MatmulHopperKnobs.field("block_k").choices)
     # ... so the refusal is seen only with a pattern taller than the half.
     monkeypatch.setattr(matmul_hopper, "SWIZZLE_ATOM_ROWS", 64)
     with pytest.raises(InvalidKnobs, match="32 of B's 64 rows, which must be a whole number of 64-row") as error:
@@ -347,7 +347,7 @@ CLUSTER_GPU_CASES = {
     "cluster-32B-swizzle-k32-c-in-bfloat16": (BF16_OUT, {"cluster": 2, "swizzle": "32B", "block_k": 32,
                                                          "block_n": 64, "stages": 6, "warp_specialize": False}),
 }
-CHECK_ONLY = Settings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
+CHECK_ONLY = MeasureSettings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
 
 
 @pytest.mark.parametrize("case", sorted(CLUSTER_GPU_CASES))

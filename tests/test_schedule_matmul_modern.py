@@ -342,10 +342,10 @@ def test_split_k_is_measured_from_a_cuda_graph_too():
     """The partial sums live in a workspace TVM allocates per call: replayed from a captured CUDA
     graph, both kernels must still run and give the right output (the graph check compares it)."""
     pytest.importorskip("torch")
-    from explorer.measure import Settings, measure, shutdown
+    from explorer.measure import MeasureSettings, measure, shutdown
 
     try:
-        m = measure(Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=2)), settings=Settings(repeats=3))
+        m = measure(Spec("matmul_async", FP32_1024, MatmulAsyncKnobs(split_k=2)), settings=MeasureSettings(repeats=3))
     finally:
         shutdown()
     assert m.correct, m.check.describe()

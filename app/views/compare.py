@@ -12,11 +12,11 @@ B_PREFIX = "bknob:"
 
 
 def default_b(preset: str | None) -> str:
-    """The preset B starts from: the next step of A's tutorial, else A's preset or the first."""
+    """The preset B starts from: the next step of A's lesson, else A's preset or the first."""
     ids = list(all_presets())
     if preset in ids:
         p = get_preset(preset)
-        following = [q for q in ids[ids.index(preset) + 1:] if get_preset(q).tutorial == p.tutorial]
+        following = [q for q in ids[ids.index(preset) + 1:] if get_preset(q).lesson == p.lesson]
         return following[0] if following else preset
     return ids[0]
 
@@ -39,7 +39,7 @@ with col_a:
 with col_b:
     st.subheader("B")
     st.selectbox("B starts from preset", list(all_presets()), key=session.B_PRESET_WIDGET, on_change=on_b_preset,
-                 format_func=lambda i: f"{get_preset(i).tutorial} · {get_preset(i).step}. {get_preset(i).title}")
+                 format_func=lambda i: f"{get_preset(i).lesson} · {get_preset(i).step}. {get_preset(i).title}")
     knob_box = st.expander(f"B's knobs · {b_base.workload.label()}")
     values = session.fields(knob_box, b_base.template_def.knobs, b_base.knobs, b_base.workload,
                             f"{B_PREFIX}{b_base.template}.")

@@ -21,8 +21,8 @@ MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.M
 
 
 def in_reading_order(all_lessons) -> dict:
-    """Lessons by id: the first tutorial on top, the other tutorials, then the schedules a
-    search found (every step has a ``found_by`` command), which build on the tutorials."""
+    """Lessons by id: the first lesson on top, the other lessons, then the schedules a search
+    found (every step has a ``found_by`` command), which build on the other lessons."""
     def rank(lesson):
         return all(step.preset.found_by for step in lesson.steps), lesson.id != L.FIRST_LESSON
 
@@ -45,14 +45,14 @@ def knob_table(step: L.Step) -> str:
     before = step.previous.spec.knobs if step.previous is not None else None
     same_template = before is not None and type(before) is type(knobs)
     lines = ["| knob | value | previous step |", "| --- | --- | --- |"]
-    for spec in knobs.specs():
-        value = spec.format(getattr(knobs, spec.name))
-        if spec.name in step.changed_knobs:
-            was = spec.format(getattr(before, spec.name)) if same_template else "(another template)"
+    for knob in knobs.fields():
+        value = knob.format(getattr(knobs, knob.name))
+        if knob.name in step.changed_knobs:
+            was = knob.format(getattr(before, knob.name)) if same_template else "(another template)"
             mark = style.CHANGED_KNOB_HIGHLIGHT
-            lines.append(f"| :{mark}-background[**{spec.name}**] | :{mark}-background[**{value}**] | {was} |")
+            lines.append(f"| :{mark}-background[**{knob.name}**] | :{mark}-background[**{value}**] | {was} |")
         else:
-            lines.append(f"| {spec.name} | {value} | |")
+            lines.append(f"| {knob.name} | {value} | |")
     return "\n".join(lines)
 
 

@@ -29,7 +29,7 @@ def apply_best(best) -> None:
 
 def grid_inputs(spec):
     """The knobs to sweep and their values; a Grid, or None with the reason shown."""
-    names = [s.name for s in spec.knobs.specs()]
+    names = [knob.name for knob in spec.knobs.fields()]
     first = [n for n in FIRST_AXES if n in names][:2] or names[:2]
     chosen = st.multiselect("Knobs to sweep (the others keep the sidebar's values)", names, default=first,
                             key=f"sweep.knobs.{spec.template}")
@@ -38,7 +38,7 @@ def grid_inputs(spec):
         return None
     axes = []
     for column, name in zip(st.columns(len(chosen)), chosen, strict=False):
-        knob = spec.knobs.spec(name)
+        knob = spec.knobs.field(name)
         options = knob.values(spec.workload)
         default = list(options) if len(options) <= MAX_DEFAULT_VALUES else [getattr(spec.knobs, name)]
         values = column.multiselect(name, options, default=default, format_func=widgets.format_value,

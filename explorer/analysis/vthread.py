@@ -55,7 +55,7 @@ def _matmul(knobs) -> dict:
         v = getattr(knobs, vthreads)
         if v > 1:
             changes[vthreads], changes[per_thread] = 1, v * getattr(knobs, per_thread)
-    allowed = knobs.spec("thread_m").choices
+    allowed = knobs.field("thread_m").choices
     too_big = [name for name in ("thread_m", "thread_n") if changes.get(name, 1) not in allowed]
     if too_big:
         name = too_big[0]

@@ -48,13 +48,14 @@ from .measurement import (
 )
 from .measurer import SWEEP_SETTINGS, gpu_measurer
 from .remote import Remote
-from .settings import QUICK_SETTINGS, Settings
+from .settings import QUICK_SETTINGS, MeasureSettings
 from .timing import Timing
 from .worker import NO_GPU
 
 __all__ = [
     "Baseline", "BaselineUnavailable", "Check", "InvalidMeasureSettings", "KernelCrashed", "KernelTimeout",
-    "MeasureError", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Settings", "Timing", "WrongResult",
+    "MeasureError", "MeasureSettings", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Timing",
+    "WrongResult",
     "baseline", "latency_us", "local_gpu", "measure", "measure_module", "shutdown", "warm_up",
     "ceilings", "ceilings_error", "SWEEP_SETTINGS", "QUICK_SETTINGS", "gpu_measurer",
 ]

@@ -24,7 +24,7 @@ from ..workloads import Workload
 from .errors import BaselineUnavailable
 from .gate import Check, compare
 from .graphs import cuda_torch, time_cuda_graph, torch_tensor
-from .settings import Settings
+from .settings import MeasureSettings
 from .timing import Timing
 from .worker import workload_data
 
@@ -37,7 +37,7 @@ class BaselineRun:
     timing: Timing | None  # None when PyTorch's output does not match the reference
 
 
-def torch_baseline(workload: Workload, settings: Settings) -> BaselineRun:
+def torch_baseline(workload: Workload, settings: MeasureSettings) -> BaselineRun:
     torch = cuda_torch()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -29,7 +29,7 @@ from tvm import te
 
 from ..analysis.roofline import MEASURED, Ceilings
 from ..errors import ExplorerError
-from .settings import Settings
+from .settings import MeasureSettings
 from .tensor_roof import LoadExecutable, jit, tensor_peaks_gflops
 from .timing import time_function
 
@@ -42,7 +42,7 @@ CPU_CHUNK = 64
 L2_SHIFT_BLOCKS = 131  # odd: successive passes land on other blocks, hence other SMs
 # Measured once per device whatever the user's settings; the median of 10 repeats of ≥ 1 ms
 # is stable to about 1%.
-CEILING_SETTINGS = Settings(repeats=10)
+CEILING_SETTINGS = MeasureSettings(repeats=10)
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def l2_buffer_bytes(sizes: Sizes, device_l2_bytes: int) -> int:
 Load = Callable[[tvm.IRModule, str], object]  # (module, name) -> a runtime module on the device
 
 
-def measure_ceilings(load: Load, device, target: tvm.target.Target, device_name: str, settings: Settings,
+def measure_ceilings(load: Load, device, target: tvm.target.Target, device_name: str, settings: MeasureSettings,
                      sizes: Sizes | None = None, load_executable: LoadExecutable = jit) -> Ceilings:
     """Time the three kernels on ``device``, and the tensor cores where it is a Hopper GPU;
     ``load`` compiles a module there and ``load_executable`` runs a compiled one there
@@ -175,8 +175,8 @@ def measure_ceilings(load: Load, device, target: tvm.target.Target, device_name:
     return with_tensor_peaks(ceilings, device, target, device_name, settings, load_executable)
 
 
-def with_tensor_peaks(ceilings: Ceilings, device, target: tvm.target.Target, device_name: str, settings: Settings,
-                      load_executable: LoadExecutable = jit) -> Ceilings:
+def with_tensor_peaks(ceilings: Ceilings, device, target: tvm.target.Target, device_name: str,
+                      settings: MeasureSettings, load_executable: LoadExecutable = jit) -> Ceilings:
     """``ceilings`` with the tensor cores' peaks, or with the reason they have none: a
     failed wgmma chain costs the tensor roof only, never the other ceilings."""
     try:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from .errors import BaselineUnavailable, MeasureError
 from .gate import compare
-from .settings import Settings, repeats_within
+from .settings import MeasureSettings, repeats_within
 from .timing import Timing, flush_bytes, launches_for
 
 # Ops captured in one graph; a repeat replays the graph as often as it needs.
@@ -50,13 +50,13 @@ def torch_tensor(array):
 
 
 def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
-                   settings: Settings | None = None, check_output=None, floor: float = 1.0) -> Timing:
+                   settings: MeasureSettings | None = None, check_output=None, floor: float = 1.0) -> Timing:
     """``module["main"](*args)`` (TVM tensors on the local GPU) timed by :func:`time_cuda_graph`.
 
     With a ``reference``, the output is first set to NaN and one captured launch replayed
     and checked, so a capture that recorded nothing (a launch on another stream) cannot
     pass as a fast kernel."""
-    settings = settings or Settings()
+    settings = settings or MeasureSettings()
     import tvm_ffi
 
     torch = cuda_torch()
@@ -78,7 +78,7 @@ def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
     return time_cuda_graph(launch, settings)
 
 
-def time_cuda_graph(op: Callable, settings: Settings) -> Timing:
+def time_cuda_graph(op: Callable, settings: MeasureSettings) -> Timing:
     """Per-op device time: ops captured back to back in one CUDA graph, the graph replayed
     until a repeat lasts ``settings.min_repeat_ms``; CUDA events around each repeat (with
     ``settings.cold_l2``, :func:`time_cold_graph`)."""
@@ -104,7 +104,7 @@ def time_cuda_graph(op: Callable, settings: Settings) -> Timing:
     return Timing(tuple(ms * 1e3 for ms in samples_ms), launches)
 
 
-def time_cold_graph(op: Callable, settings: Settings) -> Timing:
+def time_cold_graph(op: Callable, settings: MeasureSettings) -> Timing:
     """(After :func:`time_cuda_graph`'s warm-up.) One op per repeat, replayed from a graph
     after the device writes a buffer of ``flush_bytes`` (the L2 then holds none of the op's
     inputs); CUDA events around the replay alone. The replay is queued while the write

@@ -21,7 +21,7 @@ from .baseline import BaselineRun, torch_baseline
 from .errors import WrongResult
 from .gate import Check
 from .remote import Remote, measure_remote
-from .settings import Settings
+from .settings import MeasureSettings
 from .timing import KernelRun, Timing
 from .worker import COMPILE_LIMIT_S, LocalWorker, Trial
 
@@ -177,22 +177,23 @@ class Baseline:
 OnWait = Callable[[int], None]
 
 
-def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = None, settings: Settings | None = None,
-            on_wait: OnWait | None = None, library: str | None = None) -> Measurement:
+def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = None,
+            settings: MeasureSettings | None = None, on_wait: OnWait | None = None,
+            library: str | None = None) -> Measurement:
     """Check ``spec``'s kernel against the workload's reference and, if it is right, time
     it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a tracker and
     key; ``on_wait(ahead)`` is told how many of this process's calls are ahead when the local
     GPU is busy (a remote request waits at the tracker, untold); ``library`` the kernel
     already compiled (``explorer/services/compiles.py``), which the local worker loads
     instead of compiling it."""
-    return _measure(Trial(spec, spec.workload, target, settings or Settings(), library), remote, on_wait)
+    return _measure(Trial(spec, spec.workload, target, settings or MeasureSettings(), library), remote, on_wait)
 
 
 def measure_module(module: tvm.IRModule, workload: Workload, *, target: str, remote: Remote | None = None,
-                   settings: Settings | None = None, on_wait: OnWait | None = None) -> Measurement:
+                   settings: MeasureSettings | None = None, on_wait: OnWait | None = None) -> Measurement:
     """The same for a hand-made TIR module whose ``main`` takes the workload's inputs and
     output (e.g. ``llvm`` kernels in tests, or a schedule from MetaSchedule)."""
-    return _measure(Trial(module, workload, target, settings or Settings()), remote, on_wait)
+    return _measure(Trial(module, workload, target, settings or MeasureSettings()), remote, on_wait)
 
 
 def latency_us(spec: Spec, **options) -> float:
@@ -204,9 +205,9 @@ def latency_us(spec: Spec, **options) -> float:
     return result.median_us
 
 
-def baseline(workload: Workload, *, settings: Settings | None = None, on_wait: OnWait | None = None) -> Baseline:
+def baseline(workload: Workload, *, settings: MeasureSettings | None = None, on_wait: OnWait | None = None) -> Baseline:
     """PyTorch on the local GPU (in the worker), in its turn like a kernel."""
-    return LOCAL_GPU.baseline(workload, settings or Settings(), on_wait)
+    return LOCAL_GPU.baseline(workload, settings or MeasureSettings(), on_wait)
 
 
 def local_gpu() -> str | None:
@@ -293,7 +294,7 @@ class LocalGPU:
         """Use ``other``'s measured ceilings (an identical GPU of the same machine)."""
         self._ceilings.update(other._ceilings)
 
-    def baseline(self, workload: Workload, settings: Settings, on_wait: OnWait | None = None) -> Baseline:
+    def baseline(self, workload: Workload, settings: MeasureSettings, on_wait: OnWait | None = None) -> Baseline:
         with self.turn(on_wait):
             run: BaselineRun = self.worker.call(torch_baseline, workload, settings, timeout=COMPILE_LIMIT_S,
                                                 doing="The PyTorch baseline")

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from ..build import Spec
 from ..cuda_env import kernel_environment
 from .measurement import latency_us, local_gpu
-from .settings import Settings
+from .settings import MeasureSettings
 
 # A sweep ranks: the median of 10 repeats is plenty, the roofline is the same for
 # every point, and back-to-back launches rank kernels as graphs do except below a few µs,
 # where the launch cost dominates both (bench/kernels.py measures the winners with the
 # full default settings, graphs included).
-SWEEP_SETTINGS = Settings(repeats=10, roofline=False, cuda_graph=False)
+SWEEP_SETTINGS = MeasureSettings(repeats=10, roofline=False, cuda_graph=False)
 
 
 def gpu_measurer(target: str | None = None, remote=None, settings=None) -> Callable[[Spec], float] | None:

@@ -9,7 +9,7 @@ from .errors import InvalidMeasureSettings
 
 
 @dataclass(frozen=True)
-class Settings(Params):
+class MeasureSettings(Params):
     noun: ClassVar[str] = "Measurement setting"
     error: ClassVar[type] = InvalidMeasureSettings
     owner: ClassVar[str] = "measure"
@@ -49,10 +49,10 @@ MIN_REPEATS = 3
 # most a third of a second of them, give a median within a few percent, and no replay from a
 # CUDA graph (a quarter of a measurement's time on the GPU in a class of 100 on the H100); the
 # server measures the setting again in full when idle.
-QUICK_SETTINGS = Settings(repeats=5, timing_budget_ms=300, cuda_graph=False)
+QUICK_SETTINGS = MeasureSettings(repeats=5, timing_budget_ms=300, cuda_graph=False)
 
 
-def repeats_within(repeat_s: float, settings: Settings) -> int:
+def repeats_within(repeat_s: float, settings: MeasureSettings) -> int:
     """Repeats of ``repeat_s`` each that fit the timing budget: ``settings.repeats`` at
     most, and at least MIN_REPEATS (or all of them, where fewer are asked for)."""
     fitting = int(settings.timing_budget_ms * 1e-3 // max(repeat_s, 1e-9))

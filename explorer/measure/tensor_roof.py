@@ -20,7 +20,7 @@ from tvm.script import tirx as T
 
 from ..errors import ExplorerError, summary_line
 from ..gpus import GPUS
-from .settings import Settings
+from .settings import MeasureSettings
 from .timing import time_function
 
 SUPPORTED = {"float16": "f16", "bfloat16": "bf16"}
@@ -95,7 +95,7 @@ def jit(executable: tvm.runtime.Executable, _name: str):
     return executable.jit()
 
 
-def measure_tensor_tflops(dtype: str, settings: Settings, device=None, iterations: int = 4096,
+def measure_tensor_tflops(dtype: str, settings: MeasureSettings, device=None, iterations: int = 4096,
                           load: LoadExecutable = jit) -> float:
     """The tensor cores' float32-accumulate peak for ``dtype`` inputs on ``device`` (a Hopper GPU), TFLOP/s."""
     device = device or tvm.cuda(0)
@@ -118,7 +118,7 @@ def why_no_tensor_peak(device, target: tvm.target.Target, device_name: str) -> s
     return None
 
 
-def tensor_peaks_gflops(device, target: tvm.target.Target, device_name: str, settings: Settings,
+def tensor_peaks_gflops(device, target: tvm.target.Target, device_name: str, settings: MeasureSettings,
                         load: LoadExecutable = jit) -> tuple[tuple[str, float], ...]:
     """(input type, GFLOP/s) of the tensor cores for each 16-bit type; raises ExplorerError
     with the reason as a clause (:func:`why_no_tensor_peak`) where they cannot be measured."""

@@ -16,7 +16,7 @@ import tvm
 from ..analysis.roofline import Ceilings
 from ..workloads import numpy_dtype
 from .gate import Check, compare
-from .settings import Settings, repeats_within
+from .settings import MeasureSettings, repeats_within
 
 # A kernel faster than ~0.1 µs is an empty one; this bounds the launches per repeat.
 MAX_LAUNCHES_PER_REPEAT = 100_000
@@ -92,7 +92,7 @@ def flush_bytes(l2_bytes: int | None) -> int:
     return FLUSH_L2_TIMES * l2_bytes if l2_bytes else FLUSH_UNKNOWN_L2_BYTES
 
 
-def time_function(module, device, args, settings: Settings) -> Timing:
+def time_function(module, device, args, settings: MeasureSettings) -> Timing:
     """TVM's evaluator launches from C++ back to back and times on the device (CUDA events
     on a GPU; TVM also makes one untimed warm-up call). Short probes, ten times longer each
     until one lasts PROBE_S, size the launches per repeat: we choose that number rather
@@ -112,7 +112,7 @@ def time_function(module, device, args, settings: Settings) -> Timing:
     return Timing.from_seconds(result.results, number)
 
 
-def time_cold(module, device, args, settings: Settings) -> Timing:
+def time_cold(module, device, args, settings: MeasureSettings) -> Timing:
     """One launch per repeat, each after TVM's evaluator copies a buffer of :func:`flush_bytes`
     on the device (its ``cache_flush_bytes``), so that the launch reads its inputs from device
     memory. A single launch pays the timer's few µs: this is for kernels of tens of µs or more."""
@@ -133,7 +133,7 @@ def device_args(inputs, reference: np.ndarray, output_dtype: str, device) -> lis
 
 
 def run_checked(module, device, args, reference: np.ndarray, reduction_length: int,
-                settings: Settings, check_output=None, floor: float = 1.0) -> tuple[Check, Timing | None]:
+                settings: MeasureSettings, check_output=None, floor: float = 1.0) -> tuple[Check, Timing | None]:
     """Run once on ``args`` (:func:`device_args`) and compare with the reference; time
     only a correct kernel. ``check_output(output)`` replaces the comparison on the CPU (the
     worker compares on the GPU)."""

@@ -45,7 +45,7 @@ from .ceilings import CEILING_SETTINGS, measure_ceilings
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
 from .gate import Check, compare, compare_on_gpu, tolerance
 from .graphs import time_tvm_graph, torch_tensor
-from .settings import GRAPH_UP_TO_US, Settings
+from .settings import GRAPH_UP_TO_US, MeasureSettings
 from .timing import KernelRun, Timing, device_args, run_checked
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer
@@ -72,7 +72,7 @@ class Trial:
     kernel: Spec | tvm.IRModule
     workload: Workload
     target: str | None
-    settings: Settings
+    settings: MeasureSettings
     # The kernel already compiled by a compile process (``compile_library``): the worker
     # loads it instead of lowering and compiling it again.
     library: str | None = None

@@ -48,13 +48,13 @@ SPLIT_KNOBS = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx")
 def check_split_products(workload: Conv2d, k: Conv2dAutoTVMKnobs) -> None:
     """Each split must multiply out to the axis it tiles (AutoTVM's 'factors' policy)."""
     for name in SPLIT_KNOBS:
-        spec = k.spec(name)
-        size = getattr(workload, spec.split_of)
+        knob = k.field(name)
+        size = getattr(workload, knob.split_of)
         value = getattr(k, name)
         if math.prod(value) != size:
             raise InvalidKnobs(
-                f"{name} = {spec.format(value)} multiplies to {math.prod(value)}, but it must split "
-                f"{spec.split_of} = {size} exactly (choose factors whose product is {size}).",
+                f"{name} = {knob.format(value)} multiplies to {math.prod(value)}, but it must split "
+                f"{knob.split_of} = {size} exactly (choose factors whose product is {size}).",
                 (name,),
             )
 

@@ -25,7 +25,7 @@ def heatmap_figure(result: SweepResult, x: str, y: str) -> go.Figure:
                 lines.append(f"{h.value}: {h.z[i][j]:.3g}")
                 lines.append(f"{h.valid[i][j]} of {h.total[i][j]} valid")
                 best = h.best[i][j]
-                lines += [f"{name} = {best.spec(name).format(getattr(best, name))}" for name in others]
+                lines += [f"{name} = {best.field(name).format(getattr(best, name))}" for name in others]
             row.append("<br>".join(lines))
         hover.append(row)
     figure = go.Figure(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..build import Spec
 from ..errors import InvalidKnobs
-from ..knobs import KnobSet, KnobSpec
+from ..knobs import Knob, KnobSet
 
 # A sweep past this many points is a search, not a grid: sample it (``sample=``).
 MAX_POINTS = 20_000
@@ -34,8 +34,8 @@ class Grid:
                                tuple(repeated))
         axes = []
         for name, values in self.axes:
-            spec = type(self.base.knobs).spec(name)
-            checked = tuple(dict.fromkeys(spec.check(value) for value in values))  # unique, in order
+            knob = type(self.base.knobs).field(name)
+            checked = tuple(dict.fromkeys(knob.check(value) for value in values))  # unique, in order
             if not checked:
                 raise InvalidKnobs(f"Knob '{name}' has no values in the grid.", (name,))
             axes.append((name, checked))
@@ -50,8 +50,8 @@ class Grid:
             name, equals, text = item.partition("=")
             if not equals or not text.strip():
                 raise InvalidKnobs(f"A grid axis is written knob=v1,v2,... (or knob=all), not '{item}'.")
-            spec = type(base.knobs).spec(name.strip())
-            axes.append((spec.name, parse_values(spec, text, base.workload)))
+            knob = type(base.knobs).field(name.strip())
+            axes.append((knob.name, parse_values(knob, text, base.workload)))
         return cls(base, tuple(axes))
 
     @property
@@ -87,18 +87,18 @@ class Grid:
         """The inverse of :meth:`parse` (for ``found_by`` lines and URLs)."""
         out = []
         for name, values in self.axes:
-            spec = self.base.knobs.spec(name)
-            out.append(f"{name}={','.join(spec.format(v).replace(',', 'x') for v in values)}")
+            knob = self.base.knobs.field(name)
+            out.append(f"{name}={','.join(knob.format(v).replace(',', 'x') for v in values)}")
         return out
 
 
-def parse_values(spec: KnobSpec, text: str, workload) -> tuple:
+def parse_values(knob: Knob, text: str, workload) -> tuple:
     if text.strip() == ALL_VALUES:
-        return spec.values(workload)
+        return knob.values(workload)
     try:
-        return tuple(spec.parse(part) for part in text.split(","))
+        return tuple(knob.parse(part) for part in text.split(","))
     except InvalidKnobs as error:
-        if spec.kind is tuple:
+        if knob.kind is tuple:
             raise InvalidKnobs(f"{error} In a grid, write each split with x between factors: 8x2x4x1,4x4x4x2.",
-                               (spec.name,)) from None
+                               (knob.name,)) from None
         raise

@@ -153,7 +153,7 @@ class SweepResult:
         for point in sorted(self.points, key=lambda p: rank.get(p.knobs, len(rank) + 1)):
             row: dict = {"rank": rank.get(point.knobs)}
             for name in self.grid.knob_names:
-                row[name] = point.knobs.spec(name).format(getattr(point.knobs, name))
+                row[name] = point.knobs.field(name).format(getattr(point.knobs, name))
             row["status"] = point.status
             row["latency_us" if self.measured else "static_cost"] = self.value(point)
             if point.static is not None:
@@ -188,12 +188,12 @@ class SweepResult:
             valid[i][j] += 1
             if z[i][j] is None or value < z[i][j]:
                 z[i][j], best[i][j] = value, point.knobs
-        spec_x, spec_y = self.grid.base.knobs.spec(x), self.grid.base.knobs.spec(y)
+        knob_x, knob_y = self.grid.base.knobs.field(x), self.grid.base.knobs.field(y)
         return Heatmap(
             x=x,
             y=y,
-            x_values=tuple(spec_x.format(v) for v in xs),
-            y_values=tuple(spec_y.format(v) for v in ys),
+            x_values=tuple(knob_x.format(v) for v in xs),
+            y_values=tuple(knob_y.format(v) for v in ys),
             z=tuple(map(tuple, z)),
             best=tuple(map(tuple, best)),
             valid=tuple(map(tuple, valid)),

@@ -159,14 +159,14 @@ def refine(
     nothing. It costs the sum of the knobs' value counts per round, not their product, so
     it can polish a grid's winner over knobs the grid left fixed. ``run_options`` go to
     :func:`run` (pass a shared ``pool`` to keep the workers between sweeps)."""
-    names = list(knob_names) if knob_names is not None else [spec.name for spec in base.knobs.specs()]
+    names = list(knob_names) if knob_names is not None else [knob.name for knob in base.knobs.fields()]
     if not names or rounds < 1:
         raise InvalidKnobs("Refining needs at least one knob and one round.")
     measured = run_options.get("measurer") is not None
     points: dict[KnobSet, Point] = dict(previous or {})
     winner = best_point(points.values(), measured)
     best = winner.knobs if winner is not None else base.knobs
-    axes = tuple((name, base.knobs.spec(name).values(base.workload)) for name in names)
+    axes = tuple((name, base.knobs.field(name).values(base.workload)) for name in names)
     start = time.perf_counter()
     for _ in range(rounds):
         round_start = best

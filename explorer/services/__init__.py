@@ -1,6 +1,6 @@
 """The processes a server's pages and measurements are computed in, and what they share.
 
-- ``settings.py``: :class:`LiveSettings`, the server's sizes, ages and process counts
+- ``settings.py``: :class:`ServerSettings`, the server's sizes, ages and process counts
   (``EXPLORER_*``).
 - ``single_flight.py``: :class:`SingleFlight`, a bounded LRU of results where a key being
   computed is computed once and every other caller for it waits for the same result.

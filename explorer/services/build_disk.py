@@ -18,7 +18,7 @@ import tvm  # already imported by ..build; its version names the builds kept on 
 from ..build import Build, Spec
 from ..errors import ExplorerError
 from ..targets import resolve_target
-from .settings import LiveSettings
+from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class BuildDisk:
     """The machine's folder of builds (``settings.build_dir``) as one server reads it: where a
     build's file is, and what a file holds."""
 
-    def __init__(self, settings: LiveSettings):
+    def __init__(self, settings: ServerSettings):
         self.settings = settings
         self._since = 0  # files written before this (time.time_ns()) are not read: forget()
 

@@ -14,7 +14,7 @@ from ..errors import ExplorerError
 from ..highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_html, views_texts
 from .build_disk import BuildDisk, keep
 from .pool import POOL_BUILDS, ProcessPool, source_only_process_init
-from .settings import LiveSettings
+from .settings import ServerSettings
 from .single_flight import SingleFlight
 
 
@@ -22,8 +22,8 @@ class BuildService(ProcessPool):
     """Builds for the whole server: once per (spec, target), in parallel processes; once per
     machine where the app processes share a folder of builds on disk (``build_dir``)."""
 
-    def __init__(self, settings: LiveSettings | None = None, *, here_until_ready: bool = False):
-        settings = settings or LiveSettings()
+    def __init__(self, settings: ServerSettings | None = None, *, here_until_ready: bool = False):
+        settings = settings or ServerSettings()
         super().__init__(settings, settings.build_workers, _build_pool_init)
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
         # A server's processes take seconds to start (each imports TVM, all at once on a busy

@@ -12,7 +12,7 @@ from ..build import Spec, build, keep_builds
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
 from .pool import POOL_BUILDS, ProcessPool
-from .settings import LiveSettings
+from .settings import ServerSettings
 
 COMPILE_NICENESS = 5  # the compile processes' priority under the pages' builds (os.nice)
 
@@ -23,7 +23,7 @@ class CompileService(ProcessPool):
     measuring worker loads, or None where no library can be exported here (no C compiler),
     and the worker then compiles the kernel itself."""
 
-    def __init__(self, settings: LiveSettings):
+    def __init__(self, settings: ServerSettings):
         super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment)
 
     def compile(self, spec: Spec, target: str) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..build import Spec, build
 from ..cuda_env import SOURCE_ONLY
 from ..errors import ExplorerError
-from .settings import LiveSettings
+from .settings import ServerSettings
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so pool processes can import explorer
 POOL_BUILDS = 8  # builds a build or compile process keeps (explorer.build's cache)
@@ -20,7 +20,7 @@ class ProcessPool:
     first use: runs a function in one of them, with one sentence for a process that ran past
     the time limit or crashed."""
 
-    def __init__(self, settings: LiveSettings, workers: int, initializer, environment=None):
+    def __init__(self, settings: ServerSettings, workers: int, initializer, environment=None):
         self.settings = settings
         self.workers = workers
         self._initializer = initializer

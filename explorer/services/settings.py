@@ -9,7 +9,7 @@ from ..errors import ExplorerError
 
 
 @dataclass(frozen=True)
-class LiveSettings:
+class ServerSettings:
     """Server-wide sizes and ages, from the environment (``EXPLORER_*``) with reasoned defaults."""
 
     # Half the cores build the pages' code (a build is 50-300 ms); the other half compile

@@ -34,7 +34,7 @@ def neighbours(spec: Spec) -> list[list[Move]]:
     ×2 or ÷2, a split's smallest prime factor moved between neighbouring levels. Values the
     knob dataclass refuses are left out."""
     out = []
-    for knob in spec.knobs.specs():
+    for knob in spec.knobs.fields():
         value = getattr(spec.knobs, knob.name)
         for direction in _directions(knob, value):
             moves = []
