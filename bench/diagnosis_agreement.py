@@ -228,7 +228,7 @@ def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str
     compared = [r for r in rows if "verdict" in r]
     faster = sum(r["verdict"] == "faster" for r in compared)
     lines = [
-        "## The top suggestion, tried on the GPU",
+        GPU_HEADING,
         "",
         f"`{command}` on {device}, {datetime.date.today().isoformat()}, {seconds:.0f} s: each shipped preset that "
         "is not a search's best beside the diagnosis's top suggestion, both checked against NumPy and timed "
@@ -248,6 +248,14 @@ def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str
                    "not measured (time budget)" if not r["measured"] else "no correct time")
         lines.append(f"| {r['preset']} | {us} | {r['suggestion'] or '—'} | {sus} | {verdict} |")
     return "\n".join(lines) + "\n"
+
+
+GPU_HEADING = "## The top suggestion, tried on the GPU"
+
+
+def kept_gpu_section(document: str) -> str:
+    """The GPU section of a document this script wrote (from its heading to the end), or ""."""
+    return document[document.index(GPU_HEADING):].rstrip("\n") + "\n" if GPU_HEADING in document else ""
 
 
 def main(argv=None) -> int:
@@ -281,6 +289,9 @@ def main(argv=None) -> int:
         rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress)
         section = gpu_text(rows, device, time.time() - begun, command)
         text += "\n" + section
+    elif args.write:  # the GPU's table of the last --try-on-gpu run stays, with its own date and command
+        section = kept_gpu_section(DOC.read_text() if DOC.exists() else "")
+        text += "\n" + section if section else ""
     agreeing, graded = A.agreement_share(grades)
     print(f"{agreeing} of {graded} graded steps agree; {time.time() - started:.0f} s")
     if args.write:
@@ -291,7 +302,7 @@ def main(argv=None) -> int:
         lessons_section = "\n".join(["## The diagnosis, graded against the lessons", "",
                                       "Static evidence only (`python bench/diagnosis_agreement.py --write`; each step "
                                       "in `docs/diagnosis.md`):", "", *agreement_summary(grades)])
-        write_section("diagnosis", lessons_section + ("\n\n" + section if args.try_on_gpu else ""), LESSONS_DOC)
+        write_section("diagnosis", lessons_section + ("\n\n" + section if section else ""), LESSONS_DOC)
         print(f"wrote {DOC.relative_to(ROOT)} and a section of {LESSONS_DOC.relative_to(ROOT)}")
     else:
         print(text)

@@ -436,3 +436,11 @@ def test_the_rule_table_names_every_rule():
              dx.work_per_thread_rule(facts(tree_steps=8, loads_per_thread=1.0)).rule,
              dx.pipeline_rule(facts(staged_steps=64)).rule, dx.kernels_rule(facts(kernels=2)).rule}
     assert len(dx.RULE_TABLE) == len(dx.RULES) and fired <= {name for name, _, _ in dx.RULE_TABLE}
+
+
+def test_a_cpu_write_keeps_the_gpu_table_of_the_last_gpu_run():
+    import diagnosis_agreement  # bench/diagnosis_agreement.py (pytest's pythonpath)
+
+    document = "# Diagnosis\n\ngrades\n\n## The top suggestion, tried on the GPU\n\n| a | 1.00 |\n"
+    assert diagnosis_agreement.kept_gpu_section(document) == "## The top suggestion, tried on the GPU\n\n| a | 1.00 |\n"
+    assert diagnosis_agreement.kept_gpu_section("# Diagnosis\n\ngrades\n") == ""
