@@ -444,3 +444,23 @@ def test_a_cpu_write_keeps_the_gpu_table_of_the_last_gpu_run():
     document = "# Diagnosis\n\ngrades\n\n## The top suggestion, tried on the GPU\n\n| a | 1.00 |\n"
     assert diagnosis_agreement.kept_gpu_section(document) == "## The top suggestion, tried on the GPU\n\n| a | 1.00 |\n"
     assert diagnosis_agreement.kept_gpu_section("# Diagnosis\n\ngrades\n") == ""
+
+
+def test_a_tree_whose_adding_threads_are_spread_over_the_warps():
+    """Harris's kernel 1 at 256 threads (8 warps): steps s = 1 … 128 keep 8, 8, 8, 8, 8, 4, 2, 1 warps busy for
+    128, 64, 32, 16, 8, 4, 2, 1 adding threads, which side by side fill 4, 2, 1, 1, 1, 1, 1, 1 warps: 35 extra
+    warp steps per block. Kernels 2 and 3 put the adding threads first: none. At kernel 2, whose bank conflicts
+    sequential and divergent addressing both remove, the suggestion is sequential (no divergence either)."""
+    from explorer.analysis.diagnosis import diagnose_spec, facts_of
+    from explorer.build import build
+
+    steps = {pid: facts_of(build(get_preset(pid).spec)).divergent_warp_steps
+             for pid in ("reduce-1-interleaved-divergent", "reduce-2-interleaved-strided", "reduce-3-sequential")}
+    assert steps == {"reduce-1-interleaved-divergent": 35, "reduce-2-interleaved-strided": 0, "reduce-3-sequential": 0}
+    first = diagnose_spec(get_preset("reduce-1-interleaved-divergent").spec, compile=False)
+    assert "divergence" in {found.rule for found in first.findings}
+    second = diagnose_spec(get_preset("reduce-2-interleaved-strided").spec, compile=False)
+    assert "divergence" not in {found.rule for found in second.findings}
+    moves = [s.describe() for s in second.suggestions()]
+    assert any("addressing interleaved_strided → sequential" in move for move in moves)
+    assert not any("interleaved_divergent" in move for move in moves)

@@ -23,6 +23,7 @@ from ..resources import analyze_resources, occupancy, sm_limits
 from ..roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
 from ..sass import analyze_sass
 from ..tiling import analyze_tiling
+from ..tree import analyze_tree
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ class Facts:
     input_reads: tuple[int, ...] = ()  # per kernel: bytes of the workload's inputs it reads (one pass each)
     loads_per_thread: float | None = None  # global elements each thread of the first kernel loads
     tree_steps: int = 0  # steps of the first kernel's tree over its threads' values (log2 threads), 0 if none
+    # Per block of a written tree (reduce_tree): the warps its steps keep busy beyond those the same adds would
+    # take with the active threads side by side (warps with some lanes adding and some idle, summed over steps).
+    divergent_warp_steps: int = 0
 
     @property
     def warps_per_block(self) -> int:
@@ -190,7 +194,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  "cp.async" in built.cuda, measured_us, dict(counters or {}), no_compute_roof, tiling.stage_outputs,
                  tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
-                 _tree_steps(built, globals_))
+                 _tree_steps(built, globals_), _divergent_warp_steps(built))
 
 
 def _staged_steps(built: Build) -> int:
@@ -254,6 +258,15 @@ def _input_reads(built: Build, globals_: tuple[GlobalFact, ...]) -> tuple[int, .
                                   if a.op == "load" and a.kernel == k.name and a.buffer == name))
         out.append(read)
     return tuple(out)
+
+
+def _divergent_warp_steps(built: Build) -> int:
+    """Σ over the tree's steps of the warps with an active lane, less the warps its active threads
+    would fill side by side (0 for a setting without a written tree)."""
+    report = analyze_tree(built.spec)
+    if report is None:
+        return 0
+    return sum(max(0, step.warps - step.idle_warps - -(-step.active_threads // WARP_SIZE)) for step in report.steps)
 
 
 def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:

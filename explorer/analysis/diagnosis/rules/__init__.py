@@ -10,6 +10,7 @@ from ..findings import Finding, Rule
 from . import (
     bank_conflicts,
     coalescing,
+    divergence,
     kernels,
     parallelism,
     pipeline,
@@ -23,8 +24,8 @@ from . import (
 
 # In this order: a finding's place among equal costs follows it.
 RULES: tuple[Rule, ...] = (
-    parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, coalescing.RULE, reuse.RULE, spills.RULE,
-    kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
+    parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
+    spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
