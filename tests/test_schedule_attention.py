@@ -12,6 +12,7 @@ import pytest
 import tvm
 from cuda_on_cpu import run_on_cpu
 from exported import load
+from test_workloads import run_on_cpu as run_definition_on_cpu  # the unscheduled PrimFunc on llvm
 
 from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
@@ -22,7 +23,7 @@ from explorer.presets import all_presets
 from explorer.schedules import get_template
 from explorer.schedules.attention_fused import AttentionFusedKnobs
 from explorer.schedules.attention_unfused import AttentionUnfusedKnobs
-from explorer.workloads import Attention, numpy_dtype
+from explorer.workloads import Attention
 
 TINY = Attention(batch=1, heads=1, seq=2, head_dim=64)
 
@@ -74,11 +75,8 @@ def test_the_gate_refuses_a_missing_key_tile():
 @pytest.mark.parametrize("causal", [False, True])
 def test_definition_runs_on_the_cpu_like_the_reference(causal):
     workload = Attention(batch=1, heads=2, seq=24, head_dim=64, causal=causal)
-    func = tvm.compile(tvm.IRModule({"main": workload.prim_func()}), target="llvm")
-    inputs = workload.random_inputs(seed=3)
-    out = tvm.runtime.tensor(np.zeros(workload.output_shape(), numpy_dtype(workload.output_dtype())))
-    func["main"](*(tvm.runtime.tensor(x) for x in inputs), out)
-    check = compare(out.numpy(), workload.reference(*inputs), workload.reduction_length(), workload.tolerance_floor)
+    got, expected = run_definition_on_cpu(workload)
+    check = compare(got, expected, workload.reduction_length(), workload.tolerance_floor)
     assert check.correct, check.describe()
 
 

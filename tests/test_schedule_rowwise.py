@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-import tvm
+from test_workloads import run_on_cpu  # the unscheduled PrimFunc on llvm
 
 from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
@@ -14,7 +14,7 @@ from explorer.errors import InvalidKnobs
 from explorer.measure.gate import compare
 from explorer.schedules import get_template
 from explorer.schedules.rowwise import RowWiseKnobs
-from explorer.workloads import LayerNorm, RMSNorm, Softmax, numpy_dtype
+from explorer.workloads import LayerNorm, RMSNorm, Softmax
 
 
 def test_softmax_reference_by_hand():
@@ -49,11 +49,8 @@ SMALL = [Softmax(rows=3, cols=40), Softmax(rows=2, cols=16, dtype="float16"), La
 def test_definition_runs_on_the_cpu_like_the_reference(workload):
     """The unscheduled PrimFunc, compiled for the CPU, agrees with the NumPy reference within
     the GPU's correctness gate."""
-    func = tvm.compile(tvm.IRModule({"main": workload.prim_func()}), target="llvm")
-    inputs = workload.random_inputs(seed=3)
-    out = tvm.runtime.tensor(np.zeros(workload.output_shape(), numpy_dtype(workload.output_dtype())))
-    func["main"](*(tvm.runtime.tensor(x) for x in inputs), out)
-    check = compare(out.numpy(), workload.reference(*inputs), workload.reduction_length(), workload.tolerance_floor)
+    got, expected = run_on_cpu(workload)
+    check = compare(got, expected, workload.reduction_length(), workload.tolerance_floor)
     assert check.correct, check.describe()
 
 
