@@ -208,3 +208,18 @@ def test_measure_now_waits_reports_its_place_and_raises_the_sentence():
         assert len(gpu.order) == 2
     finally:
         live.close()
+
+
+def test_a_closed_scheduler_starts_no_more_measurements():
+    """After close() (a server's Live closing) the device's line takes no further job, such as the full
+    re-measurement of a quick one, that would hold the GPU for whoever measures next."""
+    gpu = HeldGPU()
+    scheduler = Scheduler(gpu)
+    running = scheduler.request("x", spec_x(1), "auto")
+    wait_until(lambda: running.state == "running")
+    queued = scheduler.request("y", spec_x(2), "auto")
+    scheduler.close()
+    gpu.gate.release()  # the running one finishes
+    assert running.wait(10)
+    time.sleep(0.3)
+    assert gpu.order == [(1, "full")] and not queued.done  # the queued one never started

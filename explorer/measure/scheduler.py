@@ -110,6 +110,7 @@ class Scheduler:
         self.capacity = capacity
         self._ready = ready  # set once the device is warm; jobs wait for it
         self._changed = threading.Condition()
+        self._closed = False  # close(): the devices' lines start no more jobs
         self._lines: dict[str, _Line] = {}
         self._jobs: dict[tuple, Job] = {}  # compiling, waiting or running, by key
         self._results: OrderedDict[tuple, Job] = OrderedDict()  # done, by key
@@ -207,6 +208,9 @@ class Scheduler:
         return self._compiler is not None
 
     def close(self) -> None:
+        with self._changed:  # a closed scheduler's lines stop: no later job (a re-measurement) takes a GPU
+            self._closed = True
+            self._changed.notify_all()
         if self._compiler is not None:
             self._compiler.shutdown(wait=False, cancel_futures=True)
 
@@ -287,6 +291,8 @@ class Scheduler:
         while True:
             places = max(1, line.capacity())  # a network call through a tracker: never under the lock
             with self._changed:
+                if self._closed:
+                    return
                 line.places = places
                 job = self._next(line)
                 if job is None:
