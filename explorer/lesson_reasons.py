@@ -172,7 +172,8 @@ def _launch_notes(check: L.ComparisonCheck, this_step: int, this: MeasuredStep, 
             yield f"step {step} launches only {x.blocks} blocks for {sm_count} SMs"
     a, b = this.evidence, other.evidence
     if a is not None and b is not None:
-        if a.bank_conflict_degree != b.bank_conflict_degree:
+        degrees = (a.bank_conflict_degree, b.bank_conflict_degree)
+        if None not in degrees and degrees[0] != degrees[1]:  # None: the model could not read a kernel
             yield f"the bank model gives {a.bank_conflict_degree}-way against {b.bank_conflict_degree}-way conflicts"
         if abs(a.occupancy - b.occupancy) >= OCCUPANCY_GAP:
             yield f"occupancy is {a.occupancy:.0%} against {b.occupancy:.0%}"

@@ -60,6 +60,13 @@ def test_bank_conflicts_and_occupancy_that_differ():
         "against 50%.")
 
 
+def test_a_kernel_the_bank_model_cannot_read_gives_no_bank_reason():
+    # The written attention kernel has no bank figure (None): no "None-way" sentence, occupancy still compared.
+    this = step(CASE2, 30.0, degree=None, occupancy=1.0)
+    other = step(CASE1, 20.0, degree=2, occupancy=0.5)
+    assert why(30.0, 20.0, this, other) == "The order is reversed here (×0.67); occupancy is 100% against 50%."
+
+
 def test_at_most_three_reasons():
     this = step(CASE2, 30.0, roofline_pct=70.0, blocks=100, degree=1)
     other = step(CASE1, 20.0, roofline_pct=80.0, blocks=64, degree=2)
