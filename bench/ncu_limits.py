@@ -32,6 +32,8 @@ METRICS = (
     "dram__throughput.avg.pct_of_peak_sustained_elapsed", "lts__t_sector_hit_rate.pct",
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
     "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",  # mma.sync's pipe
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",  # extra shared-load wavefronts (ldmatrix too)
 )
 STALLS = "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
 STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
@@ -78,6 +80,9 @@ def row(label: str, side: str, cold: bool, c: KernelCounters) -> str:
     def pct(name: str) -> str:
         return "—" if m(name) is None else f"{m(name):.0f}%"
 
+    bank = m("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum")
+    conflicts = "—" if bank is None else f"{bank:,.0f}"
+
     return (f"| {label} | {side} | {'cold' if cold else 'warm'} | {m(DURATION) / 1e3:.1f} | "
             f"{c.kernel[:40]} | {c.grid} × {c.block} | {m('launch__registers_per_thread') or 0:.0f} | "
             f"{m('launch__waves_per_multiprocessor') or 0:.2f} | {pct('sm__maximum_warps_per_active_cycle_pct')} / "
@@ -85,12 +90,15 @@ def row(label: str, side: str, cold: bool, c: KernelCounters) -> str:
             f"{pct('sm__throughput.avg.pct_of_peak_sustained_elapsed')} | "
             f"{pct('dram__throughput.avg.pct_of_peak_sustained_elapsed')} | {pct('lts__t_sector_hit_rate.pct')} | "
             f"{pct('sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active')} | "
-            f"{pct('smsp__issue_active.avg.pct_of_peak_sustained_active')} | {top_stalls(c)} |")
+            f"{pct('smsp__issue_active.avg.pct_of_peak_sustained_active')} | "
+            f"{pct('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active')} | "
+            f"{conflicts} | {top_stalls(c)} |")
 
 
 HEADER = ("| preset | kernel of | L2 | µs | kernel | grid × block | regs | waves | occupancy theor. / achieved | "
-          "SM busy | DRAM | L2 hit | FMA pipe | issue slots | top stalls (cycles per issued instruction) |\n"
-          "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "SM busy | DRAM | L2 hit | FMA pipe | issue slots | tensor pipe (mma.sync) | shared-load bank conflicts | "
+          "top stalls (cycles per issued instruction) |\n"
+          "| --- | --- | --- | ---: | --- | --- " + "| ---: " * 10 + "| --- |")
 
 
 def table(presets: list[str]) -> str:

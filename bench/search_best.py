@@ -153,6 +153,9 @@ REDUCE_RFACTOR_GRID = ("threads=all", "elements_per_thread=all", "vector=all")
 REDUCE_RFACTOR_REFINE = ("threads", "elements_per_thread", "vector")
 ROWWISE_GRID = ("threads=all", "rows_per_block=all", "vector=all", "fusion=all")
 ROWWISE_REFINE = ("threads", "rows_per_block", "vector", "fusion")
+# Attention on tensor cores: every knob value (64 points, fewer after the refusals).
+ATTENTION_MMA_GRID = ("block_q=all", "warps=all", "block_kv=all", "stages=all", "pad=all")
+ATTENTION_MMA_REFINE = ("block_q", "warps", "block_kv", "stages", "pad")
 
 PLANS = _plans(
     ("dw-21", "depthwise_blog", "dw-21", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
@@ -180,6 +183,10 @@ PLANS = _plans(
     ("softmax-vocab-fp16", "softmax", "softmax-vocab-fp16", ROWWISE_GRID, 80, ROWWISE_REFINE),
     ("layer-norm-fp16", "layer_norm", "layer-norm-fp16", ROWWISE_GRID, 80, ROWWISE_REFINE),
     ("rms-norm-fp16", "rms_norm", "rms-norm-fp16", ROWWISE_GRID, 80, ROWWISE_REFINE),
+    ("attention-mma-d128", "attention_mma", "attention-4096-d128", ATTENTION_MMA_GRID, None, ATTENTION_MMA_REFINE),
+    ("attention-mma-d128-causal", "attention_mma", "attention-4096-d128-causal", ATTENTION_MMA_GRID, None,
+     ATTENTION_MMA_REFINE),
+    ("attention-mma-d64", "attention_mma", "attention-4096", ATTENTION_MMA_GRID, None, ATTENTION_MMA_REFINE),
 )
 
 

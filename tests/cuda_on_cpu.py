@@ -25,6 +25,7 @@ PRELUDE = r"""
 #include <barrier>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -53,14 +54,66 @@ static float emu_shfl_down(unsigned, float v, int delta, int width) {
   int src = (lane & (width - 1)) + delta < width ? lane + delta : lane;
   return emu_exchange(v, src);
 }
+// ldmatrix.x4 and mma.sync.m16n8k16 (f16 in, f32 accumulate), warp-wide: every lane publishes its
+// operands, a barrier, each computes its own registers from the others', a barrier (PTX ISA's
+// fragment layouts: lane = 4 * group + thread-in-group).
+static const void* emu_rows[1024];
+static float emu_a[1024][8], emu_b[1024][4];
+template <typename H> static void emu_ldmatrix_x4(const H* row, void* dst, bool trans) {
+  int t = emu_flat(), base = t & ~31, lane = t & 31;
+  emu_rows[t] = row;
+  emu_sync();
+  H got[8];
+  for (int i = 0; i < 4; ++i)
+    for (int e = 0; e < 2; ++e)
+      got[i * 2 + e] = trans ? ((const H*)emu_rows[base + i * 8 + lane % 4 * 2 + e])[lane / 4]
+                             : ((const H*)emu_rows[base + i * 8 + lane / 4])[lane % 4 * 2 + e];
+  emu_sync();
+  for (int j = 0; j < 8; ++j) ((H*)dst)[j] = got[j];
+}
+template <typename H> static void emu_mma_m16n8k16(const H* a, const H* b, float* c) {
+  int t = emu_flat(), base = t & ~31, lane = t & 31;
+  for (int j = 0; j < 8; ++j) emu_a[t][j] = static_cast<float>(a[j]);
+  for (int j = 0; j < 4; ++j) emu_b[t][j] = static_cast<float>(b[j]);
+  emu_sync();
+  float out[4];
+  for (int j = 0; j < 4; ++j) {
+    int row = lane / 4 + j / 2 * 8, col = lane % 4 * 2 + j % 2;
+    float sum = c[j];
+    for (int k = 0; k < 16; ++k)
+      sum += emu_a[base + row % 8 * 4 + k % 8 / 2][k / 8 * 4 + row / 8 * 2 + k % 2]
+           * emu_b[base + col * 4 + k % 8 / 2][k / 8 * 2 + k % 2];
+    out[j] = sum;
+  }
+  emu_sync();
+  for (int j = 0; j < 4; ++j) c[j] = out[j];
+}
 template <typename T> static T emu_max(T a, T b) { return a > b ? a : b; }
 template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
 """
 
 
+LDMATRIX = re.compile(r"tvm_builtin_ptx_ldmatrix_sync_aligned_m8n8_x4(_trans)?_shared_b16\((\(\(uint\*\)\w+\)\[\d+\]), "
+                      r".*?tvm_builtin_cuda_cvta_generic_to_shared\((.*?)\)\);(?=\s)")
+MMA = re.compile(r'__asm__ __volatile__\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32"\s*"[^"]*"\s*'
+                 r':\s*"=f"\(\(\(float \*\)\(([^)]*)\)\)\[0\]\).*?: "r"\(\(\(unsigned \*\)\(([^)]*)\)\)\[0\]\)'
+                 r'(?:, "r"\(\(\(unsigned \*\)\([^)]*\)\)\[[123]\]\)){3}'
+                 r', "r"\(\(\(unsigned \*\)\(([^)]*)\)\)\[0\]\).*?\);',
+                 re.S)
+
+CP_ASYNC = re.compile(r"tvm_builtin_ptx_cp_async_c[ag]_\w*_16\("
+                      r"tvm_builtin_cuda_cvta_generic_to_shared\((.*?)\), (.*?)\);(?=\s)")
+
+
 def _host_source(cuda: str) -> str:
-    body = cuda
-    for pattern, replacement in ((r'extern "C" __global__ void __launch_bounds__\(\d+\)', "void"),
+    body = LDMATRIX.sub(lambda m: f"emu_ldmatrix_x4({m.group(3)}, &{m.group(2)}, {'true' if m.group(1) else 'false'});",
+                        cuda)
+    body = CP_ASYNC.sub(r"memcpy(\1, \2, 16);", body)  # the copy done at once: the waits have nothing to wait for
+    body = re.sub(r"tvm_builtin_ptx_cp_async_(commit|wait)_group\w*\(\);", "", body)
+    body = MMA.sub(lambda m: f"emu_mma_m16n8k16(({m.group(2)}), ({m.group(3)}), ({m.group(1)}));", body)
+    dynamic_shared = r"extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];"
+    for pattern, replacement in ((dynamic_shared, r"static \1 \2[1 << 17];"),
+                                 (r'extern "C" __global__ void __launch_bounds__\(\d+\)', "void"),
                                  (r'extern "C" __global__ void', "void"),
                                  (r"__shared__ alignas\(\d+\)", "static"), (r"__shared__", "static"),
                                  (r"\bthreadIdx\b", "emu_threadIdx"), (r"\bblockIdx\b", "emu_blockIdx"),

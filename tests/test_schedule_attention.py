@@ -152,7 +152,7 @@ def test_bad_knobs_are_refused_in_one_sentence(spec, named):
     assert error.value.knobs == named
 
 
-LESSON = [p for p in all_presets().values() if p.spec.template.startswith("attention_")]
+LESSON = [p for p in all_presets().values() if p.lesson == "attention"]
 
 
 def test_the_lesson_has_both_templates_causal_and_not():

@@ -8,6 +8,7 @@ from ..errors import ExplorerError, InvalidWorkload
 from ..workloads import Workload
 from . import (
     attention_fused,
+    attention_mma,
     attention_unfused,
     conv1d,
     conv2d,
@@ -33,7 +34,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, d
                                                       matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,
                                                       reduce_tree.TEMPLATE, reduce_rfactor.TEMPLATE,
                                                       *rowwise.TEMPLATES, attention_unfused.TEMPLATE,
-                                                      attention_fused.TEMPLATE)}
+                                                      attention_fused.TEMPLATE, attention_mma.TEMPLATE)}
 
 
 def get_template(name: str) -> Template:

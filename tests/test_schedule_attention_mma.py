@@ -1,0 +1,176 @@
+"""The tensor-core attention kernel (attention_mma): its CUDA run on the CPU with ldmatrix and
+mma.sync emulated lane by lane (tests/cuda_on_cpu.py), a wrong fragment layout caught there, what
+each knob writes into the kernel, the sizes it reports, the knob values refused, and the kernel
+against NumPy on a GPU."""
+import re
+
+import pytest
+import tvm
+from cuda_on_cpu import run_on_cpu
+from exported import load
+
+from explorer.build import Spec, build
+from explorer.cuda_compile import nvcc_binary, nvcc_path
+from explorer.errors import InvalidKnobs
+from explorer.export import snippet
+from explorer.measure.gate import compare
+from explorer.presets import all_presets
+from explorer.schedules import get_template
+from explorer.schedules.attention_mma import AttentionMmaKnobs, Plan
+from explorer.workloads import Attention
+
+SMALL = Attention(batch=1, heads=2, seq=128, head_dim=64)
+# The ldmatrix calls in the CUDA source (TVM writes each PTX instruction as a helper function).
+PLAIN = "ldmatrix_sync_aligned_m8n8_x4_shared_b16(((uint*)"
+TRANS = "ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(((uint*)"
+
+
+def mma(workload=SMALL, **knobs) -> Spec:
+    return Spec("attention_mma", workload, AttentionMmaKnobs(**knobs))
+
+
+def check_on_cpu(spec: Spec, cuda: str | None = None):
+    built = build(spec, "h100")
+    if cuda is not None:
+        built = built.__class__(**{**built.__dict__, "cuda": cuda})
+    inputs = spec.workload.random_inputs(seed=5)
+    got = run_on_cpu(built, inputs, {})
+    return compare(got, spec.workload.reference(*inputs), spec.workload.reduction_length(),
+                   spec.workload.tolerance_floor)
+
+
+EMULATED = [mma(Attention(batch=1, heads=1, seq=256, head_dim=64, causal=True), block_q=128, warps=8, block_kv=32),
+            mma(Attention(batch=1, heads=1, seq=128, head_dim=128), block_q=64, warps=2, block_kv=16, stages=1,
+                pad=False)]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+@pytest.mark.parametrize("spec", EMULATED, ids=["causal-d64-8-warps-cp-async", "d128-2-warps-two-row-tiles"])
+def test_the_cuda_matches_numpy_run_on_the_cpu(spec):
+    check = check_on_cpu(spec)
+    assert check.correct, check.describe()
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
+    """The emulation can fail: V's fragments loaded by a plain ldmatrix (rows of V as the columns
+    of the B operand) give P·Vᵀ-like garbage, and the gate refuses it."""
+    spec = mma(Attention(batch=1, heads=1, seq=64, head_dim=64), block_q=64, warps=4, block_kv=32, stages=1)
+    cuda = build(spec, "h100").cuda
+    assert cuda.count(TRANS) == 2 * 4  # per tile: 2 key steps × 4 pairs of 8 columns
+    check = check_on_cpu(spec, cuda.replace(TRANS, PLAIN))
+    assert not check.correct
+
+
+def test_one_kernel_with_mma_and_no_score_in_global_memory():
+    built = build(mma(block_q=64, warps=4, block_kv=32), "h100")
+    (kernel,) = built.kernels
+    parameters = re.search(r"__global__ void[^{;]*\(([^)]*)\)", built.cuda).group(1)
+    assert set(re.findall(r"__restrict__ (\w+)_ptr", parameters)) == {"Q", "K", "V", "O"}
+    # 128 / 64 query tiles × 2 heads; 4 warps of 16 rows.
+    assert kernel.grid == (2, 2, 1) and kernel.threads_per_block == 128
+    # Per K/V tile: S = 16 rows × 32 keys × 64 = 4 key tiles × 4 d steps, P·V = 2 key steps × 8 column tiles.
+    assert built.cuda.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 4 * 4 + 2 * 8
+    # Q once (4 d steps), K per pair of key tiles and d step (2 × 4), V per key step and column pair (2 × 4).
+    assert built.cuda.count(PLAIN) == 4 + 8
+    assert built.cuda.count(TRANS) == 8
+    # Per tile the maximum of 2 rows in 2 shuffle steps; after the loop, the sums of the same 2 rows.
+    assert built.cuda.count("__shfl_xor_sync") == 2 * 2 + 2 * 2
+    # Q 64 rows + two stages of K and V, 32 rows each, rows of 64 + 8 halves.
+    assert kernel.shared_bytes == (64 + 2 * 2 * 32) * 72 * 2
+
+
+def test_stages_pick_cp_async_or_plain_copies():
+    two = build(mma(stages=2), "h100").cuda
+    one = build(mma(stages=1), "h100").cuda
+    assert "cp_async_cg" in two and "cp_async_wait_group" in two
+    assert "cp_async" not in one.split("main_kernel(", 1)[1]
+    assert one.count("*(uint4*)(tiles_ptr") == 3  # Q, K and V copied by 16-byte loads and stores
+
+
+def test_pad_sets_the_row_stride():
+    # A row of 64 halves is 128 bytes: without padding the 8 rows an ldmatrix reads start in the same bank.
+    assert Plan(SMALL, AttentionMmaKnobs(pad=False)).stride == 64
+    assert Plan(SMALL, AttentionMmaKnobs(pad=True)).stride == 72
+    plain = build(mma(pad=False, stages=1), "h100").cuda
+    assert "* 64)" in plain and "* 72)" not in plain
+
+
+def test_causal_stops_at_the_diagonal_and_masks():
+    causal = build(mma(Attention(batch=1, heads=2, seq=128, head_dim=64, causal=True), block_q=64, warps=4,
+                       block_kv=32), "h100").cuda
+    assert "kt < ((qt_ptr[0] * 2) + 2);" in causal  # (qt + 1) · 64 / 32 key tiles
+    assert "qt_ptr[0] = (1 - ((int)blockIdx.x));" in causal
+    # The mask: a comparison of key and query per score of the thread, 2 rows × 4 key tiles × 2 keys.
+    assert len(re.findall(r"if \(\(+kt \* 32\) \+ \(\(lane_ptr\[0\] & 3\) \* 2\)\)", causal)) == 2 * 4 * 2
+
+
+def test_register_budget_by_hand():
+    # d = 128, 32 rows per warp (2 row tiles), 64 keys: Q 2·8·4, S 2·8·4, P 2·4·4, O 2·16·4 registers.
+    plan = Plan(Attention(head_dim=128), AttentionMmaKnobs(block_q=128, warps=4, block_kv=64))
+    assert plan.registers_per_thread == 64 + 64 + 32 + 128
+    assert Plan(Attention(head_dim=128), AttentionMmaKnobs(block_q=128, warps=8, block_kv=64)).registers_per_thread \
+        == 144
+
+
+@pytest.mark.parametrize("spec, named", [
+    (mma(block_q=128, warps=2), ("block_q", "warps")),
+    (mma(block_q=64, warps=8), ("block_q", "warps")),
+    (mma(Attention(batch=1, heads=1, seq=96)), ("block_q",)),
+    (mma(Attention(batch=1, heads=1, seq=256, head_dim=128), block_q=128, block_kv=128, stages=2),
+     ("block_q", "block_kv")),
+], ids=["64-rows-per-warp", "8-rows-per-warp", "partial-tile", "too-much-shared"])
+def test_bad_knobs_are_refused_in_one_sentence(spec, named):
+    with pytest.raises(InvalidKnobs) as error:
+        get_template(spec.template).apply(spec.workload, spec.knobs)
+    message = str(error.value)
+    assert message.count(". ") == 0 and message.endswith("."), message
+    assert error.value.knobs == named
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA needs nvcc")
+def test_the_default_kernel_compiles_for_hopper_without_spills():
+    template = get_template("attention_mma")
+    spec = Spec("attention_mma", template.default_workload(), template.knobs())
+    binary = nvcc_binary(build(spec, "h100").cuda, "sm_90")
+    assert binary.registers and not any(binary.spill_bytes.values())
+
+
+def test_export_parses_back_to_the_same_module(tmp_path):
+    spec = mma(Attention(batch=1, heads=2, seq=128, causal=True))
+    path = tmp_path / "attention_mma.py"
+    path.write_text(snippet(spec))
+    module = load(path, "attention_mma_snippet")
+    tvm.ir.assert_structural_equal(module.Kernel, build(spec).schedule_mod)
+
+
+LESSON = [p for p in all_presets().values() if p.lesson == "attention-tensor-cores"]
+
+
+def test_the_lesson_goes_from_cuda_cores_to_mma_causal_and_not():
+    assert [p.spec.template for p in LESSON] == ["attention_fused"] + ["attention_mma"] * 5
+    assert {p.spec.workload.causal for p in LESSON} == {False, True}
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA needs nvcc")
+@pytest.mark.parametrize("preset", LESSON[1:], ids=lambda p: p.id)
+def test_the_lessons_registers(preset):
+    """One 16-row tile per warp fits in registers; two (attention-mma-tall) use all 255 a thread may have."""
+    binary = nvcc_binary(build(preset.spec, "h100").cuda, "sm_90")
+    (registers,) = binary.registers.values()
+    tall = preset.spec.knobs.block_q // preset.spec.knobs.warps == 32
+    assert registers == 255 if tall else (registers < 255 and not any(binary.spill_bytes.values()))
+
+
+GPU_CASES = [mma(), mma(Attention(batch=1, heads=2, seq=256, causal=True), block_q=128, warps=8, block_kv=64),
+             mma(Attention(batch=2, heads=1, seq=128, head_dim=128, causal=True), block_q=64, warps=2, block_kv=16,
+                 stages=1, pad=False),
+             mma(Attention(batch=1, heads=2, seq=256, head_dim=128), block_q=128, warps=4, block_kv=32)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", GPU_CASES, ids=lambda s: f"{s.workload.label()}-{s.knobs.to_strings()}")
+def test_matches_numpy_on_the_gpu(spec, run_on_gpu):
+    got, expected = run_on_gpu(build(spec))
+    check = compare(got, expected, spec.workload.reduction_length(), spec.workload.tolerance_floor)
+    assert check.correct, check.describe()
