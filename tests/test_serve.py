@@ -26,11 +26,21 @@ def test_the_local_url_of_a_server_on_every_interface_is_loopback():
     assert serve.local_url(9000, "10.1.2.3") == "http://10.1.2.3:9000"
 
 
-def test_the_launcher_keeps_pytorch_out_of_the_app_process():
+@pytest.fixture(scope="module")
+def app_process():
+    """What the app's process holds once its launcher (``app.launch``, which imports ``app.server``) and
+    TVM are imported, in a fresh interpreter: its lines (PyTorch's entry, whether pandas is whole) and
+    its errors. One interpreter for both tests below: each start imports TVM and Streamlit again."""
+    check = ("import sys, app.launch, tvm; print(sys.modules['torch']); "
+             "print(hasattr(sys.modules['pandas'], 'Series'))")
+    probe = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return probe.stdout.splitlines(), probe.stderr
+
+
+def test_the_launcher_keeps_pytorch_out_of_the_app_process(app_process):
     # TVM's FFI would import PyTorch; the app's process never runs a kernel.
-    probe = subprocess.run([sys.executable, "-c", "import sys, app.launch, tvm; print(sys.modules['torch'])"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert probe.stdout.strip() == "None", probe.stderr
+    lines, errors = app_process
+    assert lines[:1] == ["None"], errors
 
 
 def test_the_early_warm_up_leaves_a_machine_without_a_gpu_to_the_server_to_report():
@@ -52,9 +62,8 @@ def test_a_server_setting_it_cannot_take_is_refused_before_the_server_starts(mon
     assert capsys.readouterr().err == "error: EXPLORER_DIAGNOSE must be 1 (on) or 0 (off), not 'yes'.\n"
 
 
-def test_pandas_is_imported_whole_before_any_page_runs():
+def test_pandas_is_imported_whole_before_any_page_runs(app_process):
     # Sessions' first pages run in threads at once: one that found pandas half-imported by another
     # (Plotly looks it up in sys.modules) failed with "partially initialized module 'pandas'".
-    check = "import sys, app.server; print(hasattr(sys.modules['pandas'], 'Series'))"
-    probe = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert probe.stdout.strip() == "True", probe.stderr
+    lines, errors = app_process
+    assert lines[1:] == ["True"], errors
