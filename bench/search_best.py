@@ -156,6 +156,9 @@ ROWWISE_REFINE = ("threads", "rows_per_block", "vector", "fusion")
 # Attention on tensor cores: every knob value (64 points, fewer after the refusals).
 ATTENTION_MMA_GRID = ("block_q=all", "warps=all", "block_kv=all", "stages=all", "pad=all")
 ATTENTION_MMA_REFINE = ("block_q", "warps", "block_kv", "stages", "pad")
+# Attention on CUDA cores, K and V in shared memory (the fastest of part 1's steps).
+ATTENTION_FUSED_GRID = ("block_q=all", "block_kv=all", "rows_per_thread=all", "threads_per_row=all", "kv_shared=true")
+ATTENTION_FUSED_REFINE = ("block_q", "block_kv", "rows_per_thread", "threads_per_row")
 
 PLANS = _plans(
     ("dw-21", "depthwise_blog", "dw-21", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),
@@ -187,6 +190,7 @@ PLANS = _plans(
     ("attention-mma-d128-causal", "attention_mma", "attention-4096-d128-causal", ATTENTION_MMA_GRID, None,
      ATTENTION_MMA_REFINE),
     ("attention-mma-d64", "attention_mma", "attention-4096", ATTENTION_MMA_GRID, None, ATTENTION_MMA_REFINE),
+    ("attention-fused-4096", "attention_fused", "attention-4096", ATTENTION_FUSED_GRID, 120, ATTENTION_FUSED_REFINE),
 )
 
 

@@ -9,6 +9,7 @@ import tvm
 from cuda_on_cpu import run_on_cpu
 from exported import load
 
+from explorer.analysis.banks import analyze_banks
 from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
@@ -99,10 +100,22 @@ def test_pad_sets_the_row_stride():
 def test_causal_stops_at_the_diagonal_and_masks():
     causal = build(mma(Attention(batch=1, heads=2, seq=128, head_dim=64, causal=True), block_q=64, warps=4,
                        block_kv=32), "h100").cuda
-    assert "kt < ((qt_ptr[0] * 2) + 2);" in causal  # (qt + 1) · 64 / 32 key tiles
-    assert "qt_ptr[0] = (1 - ((int)blockIdx.x));" in causal
+    # Query tile qt = 1 − blockIdx.x (the longest rows first) walks (qt + 1) · 64 / 32 key tiles.
+    assert "kt < (4 - (((int)blockIdx.x) * 2));" in causal
     # The mask: a comparison of key and query per score of the thread, 2 rows × 4 key tiles × 2 keys.
-    assert len(re.findall(r"if \(\(+kt \* 32\) \+ \(\(lane_ptr\[0\] & 3\) \* 2\)\)", causal)) == 2 * 4 * 2
+    assert len(re.findall(r"if \(\(\(kt \* 32\) \+ \(\(\(\(int\)threadIdx.x\) & 3\) \* 2\)\)", causal)) == 2 * 4 * 2
+
+
+@pytest.mark.parametrize("pad, per_request", [(False, 4 * 8), (True, 4)])
+def test_the_bank_model_reads_ldmatrix(pad, per_request):
+    """An ldmatrix.x4 is 4 phases of 8 lanes, each lane one 16-byte row. Rows of 64 halves (128 bytes,
+    32 words) start in the same bank: 8 rows → 8 wavefronts a phase, 32 a request. Rows of 72 halves
+    (36 words) start 4 banks apart: the 8 rows of a phase cover the 32 banks once, 4 a request."""
+    (kernel,) = analyze_banks(build(mma(block_q=64, warps=4, block_kv=32, stages=1, pad=pad), "h100")).kernels
+    ldmatrix = [a for a in kernel.accesses if a.op == "load" and a.access_bytes == 16]
+    assert len(ldmatrix) == 4 + 8 + 8  # Q, K and V fragments, as counted in the CUDA above
+    assert {a.wavefronts_per_request for a in ldmatrix} == {per_request}
+    assert {a.max_degree for a in ldmatrix} == {8 if not pad else 1}
 
 
 def test_register_budget_by_hand():

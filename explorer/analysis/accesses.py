@@ -22,6 +22,20 @@ from .texpr import expr_children, op_name
 SHARED_SCOPES = ("shared", "shared.dyn")
 BufferLoad = tvm.ir.expr.TensorLoad  # tirx.BufferLoad is a constructor function in TVM 0.27; .source is the buffer
 AXES = "xyz"
+# Calls that access shared memory at an address they are given: op name → (access, argument position of
+# the address). ldmatrix.x4: each lane gives the address of one 16-byte row; cp.async (16-byte copies)
+# writes its destination.
+SHARED_ADDRESS_CALLS = {"tirx.ptx.ldmatrix": ("load", 4), "tirx.ptx.cp_async_cg": ("store", 0),
+                        "tirx.ptx.cp_async_ca": ("store", 0)}
+LANE_BYTES = 16
+
+
+def _addressed(address):
+    """The element an address expression points at (``cvta(address_of(buf[i]))``), or None."""
+    while isinstance(address, tvm.ir.Call) and str(address.op.name) in ("tirx.cuda.cvta_generic_to_shared",
+                                                                       "tirx.address_of"):
+        address = address.args[0]
+    return address if isinstance(address, BufferLoad) else None
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,26 @@ class _Collector:
             if e.source.scope() in self.scopes:
                 self.record("load", e.source, e.indices, loops, guards)
             return
+        if isinstance(e, tvm.ir.Call) and str(e.op.name) in SHARED_ADDRESS_CALLS:
+            # ldmatrix reads, and cp.async writes, 16 bytes a lane at the address the lane gives: to
+            # the bank model a 16-byte vector access (8 lanes a phase: for ldmatrix, one 8 × 8 matrix).
+            op, position = SHARED_ADDRESS_CALLS[str(e.op.name)]
+            target = _addressed(e.args[position])
+            for i, arg in enumerate(e.args):
+                if i != position:
+                    self.expr(arg, loops, guards)
+            if target is None or target.source.scope() not in self.scopes:
+                self.expr(e.args[position], loops, guards)
+                return
+            for index in target.indices:
+                self.expr(index, loops, guards)
+            element_bytes = max(1, tvm.DataType(str(target.source.dtype)).bits // 8)
+            self.record(op, target.source, target.indices, loops, guards, lanes=LANE_BYTES // element_bytes)
+            return
+        if isinstance(e, tvm.ir.Call) and op_name(e) == "address_of":  # an address, not an access
+            for index in e.args[0].indices if isinstance(e.args[0], BufferLoad) else ():
+                self.expr(index, loops, guards)
+            return
         if isinstance(e, tvm.ir.Call) and op_name(e) == "if_then_else":
             cond, then, other = e.args
             self.expr(cond, loops, guards)
@@ -205,8 +239,9 @@ class _Collector:
         for child in expr_children(e):
             self.expr(child, loops, guards)
 
-    def record(self, op: str, buffer, indices, loops: tuple, guards: tuple) -> None:
-        index, lanes = _flat_index(buffer, indices)
+    def record(self, op: str, buffer, indices, loops: tuple, guards: tuple, lanes: int | None = None) -> None:
+        index, vector_lanes = _flat_index(buffer, indices)
+        lanes = lanes or vector_lanes
         if index is None:
             self.unsupported.append(f"a strided vector {op} of {buffer.name}")
             return

@@ -198,11 +198,12 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
             q_words = q_f.view("uint32")  # ldmatrix writes 32-bit registers: two halves each
             k_words = k_f.view("uint32")
             v_words = v_f.view("uint32")
-            b = by // H
-            h = by % H
-            qt = (Q_TILES - 1 - bx) if CAUSAL else bx
-            warp = tx // WARP_SIZE
-            lane = tx % WARP_SIZE
+            # Expressions, not variables, so that the analyses see the thread index in every address.
+            b = T.meta_var(by // H)
+            h = T.meta_var(by % H)
+            qt = T.meta_var((Q_TILES - 1 - bx) if CAUSAL else bx)
+            warp = T.meta_var(tx // WARP_SIZE)
+            lane = T.meta_var(tx % WARP_SIZE)
             copy_tile(tiles, 0, Q, b, h, qt * BQ, BQ, Q_COPIES, tx)
             T.tvm_storage_sync("shared")
             for mt in T.unroll(MT):
