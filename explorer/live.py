@@ -219,7 +219,7 @@ class Live:
             # Not once students wait for the GPU, though: until the compile processes are up, the
             # worker compiles each measurement itself, one at a time (a class of 200 connecting at
             # once had 136 waiting while the compile processes waited for this background job).
-            self._wait_first(first_job)
+            self.warm.step(f"compile processes starting: {self._wait_first(first_job)}")
         if self.warm.gpu and self.scheduler.compiles:
             self.compiles.start(build_ahead or measure_ahead, target)
             self.warm.step("compile processes")
@@ -227,12 +227,16 @@ class Live:
         if first is not None and self.warm.gpu:
             self._measure_ceilings(target)
 
-    def _wait_first(self, first_job, poll_s: float = 0.1) -> None:
-        """Until ``first_job`` is measured, a student's measurement waits, or FIRST_MEASUREMENT_WAIT_S."""
+    def _wait_first(self, first_job, poll_s: float = 0.1) -> str:
+        """Until ``first_job`` is measured, a student's measurement waits, or FIRST_MEASUREMENT_WAIT_S;
+        which of them ended the wait (for the server's log)."""
         deadline = time.monotonic() + FIRST_MEASUREMENT_WAIT_S
-        while not first_job.wait(poll_s) and time.monotonic() < deadline:
+        while not first_job.wait(poll_s):
             if self.scheduler.stats()["waiting"]:
-                return
+                return "a student's measurement waits"
+            if time.monotonic() >= deadline:
+                return f"the first page not measured after {FIRST_MEASUREMENT_WAIT_S:g} s"
+        return "the first page measured"
 
     def _warm_up_other(self, index: int, first: Spec | None, target: str) -> None:
         try:

@@ -383,6 +383,28 @@ def test_an_input_read_by_each_of_three_kernels():
     assert dx.reread_rule(facts(kernels=2, input_bytes=mb64, input_reads=(mb64, 0))) is None
 
 
+def test_causal_attention_computing_its_masked_scores():
+    # 68.7 GFLOP kept by the mask, as many computed for the masked half: half of 8,000 µs measured goes to them.
+    gflop = 68_719_476_736
+    found = dx.masked_work_rule(facts(masked_flops=gflop, workload_flops=gflop, measured_us=8000.0))
+    assert found.rule == "masked-work" and found.cost_us == pytest.approx(4000.0)
+    assert "also compute 68.7 GFLOP for the scores above the diagonal" in found.evidence[0]
+    # Without a measurement the roofline's least time (10 µs here) is the base.
+    assert dx.masked_work_rule(facts(masked_flops=gflop, workload_flops=gflop)).cost_us == pytest.approx(5.0)
+    assert dx.masked_work_rule(facts(workload_flops=gflop)) is None
+
+
+def test_masked_work_is_the_three_kernels_causal_only():
+    from explorer.build import build
+
+    def masked(preset):
+        return dx.facts_of(build(get_preset(preset).spec)).masked_flops
+
+    # 4 × 32 heads × 2048² scores × 64 × 4 FLOPs, halved by the mask: the half computed for nothing.
+    assert masked("attention-unfused-causal") == 4 * 32 * 2048 * 2048 * 64 * 2
+    assert masked("attention-unfused") == 0 and masked("attention-fused-causal") == 0
+
+
 def test_a_tree_after_one_load_per_thread():
     # 16,384 blocks of 256 threads, 8 per SM on 100 SMs: 21 waves, each paying 8 steps of 60 cycles.
     f = facts(blocks=16_384, tree_steps=8, loads_per_thread=1.0)

@@ -435,19 +435,21 @@ def test_the_compile_processes_wait_for_the_first_page_only_while_no_student_wai
     waiting = {"waiting": 0}
     server = SimpleNamespace(scheduler=SimpleNamespace(stats=lambda: dict(waiting)))
 
-    def returns(limit_s: float) -> bool:
+    def returns(limit_s: float) -> str | None:
+        """Why the wait ended (None: still waiting after 10 s)."""
         monkeypatch.setattr(live_module, "FIRST_MEASUREMENT_WAIT_S", limit_s)
-        thread = threading.Thread(target=Live._wait_first, args=(server, first), kwargs={"poll_s": 0.01})
+        reason = []
+        thread = threading.Thread(target=lambda: reason.append(Live._wait_first(server, first, poll_s=0.01)))
         thread.start()
         thread.join(10)
-        return not thread.is_alive()
+        return reason[0] if reason else None
 
-    assert returns(0.2)  # nobody waits, nothing measured: the limit
+    assert returns(0.2) == "the first page not measured after 0.2 s"  # nobody waits, nothing measured
     waiting["waiting"] = 1
-    assert returns(3600)  # a student's measurement waits
+    assert returns(3600) == "a student's measurement waits"
     waiting["waiting"] = 0
     first.set()
-    assert returns(3600)  # the first page is measured
+    assert returns(3600) == "the first page measured"
     first.clear()
     thread = threading.Thread(target=Live._wait_first, args=(server, first), kwargs={"poll_s": 0.01})
     thread.start()

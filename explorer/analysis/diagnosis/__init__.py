@@ -36,6 +36,7 @@ from .rules import RULE_TABLE, RULES, estimated_total, findings_of
 from .rules.bank_conflicts import bank_conflict_rule
 from .rules.coalescing import coalescing_rule
 from .rules.kernels import kernels_rule
+from .rules.masked_work import masked_work_rule
 from .rules.parallelism import grid_rule, occupancy_rule
 from .rules.pipeline import pipeline_rule
 from .rules.re_reads import reread_rule
@@ -51,7 +52,8 @@ __all__ = [
     "STALL_METRIC", "STATIC_NOTE", "STEPS_TRIED", "SUGGESTION_RULE", "TOP", "Device", "Diagnosis", "Facts", "Finding",
     "GlobalFact", "Move", "Rule", "SharedFact", "Suggestion", "analysed_neighbours", "bank_conflict_rule",
     "coalescing_rule", "counters_of", "device_for", "diagnose", "diagnose_spec", "diagnosis_json", "estimated_total",
-    "facts_of", "findings_of", "format_diagnosis", "grid_rule", "kernels_rule", "ncu_metrics", "neighbours",
+    "facts_of", "findings_of", "format_diagnosis", "grid_rule", "kernels_rule", "masked_work_rule", "ncu_metrics",
+    "neighbours",
     "occupancy_rule", "pipeline_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule",
     "stall_evidence", "suggest", "vector_rule", "work_per_thread_rule",
 ]

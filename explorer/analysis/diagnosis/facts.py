@@ -106,6 +106,10 @@ class Facts:
     # Per block of a written tree (reduce_tree): the warps its steps keep busy beyond those the same adds would
     # take with the active threads side by side (warps with some lanes adding and some idle, summed over steps).
     divergent_warp_steps: int = 0
+    # Causal attention whose kernels store the whole score matrix (S): the FLOPs of the masked scores they compute
+    # anyway (both products), and the workload's own FLOPs (the unmasked half).
+    masked_flops: float = 0.0
+    workload_flops: float = 0.0
 
     @property
     def warps_per_block(self) -> int:
@@ -194,7 +198,18 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  "cp.async" in built.cuda, measured_us, dict(counters or {}), no_compute_roof, tiling.stage_outputs,
                  tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
-                 _tree_steps(built, globals_), _divergent_warp_steps(built))
+                 _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
+                 workload.flops)
+
+
+def _masked_flops(built: Build, globals_) -> float:
+    """FLOPs spent on masked scores: causal attention whose kernels store the score matrix S (the
+    workload's stage of that name) compute every score and multiply every probability by V, twice
+    the unmasked half the workload counts."""
+    workload = built.spec.workload
+    if not getattr(workload, "causal", False) or not any(g.op == "store" and g.buffer == "S" for g in globals_):
+        return 0.0
+    return float(workload.flops)
 
 
 def _staged_steps(built: Build) -> int:

@@ -12,6 +12,7 @@ from . import (
     coalescing,
     divergence,
     kernels,
+    masked_work,
     parallelism,
     pipeline,
     re_reads,
@@ -26,6 +27,7 @@ from . import (
 RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
+    masked_work.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
