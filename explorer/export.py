@@ -24,6 +24,7 @@ from tvm.s_tir import Schedule
 
 from .build import Spec, arch_target, lowering_config
 from .errors import ExplorerError
+from .measure.gate import relative_tolerance
 from .schedules import tensor_intrinsics
 from .targets import resolve_target
 from .workloads import Workload
@@ -46,6 +47,26 @@ from tvm.s_tir import dlight as dl
 # The end of every script: NumPy's name for an input type, and the entry point.
 _TAIL = '''
 
+def reference(target):
+    """The workload under TVM's default GPU schedule (dlight's fallback: one thread per
+    output, no tiling): a kernel scheduled independently of the one above, to check it."""
+    with target:
+        module = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(Workload)
+    return tvm.compile(module, target=tvm.target.Target(target, host="llvm")).jit()
+
+
+def check(output, expected):
+    """The explorer's check: each element within TOLERANCE × the reference's largest magnitude
+    (at least TOLERANCE_FLOOR) of the reference; float32 sums drift with the terms summed per
+    output, and TOLERANCE counts them (and what rounding to a 16-bit type is worth)."""
+    expected = expected.numpy().astype("float64")
+    error = np.abs(output.numpy().astype("float64") - expected)
+    bound = TOLERANCE * max(TOLERANCE_FLOOR, float(np.abs(expected).max()))
+    if not np.all(error <= bound):  # NaN fails too
+        raise AssertionError(f"wrong: {np.count_nonzero(~(error <= bound))} outputs off by more than {bound:.3g} "
+                             f"(largest error {np.nanmax(error):.3g})")
+
+
 def numpy_dtype(name):
     if name == "bfloat16":  # NumPy has no bfloat16; ml_dtypes (installed with TVM) has
         import ml_dtypes
@@ -63,12 +84,14 @@ _KERNEL_HEADER = '''\
 """A TVM kernel exported by the TVM schedule explorer (python -m explorer export).
 
 Needs only apache-tvm==0.27.0.post1 and NumPy. Run it: it prints the kernel (TVM's TIRx
-dialect) and the generated CUDA source; on a Hopper GPU (sm_90a) it also checks the kernel
-against NumPy in float64 and times it.
+dialect) and the generated CUDA source; with an NVIDIA GPU (a Hopper, sm_90a, for a kernel that
+uses wgmma and TMA) it also checks the kernel against the same workload under TVM's default GPU
+schedule and times it.
 """
 import numpy as np
 import tvm
 from tvm.s_tir import Schedule
+from tvm.s_tir import dlight as dl
 
 '''
 
@@ -95,21 +118,10 @@ def main():
     kernel = executable.jit()
     kernel["main"](*inputs, output)
     reference(target)["main"](*inputs, expected)
-    # float32 sums drift with the number of terms summed per output (REDUCTION_LENGTH also
-    # counts what rounding to a 16-bit type is worth).
-    np.testing.assert_allclose(output.numpy().astype("float64"), expected.numpy().astype("float64"), rtol=1e-4,
-                               atol=1e-5 * REDUCTION_LENGTH)
+    check(output, expected)
     seconds = kernel.time_evaluator("main", device, number=100, repeat=5, min_repeat_ms=0)(*inputs, output).median
     print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
           f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
-
-
-def reference(target):
-    """The workload under TVM's default GPU schedule (dlight's fallback: one thread per
-    output, no tiling): a kernel scheduled independently of the one above, to check it."""
-    with target:
-        module = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(Workload)
-    return tvm.compile(module, target=tvm.target.Target(target, host="llvm")).jit()
 
 '''
 
@@ -141,7 +153,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
         f"OUTPUT_DTYPE = {workload.output_dtype()!r}",
         f"FLOPS = {workload.flops!r}",
-        f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
+        *_tolerance_constants(workload),
     ])
     steps = textwrap.indent("\n".join(sch.trace.as_python()), "    ")
     code = (
@@ -222,24 +234,24 @@ def main():
     print(f"# {TITLE}")
     print(Kernel.script())
     device = tvm.cuda(0)
-    target = tvm.target.Target(TARGET)  # wgmma and TMA need sm_90a, the H100's own instruction set
+    # wgmma and TMA need sm_90a, the H100's own instruction set: such a kernel is built for TARGET,
+    # any other for the GPU that is here.
+    here = device.exist and not NEEDS_ARCH
+    target = tvm.target.Target.from_device(device) if here else tvm.target.Target(TARGET)
     with target:  # the architecture for NVRTC where CUDA is installed but no GPU is visible
         executable = tvm.compile(Kernel, target=tvm.target.Target(target, host="llvm"), tir_pipeline="tirx")
     print(executable.mod.imports[0].inspect_source("cuda"))
     if not device.exist:
-        print("No CUDA GPU here: run this file on a Hopper GPU (sm_90a) to check and time the kernel.")
+        print("No CUDA GPU here: run this file on a machine with an NVIDIA GPU to check and time the kernel.")
         return
     rng = np.random.default_rng(0)
-    arrays = [rng.uniform(-1.0, 1.0, size=shape).astype("float32").astype(numpy_dtype(dtype))
-              for shape, dtype in INPUTS]
-    inputs = [tvm.runtime.tensor(array, device) for array in arrays]
-    output = tvm.runtime.empty(OUTPUT_SHAPE, OUTPUT_DTYPE, device)
+    inputs = [tvm.runtime.tensor(rng.uniform(-1.0, 1.0, size=shape).astype("float32").astype(numpy_dtype(dtype)),
+                                 device) for shape, dtype in INPUTS]
+    output, expected = (tvm.runtime.empty(OUTPUT_SHAPE, OUTPUT_DTYPE, device) for _ in range(2))
     kernel = executable.jit()
     kernel["main"](*inputs, output)
-    expected = arrays[0].astype("float64") @ arrays[1].astype("float64")
-    # float32 sums drift with the number of terms summed per output (REDUCTION_LENGTH also
-    # counts what rounding C to a 16-bit type is worth).
-    np.testing.assert_allclose(output.numpy().astype("float64"), expected, rtol=1e-4, atol=1e-5 * REDUCTION_LENGTH)
+    reference(tvm.target.Target.from_device(device))["main"](*inputs, expected)
+    check(output, expected)
     seconds = kernel.time_evaluator("main", device, number=100, repeat=5, min_repeat_ms=0)(*inputs, output).median
     print(f"{LABEL} on {device.device_name}: correct, median {seconds * 1e6:.2f} us, "
           f"{FLOPS / seconds / 1e9:.1f} GFLOP/s")
@@ -251,7 +263,7 @@ def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Targe
                    title: str = "") -> str:
     """The standalone script of a template written in TIRx: the kernel module as TVM prints it
     (it parses back to the same module), compiled with TVM's TIRx pipeline and checked against
-    NumPy in float64."""
+    the workload under TVM's default GPU schedule."""
     target = arch_target(spec.template_def, target if isinstance(target, tvm.target.Target) else resolve_target(target))
     workload = spec.workload
     imports, code = module_script(mod, "Kernel")
@@ -260,16 +272,23 @@ def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Targe
         f"LABEL = {workload.label()!r}",
         f"# Made with template '{spec.template}' and knobs {spec.knobs.to_dict()!r}.",
         f"TARGET = {str(target)!r}",
+        f"NEEDS_ARCH = {bool(spec.template_def.archs)!r}  # the kernel uses instructions of TARGET's architecture only",
         f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
         f"OUTPUT_DTYPE = {workload.output_dtype()!r}",
         f"FLOPS = {workload.flops!r}",
-        f"REDUCTION_LENGTH = {workload.reduction_length()!r}",
+        *_tolerance_constants(workload),
     ])
     code = (_KERNEL_HEADER + constants + "\n\n" + imports + "\n\n\n# The kernel in TVM's TIRx dialect.\n" + code
-            + _KERNEL_MAIN + _TAIL)
+            + "\n\n\n" + workload_script(workload) + _KERNEL_MAIN + _TAIL)
     ast.parse(code)
     return code
+
+
+def _tolerance_constants(workload: Workload) -> list[str]:
+    """The explorer's check (explorer.measure.gate), as constants of a script."""
+    return [f"TOLERANCE = {relative_tolerance(workload.reduction_length())!r}  # × the output's largest magnitude",
+            f"TOLERANCE_FLOOR = {float(workload.tolerance_floor)!r}"]
 
 
 def _variant_of(sch: Schedule, workload: Workload) -> str:

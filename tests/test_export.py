@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tvm
 import tvm_ffi
@@ -18,6 +19,7 @@ from exported import load
 from explorer.build import Spec, build
 from explorer.cli import main
 from explorer.export import file_name, snippet, workload_script
+from explorer.measure import gate
 from explorer.presets import all_presets, get_preset
 from explorer.schedules import TEMPLATES, workload_classes
 from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
@@ -135,6 +137,31 @@ def test_script_runs_standalone(tmp_path):
         assert "correct, median" in proc.stdout
     else:
         assert "No CUDA GPU here" in proc.stdout
+
+
+@pytest.mark.parametrize("preset", ["rowwise-softmax-vector", "attention-mma-causal", "matmul-naive-1024"])
+def test_the_scripts_check_is_the_explorers(preset, tmp_path):
+    """The script checks its kernel as the explorer's gate does: within SAFETY × ε32 × the terms
+    per output × the output's scale (at least the workload's floor). Softmax and attention outputs
+    are far below 1 and have no floor of 1: all zeros fails there, as it does in the app."""
+    spec = get_preset(preset).spec
+    path = tmp_path / "check.py"
+    path.write_text(snippet(spec))
+    module = load(path, "check_script")
+    workload = spec.workload
+    rng = np.random.default_rng(0)
+    reference = rng.uniform(0.0, 1e-3, size=workload.output_shape()).astype("float32")
+    assert module.TOLERANCE == pytest.approx(gate.relative_tolerance(workload.reduction_length()))
+    assert module.TOLERANCE_FLOOR == workload.tolerance_floor
+    module.check(tvm.runtime.tensor(reference), tvm.runtime.tensor(reference))
+    zeros = np.zeros_like(reference)
+    if workload.tolerance_floor == 0:
+        with pytest.raises(AssertionError, match="outputs off by more than"):
+            module.check(tvm.runtime.tensor(zeros), tvm.runtime.tensor(reference))
+    nan = reference.copy()
+    nan.flat[0] = np.nan
+    with pytest.raises(AssertionError):
+        module.check(tvm.runtime.tensor(nan), tvm.runtime.tensor(reference))
 
 
 @pytest.mark.gpu

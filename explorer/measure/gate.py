@@ -41,9 +41,14 @@ class Check:
         )
 
 
+def relative_tolerance(reduction_length: int) -> float:
+    """The allowed error per unit of output scale."""
+    return SAFETY * EPSILON32 * max(1, reduction_length)
+
+
 def tolerance(reference: np.ndarray, reduction_length: int, floor: float = 1.0) -> float:
     scale = max(floor, float(np.max(np.abs(reference)))) if reference.size else floor
-    return SAFETY * EPSILON32 * max(1, reduction_length) * scale
+    return relative_tolerance(reduction_length) * scale
 
 
 def compare(output: np.ndarray, reference: np.ndarray, reduction_length: int, floor: float = 1.0) -> Check:

@@ -315,6 +315,5 @@ TEMPLATE = Template(
     apply=schedule,
     tag_knobs={"blockIdx.x": ("block_q",), "threadIdx.x": ("warps",)},
     shared_knobs=("block_q", "block_kv", "pad"),
-    workload_defaults={"batch": 8, "heads": 16, "seq": 4096, "head_dim": 128},
     pipeline="tirx",
 )
