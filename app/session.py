@@ -28,6 +28,13 @@ from explorer.schedules import TEMPLATES, get_template, templates_for, workload_
 from . import server, widgets
 
 HISTORY_LENGTH = 50
+# Tries that keep their whole Build: the last (shown, stale, when the current setting cannot be
+# built) and the one before it (what the diffs compare with). A Build with its highlighted views
+# holds about 1.2 MB (its IRModules in TVM's memory besides), so every try keeping one made each
+# session pin up to 50 builds past the server's bounded cache: an app process grew by a build per
+# new setting until all its sessions (and the disconnected ones Streamlit keeps) held 50 each.
+# Older tries keep their setting and latency, all the tries chart shows.
+TRIES_WITH_BUILD = 2
 KNOB_PREFIX = "knob:"
 SHAPE_PREFIX = "shape:"
 # Keys of what a session keeps besides its widgets.
@@ -40,10 +47,11 @@ B_PRESET_WIDGET = "ui.b_preset"
 
 @dataclasses.dataclass(frozen=True)
 class Try:
-    """One setting this session built: what the diff and the tries chart show."""
+    """One setting this session built: what the diff and the tries chart show. ``build`` is
+    None past the latest ``TRIES_WITH_BUILD`` tries."""
 
     spec: Spec
-    build: Build
+    build: Build | None
     latency_us: float | None = None
 
 
@@ -340,6 +348,8 @@ def build_current(current: Spec) -> tuple[Build | None, str | None]:
     if not history or history[-1].spec != current or history[-1].build.target_key != built.target_key:
         history.append(Try(current, built))
         del history[:-HISTORY_LENGTH]
+        if len(history) > TRIES_WITH_BUILD:
+            history[-TRIES_WITH_BUILD - 1] = dataclasses.replace(history[-TRIES_WITH_BUILD - 1], build=None)
     return built, None
 
 

@@ -11,7 +11,7 @@ from live_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 import explorer.live
-from app import code_view, latency, panels, server, widgets
+from app import code_view, latency, panels, server, session, widgets
 from explorer import urlstate
 from explorer.analyses import ANALYSES
 from explorer.build import build
@@ -243,6 +243,23 @@ def test_diff_against_previous_try():
     assert "-extern \"C\" __global__ void __launch_bounds__(128)" in diff
     assert "+extern \"C\" __global__ void __launch_bounds__(64)" in diff
     assert any("Previous try: num_thread_x 16 → 8" in c.value for c in at.caption)
+
+
+def test_only_the_latest_tries_keep_their_build():
+    # A build is about a megabyte: a session keeps the two the page shows (the last, the one
+    # the diff compares with), and of the older tries only their setting and latency.
+    at = app({"preset": "dw-blog-final-96"}, view="CUDA").run()
+    for threads in (8, 4, 2):
+        at.sidebar.select_slider(key=THREAD_X).set_value(threads).run()
+    assert_clean(at)
+    tries = at.session_state["tries"]
+    assert [t.spec.knobs.num_thread_x for t in tries] == [16, 8, 4, 2]
+    assert [t.build is not None for t in tries] == [False, False, True, True]
+    assert session.TRIES_WITH_BUILD == 2
+    at.toggle(key="ui.diff").set_value(True).run()
+    assert_clean(at)
+    assert "+extern \"C\" __global__ void __launch_bounds__(16)" in code_text(at, "cuda-diff")
+    assert any("Previous try: num_thread_x 4 → 2" in c.value for c in at.caption)
 
 
 # -- helpers, without a running app ---------------------------------------------------------
