@@ -467,7 +467,7 @@ def memory_sample(tree: list[tuple]) -> dict:
     """The server's resident memory (MiB): its app processes ("rss_mib"), with the processes below
     them ("rss_with_workers_mib"), and all its processes ("rss_server_mib")."""
     if not tree:
-        return {"rss_mib": None, "rss_with_workers_mib": None, "rss_server_mib": None}
+        return {"rss_mib": None, "rss_with_workers_mib": None, "rss_server_mib": None, "rss_parts_mib": None}
     rss = {member.pid: _rss(member) for member, _, _ in tree}
     parents = {member.pid: parent for member, _, parent in tree}
     apps = {member.pid for member, role, _ in tree if role == "app"}
@@ -481,7 +481,9 @@ def memory_sample(tree: list[tuple]) -> dict:
 
     return {"rss_mib": sum(rss[pid] for pid in apps) / 2**20,
             "rss_with_workers_mib": sum(rss[pid] for pid in rss if below_an_app(pid)) / 2**20,
-            "rss_server_mib": sum(rss.values()) / 2**20}
+            "rss_server_mib": sum(rss.values()) / 2**20,
+            "rss_parts_mib": {role: sum(rss[m.pid] for m, r, _ in tree if r == role) / 2**20
+                              for role in sorted({r for _, r, _ in tree})}}
 
 
 def sample_server(root, latest: dict, samples: list, stop: threading.Event, every: float = SAMPLE_EVERY_S) -> None:
@@ -930,6 +932,10 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Server RSS (all its processes): {rss[0]:.0f} MiB at the start, "
                      f"{statistics.mean(rss[third:2 * third] or rss):.0f} MiB mid-run, {rss[-1]:.0f} MiB at the end "
                      f"(max {max(rss):.0f}).")
+    parts = [s["rss_parts_mib"] for s in report["samples"] if s.get("rss_parts_mib")]
+    if parts:
+        lines.append("By part, start → end (MiB): " + "; ".join(
+            f"{role} {parts[0].get(role, 0):.0f} → {parts[-1].get(role, 0):.0f}" for role in sorted(parts[-1])) + ".")
     if queue:
         waiting = [int(q.split(", ")[1].split()[0]) for q in queue]
         lines.append(f"GPU queue (Device page, every 2 s, {len(queue)} samples): at most {max(waiting)} waiting, "

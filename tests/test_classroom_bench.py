@@ -308,7 +308,10 @@ def test_the_whole_server_is_sampled_by_part(monkeypatch):
     tree = classroom.server_tree(root)
     assert {m.pid: role for m, role, _ in tree} == {1: "workers", 2: "proxy", 3: "measuring", 4: "app", 5: "app",
                                                     6: "workers", 7: "workers", 8: "workers"}
-    assert classroom.memory_sample(tree) == {"rss_mib": 300, "rss_with_workers_mib": 350, "rss_server_mib": 455}
+    # By part: the app processes 100 + 200; the workers the launcher 5, the pool workers 40 and 20 and the fork 30.
+    assert classroom.memory_sample(tree) == {"rss_mib": 300, "rss_with_workers_mib": 350, "rss_server_mib": 455,
+                                             "rss_parts_mib": {"app": 300, "measuring": 50, "proxy": 10,
+                                                               "workers": 95}}
     clock = iter([10.0, 12.0])
     monkeypatch.setattr(classroom.time, "time", lambda: next(clock))
     previous: dict = {}
