@@ -201,7 +201,7 @@ def test_without_the_rescaling_the_fused_kernel_is_wrong():
     output not rescaled when a later tile raises the maximum) is refused by the gate."""
     spec = fused(Attention(batch=1, heads=1, seq=64), block_q=32, block_kv=16, rows_per_thread=2, threads_per_row=8)
     built = build(spec, "h100")
-    unscaled = re.sub(r"alpha_ptr\[(\d)\] = expf\(\(m_ptr\[\d\] - red_ptr\[0\]\)\);", r"alpha_ptr[\1] = 1.0f;",
+    unscaled = re.sub(r"alpha_ptr\[(\d)\] = exp2f\(\(m_ptr\[\d\] - red_ptr\[0\]\)\);", r"alpha_ptr[\1] = 1.0f;",
                       built.cuda)
     assert unscaled.count("alpha_ptr[0] = 1.0f;") == 1
     inputs = spec.workload.random_inputs(seed=4)
