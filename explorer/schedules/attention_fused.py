@@ -104,13 +104,18 @@ class Plan:
         return q + kv + p
 
 
-def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
-    """Refuse, one sentence each, what cannot make a correct kernel; return the plan otherwise."""
-    plan = Plan(workload, k)
+def check_whole_tiles(workload: Attention, k) -> None:
+    """The written attention kernels have no partial tiles of queries (block_q) or keys (block_kv)."""
     for name in ("block_q", "block_kv"):
         if workload.seq % getattr(k, name):
             raise InvalidKnobs(f"This kernel has no partial tiles: seq = {workload.seq} must be a multiple of "
                                f"{name} = {getattr(k, name)}.", (name,))
+
+
+def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
+    """Refuse, one sentence each, what cannot make a correct kernel; return the plan otherwise."""
+    plan = Plan(workload, k)
+    check_whole_tiles(workload, k)
     if k.block_q % k.rows_per_thread:
         raise InvalidKnobs(f"block_q = {k.block_q} rows cannot be shared by threads of rows_per_thread = "
                            f"{k.rows_per_thread} rows each.", ("block_q", "rows_per_thread"))

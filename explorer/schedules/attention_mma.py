@@ -43,6 +43,7 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
+from .attention_fused import check_whole_tiles
 from .common import Template
 from .parsing import tvmscript_frames
 
@@ -108,10 +109,7 @@ class Plan:
 
 def check_knobs(workload: Attention, k: AttentionMmaKnobs) -> Plan:
     plan = Plan(workload, k)
-    for name in ("block_q", "block_kv"):
-        if workload.seq % getattr(k, name):
-            raise InvalidKnobs(f"This kernel has no partial tiles: seq = {workload.seq} must be a multiple of "
-                               f"{name} = {getattr(k, name)}.", (name,))
+    check_whole_tiles(workload, k)
     if plan.rows_per_warp not in (MMA_M, 2 * MMA_M):
         raise InvalidKnobs(f"block_q / warps = {plan.rows_per_warp} query rows per warp: this kernel gives a warp "
                            f"one or two 16-row mma tiles (16 or 32 rows).", ("block_q", "warps"))
