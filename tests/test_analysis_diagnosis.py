@@ -394,6 +394,29 @@ def test_causal_attention_computing_its_masked_scores():
     assert dx.masked_work_rule(facts(workload_flops=gflop)) is None
 
 
+def test_16_bit_products_on_cuda_cores():
+    # 1,111 µs at the tensor cores' peak, 15,000 µs at the FP32 peak: 13,889 µs charged.
+    found = dx.cuda_cores_rule(facts(bound_us=1111.0, cuda_core_us=15000.0))
+    assert found.rule == "cuda-cores" and found.cost_us == pytest.approx(13889.0)
+    assert "15,000.0 µs of them at the FP32 peak, against 1,111.0 µs on the tensor cores" in found.evidence[0]
+    assert dx.cuda_cores_rule(facts(bound_us=1111.0)) is None  # mma in the kernel, or float32 inputs
+    assert dx.cuda_cores_rule(facts(bound_us=50.0, cuda_core_us=20.0)) is None  # memory-bound: nothing to gain
+
+
+def test_cuda_core_time_is_for_16_bit_kernels_without_mma():
+    from explorer.analysis.roofline import bound_us, published_ceilings
+    from explorer.build import build
+
+    def cuda_core_us(preset):
+        return dx.facts_of(build(get_preset(preset).spec)).cuda_core_us
+
+    fused = get_preset("attention-cuda-cores-d128").spec.workload
+    assert cuda_core_us("attention-cuda-cores-d128") == pytest.approx(bound_us(published_ceilings("sm_90"),
+                                                                               fused.flops, 0))
+    assert cuda_core_us("attention-mma") is None  # mma.sync
+    assert cuda_core_us("matmul-naive-1024") is None  # float32 inputs: their roof is the CUDA cores'
+
+
 def test_masked_work_is_the_three_kernels_causal_only():
     from explorer.build import build
 

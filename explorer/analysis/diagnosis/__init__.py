@@ -35,6 +35,7 @@ from .report import diagnosis_json, format_diagnosis
 from .rules import RULE_TABLE, RULES, estimated_total, findings_of
 from .rules.bank_conflicts import bank_conflict_rule
 from .rules.coalescing import coalescing_rule
+from .rules.cuda_cores import cuda_cores_rule
 from .rules.kernels import kernels_rule
 from .rules.masked_work import masked_work_rule
 from .rules.parallelism import grid_rule, occupancy_rule
@@ -48,12 +49,12 @@ from .rules.work_per_thread import work_per_thread_rule
 from .search import MIN_RELIEF, STEPS_TRIED, SUGGESTION_RULE, Move, analysed_neighbours, neighbours, suggest
 
 __all__ = [
-    "L2_HIT_RATE", "MIN_RELIEF", "MIN_SHARE", "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "STALLS",
-    "STALL_METRIC", "STATIC_NOTE", "STEPS_TRIED", "SUGGESTION_RULE", "TOP", "Device", "Diagnosis", "Facts", "Finding",
-    "GlobalFact", "Move", "Rule", "SharedFact", "Suggestion", "analysed_neighbours", "bank_conflict_rule",
-    "coalescing_rule", "counters_of", "device_for", "diagnose", "diagnose_spec", "diagnosis_json", "estimated_total",
-    "facts_of", "findings_of", "format_diagnosis", "grid_rule", "kernels_rule", "masked_work_rule", "ncu_metrics",
-    "neighbours",
-    "occupancy_rule", "pipeline_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule",
-    "stall_evidence", "suggest", "vector_rule", "work_per_thread_rule",
+    "Device", "Diagnosis", "Facts", "Finding", "GlobalFact", "L2_HIT_RATE", "MIN_RELIEF", "MIN_SHARE", "Move",
+    "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "Rule", "STALLS", "STALL_METRIC", "STATIC_NOTE",
+    "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
+    "bank_conflict_rule", "coalescing_rule", "counters_of", "cuda_cores_rule", "device_for", "diagnose",
+    "diagnose_spec", "diagnosis_json", "estimated_total", "facts_of", "findings_of", "format_diagnosis",
+    "grid_rule", "kernels_rule", "masked_work_rule", "ncu_metrics", "neighbours", "occupancy_rule", "pipeline_rule",
+    "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule", "stall_evidence", "suggest",
+    "vector_rule", "work_per_thread_rule",
 ]

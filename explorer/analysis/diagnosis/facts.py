@@ -9,6 +9,7 @@ are estimated from the compiled setting's (:data:`REGISTER_NOTE`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from ...build import Build
@@ -20,7 +21,7 @@ from ..accesses import kernel_accesses
 from ..banks import analyze_banks
 from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
 from ..resources import analyze_resources, occupancy, sm_limits
-from ..roofline import Ceilings, bound_us, no_roofline_reason, published_ceilings
+from ..roofline import FP32, Ceilings, bound_us, no_roofline_reason, published_ceilings
 from ..sass import analyze_sass
 from ..tiling import analyze_tiling
 from ..tree import analyze_tree
@@ -110,6 +111,9 @@ class Facts:
     # anyway (both products), and the workload's own FLOPs (the unmasked half).
     masked_flops: float = 0.0
     workload_flops: float = 0.0
+    # 16-bit inputs multiplied without an mma instruction: the least time of the workload's FLOPs at the CUDA
+    # cores' FP32 peak (None where the kernel uses the tensor cores, or the inputs are float32).
+    cuda_core_us: float | None = None
 
     @property
     def warps_per_block(self) -> int:
@@ -199,7 +203,16 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
-                 workload.flops)
+                 workload.flops, _cuda_core_us(built, ceilings, no_compute_roof))
+
+
+def _cuda_core_us(built: Build, ceilings: Ceilings, no_compute_roof: bool) -> float | None:
+    """The workload's FLOPs at the FP32 peak, where its 16-bit inputs have the tensor cores' roof
+    but the kernel has no mma instruction (TVM writes each as mma.sync or wgmma in the CUDA)."""
+    workload = built.spec.workload
+    if no_compute_roof or set(workload.input_dtypes()) <= {FP32} or re.search(r"\bwgmma\.|\bmma\.sync", built.cuda):
+        return None
+    return bound_us(ceilings, workload.flops, 0)
 
 
 def _masked_flops(built: Build, globals_) -> float:

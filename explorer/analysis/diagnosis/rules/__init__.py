@@ -10,6 +10,7 @@ from ..findings import Finding, Rule
 from . import (
     bank_conflicts,
     coalescing,
+    cuda_cores,
     divergence,
     kernels,
     masked_work,
@@ -27,7 +28,7 @@ from . import (
 RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
-    masked_work.RULE,
+    masked_work.RULE, cuda_cores.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
