@@ -37,3 +37,12 @@ def test_a_row_gives_µs_and_shares_and_dashes_for_missing_counters():
     assert cells[:4] == ["best-matmul-1024", "TVM", "cold", "69.2"]
     assert cells[6:8] == ["128", "0.48"] and cells[11] == "91%" and cells[8] == "— / —"
     assert cells[-1] == "barrier 1.5"
+
+
+def test_a_row_gives_the_tensor_pipe_and_the_shared_bank_conflicts():
+    counters = launch("main_kernel", 4_400_000.0)
+    counters.metrics["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"] = 38.6
+    counters.metrics["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] = 40499.0
+    cells = [cell.strip() for cell in ncu_limits.row("attention-mma-pad", "TVM", True, counters).strip("|").split("|")]
+    assert cells[-3:-1] == ["39%", "40,499"]
+    assert len(cells) == ncu_limits.HEADER.splitlines()[0].count("|") - 1
