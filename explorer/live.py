@@ -23,6 +23,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from . import measure
+from .analysis.tiling import keep_tilings
 from .build import Spec
 from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
@@ -43,6 +44,7 @@ FIRST_MEASUREMENT_WAIT_S = 30  # the compile processes start after the first pag
 
 log = logging.getLogger(__name__)
 
+DIAGNOSIS_TILINGS = 8  # tilings the diagnosing process keeps (explorer.analysis.tiling's cache)
 NOT_DIAGNOSED = "This server does not diagnose settings (EXPLORER_DIAGNOSE=0)."
 
 
@@ -52,9 +54,13 @@ def _not_diagnosed(*args) -> ExplorerError:
 
 def _background_pool_init(root: str) -> None:
     """A build process for the server's own work (diagnoses): the operating system runs the
-    pages' builds first where cores are short."""
+    pages' builds first where cores are short. It keeps explorer.build's 128 builds (a setting
+    is diagnosed again once measured, and its neighbours are then built from the cache) but few
+    tilings: a diagnosis reads a few numbers from each neighbour's, which takes milliseconds to
+    make again, and 64 of them held ~150 MiB (bench/worker_memory.py)."""
     source_only_process_init(root)
     os.nice(10)
+    keep_tilings(DIAGNOSIS_TILINGS)
 
 
 class Live:
@@ -78,7 +84,8 @@ class Live:
         self.page_runs = PageRuns()
         # A process of its own: a diagnosis builds dozens of settings, and the pages' builds must
         # not queue behind it (a 2-core machine has one build process).
-        self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init)
+        # Each diagnosis frees most of what its builds allocated: the heap's free pages go back.
+        self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init, release_heap=True)
         self.diagnoses = Diagnoses(self._diagnose if self.settings.diagnose else _not_diagnosed)
         if not measuring:  # an app process of a multi-process server: the measuring service measures
             return

@@ -105,3 +105,17 @@ def test_to_dict_is_json_ready():
 
     data = depthwise(8, 8, 2, 4).to_dict()
     assert json.loads(json.dumps(data))["ownership"]["shape"] == [8, 8]
+
+
+def test_a_process_that_reads_a_few_numbers_of_each_tiling_keeps_few():
+    import explorer.analysis.tiling as tiling_module
+
+    before = tiling_module._analyze
+    try:
+        tiling_module.keep_tilings(1)
+        assert depthwise(4, 4, 4, 4).outputs_per_thread == 1
+        assert depthwise(4, 4, 2, 2).outputs_per_thread == 4
+        assert tiling_module._analyze.cache_info().currsize == 1
+        assert tiling_module._analyze.cache_info().maxsize == 1
+    finally:
+        tiling_module._analyze = before

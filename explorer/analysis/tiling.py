@@ -294,6 +294,15 @@ def analyze_tiling(built, block: int = 0, thread: tuple[int, int, int] = (0, 0, 
     return _analyze(built, int(block), tuple(int(t) for t in thread))
 
 
+def keep_tilings(count: int) -> None:
+    """Keep at most ``count`` tilings in this process's cache (64 by default: the pages' tiling
+    views). A tiling holds its build (the cache's key) and up to ~6 MiB of arrays for a matmul
+    setting, and takes 3-35 ms to make: a process that only reads a few numbers from each
+    (the diagnosing process) keeps few."""
+    global _analyze
+    _analyze = functools.lru_cache(maxsize=count)(_analyze.__wrapped__)
+
+
 @functools.lru_cache(maxsize=64)
 def _analyze(built, block: int, thread: tuple[int, int, int]) -> Tiling:
     try:

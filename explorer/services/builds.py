@@ -11,7 +11,7 @@ import time
 
 from ..build import Build, Spec, build, keep_builds
 from ..errors import ExplorerError
-from ..highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_html, views_texts
+from ..highlight import FIRST_VIEWS, VIEW_LANGUAGES, keep_highlights, texts_html, views_html, views_texts
 from .build_disk import BuildDisk, keep
 from .pool import POOL_BUILDS, ProcessPool, source_only_process_init
 from .settings import ServerSettings
@@ -104,9 +104,11 @@ class BuildService(ProcessPool):
 
 def _build_pool_init(root: str) -> None:
     """A build process of the pages: the app process keeps its builds (and the disk every
-    process's), so this one keeps few."""
+    process's), so this one keeps few, and it highlights each setting's views once for the
+    server, so it keeps none of them (their HTML goes to the app process with the build)."""
     source_only_process_init(root)
     keep_builds(POOL_BUILDS)
+    keep_highlights(0)
 
 
 def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = (), keep_at: str | None = None,
