@@ -10,6 +10,7 @@ from .errors import ExplorerError
 
 DEFAULT_TAG = "nvidia/nvidia-h100"
 WARP_SIZE = 32  # threads per warp on every NVIDIA GPU
+FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in a shuffle
 # Short names a user can type; any TVM target tag or "sm_XY" works too.
 ALIASES = {
     "h100": "nvidia/nvidia-h100",

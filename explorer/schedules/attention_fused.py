@@ -35,6 +35,7 @@ diagonal have such scores). The blocks are launched heaviest first: block x take
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,12 +45,11 @@ from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
-from ..targets import WARP_SIZE
+from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
 from .common import Template
 from .parsing import tvmscript_frames
 
-FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in a shuffle
 MAX_THREADS = 1024
 # The kernel's shared buffers are static ("shared"), and a block may allocate at most 48 KB statically.
 MAX_SHARED_BYTES = 48 * 1024
@@ -139,10 +139,6 @@ def schedule(workload: Attention, k: AttentionFusedKnobs) -> Schedule:
     plan = check_knobs(workload, k)
     with tvmscript_frames():
         return Schedule(tvm.IRModule({"main": kernel(plan)}))
-
-
-def _add(a, b):
-    return a + b
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -249,7 +245,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                         s[r, c] = T.exp2(s[r, c] - m[r])
                         p_s[group * TM + r, c * G + lane] = s[r, c]
                         red[0] = red[0] + s[r, c]
-                    across_row(red, _add)
+                    across_row(red, operator.add)
                     l_[r] = l_[r] * alpha[r] + red[0]
                 T.tvm_storage_sync("shared")
                 # 3. O = alpha·O + P·V for this thread's TM rows × TD columns

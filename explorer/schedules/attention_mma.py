@@ -32,6 +32,7 @@ every tile).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -41,13 +42,12 @@ from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
-from ..targets import WARP_SIZE
+from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
 from .attention_fused import check_whole_tiles
 from .common import Template
 from .parsing import tvmscript_frames
 
-FULL_MASK = 0xFFFFFFFF
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
 VECTOR = 8  # halves per 16-byte copy
 PAD_HALVES = 8  # 16 bytes: consecutive rows start 4 banks apart
@@ -174,6 +174,12 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         # four 8 × 8 matrices of 16-bit values, one 32-bit register of each per lane
         T.ptx[instruction](words[first], words[first + 1], words[first + 2], words[first + 3], address)
 
+    @T.inline
+    def mma(a, a_at, b, b_at, c, c_at):
+        # one mma.sync.m16n8k16: c (16 × 8, float32) += a (16 × 16) · b (16 × 8), each a lane's registers at *_at
+        T.evaluate(T.ptx_legacy.mma("m16n8k16", "row", "col", "fp16", "fp16", "fp32", a.data, a_at, b.data, b_at,
+                                    c.data, c_at, False, dtype=f32))
+
     @T.prim_func
     def main(Q: T.Buffer(shape, half), K: T.Buffer(shape, half), V: T.Buffer(shape, half),
              O: T.Buffer(shape, half)):
@@ -238,11 +244,8 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                             K_AT + kt % STAGES * BKV * DS + (np * 16 + lane % 8 + lane // 16 * 8) * DS + kk * MMA_K
                             + lane // 8 % 2 * 8]))
                         for mt in T.unroll(MT):
-                            for half_tile in T.unroll(2):
-                                T.evaluate(T.ptx_legacy.mma(
-                                    "m16n8k16", "row", "col", "fp16", "fp16", "fp32",
-                                    q_f.data, (mt * KQ + kk) * 8, k_f.data, half_tile * 4,
-                                    s_f.data, (mt * NS + np * 2 + half_tile) * 4, False, dtype=f32))
+                            for j in T.unroll(2):  # the pair's two 8-key tiles
+                                mma(q_f, (mt * KQ + kk) * 8, k_f, j * 4, s_f, (mt * NS + np * 2 + j) * 4)
                 # 2. online softmax: a lane holds columns 2·(lane % 4) and +1 of rows lane / 4 and lane / 4 + 8
                 for mt in T.unroll(MT):
                     for r in T.unroll(2):
@@ -278,15 +281,12 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                         load_matrices(LDMATRIX_TRANS, v_words, 0, tiles.ptr_to([
                             V_AT + kt % STAGES * BKV * DS + (kk * MMA_K + lane % 16) * DS + dp * 16 + lane // 16 * 8]))
                         for mt in T.unroll(MT):
-                            for half_tile in T.unroll(2):
-                                T.evaluate(T.ptx_legacy.mma(
-                                    "m16n8k16", "row", "col", "fp16", "fp16", "fp32",
-                                    p_f.data, (mt * KP + kk) * 8, v_f.data, half_tile * 4,
-                                    o_f.data, (mt * NO + dp * 2 + half_tile) * 4, False, dtype=f32))
+                            for j in T.unroll(2):  # the pair's two 8-column tiles
+                                mma(p_f, (mt * KP + kk) * 8, v_f, j * 4, o_f, (mt * NO + dp * 2 + j) * 4)
                 T.tvm_storage_sync("shared")  # every warp is done with this stage before it is refilled
             for i in T.unroll(MT * 2):
                 red[0] = l_[i]
-                across_quad(red, _add)
+                across_quad(red, operator.add)
                 l_[i] = red[0]
             for mt in T.unroll(MT):
                 for nt in T.unroll(NO):
@@ -296,10 +296,6 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                             half, o_f[(mt * NO + nt) * 4 + c] / l_[mt * 2 + c // 2])
 
     return main
-
-
-def _add(a, b):
-    return a + b
 
 
 TEMPLATE = Template(

@@ -53,14 +53,13 @@ from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
-from ..targets import WARP_SIZE
+from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import DTYPE, SUM_MAX_RUN, Sum
 from .common import Template
 from .parsing import tvmscript_frames
 
 ADDRESSING = ("interleaved_divergent", "interleaved_strided", "sequential")
 LAST_WARP = ("tree", "unrolled", "shuffle")
-FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in a shuffle
 
 
 @dataclass(frozen=True)
