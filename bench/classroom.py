@@ -371,6 +371,16 @@ def role_of(cmdline: list[str]) -> str:
     return "workers"
 
 
+def worker_kind(process) -> str:
+    """What a worker process does, from the name the server gives it (explorer.processes: "build",
+    "compile", "diagnose", "measure"), or "other" (the launcher, a process not named)."""
+    try:
+        name = process.name()
+    except psutil.Error:
+        return "other"
+    return name.removeprefix("explorer-") if name.startswith("explorer-") else "other"
+
+
 def _cmdline(process) -> list[str]:
     try:
         return process.cmdline()
@@ -426,7 +436,7 @@ def cpu_sample(tree: list[tuple], previous: dict) -> dict | None:
     "measuring" where the server has them. None on the first reading."""
     now, cpu = time.time(), {}
     since = previous.get("t")
-    used: dict = {"app": [], "workers": 0.0}
+    used: dict = {"app": [], "workers": 0.0, "kinds": collections.Counter()}  # kinds: the workers' cores by kind
     for member, role, _ in tree:
         try:
             key = (member.pid, member.create_time())
@@ -451,7 +461,10 @@ def cpu_sample(tree: list[tuple], previous: dict) -> dict | None:
             used["app"].append(rate)
         else:
             used[role] += rate
+        if role == "workers":
+            used["kinds"][worker_kind(member)] += rate
     previous["t"], previous["cpu"] = now, cpu
+    used["kinds"] = dict(used["kinds"])
     return used if since is not None else None
 
 
@@ -467,7 +480,8 @@ def memory_sample(tree: list[tuple]) -> dict:
     """The server's resident memory (MiB): its app processes ("rss_mib"), with the processes below
     them ("rss_with_workers_mib"), and all its processes ("rss_server_mib")."""
     if not tree:
-        return {"rss_mib": None, "rss_with_workers_mib": None, "rss_server_mib": None, "rss_parts_mib": None}
+        return {"rss_mib": None, "rss_with_workers_mib": None, "rss_server_mib": None, "rss_parts_mib": None,
+                "rss_kinds_mib": None}
     rss = {member.pid: _rss(member) for member, _, _ in tree}
     parents = {member.pid: parent for member, _, parent in tree}
     apps = {member.pid for member, role, _ in tree if role == "app"}
@@ -483,7 +497,9 @@ def memory_sample(tree: list[tuple]) -> dict:
             "rss_with_workers_mib": sum(rss[pid] for pid in rss if below_an_app(pid)) / 2**20,
             "rss_server_mib": sum(rss.values()) / 2**20,
             "rss_parts_mib": {role: sum(rss[m.pid] for m, r, _ in tree if r == role) / 2**20
-                              for role in sorted({r for _, r, _ in tree})}}
+                              for role in sorted({r for _, r, _ in tree})},
+            "rss_kinds_mib": dict(sum((collections.Counter({worker_kind(m): rss[m.pid] / 2**20})
+                                       for m, r, _ in tree if r == "workers"), collections.Counter()))}
 
 
 def sample_server(root, latest: dict, samples: list, stop: threading.Event, every: float = SAMPLE_EVERY_S) -> None:
@@ -883,6 +899,20 @@ def generator_text(report: dict) -> list[str]:
     return lines
 
 
+def worker_kinds_text(samples: list[dict]) -> list[str]:
+    """The workers by kind (build, compile, diagnose, measure): mean cores and resident memory
+    start → end, from the samples that have them."""
+    kinds = [s["rss_kinds_mib"] for s in samples if s.get("rss_kinds_mib")]
+    cores = [s["cores"]["kinds"] for s in samples if s.get("cores") and "kinds" in s["cores"]]
+    if not kinds:
+        return []
+    names = sorted(set().union(*kinds, *cores))
+    mean = {kind: statistics.mean(c.get(kind, 0.0) for c in cores) if cores else 0.0 for kind in names}
+    return ["Workers by kind, mean cores; resident memory start → end (MiB): " + "; ".join(
+        f"{kind} {mean[kind]:.2f} cores, {kinds[0].get(kind, 0):.0f} → {kinds[-1].get(kind, 0):.0f}"
+        for kind in names) + "."]
+
+
 def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     def row(name, p):
         if not p["n"]:
@@ -936,6 +966,7 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     if parts:
         lines.append("By part, start → end (MiB): " + "; ".join(
             f"{role} {parts[0].get(role, 0):.0f} → {parts[-1].get(role, 0):.0f}" for role in sorted(parts[-1])) + ".")
+    lines += worker_kinds_text(report["samples"])
     if queue:
         waiting = [int(q.split(", ")[1].split()[0]) for q in queue]
         lines.append(f"GPU queue (Device page, every 2 s, {len(queue)} samples): at most {max(waiting)} waiting, "

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import classroom  # bench/classroom.py (pytest's pythonpath)
+import psutil
 import pytest
 from websockets.sync.server import serve as serve_websockets
 
@@ -267,9 +268,12 @@ def test_the_launcher_is_known_by_its_command_line():
 class FakeProcess:
     """What psutil says of a process, as far as the server's sampling asks."""
 
-    def __init__(self, pid, parent, cmdline, mib=1, cpu=0.0, started=0.0, below=()):
+    def __init__(self, pid, parent, cmdline, mib=1, cpu=0.0, started=0.0, below=(), name="python"):
         self.pid, self.parent, self.command, self.mib, self.cpu, self.started = pid, parent, cmdline, mib, cpu, started
-        self.below = list(below)
+        self.below, self.process_name = list(below), name
+
+    def name(self):
+        return self.process_name
 
     def children(self, recursive=False):
         return [p for child in self.below for p in [child, *(child.children(True) if recursive else [])]]
@@ -294,12 +298,14 @@ def several_process_server():
     """A launcher over a proxy, the measuring service (with its worker), and two app processes (one with a
     pool worker and a forked child, which runs under its parent's command line)."""
     app = ["python", "-m", "app.launch", "run", "app/main.py"]
-    first = FakeProcess(4, 1, app, mib=100, below=[FakeProcess(7, 4, ["python", "-m", "tvm.exec.popen_worker"], 20),
+    first = FakeProcess(4, 1, app, mib=100, below=[FakeProcess(7, 4, ["python", "-m", "tvm.exec.popen_worker"], 20,
+                                                               name="explorer-build"),
                                                    FakeProcess(8, 4, app, mib=30)])
     return FakeProcess(1, 0, ["python", "-m", "explorer", "serve", "--app-processes", "2"], mib=5, below=[
         FakeProcess(2, 1, ["caddy", "run"], mib=10),
         FakeProcess(3, 1, ["python", "-m", "explorer.measuring"], mib=50,
-                    below=[FakeProcess(6, 3, ["python", "-m", "tvm.exec.popen_worker"], 40)]),
+                    below=[FakeProcess(6, 3, ["python", "-m", "tvm.exec.popen_worker"], 40,
+                                       name="explorer-measure")]),
         first, FakeProcess(5, 1, app, mib=200)])
 
 
@@ -311,7 +317,10 @@ def test_the_whole_server_is_sampled_by_part(monkeypatch):
     # By part: the app processes 100 + 200; the workers the launcher 5, the pool workers 40 and 20 and the fork 30.
     assert classroom.memory_sample(tree) == {"rss_mib": 300, "rss_with_workers_mib": 350, "rss_server_mib": 455,
                                              "rss_parts_mib": {"app": 300, "measuring": 50, "proxy": 10,
-                                                               "workers": 95}}
+                                                               "workers": 95},
+                                             # The workers by the names the server gives them; the launcher and
+                                             # the fork (5 + 30) are not named.
+                                             "rss_kinds_mib": {"build": 20, "measure": 40, "other": 35}}
     clock = iter([10.0, 12.0])
     monkeypatch.setattr(classroom.time, "time", lambda: next(clock))
     previous: dict = {}
@@ -319,9 +328,31 @@ def test_the_whole_server_is_sampled_by_part(monkeypatch):
     by_pid = {m.pid: m for m, _, _ in tree}
     for pid, cpu in {2: 0.2, 3: 1.0, 4: 1.9, 5: 0.4, 6: 1.0, 7: 3.0}.items():
         by_pid[pid].cpu += cpu  # CPU seconds over the next 2 s
-    late = FakeProcess(9, 4, ["python", "-m", "tvm.exec.popen_worker"], cpu=1.0, started=11.0)  # new since
+    late = FakeProcess(9, 4, ["python", "-m", "tvm.exec.popen_worker"], cpu=1.0, started=11.0,
+                       name="explorer-build")  # new since
     cores = classroom.cpu_sample([*tree, (late, "workers", 4)], previous)
-    assert cores == {"app": [0.95, 0.2], "proxy": 0.1, "measuring": 0.5, "workers": 2.5}
+    # By kind: 3 + 1 CPU seconds of builds and 1 of the measuring worker in 2 s.
+    assert cores == {"app": [0.95, 0.2], "proxy": 0.1, "measuring": 0.5, "workers": 2.5,
+                     "kinds": {"build": 2.0, "measure": 0.5, "other": 0.0}}
+
+
+def test_the_report_gives_the_workers_by_kind():
+    samples = [{"rss_kinds_mib": {"build": 300, "diagnose": 500}, "cores": None},
+               {"rss_kinds_mib": {"build": 320, "diagnose": 900}, "cores": {"kinds": {"build": 3.0}}},
+               {"rss_kinds_mib": {"build": 340, "diagnose": 1100}, "cores": {"kinds": {"build": 1.0, "diagnose": 1.0}}}]
+    assert classroom.worker_kinds_text(samples) == [
+        "Workers by kind, mean cores; resident memory start → end (MiB): build 2.00 cores, 300 → 340; "
+        "diagnose 0.50 cores, 500 → 1100."]
+    assert classroom.worker_kinds_text([{"rss_kinds_mib": None}]) == []
+
+
+def test_a_server_process_is_named_for_what_it_does():
+    """The name the pools give their processes is the one the bench reads (``ps -o comm``)."""
+    script = ("from explorer.processes import name_process; import psutil; "
+              "name_process('explorer-diagnose-and-more'); print(psutil.Process().name())")
+    named = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert named.stdout.strip() == "explorer-diagno"  # Linux keeps 15 bytes
+    assert classroom.worker_kind(psutil.Process(os.getpid())) == "other"
 
 
 def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped(class_server):

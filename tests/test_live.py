@@ -8,6 +8,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
 import pytest
 
 from explorer.build import build
@@ -102,6 +103,11 @@ def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
     assert built.cuda == build(spec, "auto").cuda  # what a process of the pool writes is what this one writes
     stats = service.stats()
     assert stats["misses"] == 1 and stats["shared"] + stats["hits"] == 3
+
+
+def test_a_build_process_carries_the_name_a_look_at_the_machine_reads(service):
+    pid = service.run(os.getpid)
+    assert pid != os.getpid() and psutil.Process(pid).name() == "explorer-build"
 
 
 def test_a_forgotten_build_is_built_again():

@@ -39,6 +39,7 @@ from ..analysis.roofline import Ceilings
 from ..build import Spec, build
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError, summary_line
+from ..processes import named_start
 from ..targets import resolve_target
 from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
@@ -135,8 +136,8 @@ class LocalWorker:
                 os.environ.update(kernel_environment())
                 # Kept open: PopenWorker hands it to every restarted child.
                 self._log = open(LOG_PATH, "ab")
-                options = {"initializer": binary_process_init, "initargs": (ROOT,), "stdout": self._log,
-                           "stderr": self._log}
+                options = {"initializer": named_start, "initargs": ("explorer-measure", binary_process_init, ROOT),
+                           "stdout": self._log, "stderr": self._log}
                 self._worker = _PinnedWorker(self.gpu, **options)
             try:
                 self._worker.send(_guarded, (fn, *args), timeout=timeout)

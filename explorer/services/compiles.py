@@ -24,7 +24,8 @@ class CompileService(ProcessPool):
     and the worker then compiles the kernel itself."""
 
     def __init__(self, settings: ServerSettings):
-        super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment)
+        super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment,
+                         name="explorer-compile")
 
     def compile(self, spec: Spec, target: str) -> str | None:
         """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..build import Spec, build
 from ..cuda_env import SOURCE_ONLY
 from ..errors import ExplorerError
+from ..processes import named_start
 from .settings import ServerSettings
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so pool processes can import explorer
@@ -22,10 +23,11 @@ class ProcessPool:
     the time limit or crashed."""
 
     def __init__(self, settings: ServerSettings, workers: int, initializer, environment=None, *,
-                 release_heap: bool = False):
+                 release_heap: bool = False, name: str = "explorer-pool"):
         self.settings = settings
         self.workers = workers
         self._initializer = initializer
+        self.name = name  # each process's name (``ps -o comm``): what a look at the machine tells apart
         self._environment = environment  # () -> variables the processes inherit
         self._release_heap = release_heap  # after each call, the heap's free pages go back (release_free_heap)
         self._pool = None
@@ -77,7 +79,7 @@ class ProcessPool:
                 if self._environment is not None:
                     os.environ.update(self._environment())  # the children inherit it
                 self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.settings.build_time_limit_s,
-                                               initializer=self._initializer, initargs=(ROOT,))
+                                               initializer=named_start, initargs=(self.name, self._initializer, ROOT))
             return self._pool
 
 
