@@ -245,8 +245,13 @@ def message_kind(msg, at: float) -> str:
     """A ForwardMsg in a few words: its type, a delta's element, a finished run's status."""
     kind = msg.WhichOneof("type")
     if kind == "delta":
-        kind += ":" + (msg.delta.new_element.WhichOneof("type") if msg.delta.WhichOneof("type") == "new_element"
-                       else msg.delta.WhichOneof("type") or "")
+        element_kind, element = element_of(msg)
+        kind += ":" + (element_kind if element_kind else msg.delta.WhichOneof("type") or "")
+        if element_kind in ("alert", "markdown", "exception"):  # what the page said, in short
+            text = getattr(element, element_kind)
+            kind += " " + repr((getattr(text, "body", "") or getattr(text, "message", ""))[:80])
+    elif kind == "new_session":  # a run starts: the page's (the move's) or a waiting part's own
+        kind += ":fragment" if msg.metadata.run.fragment_ids else ":page"
     elif kind == "script_finished":
         kind += f":{msg.script_finished}"
     elif kind == "session_status_changed":
@@ -992,6 +997,9 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
     if report.get("lost_moves"):
         lines.append(f"Moves that showed no code in time: {len(report['lost_moves'])} (their settings: the JSON "
                      "report's lost_moves).")
+        for move in report["lost_moves"][:3]:  # what the page sent after the move: a run of the page, or not
+            runs = [m for m in move["messages"] if "new_session" in m or "script_finished" in m or "alert" in m]
+            lines.append(f"- {move['template']} {move['knobs']}: " + ", ".join(runs[:12]) + ".")
     return "\n".join(lines)
 
 

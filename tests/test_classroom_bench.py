@@ -393,3 +393,18 @@ def test_a_page_sends_the_cookie_its_page_load_was_given_with_its_websocket(cook
         classroom.Page(f"http://127.0.0.1:{port}", timeout=5, query="preset=dw-blog-final-96").close()
         server.shutdown()
     assert seen == {"page": "/?preset=dw-blog-final-96", "cookie": cookie}
+
+
+def test_a_lost_move_records_which_runs_started_and_what_the_page_said():
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    page_run, part_run, alert, finished = ForwardMsg(), ForwardMsg(), ForwardMsg(), ForwardMsg()
+    page_run.new_session.SetInParent()
+    part_run.new_session.SetInParent()
+    part_run.metadata.run.fragment_ids.append("latency")
+    alert.delta.new_element.alert.body = "Waiting for the GPU: 3 measurement(s) ahead of this one."
+    finished.script_finished = ForwardMsg.FINISHED_SUCCESSFULLY
+    assert [classroom.message_kind(m, 1.5) for m in (page_run, part_run, alert, finished)] == [
+        "1.50 new_session:page", "1.50 new_session:fragment",
+        "1.50 delta:alert 'Waiting for the GPU: 3 measurement(s) ahead of this one.'",
+        f"1.50 script_finished:{ForwardMsg.FINISHED_SUCCESSFULLY}"]
