@@ -339,7 +339,7 @@ def student(url: str, me: Student, end: float, think: float, want_latency: bool,
                 me.errors.append("no code shown within the time limit")
                 # Which setting, and what the page said meanwhile: the report's lost_moves.
                 me.lost.append({"at": started, "template": spec.template, "knobs": repr(spec.knobs),
-                                "notice": notice[:200], "messages": trace[:10] + ["…"] + trace[-60:]})
+                                "notice": notice[:200], "messages": trace})
                 continue
             me.code_s.append(code)
             me.timeline.append((started, spec.template, code, latency))
@@ -377,13 +377,14 @@ def role_of(cmdline: list[str]) -> str:
 
 
 def worker_kind(process) -> str:
-    """What a worker process does, from the name the server gives it (explorer.processes: "build",
-    "compile", "diagnose", "measure"), or "other" (the launcher, a process not named)."""
+    """What a worker process does, from the name the server gives it (explorer.processes: "build
+    worker", "compile worker", "diagnose worker", "measure worker"), or "other" (the launcher, a
+    process not named)."""
     try:
         name = process.name()
     except psutil.Error:
         return "other"
-    return name.removeprefix("explorer-") if name.startswith("explorer-") else "other"
+    return name.removesuffix(" worker") if name.endswith(" worker") else "other"
 
 
 def _cmdline(process) -> list[str]:
@@ -999,7 +1000,7 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
                      "report's lost_moves).")
         for move in report["lost_moves"][:3]:  # what the page sent after the move: a run of the page, or not
             runs = [m for m in move["messages"] if "new_session" in m or "script_finished" in m or "alert" in m]
-            lines.append(f"- {move['template']} {move['knobs']}: " + ", ".join(runs[:12]) + ".")
+            lines.append(f"- {move['template']} {move['knobs']}: " + ", ".join(runs[:16]) + ".")
     return "\n".join(lines)
 
 

@@ -86,7 +86,7 @@ class Live:
         # not queue behind it (a 2-core machine has one build process).
         # Each diagnosis frees most of what its builds allocated: the heap's free pages go back.
         self.diagnosing = ProcessPool(self.settings, 1, _background_pool_init, release_heap=True,
-                                       name="explorer-diagnose")
+                                       name="diagnose worker")
         self.diagnoses = Diagnoses(self._diagnose if self.settings.diagnose else _not_diagnosed)
         if not measuring:  # an app process of a multi-process server: the measuring service measures
             return

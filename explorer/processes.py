@@ -7,9 +7,10 @@ PR_SET_NAME = 15  # prctl option (linux/prctl.h)
 
 
 def name_process(name: str) -> None:
-    """Name this process ``name`` (Linux's ``prctl(PR_SET_NAME)``, 15 bytes; what ``ps -o comm``,
-    ``top`` and psutil's ``name()`` show): the pools' and the measuring worker's processes all run
-    ``python -m tvm.exec.popen_worker`` and could not be told apart by their command lines."""
+    """Name this process ``name`` (Linux's ``prctl(PR_SET_NAME)``; 15 bytes are kept, enough for
+    "diagnose worker"): what ``ps -o comm``, ``top`` and psutil's ``name()`` show. The pools' and
+    the measuring worker's processes all run ``python -m tvm.exec.popen_worker`` and could not be
+    told apart by their command lines."""
     try:
         prctl = ctypes.CDLL(None).prctl
     except (OSError, AttributeError):  # not Linux

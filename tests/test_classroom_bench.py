@@ -299,13 +299,13 @@ def several_process_server():
     pool worker and a forked child, which runs under its parent's command line)."""
     app = ["python", "-m", "app.launch", "run", "app/main.py"]
     first = FakeProcess(4, 1, app, mib=100, below=[FakeProcess(7, 4, ["python", "-m", "tvm.exec.popen_worker"], 20,
-                                                               name="explorer-build"),
+                                                               name="build worker"),
                                                    FakeProcess(8, 4, app, mib=30)])
     return FakeProcess(1, 0, ["python", "-m", "explorer", "serve", "--app-processes", "2"], mib=5, below=[
         FakeProcess(2, 1, ["caddy", "run"], mib=10),
         FakeProcess(3, 1, ["python", "-m", "explorer.measuring"], mib=50,
                     below=[FakeProcess(6, 3, ["python", "-m", "tvm.exec.popen_worker"], 40,
-                                       name="explorer-measure")]),
+                                       name="measure worker")]),
         first, FakeProcess(5, 1, app, mib=200)])
 
 
@@ -329,7 +329,7 @@ def test_the_whole_server_is_sampled_by_part(monkeypatch):
     for pid, cpu in {2: 0.2, 3: 1.0, 4: 1.9, 5: 0.4, 6: 1.0, 7: 3.0}.items():
         by_pid[pid].cpu += cpu  # CPU seconds over the next 2 s
     late = FakeProcess(9, 4, ["python", "-m", "tvm.exec.popen_worker"], cpu=1.0, started=11.0,
-                       name="explorer-build")  # new since
+                       name="build worker")  # new since
     cores = classroom.cpu_sample([*tree, (late, "workers", 4)], previous)
     # By kind: 3 + 1 CPU seconds of builds and 1 of the measuring worker in 2 s.
     assert cores == {"app": [0.95, 0.2], "proxy": 0.1, "measuring": 0.5, "workers": 2.5,
@@ -349,9 +349,9 @@ def test_the_report_gives_the_workers_by_kind():
 def test_a_server_process_is_named_for_what_it_does():
     """The name the pools give their processes is the one the bench reads (``ps -o comm``)."""
     script = ("from explorer.processes import name_process; import psutil; "
-              "name_process('explorer-diagnose-and-more'); print(psutil.Process().name())")
+              "name_process('diagnose worker of many'); print(psutil.Process().name())")
     named = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert named.stdout.strip() == "explorer-diagno"  # Linux keeps 15 bytes
+    assert named.stdout.strip() == "diagnose worker"  # Linux keeps 15 bytes
     assert classroom.worker_kind(psutil.Process(os.getpid())) == "other"
 
 

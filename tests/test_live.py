@@ -107,7 +107,7 @@ def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
 
 def test_a_build_process_carries_the_name_a_look_at_the_machine_reads(service):
     pid = service.run(os.getpid)
-    assert pid != os.getpid() and psutil.Process(pid).name() == "explorer-build"
+    assert pid != os.getpid() and psutil.Process(pid).name() == "build worker"
 
 
 def test_a_forgotten_build_is_built_again():

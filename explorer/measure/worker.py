@@ -136,7 +136,7 @@ class LocalWorker:
                 os.environ.update(kernel_environment())
                 # Kept open: PopenWorker hands it to every restarted child.
                 self._log = open(LOG_PATH, "ab")
-                options = {"initializer": named_start, "initargs": ("explorer-measure", binary_process_init, ROOT),
+                options = {"initializer": named_start, "initargs": ("measure worker", binary_process_init, ROOT),
                            "stdout": self._log, "stderr": self._log}
                 self._worker = _PinnedWorker(self.gpu, **options)
             try:

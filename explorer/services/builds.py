@@ -24,7 +24,7 @@ class BuildService(ProcessPool):
 
     def __init__(self, settings: ServerSettings | None = None, *, here_until_ready: bool = False):
         settings = settings or ServerSettings()
-        super().__init__(settings, settings.build_workers, _build_pool_init, name="explorer-build")
+        super().__init__(settings, settings.build_workers, _build_pool_init, name="build worker")
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
         # A server's processes take seconds to start (each imports TVM, all at once on a busy
         # machine); until :meth:`start` has them ready, this process builds what a page asks

@@ -25,7 +25,7 @@ class CompileService(ProcessPool):
 
     def __init__(self, settings: ServerSettings):
         super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment,
-                         name="explorer-compile")
+                         name="compile worker")
 
     def compile(self, spec: Spec, target: str) -> str | None:
         """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while

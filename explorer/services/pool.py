@@ -23,7 +23,7 @@ class ProcessPool:
     the time limit or crashed."""
 
     def __init__(self, settings: ServerSettings, workers: int, initializer, environment=None, *,
-                 release_heap: bool = False, name: str = "explorer-pool"):
+                 release_heap: bool = False, name: str = "pool worker"):
         self.settings = settings
         self.workers = workers
         self._initializer = initializer
