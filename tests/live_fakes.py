@@ -51,7 +51,9 @@ def settle(at, timeout: float = 30):
 
 
 def fake_ceilings(workload):
-    """Ceilings on which the workload's compulsory bytes take exactly 2 µs (compute is free)."""
+    """Ceilings on which the workload's compulsory bytes take exactly 2 µs (compute is free, on the
+    tensor cores too: a GPU measures their peak, and a 16-bit kernel's page places it on the roofline)."""
     from explorer.analysis.roofline import Ceilings
 
-    return Ceilings(1e12, workload.compulsory_bytes / 2e3, None, 0, "measured on Fake GPU")
+    return Ceilings(1e12, workload.compulsory_bytes / 2e3, None, 0, "measured on Fake GPU",
+                    (("bfloat16", 1e12), ("float16", 1e12)))
