@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from result_files import RESULTS
+
 ROOT = Path(__file__).resolve().parents[1]
 SETTING_SECONDS = 40  # import, build, NVRTC, check and time one setting (about 10 s); more means a hung kernel
 TOTAL_SECONDS = 130  # no setting starts after this: the whole run stays within a short GPU session

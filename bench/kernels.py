@@ -32,13 +32,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import statistics
 import sys
-from pathlib import Path
 
 from ceilings import ceilings_first
 from docs_section import write_section
+from result_files import RESULTS, gpu_slug
 
 from explorer.analysis.ncu import DURATION, durations_after_warm_up_us, profile, profile_program
 from explorer.benchmarks import BENCHMARKS, Benchmark
@@ -49,7 +48,6 @@ from explorer.measure.baseline import workload_to_json
 from explorer.presets import all_presets
 from explorer.schedules import get_template
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TENSOR_CORE_DTYPES = ("float16", "bfloat16")
 
 
@@ -201,7 +199,7 @@ def selected(only: list[str] | None) -> tuple[Benchmark, ...]:
 
 def merged_rows(gpu: str, rows: list[dict], write: bool) -> list[dict]:
     """This run's rows over those of earlier runs on the same GPU, in the order of BENCHMARKS."""
-    path = RESULTS / f"kernels-{re.sub(r'[^a-z0-9]+', '-', gpu.lower()).strip('-')}.json"
+    path = RESULTS / f"kernels-{gpu_slug(gpu)}.json"
     kept = json.loads(path.read_text()) if path.exists() else {}
     kept |= {r["workload"]: r for r in rows}
     if write:

@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ceilings import ceilings_first
+from result_files import RESULTS
 
 from explorer import lesson_reasons as R
 from explorer import lessons as L
@@ -32,7 +33,6 @@ from explorer.presets import Preset
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "lessons-h100.md"
-RESULTS = ROOT / "bench" / "results"
 NO_GPU_EXIT = 3
 
 

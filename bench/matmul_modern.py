@@ -19,9 +19,9 @@ import re
 import sys
 import time
 import traceback
-from pathlib import Path
 
 from docs_section import write_section
+from result_files import RESULTS, gpu_slug
 
 from explorer.benchmarks import get_benchmark
 from explorer.build import Spec
@@ -32,7 +32,6 @@ from explorer.schedules.matmul_async import MatmulAsyncKnobs
 from explorer.schedules.matmul_tensorcore import MatmulTensorCoreKnobs
 from explorer.workloads import Matmul
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = MeasureSettings(repeats=10)
 FP32_1024, FP32_4096, FP16_4096, BF16_4096 = (
     get_benchmark(name).workload for name in ("matmul-1024", "matmul-4096", "matmul-fp16-4096", "matmul-bf16-4096"))
@@ -153,9 +152,8 @@ def main(argv=None) -> int:
     print(text)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
-        (RESULTS / f"matmul-modern-{slug}.json").write_text(json.dumps({"gpu": gpu, "pytorch": torch, "cases": rows},
-                                                                        indent=1))
+        (RESULTS / f"matmul-modern-{gpu_slug(gpu)}.json").write_text(
+            json.dumps({"gpu": gpu, "pytorch": torch, "cases": rows}, indent=1))
         write_section("matmul_modern", "\n".join([
             f"## Modern matmul templates on {gpu}", "",
             f"`python bench/matmul_modern.py` ({datetime.date.today()}): each case checked against NumPy, then "

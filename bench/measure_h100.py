@@ -37,6 +37,7 @@ from pathlib import Path
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-h100-cuda-")
 
 from ceilings import ceilings_first
+from result_files import RESULTS
 
 from explorer.errors import ExplorerError, InvalidKnobs
 from explorer.measure import MeasureSettings, baseline, local_gpu, measure, shutdown
@@ -250,7 +251,7 @@ def environment() -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="directory for the .md and .json")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"directory for the .md and .json ({RESULTS})")
     parser.add_argument("--presets", nargs="*", help="preset ids (default: every shipped preset)")
     parser.add_argument("--ncu", action="store_true", help="also compare with Nsight Compute for NCU_PRESETS")
     parser.add_argument("--knob-changes", type=int, default=KNOB_CHANGES)

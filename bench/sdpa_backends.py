@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import sys
-from pathlib import Path
 
 from docs_section import write_section
+from result_files import RESULTS, gpu_slug
 
 from explorer.benchmarks import BENCHMARKS
 from explorer.measure import MeasureSettings
@@ -29,7 +28,6 @@ from explorer.measure.gate import compare
 from explorer.measure.graphs import cuda_torch, time_cuda_graph, torch_tensor
 from explorer.measure.worker import workload_data
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
 
@@ -117,9 +115,8 @@ def main() -> None:
     text = table(rows, gpu, library)
     print(text)
     if not args.no_write:
-        slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"sdpa-{slug}.json").write_text(json.dumps({"gpu": gpu, "library": library, "rows": rows},
+        (RESULTS / f"sdpa-{gpu_slug(gpu)}.json").write_text(json.dumps({"gpu": gpu, "library": library, "rows": rows},
                                                               indent=1))
         write_section("sdpa-backends", text)
 

@@ -28,11 +28,12 @@ import argparse
 import dataclasses
 import functools
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from result_files import RESULTS, gpu_slug
 
 from explorer.analysis.ranking import static_score
 from explorer.benchmarks import Benchmark, get_benchmark
@@ -44,7 +45,7 @@ from explorer.search.grid import Grid
 from explorer.search.results import Point
 from explorer.search.sweep import compile_pool, refine, run
 
-RESULTS = Path(__file__).resolve().parent / "results" / "search"  # default of --results
+SEARCH_RESULTS = RESULTS / "search"  # default of --results
 
 # Depthwise: the blog's knobs plus the structure a fast kernel may need on a small image
 # (more, smaller blocks; no shared staging and no barrier, relying on L1: one round trip to
@@ -202,9 +203,8 @@ def search(plan: Plan, args) -> None:
     from explorer.measure import local_gpu
 
     device = local_gpu() if measurer else "static"
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     args.results.mkdir(parents=True, exist_ok=True)
-    stem = f"{plan.id}-{slug}"
+    stem = f"{plan.id}-{gpu_slug(device)}"
     log = args.results / f"{stem}.jsonl"
     base = plan.base()
     previous = _load(log, type(base.knobs))
@@ -345,7 +345,8 @@ def main(argv=None) -> int:
                         help="on a GPU, stop after this long and print the best point so far (a rerun goes on "
                              "from there)")
     parser.add_argument("--tune", type=int, default=None, metavar="TRIALS", help="run MetaSchedule instead")
-    parser.add_argument("--results", type=Path, default=RESULTS, help=f"where points and presets go ({RESULTS})")
+    parser.add_argument("--results", type=Path, default=SEARCH_RESULTS,
+                        help=f"where points and presets go ({SEARCH_RESULTS})")
     parser.add_argument("--static", action="store_true",
                         help="dry run without a GPU: rank by the static analyses (prints no preset)")
     args = parser.parse_args(argv)

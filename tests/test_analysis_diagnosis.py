@@ -1,5 +1,6 @@
 """The diagnosis: each rule on hand-built Facts with a known answer, the ranking and the
 suggestion rules, neighbours, refusals, the lesson agreement and the CLI's JSON shape."""
+import dataclasses
 import json
 
 import pytest
@@ -428,6 +429,61 @@ def test_masked_work_is_the_three_kernels_causal_only():
     assert masked("attention-unfused") == 0 and masked("attention-fused-causal") == 0
 
 
+# 8 sequences × 16 heads × 4096 tokens × head_dim 128 in float16: K and V are 2 × 134,217,728 bytes; Q, K, V and O
+# together 536,870,912 (the compulsory bytes).
+KV_BYTES, COMPULSORY = 268_435_456, 536_870_912
+
+
+def test_fused_attention_whose_query_tiles_reload_k_and_v():
+    # Blocks of 16 query rows: K and V loaded 4096 / 16 = 256 times, 255 of them again. The kernel moves
+    # 536,870,912 + 255 × 268,435,456 = 68,987,912,192 bytes: 68,987.9 µs at 1e6 bytes per µs, against 1,111 µs
+    # of arithmetic.
+    small = facts(bound_us=1111.0, compulsory_bytes=COMPULSORY, query_rows_per_block=16, kv_bytes=KV_BYTES,
+                  kv_loaded_bytes=256 * KV_BYTES)
+    found = dx.kv_reuse_rule(small)
+    assert found.rule == "kv-reuse" and found.title == "Query tiles of 16 rows: K and V are loaded 256 times."
+    assert found.cost_us == pytest.approx(68_987.912192 - 1111.0)
+    assert "K and V (268.4 MB) are loaded 256 times, 68.72 GB in all, 68.45 GB of it again" in found.evidence[0]
+    assert "upper bound" in found.evidence[1]  # priced at the HBM roof: the L2's bandwidth is not known
+    # Blocks of 128 rows, 32 loads: 8,858,370,048 bytes. At the L2's 9,000 GB/s that is 984.3 µs, within the
+    # 1,111 µs of arithmetic: nothing to charge. At the roof's 1,000 GB/s it is 8,858.4 µs.
+    large = dataclasses.replace(small, query_rows_per_block=128, kv_loaded_bytes=32 * KV_BYTES)
+    assert dx.kv_reuse_rule(dataclasses.replace(large, device=dataclasses.replace(DEVICE, l2_gbps=9000.0))) is None
+    assert dx.kv_reuse_rule(large).cost_us == pytest.approx(8_858.370048 - 1111.0)
+    # Products on CUDA cores take 10,000 µs: the loads of the 128-row tiles hide behind them.
+    assert dx.kv_reuse_rule(dataclasses.replace(large, cuda_core_us=10_000.0)) is None
+    assert dx.kv_reuse_rule(facts(bound_us=1111.0)) is None  # not a fused attention kernel
+
+
+def test_k_and_v_loaded_once_per_block_of_query_rows_in_the_fused_builds():
+    from explorer.build import Spec, build
+    from explorer.schedules import get_template
+    from explorer.workloads import Attention
+
+    def spec(template, causal=False, **knobs):
+        return Spec(template, Attention(batch=8, heads=16, seq=4096, head_dim=128, causal=causal),
+                    get_template(template).knobs(**knobs))
+
+    # attention_fused on CUDA cores: 1,099,511,627,776 FLOP at 67,000 GFLOP/s is 16,410.6 µs of arithmetic. With
+    # 16-row tiles the kernel moves 536,870,912 + 255 × 268,435,456 bytes, 20,593.4 µs at 3,350 GB/s: 4,182.8 µs
+    # charged; with 128-row tiles 8,858,370,048 bytes, 2,644.3 µs, within the arithmetic.
+    narrow = dx.facts_of(build(spec("attention_fused", block_q=16, block_kv=16, kv_shared=False)))
+    wide = dx.facts_of(build(spec("attention_fused", block_q=128, block_kv=16, kv_shared=False)))
+    assert (narrow.kv_bytes, narrow.kv_loaded_bytes, wide.kv_loaded_bytes) == (KV_BYTES, 256 * KV_BYTES, 32 * KV_BYTES)
+    assert narrow.compulsory_bytes == COMPULSORY and narrow.query_rows_per_block == 16
+    assert dx.kv_reuse_rule(narrow).cost_us == pytest.approx(68_987_912_192 / 3.35e6 - 1_099_511_627_776 / 67e6)
+    assert dx.kv_reuse_rule(wide) is None
+    # attention_mma, one stage: the access analysis reads its K and V copies, and counts the same bytes.
+    mma = build(spec("attention_mma", block_q=64, warps=4, block_kv=64, stages=1))
+    analysed = sum(g.ideal_bytes for g in dx.facts_of(mma).globals if g.op == "load" and g.buffer in ("K", "V"))
+    assert dx.facts_of(mma).kv_loaded_bytes == analysed == 64 * KV_BYTES
+    # Causal, 64-row and 32-key tiles: query tile t walks 2(t + 1) key tiles, 2 × (1 + … + 64) = 4,160 per head,
+    # 4,160 × 32 keys × 128 × 2 bytes × 2 (K and V) × 128 heads: 32.5 times K and V.
+    causal = dx.facts_of(build(spec("attention_mma", causal=True, block_q=64, warps=4, block_kv=32)))
+    assert causal.kv_loaded_bytes == 4160 * 32 * 128 * 2 * 2 * 128 == 32.5 * KV_BYTES
+    assert dx.facts_of(build(get_preset("attention-unfused").spec)).kv_loaded_bytes == 0  # three kernels, no tiles
+
+
 def test_a_tree_after_one_load_per_thread():
     # 16,384 blocks of 256 threads, 8 per SM on 100 SMs: 21 waves, each paying 8 steps of 60 cycles.
     f = facts(blocks=16_384, tree_steps=8, loads_per_thread=1.0)
@@ -479,7 +535,8 @@ def test_the_rule_table_names_every_rule():
     # Each rule fires on some hand-made Facts; the table the documentation prints names them all.
     fired = {dx.reread_rule(facts(kernels=3, input_bytes=100, input_reads=(100, 100, 100))).rule,
              dx.work_per_thread_rule(facts(tree_steps=8, loads_per_thread=1.0)).rule,
-             dx.pipeline_rule(facts(staged_steps=64)).rule, dx.kernels_rule(facts(kernels=2)).rule}
+             dx.pipeline_rule(facts(staged_steps=64)).rule, dx.kernels_rule(facts(kernels=2)).rule,
+             dx.kv_reuse_rule(facts(query_rows_per_block=16, kv_bytes=100, kv_loaded_bytes=10_000_000_000)).rule}
     assert len(dx.RULE_TABLE) == len(dx.RULES) and fired <= {name for name, _, _ in dx.RULE_TABLE}
 
 

@@ -8,6 +8,7 @@ import json
 import hopper_gemm
 import kernels  # bench/ (pytest's pythonpath)
 import pytest
+import result_files
 import search_best
 
 import explorer.measure
@@ -64,6 +65,13 @@ def test_runs_with_only_add_up_to_the_whole_table(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "kernels-nvidia-h100-80gb-hbm3.json").read_text())
     assert set(saved) == {matmul["workload"], conv["workload"]}
     assert kernels.merged_rows("NVIDIA H100 80GB HBM3", [], write=False) == [conv, newer]
+
+
+def test_result_files_are_named_after_the_gpu_as_the_saved_ones_are():
+    slug = result_files.gpu_slug("NVIDIA H100 80GB HBM3")
+    assert slug == "nvidia-h100-80gb-hbm3" and result_files.gpu_slug(" Test  GPU (2) ") == "test-gpu-2"
+    assert (result_files.RESULTS / f"kernels-{slug}.json").exists()
+    assert (search_best.SEARCH_RESULTS / f"dw-21-{slug}.jsonl").exists()
 
 
 def test_fastest_ignores_points_without_a_time():

@@ -46,7 +46,7 @@ from tvm.script import tirx as T
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
-from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
+from ..workloads import ATTENTION_DTYPE, DTYPE, Attention, numpy_dtype
 from .common import Template
 from .parsing import tvmscript_frames
 
@@ -112,6 +112,23 @@ def check_whole_tiles(workload: Attention, k) -> None:
                                f"{name} = {getattr(k, name)}.", (name,))
 
 
+def key_tiles(query_tile, block_q: int, block_kv: int, seq: int, causal: bool):
+    """Key tiles the block of query tile ``query_tile`` walks: all of them, or (causal) those up to the one
+    that holds its last query row. ``query_tile`` is an int or the kernel's index expression: the written
+    kernels of this module and :mod:`attention_mma` take their loop's extent from here."""
+    return ((query_tile + 1) * block_q + block_kv - 1) // block_kv if causal else seq // block_kv
+
+
+def kv_bytes_loaded(workload: Attention, block_q: int, block_kv: int) -> int:
+    """Bytes of K and V that the blocks of a written attention kernel load from global memory: each block
+    walks its head's key tiles (:func:`key_tiles`) once, loading a K and a V tile per step, so the keys and
+    values of a head are read once per block of query rows (threads that read the same tile of one block
+    again, as without ``kv_shared``, find it in the L1 cache)."""
+    tiles = sum(key_tiles(t, block_q, block_kv, workload.seq, workload.causal) for t in range(workload.seq // block_q))
+    element_bytes = numpy_dtype(ATTENTION_DTYPE).itemsize
+    return workload.batch * workload.heads * tiles * 2 * block_kv * workload.head_dim * element_bytes
+
+
 def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
     """Refuse, one sentence each, what cannot make a correct kernel; return the plan otherwise."""
     plan = Plan(workload, k)
@@ -146,7 +163,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     B, H, N, D = w.batch, w.heads, w.seq, w.head_dim
     BQ, BKV, TM, G = k.block_q, k.block_kv, k.rows_per_thread, k.threads_per_row
     TN, TD, THREADS = p.keys_per_thread, p.columns_per_thread, p.threads
-    Q_TILES, KV_TILES = N // BQ, N // BKV
+    Q_TILES = N // BQ
     CAUSAL, STAGED = w.causal, k.kv_shared
     # Scores are kept in log2 units: exp(x · scale) = exp2(x · scale · log2 e), and exp2 is one
     # hardware instruction where expf is a sequence of them (per score, beside 2 · head_dim multiply-adds).
@@ -202,7 +219,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                     acc[r, c] = T.float32(0)
             T.tvm_storage_sync("shared")
             # Causal: the key tiles up to the one that holds the block's last query row.
-            for kt in T.serial(((qt + 1) * BQ + BKV - 1) // BKV if CAUSAL else KV_TILES):
+            for kt in T.serial(key_tiles(qt, BQ, BKV, N, CAUSAL)):
                 if STAGED:
                     for i in T.serial(KV_COPIES):
                         if i * THREADS + tx < BKV * D:

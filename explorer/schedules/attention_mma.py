@@ -44,7 +44,7 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
-from .attention_fused import check_whole_tiles
+from .attention_fused import check_whole_tiles, key_tiles
 from .common import Template
 from .parsing import tvmscript_frames
 
@@ -134,7 +134,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     NS = BKV // MMA_N  # 8-key tiles of S
     KP = BKV // MMA_K  # k steps of P·V
     NO = D // MMA_N  # 8-column tiles of O
-    Q_TILES, KV_TILES = N // BQ, N // BKV
+    Q_TILES = N // BQ
     Q_COPIES = -(-BQ * D // (THREADS * VECTOR))
     KV_COPIES = -(-BKV * D // (THREADS * VECTOR))
     CAUSAL, STAGES = w.causal, k.stages
@@ -219,7 +219,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                 l_[i] = T.float32(0)
             for i in T.unroll(MT * NO * 4):
                 o_f[i] = T.float32(0)
-            tiles_kv = T.meta_var(((qt + 1) * BQ + BKV - 1) // BKV if CAUSAL else KV_TILES)
+            tiles_kv = T.meta_var(key_tiles(qt, BQ, BKV, N, CAUSAL))
             if STAGES == 2:
                 copy_tile_async(tiles, K_AT, K, b, h, 0, tx)
                 copy_tile_async(tiles, V_AT, V, b, h, 0, tx)

@@ -37,6 +37,7 @@ from .rules.bank_conflicts import bank_conflict_rule
 from .rules.coalescing import coalescing_rule
 from .rules.cuda_cores import cuda_cores_rule
 from .rules.kernels import kernels_rule
+from .rules.kv_reuse import kv_reuse_rule
 from .rules.masked_work import masked_work_rule
 from .rules.parallelism import grid_rule, occupancy_rule
 from .rules.pipeline import pipeline_rule
@@ -54,7 +55,7 @@ __all__ = [
     "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
     "bank_conflict_rule", "coalescing_rule", "counters_of", "cuda_cores_rule", "device_for", "diagnose",
     "diagnose_spec", "diagnosis_json", "estimated_total", "facts_of", "findings_of", "format_diagnosis",
-    "grid_rule", "kernels_rule", "masked_work_rule", "ncu_metrics", "neighbours", "occupancy_rule", "pipeline_rule",
-    "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule", "stall_evidence", "suggest",
-    "vector_rule", "work_per_thread_rule",
+    "grid_rule", "kernels_rule", "kv_reuse_rule", "masked_work_rule", "ncu_metrics", "neighbours", "occupancy_rule",
+    "pipeline_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule", "stall_evidence",
+    "suggest", "vector_rule", "work_per_thread_rule",
 ]

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from ...build import Build
 from ...errors import ExplorerError
 from ...gpus import DEFAULT, base_arch, gpu_of
+from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
+from ...schedules.attention_mma import AttentionMmaKnobs
 from ...targets import WARP_SIZE
 from ...workloads import numpy_dtype
 from ..accesses import kernel_accesses
@@ -37,6 +39,7 @@ class Device:
     clock_ghz: float
     bandwidth_gbps: float  # the roof that applies to this workload (HBM, or L2 when it fits and is measured)
     roof: str  # "HBM" or "L2-resident"
+    l2_gbps: float | None = None  # the L2's bandwidth where the ceilings measured it (vendors do not publish it)
 
     def cycles_us(self, cycles_per_sm: float) -> float:
         """µs for ``cycles_per_sm`` of work spread over every SM."""
@@ -114,6 +117,13 @@ class Facts:
     # 16-bit inputs multiplied without an mma instruction: the least time of the workload's FLOPs at the CUDA
     # cores' FP32 peak (None where the kernel uses the tensor cores, or the inputs are float32).
     cuda_core_us: float | None = None
+    compulsory_bytes: int = 0  # the workload's inputs read once and its output written once
+    # Attention written as one kernel whose blocks each hold a tile of query rows and walk every key and value
+    # tile of their head: the rows a block holds, the bytes of K and V, and those its blocks load together (0
+    # otherwise).
+    query_rows_per_block: int = 0
+    kv_bytes: int = 0
+    kv_loaded_bytes: int = 0
 
     @property
     def warps_per_block(self) -> int:
@@ -156,7 +166,8 @@ def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | 
     sms = sms or gpu.sms
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
     number = int((key or DEFAULT.arch)[3:])
-    return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof)
+    return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof,
+                  ceilings.l2_gbps)
 
 
 def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, measured_us: float | None = None,
@@ -203,7 +214,20 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
-                 workload.flops, _cuda_core_us(built, ceilings, no_compute_roof))
+                 workload.flops, _cuda_core_us(built, ceilings, no_compute_roof), workload.compulsory_bytes,
+                 *_kv_loads(built))
+
+
+def _kv_loads(built: Build) -> tuple[int, int, int]:
+    """(query rows per block, bytes of K and V, bytes of K and V loaded) for the written attention kernels,
+    whose blocks walk the keys and values of their head in tiles; (0, 0, 0) for any other setting. The
+    count is the template's (its tiles and loop), not the lowered TIR's: the access analysis does not see
+    the cp.async copies, nor addresses computed through the block's head index."""
+    knobs, workload = built.spec.knobs, built.spec.workload
+    if not isinstance(knobs, (AttentionFusedKnobs, AttentionMmaKnobs)):
+        return 0, 0, 0
+    sizes = _input_sizes(workload)
+    return knobs.block_q, sizes["K"] + sizes["V"], kv_bytes_loaded(workload, knobs.block_q, knobs.block_kv)
 
 
 def _cuda_core_us(built: Build, ceilings: Ceilings, no_compute_roof: bool) -> float | None:
@@ -266,18 +290,21 @@ def _tiling(built: Build) -> _StageTiling:
                         math.prod(tiling.output_shape), sharing, sum(f.reads_per_output for f in tiling.footprints))
 
 
+def _input_sizes(workload) -> dict[str, int]:
+    """Each input's bytes, by name."""
+    return {name: math.prod(shape) * numpy_dtype(dtype).itemsize for name, shape, dtype in
+            zip(workload.input_names, workload.input_shapes(), workload.input_dtypes(), strict=True)}
+
+
 def _input_bytes(workload) -> int:
-    typed = zip(workload.input_shapes(), workload.input_dtypes(), strict=True)
-    return sum(math.prod(shape) * numpy_dtype(dtype).itemsize for shape, dtype in typed)
+    return sum(_input_sizes(workload).values())
 
 
 def _input_reads(built: Build, globals_: tuple[GlobalFact, ...]) -> tuple[int, ...]:
     """Per kernel, the bytes of the workload's inputs it reads, each input counted once at most (a
     kernel that reads an element again finds it in a cache, the model's assumption): one kernel per
     pass reads the input once per pass."""
-    workload = built.spec.workload
-    sizes = {name: math.prod(shape) * numpy_dtype(dtype).itemsize for name, shape, dtype in
-             zip(workload.input_names, workload.input_shapes(), workload.input_dtypes(), strict=True)}
+    sizes = _input_sizes(built.spec.workload)
     out = []
     for k in built.kernels:
         read = 0

@@ -13,6 +13,7 @@ from . import (
     cuda_cores,
     divergence,
     kernels,
+    kv_reuse,
     masked_work,
     parallelism,
     pipeline,
@@ -28,7 +29,7 @@ from . import (
 RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
-    masked_work.RULE, cuda_cores.RULE,
+    masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
