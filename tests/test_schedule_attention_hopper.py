@@ -7,13 +7,14 @@ from dataclasses import replace
 
 import pytest
 import tvm
+from attention_hopper_check import CHECK_ONLY, CHECKS, check_spec, grid  # bench/ (pytest's pythonpath)
 from refusals import refusal
 
 from explorer.analysis import sass
 from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
-from explorer.measure import MeasureSettings, measure, shutdown
+from explorer.measure import measure, shutdown
 from explorer.schedules import attention_hopper
 from explorer.schedules.attention_hopper import AttentionHopperKnobs, Plan, check_knobs
 from explorer.workloads import Attention
@@ -221,29 +222,19 @@ def test_the_template_is_registered_for_attention():
 
 # -- on an H100 -----------------------------------------------------------------------
 
-# Small shapes, every knob and both masks; run in the measuring worker, so that a kernel whose
-# barriers never complete is stopped at the time limit instead of hanging the run.
-GPU_CASES = {
-    "d64": (D64, {}),
-    "d64-causal": (replace(D64, causal=True), {}),
-    "d128": (D128, {}),
-    "d128-causal": (replace(D128, causal=True), {}),
-    "d128-kv64-3-stages": (D128, {"block_kv": 64, "stages": 3}),
-    "d128-one-consumer-causal": (replace(D128, causal=True), {"consumers": 1}),
-    "d128-no-producer": (D128, {"warp_specialize": False}),
-    "d128-no-producer-causal-3-stages": (replace(D128, causal=True), {"warp_specialize": False, "stages": 3}),
-    "d64-one-consumer-no-producer-kv64-4-stages": (replace(D64, causal=True),
-                                                   {"consumers": 1, "warp_specialize": False, "block_kv": 64,
-                                                    "stages": 4}),
-    "d128-two-batches": (Attention(batch=2, heads=3, seq=256, head_dim=128, causal=True), {}),
-}
-CHECK_ONLY = MeasureSettings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
+# Small shapes, every knob and both masks: bench/attention_hopper_check.py's, which checks them in one GPU
+# call. Run in the measuring worker, so that a kernel whose barriers never complete is stopped at the
+# time limit instead of hanging the run.
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_every_setting_checked_on_the_gpu_builds_here(name):
+    spec = check_spec(name)
+    assert build(spec, "h100").kernels
 
 
-@pytest.mark.parametrize("case", sorted(GPU_CASES))
-def test_every_setting_checked_on_the_gpu_builds_here(case):
-    workload, knobs = GPU_CASES[case]
-    assert hopper(workload, **knobs).kernels
+def test_the_timed_grid_builds_at_the_benchmark_shape():
+    for causal in (False, True):
+        for knobs in grid():
+            assert build(Spec("attention_hopper", replace(BENCH, causal=causal), knobs), "h100").kernels
 
 
 def hopper_gpu() -> bool:
@@ -259,8 +250,7 @@ def measuring_worker():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not hopper_gpu(), reason="needs a Hopper GPU (sm_90a)")
-@pytest.mark.parametrize("case", sorted(GPU_CASES))
-def test_matches_the_reference_on_the_gpu(case, measuring_worker):
-    workload, knobs = GPU_CASES[case]
-    result = measure(Spec("attention_hopper", workload, AttentionHopperKnobs(**knobs)), settings=CHECK_ONLY)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_matches_the_reference_on_the_gpu(name, measuring_worker):
+    result = measure(check_spec(name), settings=CHECK_ONLY)
     assert result.correct, result.check.describe()
