@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import tvm
 from attention_hopper_check import CHECK_ONLY, CHECKS, check_spec, grid  # bench/ (pytest's pythonpath)
+from hopper_on_cpu import run_hopper_on_cpu
 from refusals import refusal
 
 from explorer.analysis import sass
@@ -15,9 +16,11 @@ from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.measure import measure, shutdown
+from explorer.measure.gate import compare
 from explorer.schedules import attention_hopper
 from explorer.schedules.attention_hopper import AttentionHopperKnobs, Plan, check_knobs
-from explorer.workloads import Attention
+from explorer.schedules.matmul_hopper import MatmulHopperKnobs
+from explorer.workloads import Attention, Matmul
 
 D128 = Attention(batch=1, heads=2, seq=512, head_dim=128)
 D64 = Attention(batch=1, heads=2, seq=256, head_dim=64)
@@ -212,6 +215,54 @@ def test_the_machine_code_has_wgmma_and_tma():
     assert sum(n for op, n in opcodes.items() if op.startswith("HGMMA")) % 16 == 0
     # exp2 of 64 scores and of 2 rescale factors per tile.
     assert opcodes["MUFU.EX2"] % 66 == 0
+
+
+def check_on_cpu(built):
+    workload = built.spec.workload
+    inputs = workload.random_inputs(seed=5)
+    return compare(run_hopper_on_cpu(built, inputs), workload.reference(*inputs), workload.reduction_length(),
+                   workload.tolerance_floor)
+
+
+EMULATED = {
+    "d128-default": (D128, {}),
+    "d128-causal-no-producer-3-stages": (replace(D128, causal=True), {"warp_specialize": False, "stages": 3}),
+    "d64-causal-one-consumer-kv64-4-stages": (replace(D64, causal=True), {"consumers": 1, "block_kv": 64,
+                                                                          "stages": 4}),
+    "two-batches-three-heads-causal-kv64": (Attention(batch=2, heads=3, seq=256, head_dim=128, causal=True),
+                                            {"block_kv": 64, "stages": 3}),
+}
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+@pytest.mark.parametrize("case", sorted(EMULATED))
+def test_the_cuda_matches_the_reference_run_on_the_cpu(case):
+    """TMA, mbarriers and wgmma emulated as the PTX ISA defines them (tests/hopper_on_cpu.py)."""
+    workload, knobs = EMULATED[case]
+    check = check_on_cpu(hopper(workload, **knobs))
+    assert check.correct, check.describe()
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
+    """The emulation can fail: V read as a K-major operand (the transpose flag off) gives garbage."""
+    built = hopper(D64, consumers=1)
+    helper = RS + "m64n64k16_f32_f16_f16_1_1_1"
+    assert built.cuda.count(helper) == 1 + 8  # its definition, and block_kv / 16 = 128 / 16 calls
+    check = check_on_cpu(replace(built, cuda=built.cuda.replace(helper, helper[:-1] + "0")))
+    assert not check.correct
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+@pytest.mark.parametrize("knobs", [{}, {"warp_specialize": False, "consumers": 1, "block_n": 128}])
+def test_the_emulation_agrees_with_matmul_hopper(knobs):
+    """The emulation reads descriptors and swizzles as matmul_hopper's kernel, checked on an H100
+    (bench/results/hopper-gemm-*.json), needs them read: K-major A, N-major B, 128-byte swizzle."""
+    workload = Matmul(m=256, n=256, k=256, dtype="float16")
+    built = build(Spec("matmul_hopper", workload, MatmulHopperKnobs(**knobs)), "h100")
+    inputs = workload.random_inputs(seed=5)
+    check = compare(run_hopper_on_cpu(built, inputs), workload.reference(*inputs), workload.reduction_length())
+    assert check.correct, check.describe()
 
 
 def test_the_template_is_registered_for_attention():
