@@ -6,7 +6,7 @@ below at a small shape, then time the knob grid at the tensor-core attention ben
 1. Each setting of CHECKS (knobs × small shapes, causal and not) is built and run once in the
    measuring worker against the workload's float64 reference; prints its max abs error (a kernel
    whose barriers never complete is stopped at the time limit and reported, and the rest still run).
-2. Every knob setting of the grid (block_kv × consumers × stages × warp_specialize) is measured at
+2. Every knob setting of the grid (block_kv × consumers × stages × warp_specialize × overlap) is timed at
    B × H × seq × 128 (8 × 16 × 4096 by default), non-causal and causal: checked against the reference
    at that shape too, then timed with TVM's time_evaluator (explorer.measure, its default settings);
    prints µs and TFLOP/s (4·B·H·seq²·d, half of it causal), and for each mask the default, the best,
@@ -45,10 +45,16 @@ CHECKS = {
                                                     "stages": 4}),
     "d128-two-batches-three-heads-causal": ({"batch": 2, "heads": 3, "seq": 256, "head_dim": 128, "causal": True},
                                             {}),
+    "d128-overlap": (D128, {"overlap": True}),
+    "d128-overlap-causal": ({**D128, "causal": True}, {"overlap": True}),
+    "d128-overlap-no-producer-causal-kv64": ({**D128, "causal": True},
+                                             {"overlap": True, "warp_specialize": False, "block_kv": 64}),
+    "d64-overlap-one-consumer-causal": ({**D64, "causal": True}, {"overlap": True, "consumers": 1}),
 }
 CHECK_ONLY = MeasureSettings(time_limit_s=20, repeats=1, roofline=False, cuda_graph=False)
 TIMED = MeasureSettings(time_limit_s=30, roofline=False)
-GRID = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3), "warp_specialize": (True, False)}
+GRID = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3), "warp_specialize": (True, False),
+        "overlap": (False, True)}
 
 
 def check_spec(name: str) -> Spec:

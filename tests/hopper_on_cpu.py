@@ -10,11 +10,13 @@ function; every helper is replaced by an emulation of the instruction as the PTX
 - an mbarrier is a phase, a pending-arrival count and a transaction count; a phase completes when
   both reach zero, and ``try_wait.parity p`` passes once the phase of parity p has completed (a
   fresh barrier: at once for p = 1);
-- ``wgmma.mma_async`` is done at issue by the warpgroup's 128 threads together (each publishes its
-  A fragment, each computes its own accumulators), reading shared memory through the matrix
+- ``wgmma.mma_async`` runs when a ``wait_group`` lets its commit group complete (the latest moment
+  a program may count on: reading an accumulator, or releasing its buffer, before the wait gives
+  a wrong result), by the warpgroup's 128 threads together (each publishes the A fragment it
+  passed at issue, each computes its own accumulators), reading shared memory through the matrix
   descriptor's canonical layouts (128-byte swizzle only): K-major, element (mn, k) at
   start + (mn / 8)·SBO + (mn % 8)·128 + 2k; MN-major, at start + (mn / 64)·LBO + 2·(mn % 64)
-  + (k % 8)·128 + (k / 8)·SBO, then swizzled. Fences, commit and wait have nothing left to wait for.
+  + (k % 8)·128 + (k / 8)·SBO, then swizzled.
 
 Each block runs on its own, its threads as CPU threads, with a barrier per block, per warpgroup and
 per warp. Slow and for small shapes only: what it checks is the kernel's indexing, its barriers'
@@ -145,23 +147,46 @@ static float emu_a_register_half(int wg_base, int m, int k) {
   memcpy(&h, &bits, 2);
   return __half2float(h);
 }
+// An issued wgmma: its A fragment (rs) is read at issue, the rest when it runs. It runs when a
+// wait_group lets it complete (the latest a program may count on), so a program that reads or
+// rescales an accumulator before waiting, or releases a buffer too early, gets a wrong result.
+struct EmuWgmma { int n; std::vector<float*> d; bool rs; unsigned a[4]; uint64_t a_desc, b_desc; unsigned scale_d;
+                  int trans_a, trans_b; };
+static thread_local std::vector<EmuWgmma> emu_open_group;
+static thread_local std::vector<std::vector<EmuWgmma>> emu_committed_groups;
 static void emu_wgmma(int n, float** d, const unsigned* a, uint64_t a_desc, uint64_t b_desc, unsigned scale_d,
                       int trans_a, int trans_b) {
+  EmuWgmma op{n, std::vector<float*>(d, d + n / 2), a != nullptr, {0, 0, 0, 0}, a_desc, b_desc, scale_d, trans_a,
+              trans_b};
+  if (a) for (int i = 0; i < 4; ++i) op.a[i] = a[i];
+  emu_open_group.push_back(op);
+}
+static void emu_run(const EmuWgmma& op) {  // the warpgroup's 128 threads together
   int t = emu_tid(), wg = t / 128, lt = t % 128, warp = lt / 32, lane = lt % 32;
-  if (a) for (int i = 0; i < 4; ++i) emu_a_regs[t][i] = a[i];
+  for (int i = 0; i < 4; ++i) emu_a_regs[t][i] = op.a[i];
   emu_warpgroup_barrier[wg]->arrive_and_wait();
-  std::vector<float> out(n / 2);
-  for (int i = 0; i < n / 2; ++i) {
+  std::vector<float> out(op.n / 2);
+  for (int i = 0; i < op.n / 2; ++i) {
     int row = warp * 16 + lane / 4 + i % 4 / 2 * 8, col = i / 4 * 8 + lane % 4 * 2 + i % 2;
-    float sum = scale_d ? *d[i] : 0.0f;
+    float sum = op.scale_d ? *op.d[i] : 0.0f;
     for (int k = 0; k < 16; ++k) {
-      float x = a ? emu_a_register_half(wg * 128, row, k) : emu_smem_half(a_desc, row, k, trans_a);
-      sum += x * emu_smem_half(b_desc, col, k, trans_b);
+      float x = op.rs ? emu_a_register_half(wg * 128, row, k) : emu_smem_half(op.a_desc, row, k, op.trans_a);
+      sum += x * emu_smem_half(op.b_desc, col, k, op.trans_b);
     }
     out[i] = sum;
   }
   emu_warpgroup_barrier[wg]->arrive_and_wait();
-  for (int i = 0; i < n / 2; ++i) *d[i] = out[i];
+  for (int i = 0; i < op.n / 2; ++i) *op.d[i] = out[i];
+}
+static void emu_commit_group() {
+  emu_committed_groups.push_back(emu_open_group);
+  emu_open_group.clear();
+}
+static void emu_wait_group(size_t pending) {
+  while (emu_committed_groups.size() > pending) {
+    for (const EmuWgmma& op : emu_committed_groups.front()) emu_run(op);
+    emu_committed_groups.erase(emu_committed_groups.begin());
+  }
 }
 static unsigned emu_pack_half2(float high, float low) {
   __half h = __float2half_rn(high), l = __float2half_rn(low);
@@ -177,7 +202,7 @@ HELPER_START = re.compile(r"^(?:__forceinline__ __device__|__device__ __forceinl
 # ... its name ends with the immediates: scale-a, scale-b, then transpose-a (ss only) and transpose-b.
 WGMMA = re.compile(r"tvm_builtin_ptx_wgmma_\w+?_(ss|rs)_mma_async_sync_aligned_m64n(\d+)k16_\w+?_(-?1)_(-?1)_(\d)"
                    r"(?:_(\d))?$")
-NO_OPS = re.compile(r"tvm_builtin_ptx_(fence_proxy|setmaxnreg|wgmma_(fence|commit_group|wait_group))\w*$"
+NO_OPS = re.compile(r"tvm_builtin_ptx_(fence_proxy|setmaxnreg|wgmma_fence)\w*$"
                     r"|tvm_builtin_cuda_warp_sync$|keep_register_\w+$")
 
 
@@ -209,6 +234,11 @@ def _emulation(name: str, params: str) -> str:
         "ptx_wgmma_encode_matrix_descriptor":
             "*desc = emu_descriptor((unsigned)((unsigned char*)addr - emu_smem), ldo, sdo, swizzle);",
     }
+    wait = re.match(r"tvm_builtin_ptx_wgmma_wait_group_wait_group_sync_aligned_(\d)$", name)
+    if wait:
+        return f"emu_wait_group({wait.group(1)});"
+    if name == "tvm_builtin_ptx_wgmma_commit_group_commit_group_sync_aligned":
+        return "emu_commit_group();"
     if name == "tvm_builtin_ptx_st_vec_global_v2_f32":
         return f"float v[2] = {{{names[1]}, {names[2]}}}; memcpy((void*){names[0]}, v, 8);"
     if name.startswith("tvm_builtin_ptx_cp_async_bulk_tensor_g2s_cluster_async_bulk_tensor_2d_") \

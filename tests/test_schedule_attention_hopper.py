@@ -192,12 +192,14 @@ def test_targets_without_wgmma_are_refused():
 
 COMPILED = [(D128, {}), (D128, {"warp_specialize": False, "stages": 3}), (D64, {"block_kv": 64, "consumers": 1}),
             (replace(D128, causal=True), {"consumers": 1, "stages": 3}),
-            (replace(BENCH, causal=True), {})]
+            (replace(BENCH, causal=True), {}),
+            (replace(BENCH, causal=True), {"overlap": True, "warp_specialize": False})]  # 254 registers
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
 @pytest.mark.parametrize("workload,knobs", COMPILED, ids=["default", "no-producer-3-stages", "d64-one-consumer",
-                                                          "causal-one-consumer", "causal-bench"])
+                                                          "causal-one-consumer", "causal-bench",
+                                                          "causal-bench-overlap-no-producer"])
 def test_nvcc_compiles_it_for_sm_90a_without_spills(workload, knobs):
     binary = nvcc_binary(hopper(workload, **knobs).cuda, "sm_90a")  # ptxas checks every PTX line
     (registers,) = binary.registers.values()
@@ -231,6 +233,9 @@ EMULATED = {
                                                                           "stages": 4}),
     "two-batches-three-heads-causal-kv64": (Attention(batch=2, heads=3, seq=256, head_dim=128, causal=True),
                                             {"block_kv": 64, "stages": 3}),
+    "d128-causal-overlap": (replace(D128, causal=True), {"overlap": True}),
+    "d64-overlap-no-producer-one-consumer": (D64, {"overlap": True, "warp_specialize": False, "consumers": 1,
+                                                   "block_kv": 64}),
 }
 
 
@@ -254,6 +259,17 @@ def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+def test_reading_the_accumulators_before_their_wgmma_completes_is_wrong_on_the_cpu():
+    """The emulation runs a wgmma when a wait lets it complete: waits that leave the newest group
+    running (wait_group 1 where the kernel waits for all) leave the scores and O unfinished."""
+    built = hopper(D64, consumers=1, overlap=True)
+    wait_all, wait_one = (f"tvm_builtin_ptx_wgmma_wait_group_wait_group_sync_aligned_{n}();" for n in (0, 1))
+    assert body(built.cuda).count(wait_all) == 3 and body(built.cuda).count(wait_one) == 1
+    check = check_on_cpu(replace(built, cuda=built.cuda.replace(wait_all, wait_one)))
+    assert not check.correct
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
 @pytest.mark.parametrize("knobs", [{}, {"warp_specialize": False, "consumers": 1, "block_n": 128}])
 def test_the_emulation_agrees_with_matmul_hopper(knobs):
     """The emulation reads descriptors and swizzles as matmul_hopper's kernel, checked on an H100
@@ -263,6 +279,19 @@ def test_the_emulation_agrees_with_matmul_hopper(knobs):
     inputs = workload.random_inputs(seed=5)
     check = compare(run_hopper_on_cpu(built, inputs), workload.reference(*inputs), workload.reduction_length())
     assert check.correct, check.describe()
+
+
+def test_overlap_issues_the_next_scores_before_waiting_for_p_v():
+    cuda = body(hopper(overlap=True).cuda)
+    # S of tile 0 alone; in the loop S of tile i + 1 then P·V of tile i, a wait for the scores only
+    # (one group may stay in flight), then for both; P·V of the last tile.
+    assert calls(cuda, SS) == {"m64n128k16": 8 * 2} and calls(cuda, RS) == {"m64n128k16": 8 * 2}
+    loop = cuda[cuda.index("for (int i = 0;"):]
+    first_ss, first_rs = loop.index(SS), loop.index(RS)
+    wait_one = loop.index("wgmma_wait_group_wait_group_sync_aligned_1();")
+    wait_all = loop.index("wgmma_wait_group_wait_group_sync_aligned_0();")
+    assert first_ss < first_rs < wait_one < loop.index("__shfl_xor_sync") < wait_all
+    assert body(hopper().cuda).count("sync_aligned_1();") == 0  # off: every wait is for all
 
 
 def test_the_template_is_registered_for_attention():

@@ -30,6 +30,14 @@ warpgroup (4 warps, 128 threads) owns 64 of them: the M of every wgmma it issues
 5. After the last tile each thread divides its O registers by the row sums and stores them,
    rounded, two neighbours per 4-byte store.
 
+Each product is issued, committed and waited for (``wgmma.commit_group`` / ``wait_group``). Without
+``overlap`` a warpgroup waits for S before its softmax and for P·V before the next tile, so its
+tensor-core work and its softmax alternate (with two consumers, one's softmax may run while the
+other's products do). With ``overlap`` (FlashAttention-3's pipelining within a warpgroup) it issues
+S of tile j and P·V of tile j − 1 together and waits for the scores only: the softmax of tile j
+runs while P·V of tile j − 1 is still on the tensor cores; O is rescaled and the new P packed
+once that product is done.
+
 Causal: a block stops at the key tile that holds its last query row and launches the longest
 rows first; scores of a key after its query are masked, on the tiles that cross the diagonal only.
 
@@ -99,6 +107,9 @@ class AttentionHopperKnobs(KnobSet):
     warp_specialize: bool = knob(True, "Add a producer warpgroup that only issues TMA copies (and hands its "
                                  "registers to the consumers); off: a consumer thread issues them between its "
                                  "multiplies.")
+    overlap: bool = knob(False, "Overlap each key tile's softmax with the previous tile's P·V on the tensor cores "
+                         "(FlashAttention-3's pipelining within a warpgroup): issue S = Q·Kᵀ of tile j and P·V of tile "
+                         "j − 1 together, wait for the scores only; off: each product waits for the other.")
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     BQ, BKV, STAGES, CONSUMERS, WS = p.block_q, k_.block_kv, k_.stages, k_.consumers, k_.warp_specialize
     COLUMNS, Q_TILES, GRID, THREADS = p.columns, p.q_tiles, p.blocks, p.threads
     PRODUCERS = int(WS)  # warpgroups before the first consumer
+    OVERLAP = k_.overlap
     CAUSAL = w.causal
     KV_TILES = N // BKV
     NS, NO = BKV // 2, D // 2  # float32 accumulators per thread of S (64 × block_kv) and O (64 × head_dim)
@@ -251,6 +263,80 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         for i in T.unroll(count):
             T.cuda.func_call(KEEP[regs.dtype][0], regs[i], source_code=KEEP[regs.dtype][1])
 
+    @T.inline
+    def scores(j, K_smem, full, s_acc, desc):
+        # 1. S = Q·Kᵀ for key tile j, issued and committed (the first 16-step overwrites S, the others add)
+        s = T.meta_var(j % STAGES)
+        T.cuda.mbarrier_wait(full.ptr_to([s]), j // STAGES % 2)
+        T.cuda.warp_sync()  # .aligned: the warp's threads (one of them may have copied) together
+        T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc[1]), K_smem.ptr_to([s, 0, 0, 0]), K_LBO, SBO,
+                                              SWIZZLE_CODE)
+        fence_registers(s_acc, NS)
+        T.ptx.wgmma.fence.sync.aligned()
+        for kk in T.unroll(KS):
+            T.ptx[WGMMA_S](*[s_acc[i] for i in range(NS)],
+                           desc[0] + T.uint64(k_major_offset(kk * WGMMA_K, BQ, 0, ROW_BYTES)),
+                           desc[1] + T.uint64(k_major_offset(kk * WGMMA_K, BKV, 0, ROW_BYTES)),
+                           kk > 0, 1, 1, 0, 0)
+        T.ptx.wgmma.commit_group.sync.aligned()
+
+    @T.inline
+    def softmax(j, s_acc, m, l_, alpha, red, qt, wg, t, row):
+        # 2. the online softmax of the thread's two rows: a lane holds columns 2·(lane % 4) and + 1 of
+        # every 8; masked scores (causal, on tiles that cross the diagonal) get the lowest float. Leaves
+        # the probabilities in S, the rescale factor of the rows' earlier sums in alpha.
+        if CAUSAL:
+            if (j + 1) * BKV > qt * BQ + wg * WGMMA_M:
+                for i in T.unroll(NS):
+                    s_acc[i] = T.if_then_else(j * BKV + i // 4 * 8 + t % 4 * 2 + i % 2
+                                              <= row + i % 4 // 2 * 8, s_acc[i], T.min_value(f32))
+        for r in T.unroll(2):
+            red[0] = m[r]
+            for i in T.unroll(NS // 4):
+                for c in T.unroll(2):
+                    red[0] = T.max(red[0], s_acc[i * 4 + r * 2 + c])
+            across_quad(red, T.max)
+            alpha[r] = T.exp2((m[r] - red[0]) * T.float32(SCALE_LOG2))
+            m[r] = red[0]
+            red[0] = T.float32(0)
+            for i in T.unroll(NS // 4):
+                for c in T.unroll(2):
+                    s_acc[i * 4 + r * 2 + c] = T.exp2(s_acc[i * 4 + r * 2 + c] * T.float32(SCALE_LOG2)
+                                                      - m[r] * T.float32(SCALE_LOG2))
+                    red[0] = red[0] + s_acc[i * 4 + r * 2 + c]
+            l_[r] = l_[r] * alpha[r] + red[0]
+
+    @T.inline
+    def to_probabilities(s_acc, p_words, o_acc, alpha):
+        # O's earlier sums rescaled; P in float16 pairs: registers 4kk … 4kk + 3 are the A fragment of
+        # 16-step kk (the accumulator layout of two 8-column groups is the A layout of one 16-step)
+        for i in T.unroll(NO):
+            o_acc[i] = o_acc[i] * alpha[i % 4 // 2]
+        for i in T.unroll(NS // 2):
+            T.ptx[PACK_TWO[half]](p_words[i], s_acc[i * 2 + 1], s_acc[i * 2])
+
+    @T.inline
+    def values(j, V_smem, o_acc, p_words, desc):
+        # 3. O += P·V for key tile j, issued and committed (V is MN-major: the transpose flag of B)
+        T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc[2]), V_smem.ptr_to([j % STAGES, 0, 0, 0]), V_LBO,
+                                              SBO, SWIZZLE_CODE)
+        fence_registers(p_words, NS // 2)
+        fence_registers(o_acc, NO)
+        T.ptx.wgmma.fence.sync.aligned()
+        for kk in T.unroll(KP):
+            T.ptx[WGMMA_O](*[o_acc[i] for i in range(NO)], *[p_words[kk * 4 + i] for i in range(4)],
+                           desc[2] + T.uint64(mn_major_offset(kk * WGMMA_K, ROW_BYTES)), T.bool(True), 1, 1, 1)
+        T.ptx.wgmma.commit_group.sync.aligned()
+
+    @T.inline
+    def release(j, tiles_kv, tx, K_map, V_map, K_smem, V_smem, full, empty, bh):
+        # This thread no longer reads key tile j's buffer; without a producer, thread 0 refills it.
+        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([j % STAGES]), T.uint32(1))
+        if not WS:
+            if tx == 0:
+                if j + STAGES < tiles_kv:
+                    load_kv(j + STAGES, K_map, V_map, K_smem, V_smem, full, empty, bh)
+
     @T.prim_func
     def main(Q_ptr: T.handle, K_ptr: T.handle, V_ptr: T.handle, O_ptr: T.handle):
         Q = T.match_buffer(Q_ptr, shape, half, align=16)
@@ -309,9 +395,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
             t = T.meta_var(tx % WARPGROUP)  # the thread within its warpgroup
             row = T.meta_var(qt * BQ + wg * WGMMA_M + t // WARP_SIZE * 16 + t % WARP_SIZE // 4)  # and row + 8
             if not WS:
-                if tx == 0:
+                if tx == 0:  # Q and a tile into every buffer; each further tile as its buffer is released
                     load_q(Q_map, Q_smem, q_full, bh, qt)
-                    for j in T.serial(STAGES - 1):
+                    for j in T.serial(STAGES):
                         if j < tiles_kv:
                             load_kv(j, K_map, V_map, K_smem, V_smem, full, empty, bh)
             for r in T.unroll(2):
@@ -322,70 +408,41 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
             T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc[0]), Q_smem.ptr_to([0, wg * WGMMA_M, 0]),
                                                   K_LBO, SBO, SWIZZLE_CODE)
             T.cuda.mbarrier_wait(q_full.ptr_to([0]), 0)
-            for j in T.serial(tiles_kv):
-                s = T.meta_var(j % STAGES)
-                if not WS:
-                    # The tile stages − 1 ahead, into the buffer this block's consumers released last.
-                    if tx == 0:
-                        if j + STAGES - 1 < tiles_kv:
-                            load_kv(j + STAGES - 1, K_map, V_map, K_smem, V_smem, full, empty, bh)
-                T.cuda.mbarrier_wait(full.ptr_to([s]), j // STAGES % 2)
-                T.cuda.warp_sync()  # .aligned: the warp's threads (one of them may have copied) together
-                # 1. S = Q·Kᵀ (the first 16-step overwrites S, the others add to it)
-                T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc[1]), K_smem.ptr_to([s, 0, 0, 0]),
-                                                      K_LBO, SBO, SWIZZLE_CODE)
-                T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc[2]), V_smem.ptr_to([s, 0, 0, 0]),
-                                                      V_LBO, SBO, SWIZZLE_CODE)
-                fence_registers(s_acc, NS)
-                T.ptx.wgmma.fence.sync.aligned()
-                for kk in T.unroll(KS):
-                    T.ptx[WGMMA_S](*[s_acc[i] for i in range(NS)],
-                                   desc[0] + T.uint64(k_major_offset(kk * WGMMA_K, BQ, 0, ROW_BYTES)),
-                                   desc[1] + T.uint64(k_major_offset(kk * WGMMA_K, BKV, 0, ROW_BYTES)),
-                                   kk > 0, 1, 1, 0, 0)
-                T.ptx.wgmma.commit_group.sync.aligned()
+            if OVERLAP:
+                # Tile j's scores are computed while tile j − 1's P·V is still running on the tensor cores.
+                scores(0, K_smem, full, s_acc, desc)
                 T.ptx.wgmma.wait_group.sync.aligned(0)
                 fence_registers(s_acc, NS)
-                # 2. the online softmax of the thread's two rows: a lane holds columns 2·(lane % 4) and
-                # + 1 of every 8; masked scores (causal, on tiles that cross the diagonal) get the lowest float
-                if CAUSAL:
-                    if (j + 1) * BKV > qt * BQ + wg * WGMMA_M:
-                        for i in T.unroll(NS):
-                            s_acc[i] = T.if_then_else(j * BKV + i // 4 * 8 + t % 4 * 2 + i % 2
-                                                      <= row + i % 4 // 2 * 8, s_acc[i], T.min_value(f32))
-                for r in T.unroll(2):
-                    red[0] = m[r]
-                    for i in T.unroll(NS // 4):
-                        for c in T.unroll(2):
-                            red[0] = T.max(red[0], s_acc[i * 4 + r * 2 + c])
-                    across_quad(red, T.max)
-                    alpha[r] = T.exp2((m[r] - red[0]) * T.float32(SCALE_LOG2))
-                    m[r] = red[0]
-                    red[0] = T.float32(0)
-                    for i in T.unroll(NS // 4):
-                        for c in T.unroll(2):
-                            s_acc[i * 4 + r * 2 + c] = T.exp2(s_acc[i * 4 + r * 2 + c] * T.float32(SCALE_LOG2)
-                                                              - m[r] * T.float32(SCALE_LOG2))
-                            red[0] = red[0] + s_acc[i * 4 + r * 2 + c]
-                    l_[r] = l_[r] * alpha[r] + red[0]
-                for i in T.unroll(NO):
-                    o_acc[i] = o_acc[i] * alpha[i % 4 // 2]
-                # P in float16 pairs: registers 4kk … 4kk + 3 are the A fragment of 16-step kk
-                for i in T.unroll(NS // 2):
-                    T.ptx[PACK_TWO[half]](p_words[i], s_acc[i * 2 + 1], s_acc[i * 2])
-                # 3. O += P·V (V is MN-major: the transpose flag of B)
-                fence_registers(p_words, NS // 2)
-                fence_registers(o_acc, NO)
-                T.ptx.wgmma.fence.sync.aligned()
-                for kk in T.unroll(KP):
-                    T.ptx[WGMMA_O](*[o_acc[i] for i in range(NO)], *[p_words[kk * 4 + i] for i in range(4)],
-                                   desc[2] + T.uint64(mn_major_offset(kk * WGMMA_K, ROW_BYTES)),
-                                   T.bool(True), 1, 1, 1)
-                T.ptx.wgmma.commit_group.sync.aligned()
+                softmax(0, s_acc, m, l_, alpha, red, qt, wg, t, row)
+                to_probabilities(s_acc, p_words, o_acc, alpha)
+                for i in T.serial(tiles_kv - 1):
+                    scores(i + 1, K_smem, full, s_acc, desc)
+                    values(i, V_smem, o_acc, p_words, desc)
+                    T.ptx.wgmma.wait_group.sync.aligned(1)  # the scores (committed first) are done
+                    fence_registers(s_acc, NS)
+                    softmax(i + 1, s_acc, m, l_, alpha, red, qt, wg, t, row)
+                    T.ptx.wgmma.wait_group.sync.aligned(0)  # ... and tile i's P·V
+                    fence_registers(o_acc, NO)
+                    fence_registers(p_words, NS // 2)
+                    release(i, tiles_kv, tx, K_map, V_map, K_smem, V_smem, full, empty, bh)
+                    to_probabilities(s_acc, p_words, o_acc, alpha)
+                values(tiles_kv - 1, V_smem, o_acc, p_words, desc)
                 T.ptx.wgmma.wait_group.sync.aligned(0)
                 fence_registers(o_acc, NO)
                 fence_registers(p_words, NS // 2)
-                T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([s]), T.uint32(1))  # K and V tile j are read
+                release(tiles_kv - 1, tiles_kv, tx, K_map, V_map, K_smem, V_smem, full, empty, bh)
+            else:
+                for j in T.serial(tiles_kv):
+                    scores(j, K_smem, full, s_acc, desc)
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    fence_registers(s_acc, NS)
+                    softmax(j, s_acc, m, l_, alpha, red, qt, wg, t, row)
+                    to_probabilities(s_acc, p_words, o_acc, alpha)
+                    values(j, V_smem, o_acc, p_words, desc)
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    fence_registers(o_acc, NO)
+                    fence_registers(p_words, NS // 2)
+                    release(j, tiles_kv, tx, K_map, V_map, K_smem, V_smem, full, empty, bh)
             # 4. O / l, rounded, two neighbours per store (cvt puts its first value in the upper half)
             for r in T.unroll(2):
                 red[0] = l_[r]
