@@ -8,6 +8,7 @@ from ..errors import ExplorerError, InvalidWorkload
 from ..workloads import Workload
 from . import (
     attention_fused,
+    attention_hopper,
     attention_mma,
     attention_unfused,
     conv1d,
@@ -34,7 +35,8 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (depthwise_blog.TEMPLATE, d
                                                       matmul_tensorcore.TEMPLATE, matmul_hopper.TEMPLATE,
                                                       reduce_tree.TEMPLATE, reduce_rfactor.TEMPLATE,
                                                       *rowwise.TEMPLATES, attention_unfused.TEMPLATE,
-                                                      attention_fused.TEMPLATE, attention_mma.TEMPLATE)}
+                                                      attention_fused.TEMPLATE, attention_mma.TEMPLATE,
+                                                      attention_hopper.TEMPLATE)}
 
 
 def get_template(name: str) -> Template:

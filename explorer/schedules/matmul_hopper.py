@@ -55,28 +55,30 @@ from ..knobs import KnobSet, knob
 from ..targets import WARP_SIZE
 from ..workloads import Matmul
 from .common import Template
+from .hopper import (
+    CONSUMER_REGISTERS,
+    ELEMENT_BYTES,
+    PACK_TWO,
+    PRODUCER_REGISTERS,
+    SHARED_LIMIT,
+    SUPPORTED_DTYPES,
+    SWIZZLES,
+    TMA_LOAD,
+    WARPGROUP,
+    WGMMA_K,
+    WGMMA_M,
+    k_major_offset,
+    mn_major_offset,
+    tensor_map_2d,
+)
 from .parsing import tvmscript_frames
 
-SUPPORTED_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
-ELEMENT_BYTES = 2
-WARPGROUP = 128  # threads that issue one wgmma together: 4 warps
-WGMMA_M, WGMMA_K = 64, 16  # rows and reduction of one wgmma instruction (16-bit inputs)
-# Swizzle knob value -> (CUtensorMapSwizzle / wgmma descriptor code, bytes of a swizzled row).
-SWIZZLES = {"128B": (3, 128), "64B": (2, 64), "32B": (1, 32)}
 MAX_ACCUMULATORS = 128  # float32 accumulators per thread that leave registers for the rest (255 at most)
-SHARED_LIMIT = GPUS["sm_90"].max_shared_per_block  # dynamic shared memory a block may opt in to on the H100
 PERSISTENT_BLOCKS = GPUS["sm_90"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
 RASTER_GROUP = 8  # rows of tiles visited together, so that concurrent blocks share tiles in L2
-PRODUCER_REGISTERS = 40  # setmaxnreg: what the copying warpgroup keeps
-# ... and what the multiplying ones get: at least what the compiler gave every thread (up to 255 for
-# 256 threads, 168 for 384), and all together within the SM's 64 K registers.
-CONSUMER_REGISTERS = {1: 256, 2: 232}
-TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
 TMA_MULTICAST = TMA_LOAD + ".multicast::cluster"  # the same copy, written into every CTA of ctaMask
 CLUSTER_MASK = 0b11  # ctaMask of a multicast: both CTAs of a cluster of two
 SWIZZLE_ATOM_ROWS = 8  # the swizzle pattern repeats every 8 rows: a copy must start on such a row
-# Rounds two float32 values to the 16-bit output type and packs them into one 32-bit word.
-PACK_TWO = {"float16": "cvt.rn.f16x2.f32", "bfloat16": "cvt.rn.bf16x2.f32"}
 
 
 @dataclass(frozen=True)
@@ -246,12 +248,10 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     A_CHUNKS, B_CHUNKS = BK // W, BN // W
     AB = SUPPORTED_DTYPES[dtype]
     WGMMA = f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{BN}k{WGMMA_K}.f32.{AB}.{AB}"
-    # cuTensorMapEncodeTiled: sizes (inner first), row stride in bytes, box, element strides,
-    # interleave, swizzle, L2 promotion, out-of-bounds fill. A is K-major (rows of K), B is
-    # N-major (rows of N): each box is one swizzled row wide, and B's box as high as the rows
-    # one CTA copies (in a cluster, its half of block_k).
-    A_MAP = [K, M, K * ELEMENT_BYTES, W, BM, 1, 1, 0, SW, 0, 0]
-    B_MAP = [N, K, N * ELEMENT_BYTES, W, B_ROWS, 1, 1, 0, SW, 0, 0]
+    # A is K-major (rows of K), B is N-major (rows of N): each box is one swizzled row wide,
+    # and B's box as high as the rows one CTA copies (in a cluster, its half of block_k).
+    A_MAP = tensor_map_2d(K, M, W, BM, SW)
+    B_MAP = tensor_map_2d(N, K, W, B_ROWS, SW)
     # Descriptor strides, in 16-byte units: 8 swizzled rows make one swizzle atom (SBO); B's
     # atoms side by side along N are one block_k-row column of buffer apart (LBO).
     SBO, B_LBO = 8 * S // 16, BK * S // 16
@@ -260,11 +260,11 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     def a_step(m: int, kk: int) -> int:
         """Descriptor offset (16-byte units) of wgmma tile m, reduction step kk, in A's buffer
         (laid out [block_k / atom][block_m][atom])."""
-        return ((kk * WGMMA_K // W) * BM * S + m * WGMMA_M * S + (kk * WGMMA_K % W) * ELEMENT_BYTES) // 16
+        return k_major_offset(kk * WGMMA_K, BM, m * WGMMA_M, S)
 
     def b_step(kk: int) -> int:
         """... of step kk in B's buffer (laid out [block_n / atom][block_k][atom])."""
-        return kk * WGMMA_K * S // 16
+        return mn_major_offset(kk * WGMMA_K, S)
 
     @T.inline
     def load(j, bx, rank, A_map, B_map, A_smem, B_smem, full, empty):

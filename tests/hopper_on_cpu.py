@@ -1,0 +1,357 @@
+"""Run a Hopper TIRx kernel's CUDA (TMA, mbarriers, wgmma) on the CPU, for the tests of a machine
+without a GPU: the companion of tests/cuda_on_cpu.py for the sm_90a instructions.
+
+The generated source is compiled as host code by nvcc. TVM writes each PTX instruction as a helper
+function; every helper is replaced by an emulation of the instruction as the PTX ISA defines it:
+
+- ``cp.async.bulk.tensor.2d`` copies the box at once, zero-filling what lies outside the tensor,
+  writing it through the 128-byte swizzle (bits 4-6 of the shared address XOR bits 7-9), and
+  completes its bytes on the mbarrier;
+- an mbarrier is a phase, a pending-arrival count and a transaction count; a phase completes when
+  both reach zero, and ``try_wait.parity p`` passes once the phase of parity p has completed (a
+  fresh barrier: at once for p = 1);
+- ``wgmma.mma_async`` runs when a ``wait_group`` lets its commit group complete (the latest moment
+  a program may count on: reading an accumulator, or releasing its buffer, before the wait gives
+  a wrong result), by the warpgroup's 128 threads together (each publishes the A fragment it
+  passed at issue, each computes its own accumulators), reading shared memory through the matrix
+  descriptor's canonical layouts (128-byte swizzle only): K-major, element (mn, k) at
+  start + (mn / 8)·SBO + (mn % 8)·128 + 2k; MN-major, at start + (mn / 64)·LBO + 2·(mn % 64)
+  + (k % 8)·128 + (k / 8)·SBO, then swizzled.
+
+Each block runs on its own, its threads as CPU threads, with a barrier per block, per warpgroup and
+per warp. Slow and for small shapes only: what it checks is the kernel's indexing, its barriers'
+protocol (a wrong parity or count hangs; the run has a time limit) and its arithmetic, against the
+ISA's definitions as written here, not the hardware.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from explorer.cuda_compile import nvcc_path
+from explorer.workloads import numpy_dtype
+
+PRELUDE = r"""
+#include <barrier>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+#include <cuda_fp16.h>
+struct EmuDim { int x = 0, y = 0, z = 0; };
+static thread_local EmuDim emu_threadIdx;
+static EmuDim emu_blockIdx;
+static int EMU_THREADS;
+alignas(1024) static unsigned char emu_smem[256 * 1024];
+static std::barrier<>* emu_block_barrier;
+static std::vector<std::barrier<>*> emu_warpgroup_barrier, emu_warp_barrier;
+static int emu_tid() { return emu_threadIdx.x; }
+template <typename T> static T emu_max(T a, T b) { return a > b ? a : b; }
+template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
+
+// warp shuffles: every lane of the warp takes part
+static float emu_slots[1024];
+static float emu_shfl_xor(unsigned, float v, int mask, int width) {
+  int t = emu_tid(), lane = t & 31;
+  emu_slots[t] = v;
+  emu_warp_barrier[t / 32]->arrive_and_wait();
+  float r = emu_slots[(t & ~31) | ((lane & ~(width - 1)) | ((lane & (width - 1)) ^ mask))];
+  emu_warp_barrier[t / 32]->arrive_and_wait();
+  return r;
+}
+
+// mbarriers, by shared address
+struct EmuBarrier { int expected = 0, pending = 0; long tx = 0; unsigned phase = 0; };
+static std::mutex emu_mutex;
+static std::condition_variable emu_changed;
+static std::map<unsigned, EmuBarrier> emu_barriers;
+static void emu_complete_if_done(EmuBarrier& b) {
+  if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; emu_changed.notify_all(); }
+}
+static void emu_mbarrier_init(unsigned addr, unsigned count) {
+  std::lock_guard<std::mutex> lock(emu_mutex);
+  emu_barriers[addr] = EmuBarrier{(int)count, (int)count, 0, 0};
+}
+static EmuBarrier& emu_barrier_at(unsigned addr) {
+  auto it = emu_barriers.find(addr);
+  if (it == emu_barriers.end()) { fprintf(stderr, "mbarrier at %u used before init\n", addr); exit(3); }
+  return it->second;
+}
+static void emu_mbarrier_arrive(unsigned addr, unsigned count, unsigned tx) {
+  std::lock_guard<std::mutex> lock(emu_mutex);
+  EmuBarrier& b = emu_barrier_at(addr);
+  b.tx += tx;
+  b.pending -= (int)count;
+  if (b.pending < 0) { fprintf(stderr, "mbarrier at %u: more arrivals than expected\n", addr); exit(3); }
+  emu_complete_if_done(b);
+}
+static void emu_complete_tx(unsigned addr, unsigned bytes) {
+  std::lock_guard<std::mutex> lock(emu_mutex);
+  EmuBarrier& b = emu_barrier_at(addr);
+  b.tx -= bytes;
+  emu_complete_if_done(b);
+}
+static void emu_mbarrier_wait(unsigned addr, int parity) {
+  std::unique_lock<std::mutex> lock(emu_mutex);
+  emu_changed.wait(lock, [&] { return (emu_barrier_at(addr).phase & 1) != (unsigned)(parity & 1); });
+}
+
+// TMA: a tiled 2D tensor map
+struct EmuTensorMap { const unsigned char* base; long inner, outer, row_bytes, box_inner, box_outer, swizzle; };
+static unsigned emu_swizzle128(unsigned addr) { return addr ^ (((addr >> 7) & 7) << 4); }
+static void emu_tma_2d(unsigned dst, const EmuTensorMap* map, int x, int y, unsigned mbar) {
+  if (map->swizzle != 3 || map->box_inner * 2 != 128) { fprintf(stderr, "only 128-byte swizzled boxes\n"); exit(3); }
+  for (long r = 0; r < map->box_outer; ++r)
+    for (long e = 0; e < map->box_inner; ++e) {
+      unsigned short value = 0;
+      if (y + r < map->outer && x + e < map->inner)
+        memcpy(&value, map->base + (y + r) * map->row_bytes + (x + e) * 2, 2);
+      memcpy(emu_smem + emu_swizzle128(dst + (unsigned)((r * map->box_inner + e) * 2)), &value, 2);
+    }
+  emu_complete_tx(mbar, (unsigned)(map->box_inner * map->box_outer * 2));
+}
+
+// wgmma descriptors and the product of one m64nNk16 instruction
+static uint64_t emu_descriptor(unsigned start, int lbo, int sbo, int swizzle) {
+  static const int layout[4] = {0, 3, 2, 1};  // CUtensorMapSwizzle -> the descriptor's layout type
+  return (uint64_t)((start >> 4) & 0x3FFF) | ((uint64_t)(lbo & 0x3FFF) << 16) | ((uint64_t)(sbo & 0x3FFF) << 32)
+       | ((uint64_t)layout[swizzle] << 62);
+}
+static float emu_smem_half(uint64_t desc, int mn, int k, bool mn_major) {
+  unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4;
+  unsigned sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+  if ((desc >> 62) != 1) { fprintf(stderr, "only 128-byte swizzled operands\n"); exit(3); }
+  unsigned addr = mn_major ? start + mn / 64 * lbo + mn % 64 * 2 + k % 8 * 128 + k / 8 * sbo
+                           : start + mn / 8 * sbo + mn % 8 * 128 + k * 2;
+  __half h;
+  memcpy(&h, emu_smem + emu_swizzle128(addr), 2);
+  return __half2float(h);
+}
+static unsigned emu_a_regs[1024][4];
+static float emu_a_register_half(int wg_base, int m, int k) {
+  // A fragment (rs): thread 32·(m / 16) + 4·(m % 8) + (k % 8) / 2 holds element (m, k) in half
+  // e = 4·(k / 8) + 2·((m % 16) / 8) + k % 2 of its registers.
+  int lane = m % 8 * 4 + k % 8 / 2, e = k / 8 * 4 + m % 16 / 8 * 2 + k % 2;
+  unsigned word = emu_a_regs[wg_base + m / 16 * 32 + lane][e / 2];
+  unsigned short bits = (unsigned short)(e % 2 ? word >> 16 : word & 0xFFFF);
+  __half h;
+  memcpy(&h, &bits, 2);
+  return __half2float(h);
+}
+// An issued wgmma: its A fragment (rs) is read at issue, the rest when it runs. It runs when a
+// wait_group lets it complete (the latest a program may count on), so a program that reads or
+// rescales an accumulator before waiting, or releases a buffer too early, gets a wrong result.
+struct EmuWgmma { int n; std::vector<float*> d; bool rs; unsigned a[4]; uint64_t a_desc, b_desc; unsigned scale_d;
+                  int trans_a, trans_b; };
+static thread_local std::vector<EmuWgmma> emu_open_group;
+static thread_local std::vector<std::vector<EmuWgmma>> emu_committed_groups;
+static void emu_wgmma(int n, float** d, const unsigned* a, uint64_t a_desc, uint64_t b_desc, unsigned scale_d,
+                      int trans_a, int trans_b) {
+  EmuWgmma op{n, std::vector<float*>(d, d + n / 2), a != nullptr, {0, 0, 0, 0}, a_desc, b_desc, scale_d, trans_a,
+              trans_b};
+  if (a) for (int i = 0; i < 4; ++i) op.a[i] = a[i];
+  emu_open_group.push_back(op);
+}
+static void emu_run(const EmuWgmma& op) {  // the warpgroup's 128 threads together
+  int t = emu_tid(), wg = t / 128, lt = t % 128, warp = lt / 32, lane = lt % 32;
+  for (int i = 0; i < 4; ++i) emu_a_regs[t][i] = op.a[i];
+  emu_warpgroup_barrier[wg]->arrive_and_wait();
+  std::vector<float> out(op.n / 2);
+  for (int i = 0; i < op.n / 2; ++i) {
+    int row = warp * 16 + lane / 4 + i % 4 / 2 * 8, col = i / 4 * 8 + lane % 4 * 2 + i % 2;
+    float sum = op.scale_d ? *op.d[i] : 0.0f;
+    for (int k = 0; k < 16; ++k) {
+      float x = op.rs ? emu_a_register_half(wg * 128, row, k) : emu_smem_half(op.a_desc, row, k, op.trans_a);
+      sum += x * emu_smem_half(op.b_desc, col, k, op.trans_b);
+    }
+    out[i] = sum;
+  }
+  emu_warpgroup_barrier[wg]->arrive_and_wait();
+  for (int i = 0; i < op.n / 2; ++i) *op.d[i] = out[i];
+}
+static void emu_commit_group() {
+  emu_committed_groups.push_back(emu_open_group);
+  emu_open_group.clear();
+}
+static void emu_wait_group(size_t pending) {
+  while (emu_committed_groups.size() > pending) {
+    for (const EmuWgmma& op : emu_committed_groups.front()) emu_run(op);
+    emu_committed_groups.erase(emu_committed_groups.begin());
+  }
+}
+static unsigned emu_pack_half2(float high, float low) {
+  __half h = __float2half_rn(high), l = __float2half_rn(low);
+  unsigned short hb, lb;
+  memcpy(&hb, &h, 2);
+  memcpy(&lb, &l, 2);
+  return ((unsigned)hb << 16) | lb;
+}
+"""
+
+HELPER_START = re.compile(r"^(?:__forceinline__ __device__|__device__ __forceinline__) (?:static )?(?:inline )?"
+                          r"([\w ]+?) (\w+)\((.*?)\) \{")
+# ... its name ends with the immediates: scale-a, scale-b, then transpose-a (ss only) and transpose-b.
+WGMMA = re.compile(r"tvm_builtin_ptx_wgmma_\w+?_(ss|rs)_mma_async_sync_aligned_m64n(\d+)k16_\w+?_(-?1)_(-?1)_(\d)"
+                   r"(?:_(\d))?$")
+NO_OPS = re.compile(r"tvm_builtin_ptx_(fence_proxy|setmaxnreg|wgmma_fence)\w*$"
+                    r"|tvm_builtin_cuda_warp_sync$|keep_register_\w+$")
+
+
+def _emulation(name: str, params: str) -> str:
+    """The body that stands for helper ``name`` (its parameters as the source declares them)."""
+    names = [p.split()[-1].lstrip("*&") for p in params.split(",") if p.strip()]
+    if NO_OPS.match(name):
+        return ""
+    wgmma = WGMMA.match(name)
+    if wgmma:
+        form, n = wgmma.group(1), int(wgmma.group(2))
+        trans_a, trans_b = (int(wgmma.group(5)), int(wgmma.group(6))) if form == "ss" else (0, int(wgmma.group(5)))
+        d = ", ".join(f"&__d{i}" for i in range(n // 2))
+        a = "a_regs" if form == "rs" else "nullptr"
+        a_desc = "__a_desc" if form == "ss" else "0"
+        regs = "unsigned a_regs[4] = {__a0, __a1, __a2, __a3}; " if form == "rs" else ""
+        return (f"{regs}float* d[] = {{{d}}}; emu_wgmma({n}, d, {a}, {a_desc}, __b_desc, __scale_d, {trans_a}, "
+                f"{trans_b});")
+    bodies = {
+        "tvm_builtin_cuda_cvta_generic_to_shared": "return (unsigned)((unsigned char*)p - emu_smem);",
+        "tvm_builtin_ptx_mbarrier_init_init_shared_b64": "emu_mbarrier_init(__addr, __count);",
+        "tvm_builtin_ptx_mbarrier_arrive_arrive_shared_b64": "emu_mbarrier_arrive(__addr, __count, 0);",
+        "tvm_builtin_ptx_mbarrier_arrive_expect_tx_arrive_expect_tx_shared_b64":
+            "emu_mbarrier_arrive(__addr, 1, __tx_count);",
+        "tvm_builtin_cuda_mbarrier_wait": "emu_mbarrier_wait((unsigned)((unsigned char*)barrier - emu_smem), phase);",
+        "tvm_builtin_cuda_cta_sync": "emu_block_barrier->arrive_and_wait();",
+        "tvm_builtin_ptx_st_global_b32": "memcpy((void*)__addr, &__value, 4);",
+        "tvm_builtin_ptx_cvt_f16x2_f32_rn_f16x2_f32": "__d = emu_pack_half2(__a, __b);",
+        "ptx_wgmma_encode_matrix_descriptor":
+            "*desc = emu_descriptor((unsigned)((unsigned char*)addr - emu_smem), ldo, sdo, swizzle);",
+    }
+    wait = re.match(r"tvm_builtin_ptx_wgmma_wait_group_wait_group_sync_aligned_(\d)$", name)
+    if wait:
+        return f"emu_wait_group({wait.group(1)});"
+    if name == "tvm_builtin_ptx_wgmma_commit_group_commit_group_sync_aligned":
+        return "emu_commit_group();"
+    if name == "tvm_builtin_ptx_st_vec_global_v2_f32":
+        return f"float v[2] = {{{names[1]}, {names[2]}}}; memcpy((void*){names[0]}, v, 8);"
+    if name.startswith("tvm_builtin_ptx_cp_async_bulk_tensor_g2s_cluster_async_bulk_tensor_2d_") \
+            and "multicast" not in name:
+        return "emu_tma_2d(__dst_mem, (const EmuTensorMap*)__tmap, __coords0, __coords1, __mbar);"
+    if name not in bodies:
+        raise NotImplementedError(f"no CPU emulation of {name}")
+    return bodies[name]
+
+
+def _host_source(cuda: str) -> str:
+    """The source with every instruction helper replaced by its emulation and the kernel made a
+    host function."""
+    out, lines, i = [], cuda.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        start = HELPER_START.match(line)
+        if start or line.startswith("union GmmaDescriptor"):
+            depth, j = 0, i
+            while True:  # skip to the end of the definition
+                depth += lines[j].count("{") - lines[j].count("}")
+                if depth == 0 and "{" in "".join(lines[i:j + 1]):
+                    break
+                j += 1
+            if start:
+                ret, name, params = start.groups()
+                out.append(f"static inline {ret} {name}({params}) {{ {_emulation(name, params)} }}")
+            i = j + 1
+            continue
+        out.append(line)
+        i += 1
+    source = "\n".join(out)
+    head, kernel = source.split('extern "C" __global__', 1)[0], source.rsplit('extern "C" __global__', 1)[1]
+    for pattern, replacement in ((r"^ void __launch_bounds__\(\d+\)", "void"),
+                                 (r"const __grid_constant__ CUtensorMap (\w+)", r"const EmuTensorMap& \1"),
+                                 (r"extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];",
+                                  r"\1* \2 = (\1*)emu_smem;"),
+                                 (r"\bthreadIdx\b", "emu_threadIdx"), (r"\bblockIdx\b", "emu_blockIdx"),
+                                 (r"__shfl_xor_sync", "emu_shfl_xor"),
+                                 # the warp index, the same in every lane (TVM broadcasts lane 0's)
+                                 (r"__shfl_sync\(\(uint\)4294967295, (.*?), 0, 32\)", r"\1"),
+                                 (r"(?<![\w.])max\(", "emu_max("), (r"(?<![\w.])min\(", "emu_min(")):
+        kernel = re.sub(pattern, replacement, kernel, flags=re.M)
+    return head + kernel
+
+
+TENSOR_MAP = re.compile(r'T\.call_packed\("runtime\.cuTensorMapEncodeTiled", (\w+), "\w+", 2, (\w+)\.data, '
+                        r"((?:\d+, ){10}\d+)\)")
+
+
+def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600) -> np.ndarray:
+    """The output of ``built``'s one kernel on ``inputs`` (the workload's)."""
+    workload = built.spec.workload
+    arrays = dict(zip(workload.input_names, inputs, strict=True))
+    out = workload.output_name
+    arrays[out] = np.full(workload.output_shape(), np.nan, numpy_dtype(workload.output_dtype()))
+    names = list(arrays)
+    (kernel,) = built.kernels
+    source = _host_source(built.cuda)
+    main = ["int main(int argc, char** argv) {"]
+    for i, name in enumerate(names):
+        array = arrays[name]
+        main.append(f"  std::vector<unsigned char> {name}_buf({array.nbytes});")
+        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf.data(), 1, {array.nbytes}, f); "
+                    f"fclose(f); }}")
+    for map_name, buffer, args in TENSOR_MAP.findall(built.tensorir):
+        inner, outer, row_bytes, box_inner, box_outer, _, _, _, swizzle, _, _ = (int(a) for a in args.split(", "))
+        main.append(f"  EmuTensorMap {map_name}{{{buffer}_buf.data(), {inner}, {outer}, {row_bytes}, {box_inner}, "
+                    f"{box_outer}, {swizzle}}};")
+    signature = re.search(rf"void {kernel.name}\(([^)]*)\)", source).group(1)
+    arguments = []
+    for parameter in signature.split(","):
+        pointer = re.search(r"(\w+)\* __restrict__ (\w+)_ptr", parameter)
+        if pointer:
+            arguments.append(f"({pointer.group(1)}*){pointer.group(2)}_buf.data()")
+        else:
+            arguments.append(parameter.split()[-1])
+    threads = kernel.threads_per_block
+    main.append(f"  EMU_THREADS = {threads};")
+    main.append(f"  for (int b = 0; b < {kernel.blocks}; ++b) {{")
+    main.append(f"    emu_blockIdx = EmuDim{{b % {kernel.grid[0]}, b / {kernel.grid[0]} % {kernel.grid[1]}, "
+                f"b / ({kernel.grid[0]} * {kernel.grid[1]})}};")
+    main.append(f"    std::barrier<> block({threads}); emu_block_barrier = &block;")
+    main.append("    std::vector<std::barrier<>*> groups, warps;")
+    main.append(f"    for (int g = 0; g < {-(-threads // 128)}; ++g) groups.push_back(new std::barrier<>(128));")
+    main.append(f"    for (int w = 0; w < {-(-threads // 32)}; ++w) warps.push_back(new std::barrier<>(32));")
+    main.append("    emu_warpgroup_barrier = groups; emu_warp_barrier = warps; emu_barriers.clear();")
+    main.append("    memset(emu_smem, 0xFF, sizeof(emu_smem));  // garbage, as on a GPU")
+    main.append("    std::vector<std::thread> threads;")
+    main.append(f"    for (int t = 0; t < {threads}; ++t) threads.emplace_back([&, t] {{ "
+                f"emu_threadIdx = EmuDim{{t, 0, 0}}; {kernel.name}({', '.join(arguments)}); }});")
+    main.append("    for (auto& th : threads) th.join();")
+    main.append("    for (auto* g : groups) delete g; for (auto* w : warps) delete w;")
+    main.append("  }")
+    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf.data(), 1, "
+                f"{out}_buf.size(), f); fclose(f); }}")
+    main.append("  return 0;\n}")
+    with tempfile.TemporaryDirectory(prefix="explorer-cpu-hopper-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "kernel.cu").write_text(PRELUDE + source + "\n" + "\n".join(main))
+        compiled = subprocess.run([nvcc_path(), "-std=c++20", "-O1", "-w", "-o", str(tmp / "kernel"),
+                                   str(tmp / "kernel.cu")], capture_output=True, text=True, timeout=300)
+        if compiled.returncode:
+            raise RuntimeError(compiled.stderr[-3000:])
+        paths = []
+        for name in names:
+            path = tmp / f"{name}.bin"
+            np.ascontiguousarray(arrays[name]).tofile(path)
+            paths.append(str(path))
+        result = tmp / "out.bin"
+        ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
+                             timeout=timeout_s)
+        if ran.returncode:
+            raise RuntimeError(ran.stderr[-3000:])
+        output = np.fromfile(result, arrays[out].dtype)
+    return output.reshape(workload.output_shape()).astype("float32")
