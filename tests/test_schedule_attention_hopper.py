@@ -150,12 +150,13 @@ def test_d64_reads_one_swizzled_column():
 def test_causal_stops_at_the_diagonal_and_masks_only_there():
     causal = body(hopper(Attention(batch=1, heads=2, seq=512, head_dim=128, causal=True)).cuda)
     plain = body(hopper().cuda)
-    # Blocks launch the last query tile first: qt = 3 − blockIdx.x / 2 reads (qt + 1) · 128 / 128 key tiles.
-    assert "j < (4 - (((int)blockIdx.x) >> 1))" in causal
+    # A head's 4 blocks run together, its last query tile first: qt = 3 − blockIdx.x % 4 reads
+    # (qt + 1) · 128 / 128 key tiles (blockIdx.x / 4 is the head).
+    assert "j < (4 - (((int)blockIdx.x) & 3))" in causal
     # The mask is one comparison per score, only on tiles that reach past the consumer's first row.
     assert causal.count("-0x1.fffffep+127f") == plain.count("-0x1.fffffep+127f") + 64
     # (j + 1) · 128 > qt · 128 + wg · 64, with wg = threadIdx.x / 128 − 1 (after the producer), as TVM simplifies it.
-    assert "if ((((((int)threadIdx.x) >> 7) - ((((int)blockIdx.x) >> 1) * 2)) - (j_1 * 2)) < -3) {" in causal
+    assert "if ((((((int)threadIdx.x) >> 7) - (j_1 * 2)) - ((((int)blockIdx.x) & 3) * 2)) < -3) {" in causal
 
 
 @pytest.mark.parametrize("workload,knobs,named,words", [

@@ -38,8 +38,12 @@ S of tile j and P·V of tile j − 1 together and waits for the scores only: the
 runs while P·V of tile j − 1 is still on the tensor cores; O is rescaled and the new P packed
 once that product is done.
 
-Causal: a block stops at the key tile that holds its last query row and launches the longest
-rows first; scores of a key after its query are masked, on the tiles that cross the diagonal only.
+Causal: a block stops at the key tile that holds its last query row; scores of a key after its
+query are masked, on the tiles that cross the diagonal only. The blocks of one (batch, head) are
+launched together, its longest rows first: the blocks running at once then read the K and V of a
+few heads, which stay in L2. (Launched longest rows first across all heads, 132 blocks read 128
+heads' K and V, 256 MB at 8 × 16 × 4096 × 128, and every tile came from device memory: on the
+H100 that took 94% of the unmasked kernel's time for half its work.)
 
 wgmma, setmaxnreg and TMA exist on sm_90a only (the H100's arch-specific feature set).
 """
@@ -369,9 +373,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         alpha = T.alloc_buffer((2,), f32, scope="local")
         red = T.alloc_buffer((1,), f32, scope="local")
         desc = T.alloc_buffer((3,), "uint64", scope="local")  # wgmma's shared-memory descriptors of Q, K, V
-        # The block's (batch · head, query tile): causal blocks are launched longest rows first.
-        bh = T.meta_var(bx % (B * H) if CAUSAL else bx // Q_TILES)
-        qt = T.meta_var((Q_TILES - 1 - bx // (B * H)) if CAUSAL else bx % Q_TILES)
+        # The block's (batch · head, query tile): a head's blocks together, causal ones longest rows first.
+        bh = T.meta_var(bx // Q_TILES)
+        qt = T.meta_var((Q_TILES - 1 - bx % Q_TILES) if CAUSAL else bx % Q_TILES)
         tiles_kv = T.meta_var(first_kv_tiles(qt))
         if tx == 0:
             T.ptx.mbarrier.init.shared.b64(q_full.ptr_to([0]), T.uint32(1))
