@@ -157,6 +157,9 @@ ROWWISE_REFINE = ("threads", "rows_per_block", "vector", "fusion")
 # Attention on tensor cores: every knob value (64 points, fewer after the refusals).
 ATTENTION_MMA_GRID = ("block_q=all", "warps=all", "block_kv=all", "stages=all", "pad=all")
 ATTENTION_MMA_REFINE = ("block_q", "warps", "block_kv", "stages", "pad")
+# Attention on Hopper (wgmma, TMA): every knob value (32 points, fewer after the refusals).
+ATTENTION_HOPPER_GRID = ("block_kv=all", "consumers=all", "stages=all", "warp_specialize=all", "overlap=all")
+ATTENTION_HOPPER_REFINE = ("block_kv", "consumers", "stages", "warp_specialize", "overlap")
 # Attention on CUDA cores, K and V in shared memory (the fastest of part 1's steps).
 ATTENTION_FUSED_GRID = ("block_q=all", "block_kv=all", "rows_per_thread=all", "threads_per_row=all", "kv_shared=true")
 ATTENTION_FUSED_REFINE = ("block_q", "block_kv", "rows_per_thread", "threads_per_row")
@@ -191,6 +194,10 @@ PLANS = _plans(
     ("attention-mma-d128-causal", "attention_mma", "attention-4096-d128-causal", ATTENTION_MMA_GRID, None,
      ATTENTION_MMA_REFINE),
     ("attention-mma-d64", "attention_mma", "attention-4096", ATTENTION_MMA_GRID, None, ATTENTION_MMA_REFINE),
+    ("attention-hopper-d128", "attention_hopper", "attention-4096-d128", ATTENTION_HOPPER_GRID, None,
+     ATTENTION_HOPPER_REFINE),
+    ("attention-hopper-d128-causal", "attention_hopper", "attention-4096-d128-causal", ATTENTION_HOPPER_GRID, None,
+     ATTENTION_HOPPER_REFINE),
     ("attention-fused-4096", "attention_fused", "attention-4096", ATTENTION_FUSED_GRID, 120, ATTENTION_FUSED_REFINE),
 )
 
