@@ -40,6 +40,7 @@ class Device:
     bandwidth_gbps: float  # the roof that applies to this workload (HBM, or L2 when it fits and is measured)
     roof: str  # "HBM" or "L2-resident"
     l2_gbps: float | None = None  # the L2's bandwidth where the ceilings measured it (vendors do not publish it)
+    l2_bytes: int = 0  # the L2's size (explorer.gpus), 0 where not known
 
     def cycles_us(self, cycles_per_sm: float) -> float:
         """µs for ``cycles_per_sm`` of work spread over every SM."""
@@ -124,6 +125,7 @@ class Facts:
     query_rows_per_block: int = 0
     kv_bytes: int = 0
     kv_loaded_bytes: int = 0
+    kv_in_flight_bytes: int = 0  # K and V of the heads whose blocks are on the GPU at once (0: not known)
 
     @property
     def warps_per_block(self) -> int:
@@ -167,7 +169,7 @@ def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | 
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
     number = int((key or DEFAULT.arch)[3:])
     return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof,
-                  ceilings.l2_gbps)
+                  ceilings.l2_gbps, ceilings.l2_bytes or gpu.l2_bytes)
 
 
 def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, measured_us: float | None = None,
@@ -215,19 +217,24 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
                  workload.flops, _cuda_core_us(built, ceilings, no_compute_roof), workload.compulsory_bytes,
-                 *_kv_loads(built))
+                 *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)))
 
 
-def _kv_loads(built: Build) -> tuple[int, int, int]:
-    """(query rows per block, bytes of K and V, bytes of K and V loaded) for the written attention kernels,
-    whose blocks walk the keys and values of their head in tiles; (0, 0, 0) for any other setting. The
-    count is the template's (its tiles and loop), not the lowered TIR's: the access analysis does not see
-    the cp.async copies, nor addresses computed through the block's head index."""
+def _kv_loads(built: Build, resident_blocks: int) -> tuple[int, int, int, int]:
+    """(query rows per block, bytes of K and V, bytes of K and V loaded, bytes of K and V of the heads
+    whose blocks are on the GPU at once) for the written attention kernels, whose blocks walk the keys and
+    values of their head in tiles, a head's blocks side by side; zeros for any other setting. The count
+    is the template's (its tiles and loop), not the lowered TIR's: the access analysis does not see the
+    cp.async copies, nor addresses computed through the block's head index."""
     knobs, workload = built.spec.knobs, built.spec.workload
     if not isinstance(knobs, (AttentionFusedKnobs, AttentionMmaKnobs)):
-        return 0, 0, 0
+        return 0, 0, 0, 0
     sizes = _input_sizes(workload)
-    return knobs.block_q, sizes["K"] + sizes["V"], kv_bytes_loaded(workload, knobs.block_q, knobs.block_kv)
+    kv_bytes, heads = sizes["K"] + sizes["V"], workload.batch * workload.heads
+    # The blocks running at once cover this many heads, plus one whose blocks straddle the edge.
+    in_flight = min(heads, -(-resident_blocks * knobs.block_q // workload.seq) + 1)
+    return (knobs.block_q, kv_bytes, kv_bytes_loaded(workload, knobs.block_q, knobs.block_kv),
+            kv_bytes * in_flight // heads)
 
 
 def _cuda_core_us(built: Build, ceilings: Ceilings, no_compute_roof: bool) -> float | None:

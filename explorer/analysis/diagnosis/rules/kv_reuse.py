@@ -14,9 +14,9 @@ from ..findings import Finding, Rule, finding
 
 KV_REUSE_COST = ("the bytes the kernel moves (its inputs and output once, K and V once per block of query rows) at "
                  "the L2's measured bandwidth (the blocks of a head run side by side, so the L2 serves the repeats), "
-                 "or at the roof's where the L2's is not known (an upper bound), − the time of its arithmetic (the "
-                 "roofline's least time, or the CUDA cores' where the products run there): what the loads add where "
-                 "they outlast the multiply-adds")
+                 "or at the roof's where the L2's is not known and the K and V of the heads in flight do not fit in "
+                 "it, − the time of its arithmetic (the roofline's least time, or the CUDA cores' where the products "
+                 "run there): what the loads add where they outlast the multiply-adds")
 
 
 def kv_reuse_rule(f: Facts) -> Finding | None:
@@ -26,10 +26,13 @@ def kv_reuse_rule(f: Facts) -> Finding | None:
     if not f.query_rows_per_block or not kv_bytes or f.kv_loaded_bytes <= kv_bytes:
         return None
     moved = f.compulsory_bytes + f.kv_loaded_bytes - kv_bytes
-    # Where the L2's bandwidth is not known (vendors do not publish it), the roof's is an upper bound of the cost.
+    if not f.device.l2_gbps and f.kv_in_flight_bytes and f.kv_in_flight_bytes <= f.device.l2_bytes:
+        # The K and V of the heads being worked on fit in the L2, which serves the repeats at a bandwidth no
+        # one publishes: pricing them at the memory roof would charge a cost the kernel does not pay.
+        return None
     bandwidth, where = ((f.device.l2_gbps, "the L2's measured bandwidth") if f.device.l2_gbps else
-                        (f.device.bandwidth_gbps, f"the {f.device.roof} roof's bandwidth, an upper bound: the L2 "
-                         "cache, whose bandwidth is not published, serves many of the repeats"))
+                        (f.device.bandwidth_gbps, f"the {f.device.roof} roof's bandwidth: the K and V of the heads "
+                         "in flight do not fit in the L2, or their size is not known"))
     moved_us = moved / (bandwidth * 1e3)
     arithmetic_us = max(f.bound_us, f.cuda_core_us or 0.0)
     if moved_us <= arithmetic_us:
