@@ -7,8 +7,11 @@ import time
 
 import streamlit as st
 
-from app import server, session  # `streamlit run` puts only app/ on the path: `app` is the installed package
+# `streamlit run` puts only app/ on the path: `app` is the installed package.
+from app import script_runs, server, session
 from explorer.errors import ExplorerError
+
+script_runs.keep_finished_runs()  # once per process: a run that ends as a request arrives still reaches the page
 
 # The pages live in views/, not pages/: Streamlit treats a pages/ folder next to the main
 # script as an old-style multipage app, and a server's first visitor arriving on a page's
