@@ -169,7 +169,7 @@ def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | 
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
     number = int((key or DEFAULT.arch)[3:])
     return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof,
-                  ceilings.l2_gbps, ceilings.l2_bytes or gpu.l2_bytes)
+                  ceilings.l2_gbps, ceilings.l2_bytes or (gpu.published.l2_bytes if gpu.published else 0))
 
 
 def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, measured_us: float | None = None,
