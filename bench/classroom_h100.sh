@@ -9,7 +9,8 @@
 #   bash bench/classroom_h100.sh large RESULTS    # fresh server: STUDENTS (100) on the 2017 depthwise lesson
 #   bash bench/classroom_h100.sh class RESULTS    # fresh server: STUDENTS (100) on the modern lessons and Hopper's
 #                                                 # for 5 min, students connecting the moment it answers, with a
-#                                                 # py-spy profile of one app process mid-run
+#                                                 # py-spy profile of one app process and one build, compile and
+#                                                 # diagnose worker each mid-run
 #   bash bench/classroom_h100.sh first RESULTS    # fresh server: the teacher's first page only, with every
 #                                                 # process of the server sampled by py-spy from its start
 #
@@ -87,6 +88,11 @@ elif [ "$phase" = class ]; then
     (sleep $((long / 2)); app=$(pgrep -f "app.launch run" | head -1)
      py-spy record --pid "$app" --duration 60 --rate 50 --nonblocking --format raw \
        --output "$results/py-spy-class-app.txt" >"$results/py-spy-class.log" 2>&1) &
+    for kind in build compile diagnose; do  # one worker of each kind (named by explorer/processes.py), the same minute
+      (sleep $((long / 2)); worker=$(pgrep -x "$kind worker" | head -1)
+       [ -n "$worker" ] && py-spy record --pid "$worker" --duration 60 --rate 50 --nonblocking --format raw \
+         --output "$results/py-spy-class-$kind.txt" >"$results/py-spy-class-$kind.log" 2>&1) &
+    done
   fi
   bench --wait-for-server 180 --students "$students" --seconds $long --think-time 5 --processes $((students / 10)) \
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
