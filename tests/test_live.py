@@ -134,6 +134,33 @@ def test_pool_builds_come_with_their_code_views_highlighted(service):
     assert built.views_html["tensorir"] == highlight(built.tensorir, "python")
 
 
+def test_the_other_views_are_highlighted_in_the_background_only_where_a_process_is_free():
+    from concurrent.futures import Future
+
+    from explorer.highlight import VIEW_LANGUAGES
+
+    submitted = []
+
+    class Executor:  # records what would go to the processes, and finishes it at once
+        def submit(self, function, views):
+            submitted.append(sorted(views))
+            future = Future()
+            future.set_result({view: "<pre>highlighted</pre>" for view in views})
+            return future
+
+    service = BuildService(ServerSettings(build_workers=2))
+    service._executor = Executor
+    built = build(spec_x(4), "auto")
+    built.views_html = {"tensorir": "<pre/>", "trace": "<pre/>"}  # what the build's own call highlighted
+    service._busy = 2  # both processes build pages: the highlighting is left to a page that opens a view
+    service._highlight_the_rest(built)
+    assert submitted == [] and service.stats()["highlighting left to the pages"] == 1
+    service._busy = 1  # one process is free
+    service._highlight_the_rest(built)
+    assert submitted == [["cuda", "lowered"]] and set(built.views_html) == set(VIEW_LANGUAGES)
+    assert service._busy == 1  # the highlighting's own call counted while it ran, and no longer
+
+
 def test_pool_processes_never_compile_binaries(service):
     """The pool's processes run with TVM's source-only code generation, which the app's
     own process also uses; only the measuring worker drops it."""
