@@ -203,7 +203,9 @@ def class_environment(app_processes: int, cores: int, directory: str) -> dict[st
     other half between them)."""
     builds = os.environ.get("EXPLORER_BUILD_WORKERS") or str(max(1, cores // 2 // app_processes))
     return {MEASURING_ADDRESS: os.path.join(directory, "measuring.sock"), MEASURING_KEY: secrets.token_hex(16),
-            "EXPLORER_BUILD_WORKERS": builds}
+            "EXPLORER_BUILD_WORKERS": builds,
+            # The build processes' time goes to the pages' builds (services/settings.py says why).
+            "EXPLORER_HIGHLIGHT_AHEAD": os.environ.get("EXPLORER_HIGHLIGHT_AHEAD") or "0"}
 
 
 class Class:

@@ -254,6 +254,9 @@ def test_the_cores_are_shared_out_between_the_processes(monkeypatch):
     assert [serve.default_app_processes(cores) for cores in (2, 4, 16, 32)] == [1, 1, 4, 8]
     env = serve.class_environment(4, 16, "/tmp/x")
     assert env["EXPLORER_BUILD_WORKERS"] == "2"  # half the cores build, shared by the four app processes
+    assert env["EXPLORER_HIGHLIGHT_AHEAD"] == "0"  # their time goes to the pages' builds
+    monkeypatch.setenv("EXPLORER_HIGHLIGHT_AHEAD", "1")  # unless the teacher says otherwise
+    assert serve.class_environment(4, 16, "/tmp/x")["EXPLORER_HIGHLIGHT_AHEAD"] == "1"
     assert env[serve.MEASURING_ADDRESS] == "/tmp/x/measuring.sock" and len(env[serve.MEASURING_KEY]) == 32
     assert serve.warm_file("/tmp/x/measuring.sock") == "/tmp/x/measuring.sock.warm"  # the service writes, serve waits
 

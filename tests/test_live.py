@@ -159,6 +159,11 @@ def test_the_other_views_are_highlighted_in_the_background_only_where_a_process_
     service._highlight_the_rest(built)
     assert submitted == [["cuda", "lowered"]] and set(built.views_html) == set(VIEW_LANGUAGES)
     assert service._busy == 1  # the highlighting's own call counted while it ran, and no longer
+    # A class server does not highlight ahead at all (explorer.serve's class_environment).
+    quiet = BuildService(ServerSettings(build_workers=2, highlight_ahead=False))
+    quiet._executor = Executor
+    quiet._highlight_the_rest(build(spec_x(4), "auto"))
+    assert len(submitted) == 1 and quiet.stats()["highlighting left to the pages"] == 1
 
 
 def test_pool_processes_never_compile_binaries(service):

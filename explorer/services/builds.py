@@ -82,11 +82,11 @@ class BuildService(ProcessPool):
 
     def _highlight_the_rest(self, built: Build) -> None:
         """The build's other code views, highlighted in a build process after it is shown (until
-        then a page that opens one highlights it itself), where a process is free: under a class
-        this highlighting took half the build processes' time (py-spy, 100 students on the H100),
-        for views most pages never open, and delayed the next pages' builds."""
+        then a page that opens one highlights it itself), where the server highlights ahead
+        (``highlight_ahead``) and a process is free: the highlighting would delay the next pages'
+        builds."""
         with self._busy_lock:
-            if self._busy >= self.workers:
+            if not self.settings.highlight_ahead or self._busy >= self.workers:
                 self.highlights_left_to_pages += 1
                 return
             self._busy += 1
