@@ -5,6 +5,7 @@ module structurally equal to ``build(spec).schedule_mod``, for every preset and 
 template (new templates and presets are picked up from the registries).
 """
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -145,6 +146,8 @@ def test_the_scripts_check_is_the_explorers(preset, tmp_path):
     per output × the output's scale (at least the workload's floor). Softmax and attention outputs
     are far below 1 and have no floor of 1: all zeros fails there, as it does in the app."""
     spec = get_preset(preset).spec
+    if spec.workload.kind == "attention":  # the same check on 2 heads of 256 tokens, not 268 MB of outputs (17 s)
+        spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, batch=1, heads=2, seq=256))
     path = tmp_path / "check.py"
     path.write_text(snippet(spec))
     module = load(path, "check_script")
