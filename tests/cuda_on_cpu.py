@@ -105,6 +105,29 @@ CP_ASYNC = re.compile(r"tvm_builtin_ptx_cp_async_c[ag]_\w*_16\("
                       r"tvm_builtin_cuda_cvta_generic_to_shared\((.*?)\), (.*?)\);(?=\s)")
 
 
+def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout_s: int) -> np.ndarray:
+    """``source`` (a program whose arguments are the files of ``inputs``, then the file its output is
+    written to) compiled as host code by nvcc and run: the output, flat."""
+    with tempfile.TemporaryDirectory(prefix="explorer-cpu-cuda-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "kernel.cu").write_text(source)
+        compiled = subprocess.run([nvcc_path(), "-std=c++20", "-O1", "-w", "-o", str(tmp / "kernel"),
+                                   str(tmp / "kernel.cu")], capture_output=True, text=True, timeout=300)
+        if compiled.returncode:
+            raise RuntimeError(compiled.stderr[-3000:])
+        paths = []
+        for number, array in enumerate(inputs):
+            path = tmp / f"input{number}.bin"
+            np.ascontiguousarray(array).tofile(path)
+            paths.append(str(path))
+        result = tmp / "out.bin"
+        ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
+                             timeout=timeout_s)
+        if ran.returncode:
+            raise RuntimeError(ran.stderr[-3000:])
+        return np.fromfile(result, output_dtype)
+
+
 def _host_source(cuda: str) -> str:
     body = LDMATRIX.sub(lambda m: f"emu_ldmatrix_x4({m.group(3)}, &{m.group(2)}, {'true' if m.group(1) else 'false'});",
                         cuda)
@@ -159,24 +182,6 @@ def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[i
     main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf.data(), "
                 f"sizeof({out}_buf[0]), {out}_buf.size(), f); fclose(f); }}")
     main.append("  return 0;\n}")
-    with tempfile.TemporaryDirectory(prefix="explorer-cpu-cuda-") as tmp:
-        tmp = Path(tmp)
-        source = (PRELUDE + _host_source(built.cuda)
-                  + "\n" + "\n".join(main))
-        (tmp / "kernel.cu").write_text(source)
-        compiled = subprocess.run([nvcc_path(), "-std=c++20", "-O1", "-w", "-o", str(tmp / "kernel"),
-                                   str(tmp / "kernel.cu")], capture_output=True, text=True, timeout=300)
-        if compiled.returncode:
-            raise RuntimeError(compiled.stderr[-3000:])
-        paths = []
-        for name in names:
-            path = tmp / f"{name}.bin"
-            np.ascontiguousarray(arrays[name]).tofile(path)
-            paths.append(str(path))
-        result = tmp / "out.bin"
-        ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
-                             timeout=600)
-        if ran.returncode:
-            raise RuntimeError(ran.stderr[-3000:])
-        output = np.fromfile(result, arrays[out].dtype)
+    output = compile_and_run(PRELUDE + _host_source(built.cuda) + "\n" + "\n".join(main),
+                             [arrays[name] for name in names], arrays[out].dtype, timeout_s=600)
     return output.reshape(workload.output_shape()).astype("float32")

@@ -26,13 +26,10 @@ ISA's definitions as written here, not the hardware.
 from __future__ import annotations
 
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
+from cuda_on_cpu import compile_and_run
 
-from explorer.cuda_compile import nvcc_path
 from explorer.workloads import numpy_dtype
 
 PRELUDE = r"""
@@ -336,22 +333,6 @@ def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600) -> 
     main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf.data(), 1, "
                 f"{out}_buf.size(), f); fclose(f); }}")
     main.append("  return 0;\n}")
-    with tempfile.TemporaryDirectory(prefix="explorer-cpu-hopper-") as tmp:
-        tmp = Path(tmp)
-        (tmp / "kernel.cu").write_text(PRELUDE + source + "\n" + "\n".join(main))
-        compiled = subprocess.run([nvcc_path(), "-std=c++20", "-O1", "-w", "-o", str(tmp / "kernel"),
-                                   str(tmp / "kernel.cu")], capture_output=True, text=True, timeout=300)
-        if compiled.returncode:
-            raise RuntimeError(compiled.stderr[-3000:])
-        paths = []
-        for name in names:
-            path = tmp / f"{name}.bin"
-            np.ascontiguousarray(arrays[name]).tofile(path)
-            paths.append(str(path))
-        result = tmp / "out.bin"
-        ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
-                             timeout=timeout_s)
-        if ran.returncode:
-            raise RuntimeError(ran.stderr[-3000:])
-        output = np.fromfile(result, arrays[out].dtype)
+    output = compile_and_run(PRELUDE + source + "\n" + "\n".join(main), [arrays[name] for name in names],
+                             arrays[out].dtype, timeout_s)
     return output.reshape(workload.output_shape()).astype("float32")
