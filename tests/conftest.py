@@ -171,3 +171,12 @@ def diagnoses_in_this_process(monkeypatch):
     yield
     for diagnoses in made:  # the diagnoses still queued would otherwise run before this process can exit
         diagnoses.close()
+
+
+@pytest.fixture(scope="module")
+def measuring_worker():
+    """The GPU tests of a module measure in explorer.measure's worker process, stopped after them."""
+    yield
+    from explorer.measure import shutdown
+
+    shutdown()

@@ -6,8 +6,8 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-import tvm
 from attention_hopper_check import CHECK_ONLY, CHECKS, check_spec, grid  # bench/ (pytest's pythonpath)
+from hopper_here import hopper_gpu
 from hopper_on_cpu import run_hopper_on_cpu
 from refusals import refusal
 
@@ -15,7 +15,7 @@ from explorer.analysis import sass
 from explorer.build import Spec, build
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
-from explorer.measure import measure, shutdown
+from explorer.measure import measure
 from explorer.measure.gate import compare
 from explorer.schedules import attention_hopper
 from explorer.schedules.attention_hopper import AttentionHopperKnobs, Plan, check_knobs
@@ -320,17 +320,6 @@ def test_the_timed_grid_is_every_knob_setting_the_template_takes():
         check_knobs(BENCH, knobs)  # raises InvalidKnobs for a setting the template refuses
     for knobs in (settings[0], settings[-1]):
         assert build(Spec("attention_hopper", replace(BENCH, causal=True), knobs), "h100").kernels
-
-
-def hopper_gpu() -> bool:
-    device = tvm.cuda(0)
-    return device.exist and device.compute_version == "9.0"
-
-
-@pytest.fixture(scope="module")
-def measuring_worker():
-    yield
-    shutdown()
 
 
 @pytest.mark.gpu

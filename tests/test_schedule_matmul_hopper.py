@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import tvm
+from hopper_here import hopper_gpu
 from tvm.script import tirx as T
 
 from explorer.analysis import sass
@@ -18,7 +19,7 @@ from explorer.cli import main
 from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
-from explorer.measure import MeasureSettings, measure, shutdown
+from explorer.measure import MeasureSettings, measure
 from explorer.schedules import matmul_hopper
 from explorer.schedules.matmul_hopper import SUPPORTED_DTYPES, MatmulHopperKnobs, Plan, check_knobs, tile_origin
 from explorer.workloads import Matmul
@@ -314,11 +315,6 @@ GPU_CASES = {
 }
 
 
-def hopper_gpu() -> bool:
-    device = tvm.cuda(0)
-    return device.exist and device.compute_version == "9.0"
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not hopper_gpu(), reason="needs a Hopper GPU (sm_90a)")
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
@@ -375,12 +371,6 @@ def test_tvm_launches_a_kernel_that_declares_a_cluster_in_clusters():
     out = tvm.runtime.tensor(np.zeros(8, "int32"), tvm.cuda(0))
     executable.jit()["main"](out)
     assert out.numpy().tolist() == [20, 21] * 4
-
-
-@pytest.fixture(scope="module")
-def measuring_worker():
-    yield
-    shutdown()
 
 
 @pytest.mark.gpu

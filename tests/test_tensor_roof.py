@@ -1,6 +1,7 @@
 """The tensor-core roof: a wgmma chain (sm_90a) whose only work is tensor-core multiplies."""
 import pytest
 import tvm
+from hopper_here import hopper_gpu
 
 from explorer.analysis import sass
 from explorer.measure.ceilings import CEILING_SETTINGS
@@ -29,11 +30,6 @@ def test_the_kernel_is_a_wgmma_chain(dtype, ptx):
 def test_nvrtc_compiles_it_without_spills():
     (kernel,) = sass.analyze_source(cuda("float16"), "sm_90a").kernels
     assert kernel.mix.hgmma > 0 and kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0
-
-
-def hopper_gpu() -> bool:
-    device = tvm.cuda(0)
-    return device.exist and device.compute_version == "9.0"
 
 
 @pytest.mark.gpu
