@@ -160,9 +160,12 @@ ATTENTION_MMA_REFINE = ("block_q", "warps", "block_kv", "stages", "pad")
 # Attention on Hopper (wgmma, TMA): every knob value (32 points, fewer after the refusals).
 ATTENTION_HOPPER_GRID = ("block_kv=all", "consumers=all", "stages=all", "warp_specialize=all", "overlap=all")
 ATTENTION_HOPPER_REFINE = ("block_kv", "consumers", "stages", "warp_specialize", "overlap")
-# Attention on CUDA cores, K and V in shared memory (the fastest of part 1's steps).
-ATTENTION_FUSED_GRID = ("block_q=all", "block_kv=all", "rows_per_thread=all", "threads_per_row=all", "kv_shared=true")
-ATTENTION_FUSED_REFINE = ("block_q", "block_kv", "rows_per_thread", "threads_per_row")
+# Attention on CUDA cores, K and V in shared memory (the fastest of part 1's steps): the tiles over the grid
+# with float32 tiles and 16-byte loads (fewest instructions beside the multiply-adds); the descent then
+# tries float16 tiles and the other load widths from the best point.
+ATTENTION_FUSED_GRID = ("block_q=all", "block_kv=all", "rows_per_thread=all", "threads_per_row=all", "kv_shared=true",
+                        "float_tiles=true", "vector=4")
+ATTENTION_FUSED_REFINE = ("block_q", "block_kv", "rows_per_thread", "threads_per_row", "float_tiles", "vector")
 
 PLANS = _plans(
     ("dw-21", "depthwise_blog", "dw-21", DEPTHWISE_GRID, 500, DEPTHWISE_REFINE),

@@ -10,6 +10,10 @@ from .errors import ExplorerError
 
 DEFAULT_TAG = "nvidia/nvidia-h100"
 WARP_SIZE = 32  # threads per warp on every NVIDIA GPU
+# Shared memory: 32 banks of 4-byte words, a request served 128 bytes per wavefront (every GPU the
+# explorer builds for, sm_70 and later).
+BANKS = 32
+BANK_BYTES = 4
 FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in a shuffle
 # Short names a user can type; any TVM target tag or "sm_XY" works too.
 ALIASES = {

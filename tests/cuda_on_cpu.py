@@ -153,11 +153,12 @@ def _host_source(cuda: str) -> str:
     body = CP_ASYNC.sub(r"memcpy(\1, \2, 16);", body)  # the copy done at once: the waits have nothing to wait for
     body = re.sub(r"tvm_builtin_ptx_cp_async_(commit|wait)_group\w*\(\);", "", body)
     body = MMA.sub(lambda m: f"emu_mma_m16n8k16(({m.group(2)}), ({m.group(3)}), ({m.group(1)}));", body)
-    dynamic_shared = r"extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];"
-    for pattern, replacement in ((dynamic_shared, r"static \1 \2[1 << 17];"),
+    # Shared arrays keep their alignment: vector loads (float4, half4) need it on the host too.
+    dynamic_shared = r"extern __shared__ (__align__\(\d+\) )?(\w+) (\w+)\[\];"
+    for pattern, replacement in ((dynamic_shared, r"static \1\2 \3[1 << 17];"),
                                  (r'extern "C" __global__ void __launch_bounds__\(\d+\)', "void"),
                                  (r'extern "C" __global__ void', "void"),
-                                 (r"__shared__ alignas\(\d+\)", "static"), (r"__shared__", "static"),
+                                 (r"__shared__ alignas\((\d+)\)", r"static __align__(\1)"), (r"__shared__", "static"),
                                  (r"\bthreadIdx\b", "emu_threadIdx"), (r"\bblockIdx\b", "emu_blockIdx"),
                                  (r"__syncthreads\(\)", "emu_sync()"),
                                  (r"__shfl_xor_sync", "emu_shfl_xor"), (r"__shfl_down_sync", "emu_shfl_down"),

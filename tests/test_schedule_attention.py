@@ -4,6 +4,7 @@ hand-computed cases, the definition run on the CPU, what the knobs do to the ker
 values refused, and the lesson's CUDA compiled with nvcc. The lesson's structural claims are
 checked by tests/test_preset_claims.py, the golden TensorIR by tests/test_golden.py."""
 import dataclasses
+import itertools
 import math
 import re
 
@@ -20,7 +21,7 @@ from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.export import snippet
 from explorer.measure.gate import compare
 from explorer.presets import all_presets
-from explorer.schedules.attention_fused import AttentionFusedKnobs
+from explorer.schedules.attention_fused import AttentionFusedKnobs, Plan, padded_row
 from explorer.schedules.attention_unfused import AttentionUnfusedKnobs
 from explorer.workloads import Attention
 
@@ -135,11 +136,101 @@ def test_causal_skips_the_tiles_above_the_diagonal():
     assert "<=" not in plain and causal.count("<=") == 4 * 4  # the mask: 4 rows × 4 keys per thread
 
 
+def loop_body(cuda: str, head: str) -> str:
+    """The body of the first loop whose line starts with ``head``, up to its closing brace."""
+    start = cuda.index("{", cuda.index(head)) + 1
+    depth, at = 1, start
+    while depth:
+        depth += {"{": 1, "}": -1}.get(cuda[at], 0)
+        at += 1
+    return cuda[start:at - 1]
+
+
+# The lesson's knobs at 4096 tokens (8 rows × 4 keys per thread, 8 threads per row) on a small shape.
+LESSON_KNOBS = dict(block_q=128, block_kv=32, rows_per_thread=8, threads_per_row=8)
+
+
+def test_float_tiles_take_the_conversions_out_of_the_inner_loops():
+    """Without float_tiles, each element of Q and K is converted where the scores use it: 8 of Q and
+    4 of K per column. With them, the copies convert (once per element and block) and the inner loops
+    of both products only load and multiply."""
+    plain = build(fused(**LESSON_KNOBS), "h100").cuda
+    assert loop_body(plain, "for (int e = 0").count("((float)") == 8 + 4
+    assert loop_body(plain, "for (int j = 0").count("((float)") == 8  # V's columns
+    floats = build(fused(**LESSON_KNOBS, float_tiles=True), "h100").cuda
+    for loop in ("for (int e = 0", "for (int j = 0"):
+        assert "(float)" not in loop_body(floats, loop) and "half" not in loop_body(floats, loop)
+    assert "= ((float)Q_ptr[" in floats and "= ((float)K_ptr[" in floats and "= ((float)V_ptr[" in floats
+
+
+def test_vector_4_loads_four_elements_at_once():
+    """vector = 4: per 4 columns of head_dim, one float4 per row of Q (8) and per key (4); per 4 keys,
+    one float4 of P per row (8), then V's 8 columns of each key one by one."""
+    cuda = build(fused(**LESSON_KNOBS, float_tiles=True, vector=4), "h100").cuda
+    scores, output = loop_body(cuda, "for (int e = 0"), loop_body(cuda, "for (int j = 0")
+    assert "for (int e = 0; e < 16; ++e)" in cuda and "for (int j = 0; j < 8; ++j)" in cuda
+    assert scores.count("= *(float4*)(tiles_ptr + ") == 8 + 4 and scores.count("tiles_ptr[") == 0
+    assert scores.count("s_ptr[0] = (s_ptr[0] + ") == 4  # 4 columns of head_dim per step
+    assert output.count("= *(float4*)(tiles_ptr + ") == 8 and output.count("= tiles_ptr[") == 4 * 8
+    # float16 tiles: 8-byte loads of four halves, each converted
+    halves = loop_body(build(fused(**LESSON_KNOBS, vector=4), "h100").cuda, "for (int e = 0")
+    assert halves.count("= *(half4*)(") == 8 + 4 and halves.count(".x = (float)(") == 8 + 4
+
+
+def test_float_tiles_are_one_dynamic_allocation():
+    """Q 128 × 68, K 32 × 68, V 32 × 64 and P 128 × 36 floats: rows padded by a float4 (68 words ≡ 4 mod 32),
+    more than the 48 KB a block may allocate statically, so one dynamic allocation with the tiles in turn."""
+    built = build(fused(**LESSON_KNOBS, float_tiles=True, vector=4), "h100")
+    assert built.kernels[0].shared_bytes == (128 * 68 + 32 * 68 + 32 * 64 + 128 * 36) * 4 == 70_144
+    assert built.cuda.count("extern __shared__ __align__(64) float tiles_ptr[];") == 1
+    assert "__shared__ alignas" not in built.cuda
+    # K starts after Q, V after K, P after V (in floats); the tiles are float4-aligned.
+    plan = Plan(SMALL, AttentionFusedKnobs(**LESSON_KNOBS, float_tiles=True, vector=4))
+    assert plan.tile_offsets == {"q": 0, "k": 128 * 68 * 4, "v": 160 * 68 * 4, "p": (160 * 68 + 32 * 64) * 4}
+    assert "+ 8704)]" in built.cuda and "+ 10880)]" in built.cuda and "+ 12928)" in built.cuda
+
+
+def test_float16_tiles_beyond_48_kb_are_allocated_dynamically():
+    """head_dim 128, 128 query rows, 64 keys: Q 128 × 130 and K 64 × 130 halves, V 64 × 128 halves, P 128 × 65
+    floats, 99,584 bytes: the same layout as the static tiles, in one dynamic allocation."""
+    spec = fused(Attention(batch=1, heads=1, seq=128, head_dim=128), block_q=128, block_kv=64, rows_per_thread=8)
+    built = build(spec, "h100")
+    assert built.kernels[0].shared_bytes == (128 * 130 + 64 * 130 + 64 * 128) * 2 + 128 * 65 * 4 == 99_584
+    assert "extern __shared__" in built.cuda and "((half*)tiles_ptr)[" in built.cuda
+
+
+@pytest.mark.parametrize("elements, element_bytes, vector, stride", [
+    (64, 2, 1, 66), (64, 2, 2, 66), (64, 2, 4, 68), (32, 4, 1, 33), (32, 4, 4, 36), (64, 4, 4, 68), (128, 4, 2, 130),
+])
+def test_padded_rows(elements, element_bytes, vector, stride):
+    """The stride is a whole number of vector loads, odd, so the loads of the same column from consecutive
+    rows by the lanes shared memory serves together (128 bytes: 32 lanes of 4-byte loads, 16 of 8-byte, 8
+    of 16-byte) fall in 32 different banks; and each vector load is aligned."""
+    assert padded_row(elements, element_bytes, vector) == stride
+    access = max(vector * element_bytes, 4)
+    lanes = 128 // access
+    banks = [(row * stride * element_bytes + word * 4) // 4 % 32 for row in range(lanes) for word in range(access // 4)]
+    assert sorted(banks) == list(range(32))
+    assert stride * element_bytes % access == 0
+
+
+def test_every_tile_of_the_dynamic_allocation_starts_16_byte_aligned():
+    for values in itertools.product((16, 32, 64, 128), (16, 32, 64, 128), (False, True), (1, 2, 4), (64, 128)):
+        block_q, block_kv, kv_shared, vector, head_dim = values
+        knobs = AttentionFusedKnobs(block_q=block_q, block_kv=block_kv, kv_shared=kv_shared, float_tiles=True,
+                                    vector=vector, rows_per_thread=1, threads_per_row=1)
+        plan = Plan(Attention(batch=1, heads=1, seq=128, head_dim=head_dim), knobs)
+        assert all(at % 16 == 0 for at in plan.tile_offsets.values()), values
+        assert plan.shared_bytes % 16 == 0
+
+
 @pytest.mark.parametrize("spec, named", [
     (fused(block_q=32, rows_per_thread=8, threads_per_row=32, block_kv=16), ("threads_per_row", "block_kv")),
     (fused(Attention(batch=1, heads=1, seq=96)), ("block_q",)),
     (fused(block_q=128, rows_per_thread=1, threads_per_row=16), ("block_q", "rows_per_thread", "threads_per_row")),
-    (fused(Attention(batch=1, heads=1, seq=256, head_dim=128), block_q=128, block_kv=128), ("block_q", "block_kv")),
+    # float32 tiles: Q and K 128 × 132 floats, V 128 × 128, P 128 × 129: 266,752 bytes, over the H100's 227 KB
+    (fused(Attention(batch=1, heads=1, seq=256, head_dim=128), block_q=128, block_kv=128, float_tiles=True),
+     ("block_q", "block_kv", "float_tiles")),
     (unfused(score_tile=128, thread_tile=2), ("score_tile", "thread_tile")),
     (unfused(Attention(batch=4, heads=32, seq=4096)), ()),
 ], ids=["row-threads", "partial-tile", "too-many-threads", "too-much-shared", "unfused-threads", "too-many-scores"])
@@ -172,6 +263,11 @@ EMULATED = [fused(Attention(batch=2, heads=1, seq=64, head_dim=128), block_q=32,
                   threads_per_row=8, kv_shared=False),
             fused(Attention(batch=1, heads=1, seq=256, causal=True), block_q=128, block_kv=32, rows_per_thread=8,
                   threads_per_row=8),
+            # float32 tiles and float4 loads (the lesson's step at 4096 tokens), one dynamic allocation
+            fused(Attention(batch=1, heads=1, seq=128), **LESSON_KNOBS, float_tiles=True, vector=4),
+            # float16 tiles beyond 48 KB (dynamic, viewed as halves), half4 loads converted lane by lane
+            fused(Attention(batch=1, heads=1, seq=128, head_dim=128, causal=True), block_q=128, block_kv=64,
+                  rows_per_thread=8, threads_per_row=16, vector=4),
             # 128 softmax threads: the default 256's code (a row of 64 scores, so the threads past it idle,
             # and the warps' partial results reduced again), with half the CPU threads to run.
             unfused(Attention(batch=1, heads=1, seq=64, causal=True), score_tile=32, output_rows=32,
@@ -179,7 +275,8 @@ EMULATED = [fused(Attention(batch=2, heads=1, seq=64, head_dim=128), block_q=32,
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-@pytest.mark.parametrize("spec", EMULATED, ids=["fused-d128-global-kv", "fused-causal-shared-kv", "unfused-causal"])
+@pytest.mark.parametrize("spec", EMULATED, ids=["fused-d128-global-kv", "fused-causal-shared-kv", "fused-float4",
+                                                "fused-half4-dynamic", "unfused-causal"])
 def test_the_cuda_matches_numpy_run_on_the_cpu(spec):
     """The generated CUDA, each block's threads run as CPU threads (tests/cuda_on_cpu.py): its
     indexing, barriers, shuffles and arithmetic, without a GPU."""
@@ -210,7 +307,12 @@ GPU_CASES = [unfused(), unfused(Attention(batch=1, heads=2, seq=128, causal=True
              fused(Attention(batch=2, heads=1, seq=128, head_dim=128, causal=True), block_q=32, block_kv=16,
                    rows_per_thread=2, threads_per_row=8, kv_shared=False),
              fused(Attention(batch=1, heads=2, seq=256, causal=True), block_q=128, block_kv=32, rows_per_thread=8,
-                   threads_per_row=8)]
+                   threads_per_row=8),
+             fused(Attention(batch=1, heads=2, seq=256, causal=True), **LESSON_KNOBS, float_tiles=True, vector=4),
+             fused(Attention(batch=2, heads=1, seq=128, head_dim=128, causal=True), block_q=32, block_kv=16,
+                   rows_per_thread=2, threads_per_row=8, kv_shared=False, float_tiles=True, vector=2),
+             fused(Attention(batch=1, heads=2, seq=128, head_dim=128), block_q=128, block_kv=64, rows_per_thread=8,
+                   vector=4)]
 
 
 @pytest.mark.gpu

@@ -28,12 +28,10 @@ from tvm_ffi import StructuralKey
 
 from ..build import LaunchShape
 from ..errors import ExplorerError
-from ..targets import WARP_SIZE
+from ..targets import BANK_BYTES, BANKS, WARP_SIZE
 from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, kernel_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 
-BANKS = 32
-BANK_BYTES = 4
 WAVEFRONT_BYTES = BANKS * BANK_BYTES  # 128 bytes served per wavefront
 ROW_BUDGET = 4096  # (iteration, warp) rows evaluated per access before sampling
 SAMPLE_SEED = 0
