@@ -13,6 +13,10 @@
 #                                                 # diagnose worker each mid-run
 #   bash bench/classroom_h100.sh first RESULTS    # fresh server: the teacher's first page only, with every
 #                                                 # process of the server sampled by py-spy from its start
+#   bash bench/classroom_h100.sh knee RESULTS     # one fresh server: classes of SIZES students (30 50 100 150),
+#                                                 # LONG_S each, one after the other, on FAMILY (modern: the
+#                                                 # class phase's lessons; depthwise: the large phase's), then
+#                                                 # bench/knee.py's table (section h100-knee-FAMILY)
 #
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
 # APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N);
@@ -24,7 +28,7 @@
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
 # it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
 set -u
-phase=${1:?modern, class, large or first}
+phase=${1:?modern, class, large, knee or first}
 results=${2:?a folder for the results}
 mkdir -p "$results"
 port=8501
@@ -98,6 +102,21 @@ elif [ "$phase" = class ]; then
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
         --write "h100-class-$students-modern${TAG:+-$TAG}"
+elif [ "$phase" = knee ]; then
+  family=${FAMILY:-modern}
+  lessons=()
+  [ "$family" = modern ] && lessons=(--lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper)
+  reports=()
+  wait_s=180
+  for students in ${SIZES:-30 50 100 150}; do
+    bench --wait-for-server $wait_s --students "$students" --seconds $long --think-time 5 \
+          --processes $(((students + 9) / 10)) "${lessons[@]}" --json "$results/knee-$family-$students.json"
+    reports+=("$results/knee-$family-$students.json")
+    wait_s=0
+  done
+  python bench/knee.py "${reports[@]}" --family "$family" --machine "${MACHINE:-$(hostname)}" \
+    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long bash bench/classroom_h100.sh knee RESULTS" \
+    --write "h100-knee-$family"
 else
   students=${STUDENTS:-100}
   bench --wait-for-server 120 --students "$students" --seconds $long --think-time 5 --processes $((students / 20)) \
