@@ -66,7 +66,8 @@ def table(reports: list[dict]) -> list[str]:
         busiest = max(r["generator"], key=lambda g: g["busy_share"])
         rows.append(f"| {r['students']} | {r['intended_moves_per_s']:.1f} | {r['delivered_moves_per_s']:.1f} "
                     f"| {seconds(r['knob_to_code']['p95'])} | {seconds(r['knob_to_latency']['p95'])} "
-                    f"| {len(r['lost_moves'])} of {r['moves']} | {seconds(busiest['mean_cores'])}, {busiest['busy_share']:.0%} "
+                    f"| {len(r['lost_moves'])} of {r['moves']} "
+                    f"| {seconds(busiest['mean_cores'])}, {busiest['busy_share']:.0%} "
                     f"| {', '.join(r.get('limits', [])) or 'none'} | {verdict(r)} |")
     return rows
 
