@@ -13,7 +13,8 @@ the keys and values in tiles of ``block_kv`` rows. For each tile:
 
 1. scores: S = Q·Kᵀ·scale for its ``block_q × block_kv`` tile, in registers. A thread computes
    ``rows_per_thread`` rows × ``block_kv / threads_per_row`` keys of it (a register tile: each
-   element of Q and K it loads feeds several multiply-adds);
+   element of Q and K it loads feeds several multiply-adds). Its rows are ``block_q /
+   rows_per_thread`` rows apart, so that the threads of a warp read neighbouring rows at once;
 2. online softmax, per row: the tile's maximum (the ``threads_per_row`` threads of a row share a
    warp and combine theirs with ``__shfl_xor_sync``), the new running maximum m' = max(m, tile
    maximum), P = exp(S − m') into shared memory, the running sum l = exp(m − m')·l + Σ P;
@@ -136,11 +137,8 @@ class Plan:
     @property
     def p_stride(self) -> int:
         """Elements (float32) from one row of the P tile to the next. Step 3 reads P along the keys as
-        step 1 reads K along head_dim. Step 2 writes it one element per lane, the row groups of a warp
-        ``rows_per_thread`` rows apart: with vector loads the stride is a multiple of 4 words, so with
-        8 rows per thread those groups' rows start in the same bank and the stores conflict (4-way for
-        4 groups); they are ``rows_per_thread × keys_per_thread`` stores per thread and key tile, beside
-        ``head_dim / vector × (rows_per_thread + keys_per_thread)`` loads in step 1 alone."""
+        step 1 reads K along head_dim, and step 2 writes it one element per lane: the row groups of a
+        warp write neighbouring rows, which the padding puts in different banks."""
         return padded_row(self.k.block_kv, numpy_dtype(DTYPE).itemsize, self.k.vector)
 
     @property
@@ -252,6 +250,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     B, H, N, D = w.batch, w.heads, w.seq, w.head_dim
     BQ, BKV, TM, G, VEC = k.block_q, k.block_kv, k.rows_per_thread, k.threads_per_row, k.vector
     TN, TD, THREADS = p.keys_per_thread, p.columns_per_thread, p.threads
+    GROUPS = BQ // TM  # threads_per_row threads each: a row group owns rows r * GROUPS + group
     Q_TILES = N // BQ
     CAUSAL, STAGED, DYNAMIC = w.causal, k.kv_shared, p.dynamic_shared
     # Scores are kept in log2 units: exp(x · scale) = exp2(x · scale · log2 e), and exp2 is one
@@ -331,7 +330,11 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
             b = by // H
             h = by % H
             qt = (Q_TILES - 1 - bx) if CAUSAL else bx  # causal: the longest rows first
-            group = tx // G  # this thread's rows: group * TM + r
+            # This thread's rows: r * GROUPS + group, GROUPS rows apart. The groups of a warp then read
+            # neighbouring rows of Q and P at once (one row each, its lanes the same address), which the
+            # rows' padding puts in different banks; rows_per_thread consecutive rows per group would put
+            # them rows_per_thread padded rows apart, in the same banks once the stride is a multiple of 4 words.
+            group = tx // G
             lane = tx % G  # its keys: c * G + lane; its output columns: c * G + lane
 
             @T.inline
@@ -380,7 +383,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                         s[r, c] = T.float32(0)
                 for e in T.serial(D // VEC):
                     for r in T.unroll(TM):
-                        q_r[lanes(r * VEC)] = as_float(q_s[group * TM + r, lanes(e * VEC)])
+                        q_r[lanes(r * VEC)] = as_float(q_s[r * GROUPS + group, lanes(e * VEC)])
                     for c in T.unroll(TN):
                         if STAGED:
                             k_r[lanes(c * VEC)] = as_float(k_s[c * G + lane, lanes(e * VEC)])
@@ -392,7 +395,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                     red[0] = T.min_value(f32)
                     for c in T.unroll(TN):
                         if CAUSAL:
-                            s[r, c] = T.if_then_else(kt * BKV + c * G + lane <= qt * BQ + group * TM + r,
+                            s[r, c] = T.if_then_else(kt * BKV + c * G + lane <= qt * BQ + r * GROUPS + group,
                                                      s[r, c] * T.float32(SCALE), T.min_value(f32))
                         else:
                             s[r, c] = s[r, c] * T.float32(SCALE)
@@ -404,7 +407,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                     red[0] = T.float32(0)
                     for c in T.unroll(TN):
                         s[r, c] = T.exp2(s[r, c] - m[r])
-                        p_s[group * TM + r, c * G + lane] = s[r, c]
+                        p_s[r * GROUPS + group, c * G + lane] = s[r, c]
                         red[0] = red[0] + s[r, c]
                     across_row(red, operator.add)
                     l_[r] = l_[r] * alpha[r] + red[0]
@@ -415,12 +418,12 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
                         acc[r, c] = acc[r, c] * alpha[r]
                 for j in T.serial(BKV // VEC):
                     for r in T.unroll(TM):
-                        q_r[lanes(r * VEC)] = p_s[group * TM + r, lanes(j * VEC)]
+                        q_r[lanes(r * VEC)] = p_s[r * GROUPS + group, lanes(j * VEC)]
                     each_lane(output_step, kt, j)
                 T.tvm_storage_sync("shared")  # the next tile overwrites K, V and P
             for r in T.unroll(TM):
                 for c in T.unroll(TD):
-                    O[b, h, qt * BQ + group * TM + r, c * G + lane] = T.Cast(half, acc[r, c] / l_[r])
+                    O[b, h, qt * BQ + r * GROUPS + group, c * G + lane] = T.Cast(half, acc[r, c] / l_[r])
 
     return main
 
