@@ -43,7 +43,8 @@ of K for 32 multiply-adds: 24 other instructions beside them.
   float16 tiles, a vector of halves is still converted element by element.)
 
 The shared rows are padded so that the lanes that read the same column of different rows (the keys
-of step 1) hit different banks and every vector load stays aligned: :func:`padded_row`.
+of step 1; the neighbouring rows of Q and P that the row groups of a warp read) hit different banks
+and every vector load stays aligned: :func:`padded_row`.
 
 Causal: a block of query rows stops after the last key tile that holds a key at or before its
 last row (the tiles above the diagonal are never loaded), and every score of a later key than its
