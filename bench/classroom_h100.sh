@@ -16,7 +16,8 @@
 #   bash bench/classroom_h100.sh knee RESULTS     # one fresh server: classes of SIZES students (30 50 100 150),
 #                                                 # LONG_S each, one after the other, on FAMILY (modern: the
 #                                                 # class phase's lessons; depthwise: the large phase's), then
-#                                                 # bench/knee.py's table (section h100-knee-FAMILY)
+#                                                 # bench/knee.py's table (section h100-knee-FAMILY); WARM_S=S
+#                                                 # plays S seconds of 30 students first, not counted
 #
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
 # APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N);
@@ -108,6 +109,11 @@ elif [ "$phase" = knee ]; then
   [ "$family" = modern ] && lessons=(--lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper)
   reports=()
   wait_s=180
+  if [ "${WARM_S:-0}" -gt 0 ]; then  # a first class, not counted: the sizes then meet a server past its first minute
+    bench --wait-for-server $wait_s --students 30 --seconds "$WARM_S" --think-time 5 --processes 3 "${lessons[@]}" \
+          >"$results/knee-$family-warm.txt"
+    wait_s=0
+  fi
   for students in ${SIZES:-30 50 100 150}; do
     bench --wait-for-server $wait_s --students "$students" --seconds $long --think-time 5 \
           --processes $(((students + 9) / 10)) "${lessons[@]}" --json "$results/knee-$family-$students.json"
@@ -115,7 +121,7 @@ elif [ "$phase" = knee ]; then
     wait_s=0
   done
   python bench/knee.py "${reports[@]}" --family "$family" --machine "${MACHINE:-$(hostname)}" \
-    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long bash bench/classroom_h100.sh knee RESULTS" \
+    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long WARM_S=${WARM_S:-0} bash bench/classroom_h100.sh knee RESULTS" \
     --write "h100-knee-$family"
 else
   students=${STUDENTS:-100}
