@@ -16,6 +16,9 @@ from .errors import ExplorerError
 
 KB = 1024
 MB = 1024 * KB
+# Shared memory a block may allocate statically (``__shared__``), on every CUDA GPU; beyond it a
+# block opts in to dynamic shared memory (``max_shared_per_block``).
+STATIC_SHARED_PER_BLOCK = 48 * KB
 
 
 @dataclass(frozen=True)

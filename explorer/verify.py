@@ -16,7 +16,7 @@ from tvm.s_tir import SBlockRealize
 from tvm.tirx.analysis import undefined_vars
 
 from .errors import InvalidKnobs, summary_line
-from .gpus import gpu_of
+from .gpus import STATIC_SHARED_PER_BLOCK, gpu_of
 from .schedules.common import Template
 from .targets import is_cuda
 from .tir_walk import allocations, thread_tag, walk
@@ -138,7 +138,7 @@ def dynamic_shared_bytes(func: tirx.PrimFunc) -> int:
 
 def shared_limits(target: tvm.target.Target) -> tuple[int, int]:
     """(static limit, dynamic opt-in limit) of shared memory per block on ``target``."""
-    static = int(target.attrs.get("max_shared_memory_per_block", 49152))
+    static = int(target.attrs.get("max_shared_memory_per_block", STATIC_SHARED_PER_BLOCK))
     # The dynamic shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
     # TVM's CUDA runtime opts in by itself when a kernel asks for 48 KB or more.
     gpu = gpu_of(str(target.attrs.get("arch", "")))

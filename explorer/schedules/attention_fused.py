@@ -64,7 +64,7 @@ from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
-from ..gpus import DEFAULT
+from ..gpus import DEFAULT, STATIC_SHARED_PER_BLOCK
 from ..knobs import KnobSet, knob
 from ..targets import BANK_BYTES, FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention, numpy_dtype
@@ -72,9 +72,8 @@ from .common import Template
 from .parsing import tvmscript_frames
 
 MAX_THREADS = 1024
-# A block may allocate at most 48 KB of shared memory statically ("shared"); beyond that, and for
-# float tiles, the tiles are one dynamic allocation ("shared.dyn"), up to what a block may opt in to.
-STATIC_SHARED_BYTES = 48 * 1024
+# Beyond what a block may allocate statically ("shared"), and for float tiles, the tiles are one dynamic
+# allocation ("shared.dyn"), up to what a block may opt in to.
 MAX_SHARED_BYTES = DEFAULT.max_shared_per_block
 
 
@@ -168,7 +167,7 @@ class Plan:
 
     @property
     def dynamic_shared(self) -> bool:
-        return self.k.float_tiles or self.shared_bytes > STATIC_SHARED_BYTES
+        return self.k.float_tiles or self.shared_bytes > STATIC_SHARED_PER_BLOCK
 
 
 def padded_row(elements: int, element_bytes: int, vector: int) -> int:
