@@ -101,7 +101,8 @@ def analyze_resources(built, binary=None) -> ResourceReport:
             occupancy=occupancy(limits, k.threads_per_block, k.shared_bytes, registers),
         ))
     notes = [n for n in (note,) if n]
-    notes.append("Occupancy assumes the largest shared-memory carveout and no dynamic shared memory.")
+    notes.append("Occupancy assumes the largest shared-memory carveout; shared memory counts what the kernel "
+                 "declares, static and dynamic.")
     if binary is None:
         notes.append("Registers are unknown until the kernel is compiled; occupancy ignores the register limit.")
     else:
