@@ -1,8 +1,8 @@
 """The compile stage: CUDA source -> cubin -> registers, shared memory and SASS.
 
 Below both :mod:`explorer.build` (whose code generation compiles each kernel through TVM's
-``tvm_callback_cuda_compile``, here given a disk cache) and :mod:`explorer.analysis` (the SASS
-and resources views read the cubin this module compiles with line info). Every process that
+``tvm_callback_cuda_compile``, here the cubin with line info, kept on disk) and
+:mod:`explorer.analysis` (the SASS and resources views and the diagnosis read the same cubin). Every process that
 builds (the app, the build and compile pools, the measuring worker) compiles through it.
 
 No CUDA toolkit is needed. NVRTC (pip ``nvidia-cuda-nvrtc``, through TVM's own NVRTC path
@@ -39,7 +39,7 @@ SOURCE_NAME = "kernel.cu"  # the file name the line info carries
 # code generation, in every process that builds it: the app, the measuring worker, each
 # sweep compile worker. The binaries are kept on disk by source, architecture and compiler
 # settings, so the measuring worker's rebuild of a kernel a sweep worker (or the app) just
-# compiled costs no second compile.
+# compiled costs no second compile, and neither do the analyses' cubin of the same source.
 CUDA_CACHE = os.environ.get("EXPLORER_CUDA_CACHE", os.path.join(tempfile.gettempdir(), "explorer-cuda-cache"))
 _COMPILE_SETTINGS = ("TVM_CUDA_COMPILE_MODE", "TVM_CUDA_NVRTC_EXTRA_OPTS", "TVM_CUDA_PTXAS_REG_LEVEL",
                      "TVM_CUDA_PTXAS_EXTRA_OPTS", "CUDA_PATH")
@@ -79,8 +79,20 @@ def _keep(path: str, data: bytes) -> None:
 def install_disk_cache() -> None:
     """Put the disk cache in front of TVM's CUDA compile in this process (explorer.build does,
     when it is imported, so that every process that builds uses it)."""
-    tvm.register_global_func("tvm_callback_cuda_compile",
-                             cached_cuda_compile(tvm.get_global_func("tvm_callback_cuda_compile")), override=True)
+    tvm_compile = cached_cuda_compile(tvm.get_global_func("tvm_callback_cuda_compile"))
+
+    def compile_kernel(code, *rest):
+        # NVRTC's cubin with line info is the one the SASS view, the resources and the
+        # diagnosis read (compile_cubin): code generation takes that same cubin, so a setting
+        # costs one NVRTC compile per machine, not one here and one for the analyses.
+        # -lineinfo adds a line table and changes no instruction.
+        if os.environ.get("TVM_KERNEL_DUMP") or os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower() != "nvrtc":
+            return tvm_compile(code, *rest)  # TVM's own files, or nvcc's fatbin
+        target = tvm.target.Target.current(allow_none=True)
+        arch = str(target.attrs.get("arch", "")) if target is not None else ""
+        return compile_cubin(str(code), arch or "sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+
+    tvm.register_global_func("tvm_callback_cuda_compile", compile_kernel, override=True)
 
 
 # -- the cubin, its SASS and resources (NVRTC, nvdisasm, cuobjdump) ----------------------

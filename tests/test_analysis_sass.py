@@ -146,6 +146,25 @@ def test_a_cubins_disassembly_is_kept_on_disk_for_every_process(no_toolkit, monk
     assert len(ran) == 2  # other tools: disassembled again
 
 
+def test_code_generation_and_the_sass_view_share_one_nvrtc_compile(no_toolkit, monkeypatch):
+    """A GPU machine's code generation compiles each kernel through tvm_callback_cuda_compile:
+    it gets the cubin with line info that the SASS view, the resources and the diagnosis read, so a
+    setting is compiled by NVRTC once, whichever process asks first."""
+    import tvm
+    from tvm.support import nvcc as tvm_nvcc
+
+    compiles = []
+    nvrtc_compile = tvm_nvcc.compile_cuda
+    monkeypatch.setattr(tvm_nvcc, "compile_cuda", lambda *args, **kw: compiles.append(kw) or nvrtc_compile(*args, **kw))
+    source = HAND_MADE.replace("mix_kernel", "shared_kernel")  # a source no other test compiled
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
+        generated = bytes(tvm.get_global_func("tvm_callback_cuda_compile")(source))
+    assert cuda_compile.compile_cubin(source, "sm_90") == generated
+    assert [kw["options"] for kw in compiles] == [["-lineinfo"]]
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), pytest.raises(Exception, match="identifier"):
+        tvm.get_global_func("tvm_callback_cuda_compile")(source.replace("__syncthreads()", "no_such_barrier()"))
+
+
 def test_instructions_sit_under_their_cuda_line(no_toolkit):
     (kernel,) = sass.analyze_source(HAND_MADE, "sm_90").kernels
     lines = {i.opcode.split(".")[0] + "." + str(sass.width_bits(i.opcode)): i.line for i in kernel.instructions

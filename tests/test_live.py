@@ -166,6 +166,40 @@ def test_the_other_views_are_highlighted_in_the_background_only_where_a_process_
     assert len(submitted) == 1 and quiet.stats()["highlighting left to the pages"] == 1
 
 
+def test_a_pool_serves_once_its_first_process_is_warm_each_warming_in_its_own_order():
+    """A request waits for the first process free, not for the slowest warm-up; each process
+    warms the templates starting from a different one, so that compile processes find the
+    others' binaries on disk."""
+    from concurrent.futures import Future
+
+    from explorer.services.pool import ProcessPool
+
+    warm_ups = []
+
+    class Processes:  # stands for TVM's PopenPoolExecutor: one future per warm-up, set by the test
+        def submit(self, function, specs, target):
+            warm_ups.append(([spec.template for spec in specs], Future()))
+            return warm_ups[-1][1]
+
+    pool = ProcessPool(ServerSettings(), 3, initializer=None)
+    pool._executor = Processes
+    specs = (SPEC, get_preset("matmul-tiled-1024").spec, get_preset("modern-async-1024").spec, SPEC)
+    starting = threading.Thread(target=pool.start, args=(specs,))
+    starting.start()
+    wait_until(lambda: len(warm_ups) == 3)
+    assert [templates for templates, _ in warm_ups] == [
+        ["depthwise_blog", "matmul_async", "matmul"], ["matmul_async", "matmul", "depthwise_blog"],
+        ["matmul", "depthwise_blog", "matmul_async"]]
+    assert not pool.ready.is_set()
+    warm_ups[1][1].set_result(1)
+    assert pool.ready.wait(5)
+    assert starting.is_alive()  # start() returns once every process is warm
+    warm_ups[0][1].set_result(0)
+    warm_ups[2][1].set_result(2)
+    starting.join(5)
+    assert not starting.is_alive()
+
+
 def test_pool_processes_never_compile_binaries(service):
     """The pool's processes run with TVM's source-only code generation, which the app's
     own process also uses; only the measuring worker drops it."""

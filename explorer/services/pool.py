@@ -1,6 +1,7 @@
 """Processes of a server (TVM's ``PopenPoolExecutor``) that run one function at a time each."""
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
 import site
@@ -55,14 +56,27 @@ class ProcessPool:
         """Start the processes now (each imports TVM and what ``warm_specs``' templates need,
         seconds) rather than on a student's first knob change."""
         pool = self._executor()
+        # Each process warms the templates in its own order, so that where they compile
+        # (the compile pool) each compiles a different one first and finds most of the
+        # others' binaries on disk.
+        templates = list({spec.template: spec for spec in reversed(warm_specs)}.values())
+        futures = [pool.submit(_pool_ready, tuple(templates[i:] + templates[:i]), target)
+                   for i in range(self.workers)]
         try:
-            for future in [pool.submit(_pool_ready, warm_specs, target) for _ in range(self.workers)]:
+            # Ready once one process is: a request waits in the pool's queue for the first
+            # process free, rather than for the slowest warm-up (a fresh class server's
+            # compile processes took over a minute to be all warm, while the measuring
+            # worker compiled every kernel itself and the GPU waited).
+            for future in concurrent.futures.as_completed(futures):
+                future.result()
+                break
+            self.ready.set()
+            for future in futures:
                 future.result()
         except (ValueError, OSError, ChildProcessError):
             if self._closed:  # the server closed while its processes were starting
                 return
             raise
-        self.ready.set()
 
     def close(self) -> None:
         self._closed = True
@@ -116,7 +130,7 @@ def _pool_ready(warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> int:
     """Import TVM (the slow part of a first build) and, by building one setting of each of
     ``warm_specs``' templates, whatever those import on first use (the tensor-core
     intrinsics take seconds)."""
-    for spec in {spec.template: spec for spec in reversed(warm_specs)}.values():
+    for spec in warm_specs:  # one setting of each template (ProcessPool.start)
         try:
             build(spec, target)
         except ExplorerError:
