@@ -167,7 +167,8 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
 
     start = time.perf_counter()
     try:  # where CUDA is compiled here too (not SOURCE_ONLY), a source that does not compile fails here
-        runtime_module = _tir_build.tir_to_runtime(host_mod, device_mods, host_target.host or target)
+        with target:  # the CUDA compile reads the architecture from the current target (cuda_compile.py)
+            runtime_module = _tir_build.tir_to_runtime(host_mod, device_mods, host_target.host or target)
     except Exception as error:  # TVM raises RuntimeError with the compiler's output
         raise InvalidKnobs(f"The CUDA that TVM generated for this setting does not compile: {summary_line(error)}",
                            tuple(spec.knobs.to_dict())) from None

@@ -88,9 +88,9 @@ def install_disk_cache() -> None:
         # -lineinfo adds a line table and changes no instruction.
         if os.environ.get("TVM_KERNEL_DUMP") or os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower() != "nvrtc":
             return tvm_compile(code, *rest)  # TVM's own files, or nvcc's fatbin
-        target = tvm.target.Target.current(allow_none=True)
-        arch = str(target.attrs.get("arch", "")) if target is not None else ""
-        return compile_cubin(str(code), arch or "sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+        # The build's target (explorer.build enters it), else the GPU's, as TVM's compile reads it.
+        version = tvm_nvcc.get_target_compute_version(tvm.target.Target.current(allow_none=True))
+        return compile_cubin(str(code), "sm_" + version.replace(".", ""))
 
     tvm.register_global_func("tvm_callback_cuda_compile", compile_kernel, override=True)
 

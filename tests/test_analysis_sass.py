@@ -165,6 +165,28 @@ def test_code_generation_and_the_sass_view_share_one_nvrtc_compile(no_toolkit, m
         tvm.get_global_func("tvm_callback_cuda_compile")(source.replace("__syncthreads()", "no_such_barrier()"))
 
 
+def test_code_generation_compiles_for_the_builds_architecture(monkeypatch):
+    """The CUDA compile inside code generation (a GPU machine's) reads the architecture from the
+    current target: the build's, which is sm_90a for a Hopper template on a GPU that reports sm_90
+    (wgmma needs it), and the one the analyses compile the same source for."""
+    import tvm
+
+    from explorer import build as build_module
+
+    seen = []
+    generate = build_module._tir_build.tir_to_runtime
+
+    def recording(*args):
+        seen.append(str(tvm.target.Target.current().attrs["arch"]))
+        return generate(*args)
+
+    monkeypatch.setattr(build_module._tir_build, "tir_to_runtime", recording)
+    for preset in ("hopper-ws-fp16-4096", "modern-async-1024"):
+        built = build_module._build_cached.__wrapped__(get_preset(preset).spec, '{"kind": "cuda", "arch": "sm_90"}')
+        assert seen[-1] == str(built.target.attrs["arch"])
+    assert seen == ["sm_90a", "sm_90"]
+
+
 def test_instructions_sit_under_their_cuda_line(no_toolkit):
     (kernel,) = sass.analyze_source(HAND_MADE, "sm_90").kernels
     lines = {i.opcode.split(".")[0] + "." + str(sass.width_bits(i.opcode)): i.line for i in kernel.instructions

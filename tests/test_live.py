@@ -199,6 +199,16 @@ def test_a_pool_serves_once_its_first_process_is_warm_each_warming_in_its_own_or
     starting.join(5)
     assert not starting.is_alive()
 
+    warm_ups.clear()
+    pool.warm_templates = 1  # a compile pool's: one template each, a different one per process
+    starting = threading.Thread(target=pool.start, args=(specs,))
+    starting.start()
+    wait_until(lambda: len(warm_ups) == 3)
+    for _, future in warm_ups:
+        future.set_result(0)
+    starting.join(5)
+    assert [templates for templates, _ in warm_ups] == [["depthwise_blog"], ["matmul_async"], ["matmul"]]
+
 
 def test_pool_processes_never_compile_binaries(service):
     """The pool's processes run with TVM's source-only code generation, which the app's

@@ -23,6 +23,11 @@ class CompileService(ProcessPool):
     measuring worker loads, or None where no library can be exported here (no C compiler),
     and the worker then compiles the kernel itself."""
 
+    # A compile process's warm-up compiles each kernel with NVRTC: all the lessons' templates took
+    # a fresh class server's compile processes over a minute, the measuring worker compiling every
+    # kernel itself meanwhile. One each (a different one per process), then the rest on first use.
+    warm_templates = 1
+
     def __init__(self, settings: ServerSettings):
         super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment,
                          name="compile worker")

@@ -23,6 +23,8 @@ class ProcessPool:
     first use: runs a function in one of them, with one sentence for a process that ran past
     the time limit or crashed."""
 
+    warm_templates: int | None = None  # templates each process builds as it starts (None: all it is given)
+
     def __init__(self, settings: ServerSettings, workers: int, initializer, environment=None, *,
                  release_heap: bool = False, name: str = "pool worker"):
         self.settings = settings
@@ -60,7 +62,7 @@ class ProcessPool:
         # (the compile pool) each compiles a different one first and finds most of the
         # others' binaries on disk.
         templates = list({spec.template: spec for spec in reversed(warm_specs)}.values())
-        futures = [pool.submit(_pool_ready, tuple(templates[i:] + templates[:i]), target)
+        futures = [pool.submit(_pool_ready, tuple((templates[i:] + templates[:i])[:self.warm_templates]), target)
                    for i in range(self.workers)]
         try:
             # Ready once one process is: a request waits in the pool's queue for the first
