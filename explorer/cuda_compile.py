@@ -29,6 +29,11 @@ from dataclasses import dataclass
 import tvm
 from tvm.support import nvcc as tvm_nvcc
 
+try:
+    import fcntl
+except ImportError:  # Windows: no lock between processes, each compiles what it needs
+    fcntl = None
+
 from .cuda_env import DETECT, kernel_environment, nvrtc_version, pip_cuda_root
 from .errors import ExplorerError, summary_line
 
@@ -56,14 +61,31 @@ def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
         settings = [os.environ.get(name, "") for name in _COMPILE_SETTINGS]
         key = hashlib.sha256("\0".join([tvm.__version__, arch, *settings, str(code)]).encode()).hexdigest()
         path = os.path.join(cache_dir, key + ".bin")
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                return f.read()
-        binary = bytes(compile_cuda(code, *rest))
-        _keep(path, binary)
+        kept = _read(path)
+        if kept is not None:
+            return kept
+        # One process compiles a source at a time: the others wait for its binary (a class
+        # server's compile and diagnosing processes often reach the same new setting at once).
+        os.makedirs(os.path.join(cache_dir, "locks"), exist_ok=True)
+        with open(os.path.join(cache_dir, "locks", key), "wb") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            kept = _read(path)
+            if kept is not None:
+                return kept
+            binary = bytes(compile_cuda(code, *rest))
+            _keep(path, binary)
         return binary
 
     return compile_cached
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def _keep(path: str, data: bytes) -> None:

@@ -54,6 +54,28 @@ def hang(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Bu
         C[0, 0] = C[0, 0] + T.float32(1)
 
 
+@T.prim_func
+def first_row_then_zero_inputs(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"),
+                               C: T.Buffer((8, 8), "float32")):
+    for j in range(8):  # row 0 of A @ B, right; the other rows never written
+        C[0, j] = T.float32(0)
+        for r in range(8):
+            C[0, j] = C[0, j] + A[0, r] * B[r, j]
+    for i, j in T.grid(8, 8):  # then the inputs overwritten
+        A[i, j] = T.float32(0)
+        B[i, j] = T.float32(0)
+
+
+def test_each_run_gets_its_own_copy_of_the_inputs_and_an_unwritten_output():
+    """The worker keeps each workload's arguments on the device and copies them for every run:
+    a kernel that writes its inputs leaves the next kernel's as they were, and an output element
+    a kernel never writes is caught even after another kernel wrote it correctly."""
+    assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
+    m = measure_module(tvm.IRModule({"main": first_row_then_zero_inputs}), WORKLOAD, target="llvm", settings=FAST)
+    assert not m.correct and m.check.first_wrong_index == (1, 0) and m.check.wrong_count == 56
+    assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
+
+
 def test_correct_kernel_is_checked_then_timed():
     from explorer.measure import ceilings
 

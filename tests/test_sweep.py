@@ -339,6 +339,35 @@ def test_sweep_page_runs_ranks_statically_and_applies_the_best(sweeps_share_the_
     assert at.title[0].value == best.template_def.title  # back on the Explorer page
 
 
+def test_processes_reaching_one_new_source_at_once_compile_it_once(tmp_path):
+    """A class server's compile and diagnosing processes often reach a new setting together:
+    one compiles it, the others wait for its binary on disk."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from explorer.cuda_compile import cached_cuda_compile
+
+    calls = []
+    together = threading.Barrier(3)
+
+    def slow_compile(code):
+        calls.append(code)
+        time.sleep(0.2)  # the others arrive meanwhile
+        return f"binary of {code}".encode()
+
+    compile_cached = cached_cuda_compile(slow_compile, str(tmp_path))
+
+    def compile_at_once(_):
+        with tvm.target.Target("nvidia/nvidia-h100"):
+            together.wait()
+            return compile_cached("kernel A")
+
+    with ThreadPoolExecutor(3) as threads:
+        assert list(threads.map(compile_at_once, range(3))) == [b"binary of kernel A"] * 3
+    assert calls == ["kernel A"]
+
+
 def test_cuda_binaries_are_compiled_once_per_source_and_architecture(tmp_path, monkeypatch):
     """The measuring worker rebuilds what a sweep worker compiled: the disk cache makes its
     CUDA compile free (a GPU machine calls the callback during code generation)."""
