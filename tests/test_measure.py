@@ -392,3 +392,51 @@ def test_cold_l2_timing_runs_a_real_kernel(monkeypatch):
     args = [tvm.runtime.tensor(np.ones(1 << 16, "float32")), tvm.runtime.empty((1 << 16,), "float32")]
     cold = timing_module.time_function(module, tvm.cpu(0), args, MeasureSettings(cold_l2=True, repeats=3))
     assert cold.launches_per_repeat == 1 and len(cold.samples_us) == 3 and cold.min_us > 0
+
+
+def test_no_collection_runs_while_a_cuda_graph_is_captured(monkeypatch):
+    """Python's collector frees TVM tensors and modules held in reference cycles, and a free of
+    device memory during a capture ends the measuring process: garbage is collected before the
+    capture and the collector is off during it (stand-in torch, no GPU)."""
+    import gc
+    import types
+
+    from explorer.measure import graphs
+
+    during = []
+
+    class Garbage:  # a reference cycle, as a TVM module held by a traceback's frame would be
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            during.append("freed")
+
+    class Capture:
+        def __init__(self, graph):
+            pass
+
+        def __enter__(self):
+            during.append("capture")
+
+        def __exit__(self, *exc):
+            during.append("end")
+
+    class Graph:
+        def replay(self):
+            pass
+
+    cuda = types.SimpleNamespace(CUDAGraph=Graph, graph=Capture, synchronize=lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    Garbage()
+
+    def op():
+        during.append(gc.isenabled())
+        Garbage()
+        [[] for _ in range(50_000)]  # allocations enough to start the collector, were it on
+
+    graphs._capture(op, 2)
+    assert during == ["freed", "capture", False, False, "end"]
+    assert gc.isenabled()
+    gc.collect()
+    assert during[-2:] == ["freed", "freed"]  # the capture's garbage, once it is over

@@ -13,6 +13,7 @@ Runs in the measuring worker; imports torch only when called.
 """
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable
 
@@ -131,9 +132,20 @@ def _capture(op: Callable, count: int):
     import torch
 
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(count):
-            op()
+    # No device memory may be freed while a graph is captured: TVM's free of a tensor or a
+    # module then fails inside its destructor and ends the process. Python's collector frees
+    # such objects (held in reference cycles) whenever it runs, so it runs now, and not during
+    # the capture (PyTorch no longer collects before a capture).
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(count):
+                op()
+    finally:
+        if collecting:
+            gc.enable()
     graph.replay()  # the first replay uploads the graph; not timed
     torch.cuda.synchronize()
     return graph
