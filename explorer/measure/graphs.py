@@ -135,8 +135,8 @@ def _capture(op: Callable, count: int):
     # No device memory may be freed while a graph is captured: TVM's free of a tensor or a
     # module then fails inside its destructor and ends the process. Python's collector frees
     # such objects (held in reference cycles) whenever it runs, so it is off during the capture
-    # and collects them after it. (A collection before each capture, PyTorch's old default, took
-    # a third of the GPU's measurements per second in a class.)
+    # and collects them after it. PyTorch no longer collects before a capture (it did, and
+    # made it opt-in, torch.compiler.config.force_cudagraph_gc, for its cost per capture).
     collecting = gc.isenabled()
     gc.disable()
     try:
