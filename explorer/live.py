@@ -222,7 +222,7 @@ class Live:
             first_job = self.scheduler.request(None, first, target, background=True)
             self.baseline(first.workload)
             # The first page's latency (the worker compiles it) before the compile processes
-            # start: each imports TVM and builds every lesson template, which on a server whose
+            # start: each imports TVM and builds a lesson template, which on a server whose
             # app processes are starting too took the cores from it (13.9 s on a 16-core H100).
             # Not once students wait for the GPU, though: until the compile processes are up, the
             # worker compiles each measurement itself, one at a time (a class of 200 connecting at
