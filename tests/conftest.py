@@ -5,11 +5,19 @@ import functools
 import itertools
 import os
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+# Bytecode kept (__pycache__, ignored by git) even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): without it each test process rewrote the assertions of every test
+# module again (3 of its 6.5 s of collection), and each server and pool process the tests start
+# compiled the library's sources again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
