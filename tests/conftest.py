@@ -84,14 +84,19 @@ else:
     local_script_runner.require_widgets_deltas = _wait_for_the_script
 
 
-# Files that build every preset: run one after the other in one test process, they build each preset once
-# there (explorer.build's cache) instead of once per process.
+# Files run one after the other in one test process, which makes once what they all need: the files that
+# build every preset (explorer.build's cache: each preset is built once there instead of once per
+# process), and the other files that import TVM's tensor-core intrinsics (1.6-2.8 s of CPU in each
+# process that imports them: explorer/schedules/tensor_intrinsics.py).
 EVERY_PRESET = ("test_app.py", "test_export.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
+TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_golden.py", "test_schedule_matmul_modern.py", "test_tune.py",
+                     "test_tvmscript_frames.py")
 
 
 def group(path: str) -> str:
-    """The group of tests that one test process runs, one after the other: a file, or the files of EVERY_PRESET."""
-    return "every preset" if Path(path).name in EVERY_PRESET else path
+    """The group of tests that one test process runs, one after the other: a file, or the files of
+    EVERY_PRESET and TENSOR_INTRINSICS."""
+    return "one process" if Path(path).name in EVERY_PRESET + TENSOR_INTRINSICS else path
 
 
 try:  # pytest-xdist (requirements-dev.txt); the GPU machine runs the tests in one process without it
@@ -100,7 +105,7 @@ except ImportError:
     LoadScopeScheduling = None
 else:
     class GroupScheduling(LoadScopeScheduling):
-        """pytest-xdist's scheduling of whole files (``--dist loadfile``), the files of EVERY_PRESET as one."""
+        """pytest-xdist's scheduling of whole files (``--dist loadfile``), a group of them (group()) as one."""
 
         def _split_scope(self, nodeid: str) -> str:
             return group(nodeid.split("::", 1)[0])
