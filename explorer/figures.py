@@ -190,8 +190,11 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
     custom = np.stack([getattr(own, f)[r0:r1, c0:c1] for f in
                        ("block", "vthread", "thread_x", "thread_y", "thread_z", "iteration", "owners")], axis=-1)
     cells = [[None if np.isnan(v) else int(v) for v in row] for row in z]  # None: not in the figure
-    figure = go.Figure(go.Heatmap(
-        z=cells, x=x, y=y, customdata=custom, zmin=-0.5, zmax=count - 0.5, colorscale=_categorical_scale(count),
+    # The trace as a dict: plotly validates it once, in the figure (a go.Heatmap is validated on its
+    # own and again in the figure: each colour of a scale of two stops per id, thousands for a large grid).
+    figure = go.Figure(dict(
+        type="heatmap", z=cells, x=x, y=y, customdata=custom, zmin=-0.5, zmax=count - 0.5,
+        colorscale=_categorical_scale(count),
         showscale=False, xgap=1, ygap=1, texttemplate="%{z}" if z.size <= 1024 else None,
         hovertemplate=("output (%{y}, %{x})<br>block %{customdata[0]}, vthread %{customdata[1]}<br>"
                        "threadIdx (%{customdata[2]}, %{customdata[3]}, %{customdata[4]})<br>"

@@ -2,14 +2,23 @@
 are skipped on machines without one (CI has none)."""
 import atexit
 import functools
+import gc
 import itertools
 import os
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+# Bytecode kept (__pycache__, ignored by git) even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): without it each test process rewrote the assertions of every test
+# module again (3 of its 6.5 s of collection), and each server and pool process the tests start
+# compiled the library's sources again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
@@ -75,14 +84,19 @@ else:
     local_script_runner.require_widgets_deltas = _wait_for_the_script
 
 
-# Files that build every preset: run one after the other in one test process, they build each preset once
-# there (explorer.build's cache) instead of once per process.
+# Files run one after the other in one test process, which makes once what they all need: the files that
+# build every preset (explorer.build's cache: each preset is built once there instead of once per
+# process), and the other files that import TVM's tensor-core intrinsics (1.6-2.8 s of CPU in each
+# process that imports them: explorer/schedules/tensor_intrinsics.py).
 EVERY_PRESET = ("test_app.py", "test_export.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
+TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_golden.py", "test_schedule_matmul_modern.py", "test_tune.py",
+                     "test_tvmscript_frames.py")
 
 
 def group(path: str) -> str:
-    """The group of tests that one test process runs, one after the other: a file, or the files of EVERY_PRESET."""
-    return "every preset" if Path(path).name in EVERY_PRESET else path
+    """The group of tests that one test process runs, one after the other: a file, or the files of
+    EVERY_PRESET and TENSOR_INTRINSICS."""
+    return "one process" if Path(path).name in EVERY_PRESET + TENSOR_INTRINSICS else path
 
 
 try:  # pytest-xdist (requirements-dev.txt); the GPU machine runs the tests in one process without it
@@ -91,7 +105,7 @@ except ImportError:
     LoadScopeScheduling = None
 else:
     class GroupScheduling(LoadScopeScheduling):
-        """pytest-xdist's scheduling of whole files (``--dist loadfile``), the files of EVERY_PRESET as one."""
+        """pytest-xdist's scheduling of whole files (``--dist loadfile``), a group of them (group()) as one."""
 
         def _split_scope(self, nodeid: str) -> str:
             return group(nodeid.split("::", 1)[0])
@@ -103,6 +117,17 @@ else:
         """``-n auto``: one test process per core, and one more for the files that wait on real servers
         (handed out between the others): while they wait, the cores keep working on the rest."""
         return len(os.sched_getaffinity(0)) + 1
+
+
+def pytest_collection_finish(session):
+    """Fewer garbage collections in a test process: what the collection imported (TVM, Streamlit, the
+    test modules) is frozen out of every later collection, and a collection starts after 10,000
+    allocations rather than 700. A test process keeps hundreds of builds and pages alive, and the
+    default thresholds scanned them again and again: a tenth of the preset files' CPU (4.4 of 44 s in
+    the garbage collector, 1.6 s so)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -113,6 +113,16 @@ def build_candidate(mod: tvm.IRModule, target: tvm.target.Target, _params) -> tv
 
 
 @derived_object
+class _LocalBuilder(ms.builder.LocalBuilder._cls):
+    """TVM's LocalBuilder without its check at construction, which starts a worker process (TVM's
+    import, a second of CPU) only to look the build and export functions up by name there: this
+    module passes its build function itself and no export function, which need no looking up."""
+
+    def _sanity_check(self) -> None:
+        pass
+
+
+@derived_object
 class _ReportProgress(ms.measure_callback.PyMeasureCallback):
     """Called by MetaSchedule after each batch of candidates is built and run."""
 
@@ -190,7 +200,7 @@ def tune(
     import_tensor_intrinsics()
     with tempfile.TemporaryDirectory(prefix="explorer-tune-") as scratch:
         directory = work_dir or scratch
-        builder = ms.builder.LocalBuilder(
+        builder = _LocalBuilder(
             max_workers=workers, f_build=build_candidate,
             initializer=functools.partial(binary_process_init, EXPLORER_ROOT),  # compiles even under the app
         )
