@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_section import write_section  # noqa: E402
+from docs_section import write_section
 
 CODE_P95_S, LATENCY_P95_S = 1.0, 3.0  # the class targets
 
