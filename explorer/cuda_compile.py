@@ -208,9 +208,9 @@ def disassemble(cubin: bytes) -> tuple[str, str]:
     tools = (tool_path("nvdisasm"), tool_path("cuobjdump"))
     key = hashlib.sha256(b"\0".join([cubin, *(tool.encode() for tool in tools)])).hexdigest()
     kept = os.path.join(CUDA_CACHE, "sass", key + ".json")
-    if os.path.exists(kept):
-        with open(kept) as f:
-            sass, usage = json.load(f)
+    text = _read(kept)
+    if text is not None:
+        sass, usage = json.loads(text)
         return sass, usage
     with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
