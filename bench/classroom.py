@@ -440,9 +440,11 @@ def cpu_sample(tree: list[tuple], previous: dict) -> dict | None:
     (pid, start time) → CPU seconds; updated): "app", one number per app process (each its own
     part: one Python process's GIL); "workers" (all the other processes, summed); "proxy" and
     "measuring" where the server has them. None on the first reading."""
-    now, cpu = time.time(), {}
+    now, cpu, queued = time.time(), {}, {}
     since = previous.get("t")
-    used: dict = {"app": [], "workers": 0.0, "kinds": collections.Counter()}  # kinds: the workers' cores by kind
+    # kinds: the workers' cores by kind; queued: by kind, the seconds per second its processes were
+    # ready to run but waited for a core (the kernel's run-queue time, /proc/PID/schedstat)
+    used: dict = {"app": [], "workers": 0.0, "kinds": collections.Counter(), "queued": collections.Counter()}
     for member, role, _ in tree:
         try:
             key = (member.pid, member.create_time())
@@ -450,6 +452,8 @@ def cpu_sample(tree: list[tuple], previous: dict) -> dict | None:
         except psutil.Error:  # gone meanwhile (a pool restarts its processes)
             continue
         cpu[key] = times.user + times.system
+        if role == "workers":
+            queued[key] = run_queue_s(member.pid)
         if role in ("proxy", "measuring"):
             used.setdefault(role, 0.0)
         if since is None or now <= since:
@@ -469,9 +473,19 @@ def cpu_sample(tree: list[tuple], previous: dict) -> dict | None:
             used[role] += rate
         if role == "workers":
             used["kinds"][worker_kind(member)] += rate
-    previous["t"], previous["cpu"] = now, cpu
-    used["kinds"] = dict(used["kinds"])
+            if queued[key] is not None and previous.get("queued", {}).get(key) is not None:
+                used["queued"][worker_kind(member)] += (queued[key] - previous["queued"][key]) / (now - since)
+    previous["t"], previous["cpu"], previous["queued"] = now, cpu, queued
+    used["kinds"], used["queued"] = dict(used["kinds"]), dict(used["queued"])
     return used if since is not None else None
+
+
+def run_queue_s(pid: int) -> float | None:
+    """Seconds the process has waited, ready to run, for a core (Linux's schedstat); None elsewhere."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _rss(process) -> int:
@@ -602,6 +616,42 @@ def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
     by_gpu = kernel_runs_by_gpu(log_path, since_ns)
     overlaps = sum(1 for runs in by_gpu.values() for a, b in zip(runs, runs[1:], strict=False) if b[0] < a[1])
     return sum(len(runs) for runs in by_gpu.values()), overlaps
+
+
+def run_phases(log_path: str, since_ns: int) -> dict[str, float]:
+    """Mean milliseconds per kernel run of each phase the measuring workers logged since ``since_ns``
+    (load, upload, check and time, graph: a phase a run skipped counts 0)."""
+    totals, runs = collections.Counter(), 0
+    for line in Path(log_path).read_text().splitlines():
+        head, _, phases = line.partition("|")
+        if int(head.split()[1]) < since_ns:
+            continue
+        runs += 1
+        for phase in phases.split():
+            name, _, ms = phase.partition("=")
+            totals[name] += float(ms)
+    return {name: total / runs for name, total in totals.items()} if runs else {}
+
+
+def job_stages(log_path: str, since_s: float) -> dict[str, dict]:
+    """Where the students' measurements (the scheduler's job log, explorer/measure/scheduler.py)
+    spent their time since ``since_s``: compiling (asked → in the GPU's line), waiting for the GPU,
+    and on it; the percentiles of each, in seconds. Background jobs and full re-measurements are
+    counted apart (``others``: how many ran, and their seconds on the GPU)."""
+    compile_s, wait_s, run_s, others, others_s = [], [], [], 0, 0.0
+    for line in Path(log_path).read_text().splitlines():
+        asked, compiled, started, finished, kind = line.split()[:5]
+        if float(asked) < since_s or started == "-":  # never reached the GPU (its compile failed)
+            continue
+        if kind != "student":  # a full re-measurement was compiled for its first, quick one
+            others += 1
+            others_s += float(finished) - float(started)
+            continue
+        compile_s.append(float(compiled) - float(asked))
+        wait_s.append(float(started) - float(compiled))
+        run_s.append(float(finished) - float(started))
+    return {"compile": percentiles(compile_s), "wait_for_gpu": percentiles(wait_s), "on_gpu": percentiles(run_s),
+            "others": {"n": others, "gpu_s": others_s}}
 
 
 def gpu_busy(runs: list[tuple[int, int]], seconds: float, gpus: int = 1) -> float:
@@ -786,7 +836,8 @@ def play_in_processes(processes: int, url: str, class_: list[Student], *args) ->
 
 def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
         run_log: str | None = None, seed: int = 0, revisit_every: int = 0, links: tuple[str, ...] = LINKS,
-        same_link: bool = False, processes: int = 1, intended_reply: float = INTENDED_REPLY_S) -> dict:
+        same_link: bool = False, processes: int = 1, intended_reply: float = INTENDED_REPLY_S,
+        job_log: str | None = None) -> dict:
     """``revisit_every`` K > 0: every K-th move of a student moves the last slider back (a
     setting the server has measured); otherwise every move is a random valid one.
     ``same_link``: every student opens ``links[0]`` at the same moment (once all are connected).
@@ -836,6 +887,9 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         report["gpus"] = gpus
         report["measurements_per_s"] = report["kernel_runs"] / report["wall_s"]
         report["gpu_busy"] = gpu_busy(runs, report["wall_s"], gpus)
+        report["run_phases_ms"] = run_phases(run_log, since_ns)
+    if job_log and Path(job_log).exists():
+        report["job_stages"] = job_stages(job_log, started)
     if any(s.get("cores") for s in samples):
         parts = saturation(samples, os.cpu_count() or 1, runs, report.get("gpus", 1))
         report["saturation"] = parts
@@ -914,9 +968,13 @@ def worker_kinds_text(samples: list[dict]) -> list[str]:
         return []
     names = sorted(set().union(*kinds, *cores))
     mean = {kind: statistics.mean(c.get(kind, 0.0) for c in cores) if cores else 0.0 for kind in names}
+    queued = [s["cores"]["queued"] for s in samples if s.get("cores") and s["cores"].get("queued")]
+    waited = {kind: statistics.mean(q.get(kind, 0.0) for q in queued) for kind in names} if queued else {}
     return ["Workers by kind, mean cores; resident memory start → end (MiB): " + "; ".join(
         f"{kind} {mean[kind]:.2f} cores, {kinds[0].get(kind, 0):.0f} → {kinds[-1].get(kind, 0):.0f}"
-        for kind in names) + "."]
+        for kind in names) + "."] + ([
+        "Workers by kind, waiting for a core while ready to run (process-seconds per second, mean): " + "; ".join(
+            f"{kind} {waited[kind]:.2f}" for kind in names) + "."] if waited else [])
 
 
 def describe(report: dict, goals: dict[str, float] | None = None) -> str:
@@ -981,6 +1039,16 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Kernel runs in the measuring worker's log: {report['kernel_runs']}, overlapping in time: "
                      f"{report['overlapping_runs']}; {report['measurements_per_s']:.2f} measurements per second, "
                      f"the GPU busy {report['gpu_busy']:.0%} of the time.")
+    if report.get("run_phases_ms"):
+        lines.append("The measuring worker's phases, mean ms per run: " + ", ".join(
+            f"{name.replace('_', ' ')} {ms:.1f}" for name, ms in report["run_phases_ms"].items()) + ".")
+    if report.get("job_stages"):
+        stages = report["job_stages"]
+        said = [f"{name.replace('_', ' ')} p50 {stages[name]['p50']:.2f} s, p95 {stages[name]['p95']:.2f} s"
+                for name in ("compile", "wait_for_gpu", "on_gpu") if stages[name]["n"]]
+        lines.append(f"Students' measurements ({stages['compile']['n']}, the scheduler's job log): " + "; ".join(said)
+                     + f". Background jobs and full re-measurements: {stages['others']['n']}, "
+                     f"{stages['others']['gpu_s']:.1f} s on the GPU.")
     if report.get("device_page_gpus"):
         lines.append(f"The Device page's last reading: {report['device_page_gpus']}")
     page_cpu = [s["page_cpu"] for s in report["samples"] if s.get("page_cpu") not in (None, "—")]
@@ -1026,6 +1094,8 @@ def main() -> None:
     parser.add_argument("--server-pid", type=int,
                         help="the server's process (its launcher, or a Streamlit process): its whole tree is sampled")
     parser.add_argument("--run-log", help="the measuring worker's kernel-run log, to check runs never overlapped")
+    parser.add_argument("--job-log", help="the measuring scheduler's job log (EXPLORER_JOB_LOG), to say where the "
+                                          "students' measurements waited")
     parser.add_argument("--json", help="write the whole report (with samples) here")
     parser.add_argument("--goal", action="append", default=[], metavar="NAME=SECONDS",
                         help="a target to check, e.g. knob_to_code.p95=1.0 or knob_to_latency_new.p50=0.5")
@@ -1061,7 +1131,7 @@ def main() -> None:
         print(f"The server answered its health check after {waited:.1f} s; the students connect now.", flush=True)
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
                  args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link,
-                 processes=args.processes, intended_reply=args.intended_reply)
+                 processes=args.processes, intended_reply=args.intended_reply, job_log=args.job_log)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
     text = describe(report, goals)
     print(text)

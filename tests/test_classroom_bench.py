@@ -114,6 +114,27 @@ def test_overlapping_runs_are_counted_from_the_log(tmp_path):
     assert classroom.gpu_busy(classroom.kernel_runs(str(log), 100), 200e-9, gpus=2) == (100 + 100 + 60) / 400
 
 
+def test_the_workers_phases_and_the_jobs_stages_by_hand(tmp_path):
+    runs = tmp_path / "runs.log"
+    runs.write_text("1 50 60 a x | load=9.0\n"  # before the class: not counted
+                    "1 100 200 a x | load=2.0 upload=1.0 check_and_time=30.0\n"
+                    "1 200 300 a x | load=4.0 upload=1.0 check_and_time=50.0 graph=10.0\n")
+    assert classroom.run_phases(str(runs), since_ns=100) == {"load": 3.0, "upload": 1.0, "check_and_time": 40.0,
+                                                               "graph": 5.0}
+    jobs = tmp_path / "jobs.log"  # asked compiled started finished kind budget outcome template
+    jobs.write_text("5.0 6.0 7.0 8.0 student quick ok matmul\n"  # before the class
+                    "10.0 11.0 13.0 13.5 student quick ok matmul\n"
+                    "10.0 10.5 14.0 14.1 student full ok matmul\n"
+                    "10.0 - - 11.0 student full error matmul\n"  # its compile failed: no stages
+                    "12.0 12.0 15.0 15.75 background full ok matmul\n"
+                    "13.0 - 16.0 16.25 again full ok matmul\n")
+    stages = classroom.job_stages(str(jobs), since_s=10.0)
+    assert (stages["compile"]["n"], stages["compile"]["p50"], stages["compile"]["max"]) == (2, 0.75, 1.0)
+    assert (stages["wait_for_gpu"]["p50"], stages["wait_for_gpu"]["max"]) == (2.75, 3.5)
+    assert stages["on_gpu"]["max"] == 0.5
+    assert stages["others"] == {"n": 2, "gpu_s": 1.0}
+
+
 def test_percentiles_by_hand():
     p = classroom.percentiles([0.1, 0.2, 0.3, 0.4, 1.0])
     assert (p["n"], p["p50"], p["max"]) == (5, 0.3, 1.0)
@@ -323,17 +344,21 @@ def test_the_whole_server_is_sampled_by_part(monkeypatch):
                                              "rss_kinds_mib": {"build": 20, "measure": 40, "other": 35}}
     clock = iter([10.0, 12.0])
     monkeypatch.setattr(classroom.time, "time", lambda: next(clock))
+    queued = {1: 5.0, 6: 0.0, 7: 1.0, 8: 2.0}  # seconds each worker has waited for a core
+    monkeypatch.setattr(classroom, "run_queue_s", lambda pid: queued.get(pid))
     previous: dict = {}
     assert classroom.cpu_sample(tree, previous) is None  # the first reading
     by_pid = {m.pid: m for m, _, _ in tree}
     for pid, cpu in {2: 0.2, 3: 1.0, 4: 1.9, 5: 0.4, 6: 1.0, 7: 3.0}.items():
         by_pid[pid].cpu += cpu  # CPU seconds over the next 2 s
+    queued.update({6: 0.5, 7: 1.2})  # the measuring worker waited 0.5 s for a core, the build worker 0.2 s
     late = FakeProcess(9, 4, ["python", "-m", "tvm.exec.popen_worker"], cpu=1.0, started=11.0,
                        name="build worker")  # new since
     cores = classroom.cpu_sample([*tree, (late, "workers", 4)], previous)
     # By kind: 3 + 1 CPU seconds of builds and 1 of the measuring worker in 2 s.
     assert cores == {"app": [0.95, 0.2], "proxy": 0.1, "measuring": 0.5, "workers": 2.5,
-                     "kinds": {"build": 2.0, "measure": 0.5, "other": 0.0}}
+                     "kinds": {"build": 2.0, "measure": 0.5, "other": 0.0},
+                     "queued": pytest.approx({"build": 0.1, "measure": 0.25, "other": 0.0})}
 
 
 def test_the_report_gives_the_workers_by_kind():
@@ -344,6 +369,10 @@ def test_the_report_gives_the_workers_by_kind():
         "Workers by kind, mean cores; resident memory start → end (MiB): build 2.00 cores, 300 → 340; "
         "diagnose 0.50 cores, 500 → 1100."]
     assert classroom.worker_kinds_text([{"rss_kinds_mib": None}]) == []
+    samples[2]["cores"]["queued"] = {"build": 0.5, "diagnose": 2.0}
+    assert classroom.worker_kinds_text(samples)[1] == (
+        "Workers by kind, waiting for a core while ready to run (process-seconds per second, mean): build 0.50; "
+        "diagnose 2.00.")
 
 
 def test_a_server_process_is_named_for_what_it_does():

@@ -153,6 +153,54 @@ def test_full_measurements_again_wait_for_students():
     wait_until(scheduler.idle)
 
 
+def test_nothing_in_the_background_starts_while_a_students_job_compiles():
+    gpu, compiling = HeldGPU(), threading.Event()
+    scheduler = Scheduler(gpu, compile_fn=lambda job: compiling.wait(10) and "lib")
+    compiling.set()
+    blocker = scheduler.request("x", spec_x(1), "auto")
+    wait_until(lambda: blocker.state == "running")
+    for x in (2, 4, 8):
+        scheduler.request(f"student {x}", spec_x(x), "auto")
+    wait_until(lambda: scheduler.stats()["waiting"] == 3)
+    for _ in range(3):  # x=1, then the first of the three (quick: two behind it), then the second
+        gpu.gate.release()
+    wait_until(lambda: len(gpu.order) == 4)  # the third runs
+    quick = gpu.order[1]
+    assert quick[1] == "quick"
+    compiling.clear()
+    late = scheduler.request("late", spec_x(32), "auto")
+    gpu.gate.release()  # the third ends: the quick one's full re-measurement is due
+    time.sleep(0.2)
+    assert len(gpu.order) == 4 and late.state == "compiling"  # the GPU waits for the student's job
+    compiling.set()
+    for _ in range(2):
+        gpu.gate.release()
+    wait_until(scheduler.idle)
+    assert gpu.order[4:] == [(32, "full"), (quick[0], "full")] and late.done
+    scheduler.close()
+
+
+def test_a_dropped_compile_lets_the_waiting_background_job_start():
+    gpu, compiling = HeldGPU(), threading.Event()
+    scheduler = Scheduler(gpu, compile_fn=lambda job: job.background or compiling.wait(10) and "lib")
+    compiling.set()
+    first = scheduler.request("alice", spec_x(16), "auto")
+    gpu.gate.release()
+    assert first.wait(10)
+    compiling.clear()
+    scheduler.request("alice", spec_x(2), "auto")  # compiling
+    background = scheduler.request(None, spec_x(4), "auto", background=True)  # compiled at once: waiting
+    wait_until(lambda: background.state == "waiting")
+    time.sleep(0.1)
+    assert len(gpu.order) == 1  # it waits for alice's job
+    assert scheduler.request("alice", spec_x(16), "auto") is first  # alice goes back: x=2 is dropped
+    compiling.set()  # x=2's compile ends; the device takes the background job
+    gpu.gate.release()
+    assert background.wait(10)
+    assert [x for x, _ in gpu.order] == [16, 4]
+    scheduler.close()
+
+
 def test_background_jobs_wait_for_students_and_a_students_request_promotes_one():
     gpu = HeldGPU()
     scheduler = Scheduler(gpu)
@@ -223,3 +271,27 @@ def test_a_closed_scheduler_starts_no_more_measurements():
     assert running.wait(10)
     time.sleep(0.3)
     assert gpu.order == [(1, "full")] and not queued.done  # the queued one never started
+
+
+def test_the_job_log_says_when_each_job_was_asked_compiled_started_and_done(tmp_path, monkeypatch):
+    """The class bench's account of where a measurement waited: one line per finished job, its four
+    times in order, who waited for it, its budget and its outcome."""
+    log = tmp_path / "jobs.log"
+    monkeypatch.setenv(scheduler_module.JOB_LOG, str(log))
+    gpu = HeldGPU()
+    scheduler = Scheduler(gpu, compile_fn=lambda job: time.sleep(0.05) or "lib")
+    blocker = scheduler.request("x", spec_x(1), "auto")
+    wait_until(lambda: blocker.state == "running")
+    scheduler.request("y", spec_x(2), "auto")
+    for _ in range(3):  # x, then y (full: nothing behind it), then nothing to measure again
+        gpu.gate.release()
+    wait_until(lambda: scheduler.idle())
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [line[4:] for line in lines] == [["student", "full", "ok", "depthwise_blog"]] * 2
+    for line in lines:
+        asked, compiled, started, finished = map(float, line[:4])
+        assert asked <= compiled <= started <= finished
+        assert compiled - asked >= 0.049  # the compile (times to the millisecond)
+    first, second = (list(map(float, line[:4])) for line in lines)
+    assert second[2] >= first[3]  # y waited for x's end
+    scheduler.close()

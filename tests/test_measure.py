@@ -344,6 +344,7 @@ def test_the_timed_repeats_fit_the_timing_budget():
     assert repeats_within(1.0, full) == repeats_within(10.0, full) == 3  # never fewer than three
     assert repeats_within(10.0, MeasureSettings(repeats=2)) == 2  # nor more than asked for
     assert repeats_within(0.001, QUICK_SETTINGS) == 5 and repeats_within(0.1, QUICK_SETTINGS) == 3
+    assert repeats_within(0.002, QUICK_SETTINGS) == 3  # 5 ms of a 2 ms kernel: the probe's three
 
 
 def test_a_cold_l2_flush_writes_four_l2s_or_256_mib_where_the_l2_is_unknown():
@@ -354,14 +355,44 @@ def test_a_cold_l2_flush_writes_four_l2s_or_256_mib_where_the_l2_is_unknown():
 
 
 class _StandInEvaluated:
-    """A module whose evaluator records how it was asked to time and answers 1 ms per launch."""
+    """A module whose evaluator records how it was asked to time and answers ``per_launch_s``
+    (1 ms) per launch."""
 
-    def __init__(self):
-        self.asked = []
+    def __init__(self, per_launch_s: float = 1e-3):
+        self.asked, self.per_launch_s = [], per_launch_s
 
     def time_evaluator(self, name, device, **options):
         self.asked.append(options)
-        return lambda *args: type("Result", (), {"results": (1e-3,) * options["repeat"]})()
+        return lambda *args: type("Result", (), {"results": (self.per_launch_s,) * options["repeat"]})()
+
+
+def test_a_slow_kernels_probe_counts_as_timed_repeats():
+    """A kernel of 2 ms launches once per repeat, as its probe did: the probe's three repeats
+    are timed ones, and only the rest are launched (each evaluator call adds a warm-up launch)."""
+    from explorer.measure.settings import QUICK_SETTINGS
+    from explorer.measure.timing import time_function
+
+    module = _StandInEvaluated(2e-3)
+    quick = time_function(module, _StandInH100(), [], QUICK_SETTINGS)
+    assert module.asked == [{"number": 1, "repeat": 3}]  # 5 ms of repeats: the probe's three
+    assert quick.launches_per_repeat == 1 and quick.samples_us == (2000.0,) * 3
+
+    module = _StandInEvaluated(2e-3)
+    full = time_function(module, _StandInH100(), [], MeasureSettings())  # 20 repeats fit 2 s
+    assert module.asked == [{"number": 1, "repeat": 3}, {"number": 1, "repeat": 17}]
+    assert full.samples_us == (2000.0,) * 20
+
+
+def test_a_fast_kernels_probes_size_its_repeats_and_are_not_timed_repeats():
+    """10 µs a launch: probes of 1 and 10 launches (100 µs, PROBE_S), then repeats of 100
+    launches (1 ms each)."""
+    from explorer.measure.settings import QUICK_SETTINGS
+    from explorer.measure.timing import time_function
+
+    module = _StandInEvaluated(1e-5)
+    timing = time_function(module, _StandInH100(), [], QUICK_SETTINGS)
+    assert module.asked == [{"number": 1, "repeat": 3}, {"number": 10, "repeat": 3}, {"number": 100, "repeat": 5}]
+    assert timing.launches_per_repeat == 100 and len(timing.samples_us) == 5
 
 
 class _StandInH100:

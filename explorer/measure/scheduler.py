@@ -28,6 +28,7 @@ tracker never holds up another session's request.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -40,6 +41,9 @@ from ..errors import ExplorerError
 from .remote import Remote, server_count
 
 LOCAL = "local"
+# Where each finished job's times are logged (when it was asked for, compiled, started and done),
+# for the class bench's account of where a measurement waited; unset: no log.
+JOB_LOG = "EXPLORER_JOB_LOG"
 # While this many students' jobs wait behind a job, it is timed with the short budget.
 QUICK_WHEN_WAITING = 2
 
@@ -66,6 +70,9 @@ class Job:
     result: object = None  # the measurement, when done without error
     error: str | None = None  # the sentence to show, when done with an error
     finished_at: float | None = None
+    asked_at: float = field(default_factory=time.time)
+    compiled_at: float | None = None  # when it joined its device's line
+    started_at: float | None = None
     done_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -224,6 +231,7 @@ class Scheduler:
             job.state = "compiling"
             self._compiler.submit(self._compile, line, job)
         else:
+            job.compiled_at = job.asked_at
             line.queue_of(job).append(job)
             self._changed.notify_all()
         return job
@@ -264,12 +272,13 @@ class Scheduler:
             compiled, error = None, f"Compiling the kernel failed unexpectedly: {type(failure).__name__}: {failure}"
         with self._changed:
             if job.state == "dropped":
+                self._changed.notify_all()  # the device may take a background job now
                 return
             if error is not None:
                 self.compile_failures += 1
                 self._finish_locked(line, job, error=error, ran=False)
             else:
-                job.compiled, job.state = compiled, "waiting"
+                job.compiled, job.state, job.compiled_at = compiled, "waiting", time.time()
                 line.queue_of(job).append(job)
                 self._changed.notify_all()
         if error is not None:
@@ -299,7 +308,7 @@ class Scheduler:
                     pending = line.waiting or line.background or line.again
                     self._changed.wait(timeout=1.0 if pending and line.polls else None)
                     continue
-                job.state = "running"
+                job.state, job.started_at = "running", time.time()
                 line.running.add(job)
                 for session in job.sessions:
                     if self._waiting_of.get(session) is job:
@@ -311,13 +320,18 @@ class Scheduler:
 
     def _next(self, line: _Line) -> Job | None:
         """The job the device takes now, or None: students' jobs first (quick while others
-        wait behind), then background jobs, then full re-measurements."""
+        wait behind), then background jobs, then full re-measurements, but not while a
+        student's job is compiling for this device: it joins the line within a second, and
+        would wait behind them (a full re-measurement holds the GPU up to its 2 s budget)."""
         if len(line.running) >= line.places:
             return None
         if line.waiting:
             job = line.waiting.popleft()
             job.quick = len(line.waiting) >= QUICK_WHEN_WAITING
             return job
+        if any(job.state == "compiling" and not job.background and self._lines.get(job.key[2]) is line
+               for job in self._jobs.values()):
+            return None
         if line.background:
             return line.background.popleft()
         while line.again:
@@ -349,6 +363,7 @@ class Scheduler:
         if self._jobs.get(job.key) is job:
             del self._jobs[job.key]
         self.measured += ran
+        _log(job)
         if job.full_again and error is not None:
             return  # the quick result stands
         # Errors are kept too: a kernel that crashed the worker would crash it again on
@@ -360,6 +375,21 @@ class Scheduler:
         if job.quick and error is None:
             line.again.append(job.key)
         self._changed.notify_all()
+
+
+def _log(job: Job) -> None:
+    """A line of the job log (JOB_LOG): asked, compiled, started, finished (Unix seconds; "-"
+    where the job never got there), who waited (student, background or again: a full
+    re-measurement), quick or full, ok or error, the template."""
+    path = os.environ.get(JOB_LOG)
+    if not path:
+        return
+    kind = "again" if job.full_again else "background" if job.background else "student"
+    times = " ".join("-" if t is None else f"{t:.3f}" for t in (job.asked_at, job.compiled_at, job.started_at,
+                                                                  job.finished_at))
+    with open(path, "a") as log:
+        log.write(f"{times} {kind} {'quick' if job.quick else 'full'} {'ok' if job.error is None else 'error'} "
+                  f"{job.spec.template}\n")
 
 
 def _capacity(remote: Remote | None, local_gpus: int = 1) -> Callable[[], int]:

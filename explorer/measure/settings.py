@@ -45,11 +45,11 @@ class MeasureSettings(Params):
 GRAPH_UP_TO_US = 500.0
 MIN_REPEATS = 3
 
-# While other students' measurements wait: 5 repeats (each still >= 1 ms of launches), at
-# most a third of a second of them, give a median within a few percent, and no replay from a
-# CUDA graph (a quarter of a measurement's time on the GPU in a class of 100 on the H100); the
-# server measures the setting again in full when idle.
-QUICK_SETTINGS = MeasureSettings(repeats=5, timing_budget_ms=300, cuda_graph=False)
+# While other students' measurements wait: 5 repeats of a fast kernel (each >= 1 ms of
+# launches), 3 of a kernel of 2 ms or more (the probe's: time_function), a median within a
+# few percent, and no replay from a CUDA graph (a quarter of a measurement's time on the GPU
+# in a class of 100 on the H100); the server measures the setting again in full when idle.
+QUICK_SETTINGS = MeasureSettings(repeats=5, timing_budget_ms=5, cuda_graph=False)
 
 
 def repeats_within(repeat_s: float, settings: MeasureSettings) -> int:

@@ -16,7 +16,7 @@ import tvm
 from ..analysis.roofline import Ceilings
 from ..workloads import numpy_dtype
 from .gate import Check, compare
-from .settings import MeasureSettings, repeats_within
+from .settings import MIN_REPEATS, MeasureSettings, repeats_within
 
 # A kernel faster than ~0.1 µs is an empty one; this bounds the launches per repeat.
 MAX_LAUNCHES_PER_REPEAT = 100_000
@@ -97,19 +97,24 @@ def time_function(module, device, args, settings: MeasureSettings) -> Timing:
     on a GPU; TVM also makes one untimed warm-up call). Short probes, ten times longer each
     until one lasts PROBE_S, size the launches per repeat: we choose that number rather
     than TVM's ``min_repeat_ms`` so that the number of launches is known and reported, and
-    a single launch is not trusted because its timer overhead can exceed a tiny kernel."""
+    a single launch is not trusted because its timer overhead can exceed a tiny kernel.
+    A probe of the launches per repeat the timing wants (a kernel of ``min_repeat_ms`` or
+    more: one launch) is already timed repeats: they count, and only the rest are launched."""
     if settings.cold_l2:
         return time_cold(module, device, args, settings)
     number = 1
     while True:
-        per_launch = min(module.time_evaluator("main", device, number=number, repeat=2)(*args).results)
+        probe = module.time_evaluator("main", device, number=number, repeat=MIN_REPEATS)(*args).results
+        per_launch = min(probe)
         if per_launch * number >= PROBE_S or number >= MAX_LAUNCHES_PER_REPEAT:
             break
         number = min(number * 10, MAX_LAUNCHES_PER_REPEAT)
-    number = launches_for(per_launch, settings.min_repeat_ms)
-    repeats = repeats_within(per_launch * number, settings)
-    result = module.time_evaluator("main", device, number=number, repeat=repeats)(*args)
-    return Timing.from_seconds(result.results, number)
+    launches = launches_for(per_launch, settings.min_repeat_ms)
+    repeats = repeats_within(per_launch * launches, settings)
+    samples = list(probe[:repeats]) if launches == number else []
+    if len(samples) < repeats:
+        samples += module.time_evaluator("main", device, number=launches, repeat=repeats - len(samples))(*args).results
+    return Timing.from_seconds(samples, launches)
 
 
 def time_cold(module, device, args, settings: MeasureSettings) -> Timing:
