@@ -113,6 +113,9 @@ class Build:
     # The code views as they show by default, highlighted (explorer.highlight.views_html),
     # where a server's build process made them; the app highlights what is missing.
     views_html: dict = field(default_factory=dict, repr=False)
+    # The host side just before code generation: with device_mod, what runtime_module_of needs to
+    # make the runtime module of a build that crossed processes without one.
+    host_mod: tvm.IRModule | None = field(default=None, repr=False)
 
     @property
     def target_key(self) -> str:
@@ -166,12 +169,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         verify_device(template, device_mod, target)
 
     start = time.perf_counter()
-    try:  # where CUDA is compiled here too (not SOURCE_ONLY), a source that does not compile fails here
-        with target:  # the CUDA compile reads the architecture from the current target (cuda_compile.py)
-            runtime_module = _tir_build.tir_to_runtime(host_mod, device_mods, host_target.host or target)
-    except Exception as error:  # TVM raises RuntimeError with the compiler's output
-        raise InvalidKnobs(f"The CUDA that TVM generated for this setting does not compile: {summary_line(error)}",
-                           tuple(spec.knobs.to_dict())) from None
+    runtime_module = _generate(spec, host_mod, device_mods, target)
     timings["codegen"] = _ms(start)
     cuda = runtime_module.imports[0].inspect_source("cuda") if device_mod is not None else ""
     return Build(
@@ -186,7 +184,29 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         device_mod=device_mod,
         runtime_module=runtime_module,
         timings_ms=timings,
+        host_mod=host_mod,
     )
+
+
+def _generate(spec: Spec, host_mod: tvm.IRModule, device_mods: dict, target: tvm.target.Target):
+    """TVM's code generation of the lowered modules: the runtime module."""
+    host = tvm.target.Target(target, host="llvm").host if is_cuda(target) else target
+    try:  # where CUDA is compiled here too (not SOURCE_ONLY), a source that does not compile fails here
+        with target:  # the CUDA compile reads the architecture from the current target (cuda_compile.py)
+            return _tir_build.tir_to_runtime(host_mod, device_mods, host)
+    except Exception as error:  # TVM raises RuntimeError with the compiler's output
+        raise InvalidKnobs(f"The CUDA that TVM generated for this setting does not compile: {summary_line(error)}",
+                           tuple(spec.knobs.to_dict())) from None
+
+
+def runtime_module_of(built: Build):
+    """The runtime module of ``built``: its own, or, for a build that crossed processes without one
+    (a build process's, kept on disk), code generation of its lowered modules, which compiles the
+    CUDA where this process may: the rest of :func:`build` without scheduling and lowering again."""
+    if built.runtime_module is not None:
+        return built.runtime_module
+    device_mods = {built.target: built.device_mod} if built.device_mod is not None else {}
+    return _generate(built.spec, built.host_mod, device_mods, built.target)
 
 
 def arch_target(template: Template, target: tvm.target.Target) -> tvm.target.Target:

@@ -199,11 +199,14 @@ def free_port() -> int:
 
 def class_environment(app_processes: int, cores: int, directory: str) -> dict[str, str]:
     """What every process of the server shares: the measuring service's socket and key, and the
-    machine's cores shared out (the service compiles on half; the app processes build on the
-    other half between them)."""
+    machine's cores shared out: the app processes build on half of them between them; the
+    service compiles on three quarters, since a new setting's compile (code generation and
+    NVRTC) costs two to three times its build (lowering) and the build processes, at a higher
+    priority, take what the pages need first."""
     builds = os.environ.get("EXPLORER_BUILD_WORKERS") or str(max(1, cores // 2 // app_processes))
+    compiles = os.environ.get("EXPLORER_COMPILE_WORKERS") or str(max(1, cores * 3 // 4))
     return {MEASURING_ADDRESS: os.path.join(directory, "measuring.sock"), MEASURING_KEY: secrets.token_hex(16),
-            "EXPLORER_BUILD_WORKERS": builds,
+            "EXPLORER_BUILD_WORKERS": builds, "EXPLORER_COMPILE_WORKERS": compiles,
             # The build processes' time goes to the pages' builds (services/settings.py says why).
             "EXPLORER_HIGHLIGHT_AHEAD": os.environ.get("EXPLORER_HIGHLIGHT_AHEAD") or "0"}
 

@@ -251,9 +251,11 @@ def test_the_gpus_the_server_sees_get_a_measuring_worker_each(monkeypatch):
 
 def test_the_cores_are_shared_out_between_the_processes(monkeypatch):
     monkeypatch.delenv("EXPLORER_BUILD_WORKERS", raising=False)
+    monkeypatch.delenv("EXPLORER_COMPILE_WORKERS", raising=False)
     assert [serve.default_app_processes(cores) for cores in (2, 4, 16, 32)] == [1, 1, 4, 8]
     env = serve.class_environment(4, 16, "/tmp/x")
     assert env["EXPLORER_BUILD_WORKERS"] == "2"  # half the cores build, shared by the four app processes
+    assert env["EXPLORER_COMPILE_WORKERS"] == "12"  # three quarters compile, in the measuring service
     assert env["EXPLORER_HIGHLIGHT_AHEAD"] == "0"  # their time goes to the pages' builds
     monkeypatch.setenv("EXPLORER_HIGHLIGHT_AHEAD", "1")  # unless the teacher says otherwise
     assert serve.class_environment(4, 16, "/tmp/x")["EXPLORER_HIGHLIGHT_AHEAD"] == "1"

@@ -68,23 +68,27 @@ class BuildDisk:
     def read(self, path: str | None) -> Build | ExplorerError | None:
         """The outcome another process kept at ``path``; None where there is none to read (a
         file cut short or of an older format is built again and replaced)."""
-        if path is None:
-            return None
-        try:
-            with open(path, "rb") as file:
-                if os.fstat(file.fileno()).st_mtime_ns < self._since:
-                    return None
-                kept = cloudpickle.loads(file.read())
-        except FileNotFoundError:
-            return None
-        except Exception as error:  # truncated, or classes that changed: anything unpickling raises
-            log.info("Build on disk %s not read: %r", path, error)
-            return None
-        if not isinstance(kept, Build | ExplorerError):
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # the bound on disk removes the least recently used first
-        return kept
+        return None if path is None else read(path, self._since)
+
+
+def read(path: str, since_ns: int = 0) -> Build | ExplorerError | None:
+    """The outcome kept at ``path`` if it was written at ``since_ns`` or later; None where there is
+    none to read (a file cut short or of an older format is built again and replaced)."""
+    try:
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_mtime_ns < since_ns:
+                return None
+            kept = cloudpickle.loads(file.read())
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # truncated, or classes that changed: anything unpickling raises
+        log.info("Build on disk %s not read: %r", path, error)
+        return None
+    if not isinstance(kept, Build | ExplorerError):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # the bound on disk removes the least recently used first
+    return kept
 
 
 def build_key(spec: Spec, target: str, tvm_version: str, source: str) -> str:

@@ -8,9 +8,10 @@ import os
 
 import tvm  # already imported by ..build; its version names the libraries kept on disk
 
-from ..build import Spec, build, keep_builds
+from ..build import Build, Spec, build, keep_builds, runtime_module_of
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
+from . import build_disk
 from .pool import POOL_BUILDS, ProcessPool
 from .settings import ServerSettings
 
@@ -31,13 +32,15 @@ class CompileService(ProcessPool):
     def __init__(self, settings: ServerSettings):
         super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment,
                          name="compile worker")
+        self.disk = build_disk.BuildDisk(settings)
 
     def compile(self, spec: Spec, target: str) -> str | None:
         """The library of ``spec``'s kernel for ``target`` (raises ExplorerError); None while
         the processes are still starting (the worker then compiles the kernel itself)."""
         if not self.ready.is_set():
             return None
-        return self.run(compile_library, spec, target, self.settings.library_dir, doing="Compiling this setting")
+        return self.run(compile_library, spec, target, self.settings.library_dir, self.disk.path(spec, target),
+                        doing="Compiling this setting")
 
 
 def _compile_pool_init(root: str) -> None:
@@ -55,21 +58,27 @@ def library_path(spec: Spec, target: str, directory: str) -> str:
     return os.path.join(directory, key + ".so")
 
 
-def compile_library(spec: Spec, target: str, directory: str) -> str | None | ExplorerError:
+def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None = None) -> str | None | ExplorerError:
     """In a compile process: build ``spec`` (NVRTC compiles its CUDA, through the disk cache)
     and export it as a library; None where exporting fails (no C compiler); an ExplorerError
-    comes back as a value, intact."""
+    comes back as a value, intact. A build a page's build process kept on disk (``kept_at``) is
+    only generated: its scheduling and lowering (a fifth of a compile process's time in a
+    class) are not done again."""
     path = library_path(spec, target, directory)
     if os.path.exists(path):
         return path
+    kept = build_disk.read(kept_at) if kept_at is not None else None
     try:
-        built = build(spec, target)
+        if isinstance(kept, ExplorerError):
+            raise kept
+        module = (runtime_module_of(kept) if isinstance(kept, Build) and kept.host_mod is not None
+                  else build(spec, target).runtime_module)
     except ExplorerError as error:
         return error
     os.makedirs(directory, exist_ok=True)
     partial = f"{path}.{os.getpid()}.so"
     try:
-        built.runtime_module.export_library(partial)
+        module.export_library(partial)
     except Exception:  # no C compiler or linker on this machine: the worker compiles instead
         return None
     os.replace(partial, path)  # whole or absent: other processes may read it at once

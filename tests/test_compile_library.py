@@ -1,0 +1,56 @@
+"""The compile processes' libraries: a setting a page's build process kept on disk is generated
+from its lowered modules, not scheduled and lowered again, into the same CUDA."""
+import os
+
+import pytest
+
+from explorer import build as build_module
+from explorer.errors import ExplorerError
+from explorer.presets import get_preset
+from explorer.services import build_disk
+from explorer.services.builds import build_source_only
+from explorer.services.compiles import compile_library
+
+SPEC = get_preset("modern-async-1024").spec
+
+
+@pytest.fixture
+def schedules(monkeypatch):
+    """The settings scheduled in this process from now on (each lowering starts with one)."""
+    made = []
+    real = build_module.scheduled
+
+    def counting(spec, target=None):
+        made.append(spec)
+        return real(spec, target)
+
+    monkeypatch.setattr(build_module, "scheduled", counting)
+    return made
+
+
+def test_a_kept_build_is_generated_not_lowered_again(tmp_path, schedules):
+    kept_at = str(tmp_path / "kept.pickle")
+    shown = build_source_only(SPEC, "h100", keep_at=kept_at, keep_at_most=10)  # a page's build process
+    assert shown.runtime_module is None and shown.host_mod is not None
+    build_module._build_cached.cache_clear()
+    schedules.clear()
+    library = compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)
+    assert os.path.isfile(library) and schedules == []
+    # The kernel compiled is the one the page shows.
+    kept = build_disk.read(kept_at)
+    assert build_module.runtime_module_of(kept).imports[0].inspect_source("cuda") == shown.cuda
+    assert compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at) == library  # kept too
+
+
+def test_without_a_kept_build_the_compile_builds(tmp_path, schedules):
+    build_module._build_cached.cache_clear()
+    library = compile_library(SPEC, "h100", str(tmp_path / "libraries"), str(tmp_path / "none.pickle"))
+    assert os.path.isfile(library) and schedules == [SPEC]
+
+
+def test_a_kept_refusal_comes_back_as_the_error(tmp_path, schedules):
+    kept_at = str(tmp_path / "refused.pickle")
+    build_disk.keep(ExplorerError("This setting cannot be built."), kept_at, 10)
+    outcome = compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)
+    assert isinstance(outcome, ExplorerError) and str(outcome) == "This setting cannot be built."
+    assert schedules == []
