@@ -205,6 +205,8 @@ def runtime_module_of(built: Build):
     CUDA where this process may: the rest of :func:`build` without scheduling and lowering again."""
     if built.runtime_module is not None:
         return built.runtime_module
+    if built.spec.template_def.codegen_needs is not None:
+        built.spec.template_def.codegen_needs()
     device_mods = {built.target: built.device_mod} if built.device_mod is not None else {}
     return _generate(built.spec, built.host_mod, device_mods, built.target)
 

@@ -34,7 +34,7 @@ from .page_runs import PageRuns
 from .services.builds import BuildService
 from .services.compiles import CompileService
 from .services.pool import ProcessPool, source_only_process_init
-from .services.settings import ServerSettings
+from .services.settings import DIAGNOSE_NICENESS, ServerSettings
 from .services.single_flight import SingleFlight
 from .warm_up import WarmUp, warm_up_local_gpu
 
@@ -59,7 +59,7 @@ def _background_pool_init(root: str) -> None:
     tilings: a diagnosis reads a few numbers from each neighbour's, which takes milliseconds to
     make again, and 64 of them held ~150 MiB (bench/worker_memory.py)."""
     source_only_process_init(root)
-    os.nice(10)
+    os.nice(DIAGNOSE_NICENESS)
     keep_tilings(DIAGNOSIS_TILINGS)
 
 

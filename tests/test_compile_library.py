@@ -1,6 +1,8 @@
 """The compile processes' libraries: a setting a page's build process kept on disk is generated
 from its lowered modules, not scheduled and lowered again, into the same CUDA."""
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -54,3 +56,20 @@ def test_a_kept_refusal_comes_back_as_the_error(tmp_path, schedules):
     outcome = compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)
     assert isinstance(outcome, ExplorerError) and str(outcome) == "This setting cannot be built."
     assert schedules == []
+
+
+def test_a_kept_tensor_core_build_is_generated_in_a_process_that_never_scheduled_one(tmp_path):
+    """Code generation of a tensor-core store reads the fragment layout TVM's tensor intrinsics
+    register, which scheduling imports: a compile process that only generates imports them."""
+    spec_id = "modern-tensorcore-fp16-4096"
+    kept_at = str(tmp_path / "kept.pickle")
+    build_source_only(get_preset(spec_id).spec, "h100", keep_at=kept_at, keep_at_most=10)
+    script = ("import sys\n"
+              "from explorer.presets import get_preset\n"
+              "from explorer.services.compiles import compile_library\n"
+              "assert 'tvm.s_tir.tensor_intrin.cuda' not in sys.modules\n"
+              f"print(compile_library(get_preset({spec_id!r}).spec, 'h100', {str(tmp_path / 'libraries')!r}, "
+              f"{kept_at!r}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith(".so") and os.path.isfile(done.stdout.strip().splitlines()[-1])

@@ -42,6 +42,11 @@ class Template:
     pipeline: str = "default"
     # CUDA architectures whose instructions the template uses; empty: any.
     archs: tuple[str, ...] = ()
+    # What TVM's code generation of the template's kernels reads that scheduling sets up in a
+    # process (TVM's tensor intrinsics register the fragment layouts a tensor-core store is
+    # generated from): done first where a build made in another process is generated
+    # (explorer.build.runtime_module_of).
+    codegen_needs: Callable[[], None] | None = None
 
     def default_workload(self) -> Workload:
         return self.workload(**self.workload_defaults)

@@ -30,7 +30,7 @@ from .common import (
     schedule_errors,
     stages_knob,
 )
-from .tensor_intrinsics import MMA_SHAPE, SUPPORTED_DTYPES, mma_intrinsics
+from .tensor_intrinsics import MMA_SHAPE, SUPPORTED_DTYPES, import_tensor_intrinsics, mma_intrinsics
 
 VECTOR_BYTES = 16  # cp.async's widest copy: 8 half-precision elements
 TILES = (16, 32, 64, 128, 256)
@@ -187,4 +187,5 @@ TEMPLATE = Template(
     },
     shared_knobs=("block_m", "block_n", "block_k", "stages", "shared_pad", "dynamic_shared"),
     workload_defaults={"dtype": "float16"},
+    codegen_needs=import_tensor_intrinsics,
 )

@@ -13,9 +13,7 @@ from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
 from . import build_disk
 from .pool import POOL_BUILDS, ProcessPool
-from .settings import ServerSettings
-
-COMPILE_NICENESS = 5  # the compile processes' priority under the pages' builds (os.nice)
+from .settings import COMPILE_NICENESS, ServerSettings
 
 
 class CompileService(ProcessPool):

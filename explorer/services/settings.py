@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 
 from ..errors import ExplorerError
 
+# Where cores are short the operating system runs a class server's work in this order (os.nice):
+# the pages (app and build processes, 0), then the kernels to measure (a student waits for the
+# latency after the code), then the diagnoses (each builds every neighbour of a setting, seconds of
+# CPU, for a panel that says when it will come). A nice 10 process gets a tenth of a core that a
+# nice 0 one also wants; a nice 19 one, an eighth of what a nice 10 one gets.
+COMPILE_NICENESS = 10
+DIAGNOSE_NICENESS = 19
+
 
 @dataclass(frozen=True)
 class ServerSettings:
