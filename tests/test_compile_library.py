@@ -73,3 +73,62 @@ def test_a_kept_tensor_core_build_is_generated_in_a_process_that_never_scheduled
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith(".so") and os.path.isfile(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_compile_asked_while_the_page_builds_waits_for_that_build(tmp_path, schedules):
+    """A page asks for its measurement before it builds: the compile process waits for the page's
+    build process instead of lowering the setting too."""
+    import threading
+
+    kept_at = str(tmp_path / "kept.pickle")
+    shown = build_source_only(SPEC, "h100")  # what the page's build process is making
+    build_module._build_cached.cache_clear()
+    schedules.clear()
+    started, release, outcome = threading.Event(), threading.Event(), []
+
+    def page_build():
+        with build_disk.building(kept_at):
+            started.set()
+            release.wait(10)
+            build_disk.keep(shown, kept_at, 10)
+
+    builder = threading.Thread(target=page_build)
+    builder.start()
+    started.wait(10)
+    compiling = threading.Thread(target=lambda: outcome.append(
+        compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)))
+    compiling.start()
+    compiling.join(0.3)
+    assert compiling.is_alive() and outcome == []  # waiting for the page's build
+    release.set()
+    builder.join(10)
+    compiling.join(30)
+    assert os.path.isfile(outcome[0]) and schedules == [] and not os.path.exists(kept_at + ".lock")
+
+
+def test_two_build_processes_asked_for_one_setting_at_once_build_it_once(tmp_path, schedules):
+    import threading
+
+    kept_at = str(tmp_path / "kept.pickle")
+    build_module._build_cached.cache_clear()
+    started, release, second = threading.Event(), threading.Event(), []
+    shown = build_source_only(SPEC, "h100")
+    schedules.clear()
+
+    def first():
+        with build_disk.building(kept_at):
+            started.set()
+            release.wait(10)
+            build_disk.keep(shown, kept_at, 10)
+
+    builder = threading.Thread(target=first)
+    builder.start()
+    started.wait(10)
+    other = threading.Thread(target=lambda: second.append(build_source_only(SPEC, "h100", keep_at=kept_at,
+                                                                            keep_at_most=10)))
+    other.start()
+    other.join(0.3)
+    assert other.is_alive()
+    release.set()
+    other.join(10)
+    assert second[0].cuda == shown.cuda and schedules == []

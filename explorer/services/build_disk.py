@@ -15,6 +15,11 @@ from pathlib import Path
 import cloudpickle
 import tvm  # already imported by ..build; its version names the builds kept on disk
 
+try:
+    import fcntl
+except ImportError:  # Windows: no lock between processes; a compile process then builds for itself
+    fcntl = None
+
 from ..build import Build, Spec
 from ..errors import ExplorerError
 from ..targets import resolve_target
@@ -89,6 +94,44 @@ def read(path: str, since_ns: int = 0) -> Build | ExplorerError | None:
     with contextlib.suppress(OSError):
         os.utime(path)  # the bound on disk removes the least recently used first
     return kept
+
+
+@contextlib.contextmanager
+def building(path: str | None):
+    """Held while this process builds the setting to keep at ``path``: a process that wants the
+    build meanwhile (a compile process, which a page asks before building) waits for the file
+    (:func:`read_when_built`) instead of lowering the setting a second time."""
+    if path is None or fcntl is None:
+        yield
+        return
+    lock = path + ".lock"
+    try:
+        held = open(lock, "wb")
+    except OSError:  # a folder that cannot be written: nothing to wait for
+        yield
+        return
+    with held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(lock)  # before the lock is let go: a later reader finds the build, not the lock
+
+
+def read_when_built(path: str) -> Build | ExplorerError | None:
+    """The build kept at ``path``, after waiting for a process that is building it (:func:`building`);
+    None where it is neither kept nor being built."""
+    kept = read(path)
+    if kept is not None or fcntl is None:
+        return kept
+    try:
+        lock = open(path + ".lock", "rb")
+    except FileNotFoundError:  # nobody is building it (or its build just ended: read again)
+        return read(path)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # the builder ends its build, or dies, and lets go
+    return read(path)
 
 
 def build_key(spec: Spec, target: str, tvm_version: str, source: str) -> str:

@@ -12,7 +12,7 @@ import time
 from ..build import Build, Spec, build, keep_builds
 from ..errors import ExplorerError
 from ..highlight import FIRST_VIEWS, VIEW_LANGUAGES, keep_highlights, texts_html, views_html, views_texts
-from .build_disk import BuildDisk, keep
+from .build_disk import BuildDisk, building, keep, read
 from .pool import POOL_BUILDS, ProcessPool, source_only_process_init
 from .settings import ServerSettings
 from .single_flight import SingleFlight
@@ -141,18 +141,22 @@ def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = (), 
     and the app never runs kernels), with its code views ``highlight`` highlighted (the app's
     one process then only sends them); an ExplorerError comes back as a value, intact.
     Either is also written to ``keep_at`` for the machine's other servers."""
-    try:
-        built = build(spec, target)
-    except ExplorerError as error:
-        outcome = error  # a setting that cannot be built stays unbuildable
-    else:
-        timings = dict(built.timings_ms)
-        views = {}
-        if highlight:
-            start = time.perf_counter()
-            views = views_html(built, highlight)
-            timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
-        outcome = dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
-    if keep_at is not None:
-        keep(outcome, keep_at, keep_at_most)
+    with building(keep_at):  # a compile process asked for this setting waits for it, and so does ...
+        kept = read(keep_at) if keep_at is not None else None
+        if kept is not None:  # ... another app process's build process asked for it at once
+            return kept
+        try:
+            built = build(spec, target)
+        except ExplorerError as error:
+            outcome = error  # a setting that cannot be built stays unbuildable
+        else:
+            timings = dict(built.timings_ms)
+            views = {}
+            if highlight:
+                start = time.perf_counter()
+                views = views_html(built, highlight)
+                timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
+            outcome = dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
+        if keep_at is not None:
+            keep(outcome, keep_at, keep_at_most)
     return outcome

@@ -59,13 +59,13 @@ def library_path(spec: Spec, target: str, directory: str) -> str:
 def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None = None) -> str | None | ExplorerError:
     """In a compile process: build ``spec`` (NVRTC compiles its CUDA, through the disk cache)
     and export it as a library; None where exporting fails (no C compiler); an ExplorerError
-    comes back as a value, intact. A build a page's build process kept on disk (``kept_at``) is
-    only generated: its scheduling and lowering (a fifth of a compile process's time in a
-    class) are not done again."""
+    comes back as a value, intact. A build a page's build process kept on disk (``kept_at``), or
+    is making (a page asks for the measurement before it builds), is only generated: its scheduling
+    and lowering (about half of a compile process's time in a class) are not done again."""
     path = library_path(spec, target, directory)
     if os.path.exists(path):
         return path
-    kept = build_disk.read(kept_at) if kept_at is not None else None
+    kept = build_disk.read_when_built(kept_at) if kept_at is not None else None
     try:
         if isinstance(kept, ExplorerError):
             raise kept
