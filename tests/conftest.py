@@ -3,8 +3,8 @@ are skipped on machines without one (CI has none)."""
 import atexit
 import functools
 import gc
-import itertools
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -99,23 +99,65 @@ def group(path: str) -> str:
     return "one process" if Path(path).name in EVERY_PRESET + TENSOR_INTRINSICS else path
 
 
+# Groups that take ten seconds or more (on the 2-core machine; the number of tests says little of a group's
+# time: test_browser.py's three take 16 s, test_app_urlstate.py's 125 a tenth of one): handed out before the
+# other groups that keep a core busy, so that none of them starts last and ends the run alone.
+LONG = ("one process", "test_schedule_attention_hopper.py", "test_classroom_rpc.py", "test_browser.py",
+        "test_schedule_attention.py", "test_schedule_attention_mma.py", "test_property.py", "test_analysis_sass.py",
+        "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py")
+
+
+@functools.cache
+def waits(name: str) -> bool:
+    """Whether a group's tests mostly wait (a class in real time, a slow warm-up: little CPU for their
+    seconds): its file says ``pytestmark = pytest.mark.waits``. Read from the file, as the process that
+    hands out the groups collects no tests."""
+    path = Path(__file__).parent.parent / name
+    return path.is_file() and re.search(r"^pytestmark\b.*\bpytest\.mark\.waits\b", path.read_text(), re.M) is not None
+
+
+def _order_groups(items) -> None:
+    """The order in which the groups are offered (``--no-loadscope-reorder`` in pyproject.toml): those of
+    LONG first, in its order, then the others largest first. A file's tests keep their order."""
+    groups = {item: group(item.nodeid.split("::", 1)[0]) for item in items}
+    sizes = Counter(groups.values())
+    first = {name: i for i, name in enumerate(LONG)}
+    rank = {name: i for i, name in enumerate(sorted(sizes, key=lambda name: (
+        first.get(Path(name).name, len(LONG)), -sizes[name], name)))}
+    items.sort(key=lambda item: rank[groups[item]])
+
+
 try:  # pytest-xdist (requirements-dev.txt); the GPU machine runs the tests in one process without it
     from xdist.scheduler import LoadScopeScheduling
 except ImportError:
     LoadScopeScheduling = None
 else:
     class GroupScheduling(LoadScopeScheduling):
-        """pytest-xdist's scheduling of whole files (``--dist loadfile``), a group of them (group()) as one."""
+        """pytest-xdist's scheduling of whole files (``--dist loadfile``), a group of them (group()) as one,
+        with one more test process than cores (pytest_xdist_auto_num_workers): the groups that wait (waits())
+        go to one test process at a time, the first of them as soon as none waits, while the others keep
+        the cores busy with the rest (in _order_groups' order). Two that wait at once left part of a core idle
+        while they overlapped (handed out in turn with the others, the two largest started together: 1.6-1.8
+        cores busy for the first 26 s); one after the other they end well before the rest. Once only groups
+        that wait are left, they go to every free process."""
 
         def _split_scope(self, nodeid: str) -> str:
             return group(nodeid.split("::", 1)[0])
+
+        def _assign_work_unit(self, node) -> None:
+            waiting_elsewhere = sum(
+                waits(scope) and not all(done.values())
+                for other, work in self.assigned_work.items() if other is not node for scope, done in work.items())
+            wanted = waiting_elsewhere < max(1, len(self.nodes) - len(os.sched_getaffinity(0)))
+            scope = next((s for s in self.workqueue if waits(s) == wanted), next(iter(self.workqueue)))
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     def pytest_xdist_make_scheduler(config, log):
         return GroupScheduling(config, log)
 
     def pytest_xdist_auto_num_workers(config):
-        """``-n auto``: one test process per core, and one more for the files that wait on real servers
-        (handed out between the others): while they wait, the cores keep working on the rest."""
+        """``-n auto``: one test process per core, and one more for the groups that wait (GroupScheduling)."""
         return len(os.sched_getaffinity(0)) + 1
 
 
@@ -140,21 +182,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _order_groups(items) -> None:
-    """The groups are handed out in this order (``--no-loadscope-reorder`` in pyproject.toml): those marked
-    ``waits`` (real servers, classes in real time: seconds of waiting on a socket) alternate with the others,
-    each kind largest first. The waits then overlap the other groups' work instead of ending the run, and
-    at most about half the test processes wait at a time while the rest keep the cores busy. A file's tests
-    keep their order."""
-    groups = {item: group(item.nodeid.split("::", 1)[0]) for item in items}
-    sizes = Counter(groups.values())
-    waiting = {groups[item] for item in items if item.get_closest_marker("waits") is not None}
-    by_size = sorted(sizes, key=lambda name: (-sizes[name], name))
-    alternating = itertools.zip_longest([g for g in by_size if g in waiting], [g for g in by_size if g not in waiting])
-    rank = {name: i for i, name in enumerate(g for pair in alternating for g in pair if g is not None)}
-    items.sort(key=lambda item: rank[groups[item]])
 
 
 @pytest.fixture

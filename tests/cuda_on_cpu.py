@@ -12,6 +12,8 @@ beyond barriers.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -125,12 +127,23 @@ def host_compiler() -> list[str]:
     return [shutil.which("g++") or "c++", "-x", "c++", *flags]
 
 
-def _on_one_core() -> None:
-    """The emulation's threads on one core (of those this process may use, one per test process): on
-    several, a thread waiting at a barrier spins and yields while the others run elsewhere, a third
-    more CPU time in all than taking turns on one core."""
+@contextlib.contextmanager
+def _one_core():
+    """A core for an emulation's threads: on several, a thread waiting at a barrier spins and yields while
+    the others run elsewhere, a third more CPU time in all than taking turns on one core. The core is one
+    that no other test process's emulation holds (a lock per core, held while it runs), so that two
+    emulations at once run on two cores, not one; with every core held, one chosen by this process's id."""
     cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[os.getppid() % len(cores)]})
+    mine = os.getpid() % len(cores)
+    for core in cores[mine:] + cores[:mine]:
+        with open(os.path.join(tempfile.gettempdir(), f"explorer-emulation-core-{core}.lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue
+            yield core
+            return
+    yield cores[mine]
 
 
 def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout_s: int) -> np.ndarray:
@@ -149,8 +162,9 @@ def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout
             np.ascontiguousarray(array).tofile(path)
             paths.append(str(path))
         result = tmp / "out.bin"
-        ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
-                             timeout=timeout_s, preexec_fn=_on_one_core)
+        with _one_core() as core:
+            ran = subprocess.run([str(tmp / "kernel"), *paths, str(result)], capture_output=True, text=True,
+                                 timeout=timeout_s, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
         if ran.returncode:
             raise RuntimeError(ran.stderr[-3000:])
         return np.fromfile(result, output_dtype)

@@ -23,7 +23,7 @@ from test_classroom_bench import free_port, server_environment, stop_server
 from explorer import lessons as L
 from explorer import serve
 
-pytestmark = pytest.mark.waits  # real servers or processes waited on: handed out between the others (conftest.py)
+# Not marked waits: the server and chromium keep about a core busy for the file's time (conftest.py's LONG).
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"

@@ -41,29 +41,44 @@ def wrong_at_2_3_module():
     return tvm.IRModule({"main": te.create_prim_func([a, b, d])})
 
 
-@T.prim_func
-def segfault(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
-    # A store 2 TB past the output: unmapped memory.
-    far = T.decl_buffer((T.int64(1) << T.int64(40),), "float32", data=C.data)
-    far[T.int64(1) << T.int64(39)] = T.float32(1)
+def segfault():
+    """Parsed when a test asks for it, not when each test process collects this file."""
+
+    @T.prim_func
+    def segfault(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
+        # A store 2 TB past the output: unmapped memory.
+        far = T.decl_buffer((T.int64(1) << T.int64(40),), "float32", data=C.data)
+        far[T.int64(1) << T.int64(39)] = T.float32(1)
+
+    return segfault
 
 
-@T.prim_func
-def hang(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
-    while A[0, 0] < T.float32(2):  # inputs are in [-1, 1]: never ends
-        C[0, 0] = C[0, 0] + T.float32(1)
+def hang():
+    """Parsed when a test asks for it, not when each test process collects this file."""
+
+    @T.prim_func
+    def hang(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"), C: T.Buffer((8, 8), "float32")):
+        while A[0, 0] < T.float32(2):  # inputs are in [-1, 1]: never ends
+            C[0, 0] = C[0, 0] + T.float32(1)
+
+    return hang
 
 
-@T.prim_func
-def first_row_then_zero_inputs(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"),
-                               C: T.Buffer((8, 8), "float32")):
-    for j in range(8):  # row 0 of A @ B, right; the other rows never written
-        C[0, j] = T.float32(0)
-        for r in range(8):
-            C[0, j] = C[0, j] + A[0, r] * B[r, j]
-    for i, j in T.grid(8, 8):  # then the inputs overwritten
-        A[i, j] = T.float32(0)
-        B[i, j] = T.float32(0)
+def first_row_then_zero_inputs():
+    """Parsed when a test asks for it, not when each test process collects this file."""
+
+    @T.prim_func
+    def first_row_then_zero_inputs(A: T.Buffer((8, 8), "float32"), B: T.Buffer((8, 8), "float32"),
+                                   C: T.Buffer((8, 8), "float32")):
+        for j in range(8):  # row 0 of A @ B, right; the other rows never written
+            C[0, j] = T.float32(0)
+            for r in range(8):
+                C[0, j] = C[0, j] + A[0, r] * B[r, j]
+        for i, j in T.grid(8, 8):  # then the inputs overwritten
+            A[i, j] = T.float32(0)
+            B[i, j] = T.float32(0)
+
+    return first_row_then_zero_inputs
 
 
 def test_each_run_gets_its_own_copy_of_the_inputs_and_an_unwritten_output():
@@ -71,7 +86,7 @@ def test_each_run_gets_its_own_copy_of_the_inputs_and_an_unwritten_output():
     a kernel that writes its inputs leaves the next kernel's as they were, and an output element
     a kernel never writes is caught even after another kernel wrote it correctly."""
     assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
-    m = measure_module(tvm.IRModule({"main": first_row_then_zero_inputs}), WORKLOAD, target="llvm", settings=FAST)
+    m = measure_module(tvm.IRModule({"main": first_row_then_zero_inputs()}), WORKLOAD, target="llvm", settings=FAST)
     assert not m.correct and m.check.first_wrong_index == (1, 0) and m.check.wrong_count == 56
     assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
 
@@ -103,11 +118,11 @@ def test_wrong_kernel_gets_no_latency_only_the_first_wrong_index():
 
 def test_worker_survives_a_segfault_and_a_hang():
     with pytest.raises(KernelCrashed, match="crashed the measuring process"):
-        measure_module(tvm.IRModule({"main": segfault}), WORKLOAD, target="llvm", settings=FAST)
+        measure_module(tvm.IRModule({"main": segfault()}), WORKLOAD, target="llvm", settings=FAST)
     assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
     # A hang keeps a core busy until the time limit: 1 s is enough to tell.
     with pytest.raises(KernelTimeout, match="longer than 1 s"):
-        measure_module(tvm.IRModule({"main": hang}), WORKLOAD, target="llvm",
+        measure_module(tvm.IRModule({"main": hang()}), WORKLOAD, target="llvm",
                        settings=dataclasses.replace(FAST, time_limit_s=1))
     assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
 
