@@ -180,6 +180,22 @@ def test_nothing_in_the_background_starts_while_a_students_job_compiles():
     scheduler.close()
 
 
+def test_students_jobs_still_compiling_behind_a_job_make_it_quick():
+    gpu, compiling = HeldGPU(), threading.Event()
+    held = lambda job: (job.spec.knobs.num_thread_x == 1 or compiling.wait(10)) and "lib"  # noqa: E731
+    scheduler = Scheduler(gpu, compile_fn=held, compile_workers=4)
+    behind = [scheduler.request(f"student {x}", spec_x(x), "auto") for x in (2, 4)]  # compiling
+    first = scheduler.request("student 1", spec_x(1), "auto")  # compiled at once, alone in the line
+    wait_until(lambda: first.state == "running")
+    assert gpu.order == [(1, "quick")]  # two students' jobs are about to join the line behind it
+    compiling.set()
+    for _ in range(4):  # x=1, x=2 and x=4, then x=1 again in full
+        gpu.gate.release()
+    wait_until(lambda: all(job.done for job in behind) and scheduler.idle())
+    assert gpu.order[-1] == (1, "full")
+    scheduler.close()
+
+
 def test_a_dropped_compile_lets_the_waiting_background_job_start():
     gpu, compiling = HeldGPU(), threading.Event()
     scheduler = Scheduler(gpu, compile_fn=lambda job: job.background or compiling.wait(10) and "lib")

@@ -18,8 +18,8 @@ then measured again.
 
 Jobs that nobody waits for (the lesson steps a server measures ahead of a class, a full
 re-measurement, a diagnosis trying its advice) are *background* jobs: a device takes one only
-when no student's job is waiting, so a student waits behind at most one of them. While other
-students' jobs wait, a job is timed with the short budget (``job.quick``); when the device has
+when no student's job is waiting or compiling, so a student waits behind at most one of them.
+While other students' jobs wait or compile, a job is timed with the short budget (``job.quick``); when the device has
 nothing else to do, the setting is measured again with the full budget and that result
 replaces the quick one.
 
@@ -44,7 +44,8 @@ LOCAL = "local"
 # Where each finished job's times are logged (when it was asked for, compiled, started and done),
 # for the class bench's account of where a measurement waited; unset: no log.
 JOB_LOG = "EXPLORER_JOB_LOG"
-# While this many students' jobs wait behind a job, it is timed with the short budget.
+# While this many students' jobs wait (or compile, to join the line within a second) behind a job,
+# it is timed with the short budget.
 QUICK_WHEN_WAITING = 2
 
 # job -> Measurement (or anything the measuring function returns); raises ExplorerError.
@@ -325,12 +326,13 @@ class Scheduler:
         would wait behind them (a full re-measurement holds the GPU up to its 2 s budget)."""
         if len(line.running) >= line.places:
             return None
+        compiling = sum(job.state == "compiling" and not job.background and self._lines.get(job.key[2]) is line
+                        for job in self._jobs.values())
         if line.waiting:
             job = line.waiting.popleft()
-            job.quick = len(line.waiting) >= QUICK_WHEN_WAITING
+            job.quick = len(line.waiting) + compiling >= QUICK_WHEN_WAITING  # students' jobs behind it
             return job
-        if any(job.state == "compiling" and not job.background and self._lines.get(job.key[2]) is line
-               for job in self._jobs.values()):
+        if compiling:
             return None
         if line.background:
             return line.background.popleft()
