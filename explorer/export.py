@@ -22,7 +22,7 @@ import textwrap
 import tvm
 from tvm.s_tir import Schedule
 
-from .build import Spec, arch_target, lowering_config
+from .build import Spec, arch_target, lowering_config, skipped_passes
 from .errors import ExplorerError
 from .measure.gate import relative_tolerance
 from .schedules import tensor_intrinsics
@@ -105,7 +105,7 @@ def main():
     target = tvm.target.Target.from_device(device) if device.exist else tvm.target.Target(TARGET)
     # In the target's scope: where CUDA is installed but no GPU is visible (a login node), TVM
     # compiles the kernel with NVRTC and takes the architecture from there.
-    with tvm.transform.PassContext(config=PASS_CONFIG), target:
+    with tvm.transform.PassContext(config=PASS_CONFIG, disabled_pass=SKIPPED_PASSES), target:
         executable = tvm.compile(sch.mod, target=tvm.target.Target(target, host="llvm"))
     print(executable.mod.imports[0].inspect_source("cuda"))
     if not device.exist:
@@ -150,6 +150,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         f"TARGET = {str(target)!r}  # used for the CUDA source when there is no GPU",
         f"INPUTS = {list(zip(workload.input_shapes(), workload.input_dtypes(), strict=True))!r}  # (shape, type)",
         f"PASS_CONFIG = {_literal_config(sch)!r}  # TVM pass options: no CSE temporaries; cp.async where asked",
+        f"SKIPPED_PASSES = {skipped_passes(target)!r}  # Hexagon's DMA lowering: nothing to do on CUDA",
         f"OUTPUT_SHAPE = {workload.output_shape()!r}",
         f"OUTPUT_DTYPE = {workload.output_dtype()!r}",
         f"FLOPS = {workload.flops!r}",
