@@ -89,8 +89,8 @@ else:
 # process), and the other files that import TVM's tensor-core intrinsics (1.6-2.8 s of CPU in each
 # process that imports them: explorer/schedules/tensor_intrinsics.py).
 EVERY_PRESET = ("test_app.py", "test_export.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
-TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_golden.py", "test_lowering.py", "test_schedule_matmul_modern.py",
-                     "test_tune.py", "test_tvmscript_frames.py")
+TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_golden.py", "test_lowering.py",
+                     "test_schedule_matmul_modern.py", "test_tune.py", "test_tvmscript_frames.py")
 
 
 def group(path: str) -> str:
