@@ -84,7 +84,7 @@ def _finished_job(spec, slot: str):
     return job
 
 
-QUICK_NOTE = ("Timed with a short budget (at most 5 repeats, a third of a second, no CUDA graph) while other "
+QUICK_NOTE = ("Timed with a short budget (5 repeats, 3 for a kernel of 2 ms or more, no CUDA graph) while other "
               "students' measurements waited; the server measures it again in full once the GPU is free, and the next "
               "look at this setting shows that.")
 
