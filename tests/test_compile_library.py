@@ -132,3 +132,17 @@ def test_two_build_processes_asked_for_one_setting_at_once_build_it_once(tmp_pat
     release.set()
     other.join(10)
     assert second[0].cuda == shown.cuda and schedules == []
+
+
+def test_a_build_process_pickles_a_build_once_for_the_disk_and_the_app(tmp_path, monkeypatch):
+    kept_at = str(tmp_path / "kept.pickle")
+    made = []
+    real = build_disk.pickled
+    monkeypatch.setattr(build_disk, "pickled", lambda outcome: made.append(outcome) or real(outcome))
+    monkeypatch.setattr("explorer.services.builds.pickled", build_disk.pickled)
+    sent = build_source_only(SPEC, "h100", ("cuda",), keep_at=kept_at, keep_at_most=10, as_bytes=True)
+    assert isinstance(sent, bytes) and len(made) == 1
+    with open(kept_at, "rb") as kept:
+        assert kept.read() == sent  # the same bytes on disk and to the app process
+    shown = build_disk.read(kept_at)
+    assert "__global__" in shown.cuda and "cuda" in shown.views_html and shown.runtime_module is None

@@ -156,14 +156,19 @@ def package_fingerprint(package: Path) -> str:
     return digest.hexdigest()
 
 
-def keep(outcome: Build | ExplorerError, path: str, at_most: int) -> None:
-    """Write ``outcome`` to ``path`` as the pool sends it back, whole or not at all (other
-    processes may read it at once); past ``at_most`` files the oldest go."""
+def pickled(outcome: Build | ExplorerError) -> bytes:
+    """``outcome`` as the disk keeps it and a build process sends it to the app process."""
+    return cloudpickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def keep(outcome: Build | ExplorerError | bytes, path: str, at_most: int) -> None:
+    """Write ``outcome`` (or its :func:`pickled` bytes) to ``path`` as the pool sends it back, whole
+    or not at all (other processes may read it at once); past ``at_most`` files the oldest go."""
     global _kept
     partial = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
     try:
         with open(partial, "wb") as file:
-            file.write(cloudpickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+            file.write(outcome if isinstance(outcome, bytes) else pickled(outcome))
         os.replace(partial, path)
     except OSError as error:  # a full disk: the build is still shown, only not kept
         log.warning("Build not kept on disk: %s", error)
