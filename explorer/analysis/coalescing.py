@@ -66,26 +66,27 @@ class CoalescingReport:
                              for a in self.accesses]}
 
 
-def distinct_per_row(keys: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """Rows of keys (R × N) → how many distinct keys the active entries of each row hold."""
-    sentinel = np.iinfo(np.int64).max
-    ordered = np.sort(np.where(active, keys.astype(np.int64), sentinel), axis=1)
-    distinct = ordered != sentinel
-    distinct[:, 1:] &= ordered[:, 1:] != ordered[:, :-1]
-    return distinct.sum(axis=1)
-
-
 def request_sectors(words: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Word addresses (…, 32 lanes, words per lane) and activity (…, 32) of requests →
-    (sectors touched, ideal sectors, distinct bytes), each shaped like the leading axes."""
+    (sectors touched, ideal sectors, distinct bytes), each shaped like the leading axes. One sort
+    of each request's active words serves both counts: a word's sector grows with the word."""
     lead = active.shape[:-1]
     per_lane = words.shape[-1]
     rows = math.prod(lead)
-    flat_words = words.reshape(rows, -1)
     flat_active = np.repeat(active.reshape(rows, -1), per_lane, axis=1)
-    sectors = distinct_per_row(flat_words // (SECTOR_BYTES // WORD_BYTES), flat_active)
-    nbytes = distinct_per_row(flat_words, flat_active) * WORD_BYTES
+    unused = np.iinfo(np.int64).max  # sorts after every address
+    ordered = np.sort(np.where(flat_active, words.reshape(rows, -1).astype(np.int64), unused), axis=1)
+    used = ordered != unused
+    nbytes = _distinct(ordered, used) * WORD_BYTES
+    sectors = _distinct(ordered // (SECTOR_BYTES // WORD_BYTES), used)
     return sectors.reshape(lead), (-(-nbytes // SECTOR_BYTES)).reshape(lead), nbytes.reshape(lead)
+
+
+def _distinct(ordered: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Rows of sorted keys (R × N) → how many distinct keys the ``used`` entries of each row hold."""
+    first = used.copy()
+    first[:, 1:] &= ordered[:, 1:] != ordered[:, :-1]
+    return first.sum(axis=1)
 
 
 def analyze_global_access(access: SharedAccess, kernel: KernelAccesses, row_budget: int = ROW_BUDGET) -> GlobalAccess:
