@@ -3,6 +3,7 @@ from its lowered modules, not scheduled and lowered again, into the same CUDA.""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -75,63 +76,61 @@ def test_a_kept_tensor_core_build_is_generated_in_a_process_that_never_scheduled
     assert done.stdout.strip().endswith(".so") and os.path.isfile(done.stdout.strip().splitlines()[-1])
 
 
+class BuildInProgress:
+    """A page's build process in the middle of building SPEC (holding its lock) until ``finish()``,
+    which keeps the build at ``kept_at`` and lets go."""
+
+    def __init__(self, kept_at: str):
+        self.kept_at, self.shown = kept_at, build_source_only(SPEC, "h100")
+        self.started, self.release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._build)
+        self.thread.start()
+        self.started.wait(10)
+
+    def _build(self):
+        with build_disk.building(self.kept_at):
+            self.started.set()
+            self.release.wait(10)
+            build_disk.keep(self.shown, self.kept_at, 10)
+
+    def finish(self):
+        self.release.set()
+        self.thread.join(10)
+
+
+def waiting(call) -> tuple[threading.Thread, list]:
+    """``call()`` in a thread, and whether it is still waiting 0.3 s later; its outcome in the list."""
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(call()))
+    thread.start()
+    thread.join(0.3)
+    return thread, outcome
+
+
 def test_a_compile_asked_while_the_page_builds_waits_for_that_build(tmp_path, schedules):
     """A page asks for its measurement before it builds: the compile process waits for the page's
     build process instead of lowering the setting too."""
-    import threading
-
     kept_at = str(tmp_path / "kept.pickle")
-    shown = build_source_only(SPEC, "h100")  # what the page's build process is making
+    build = BuildInProgress(kept_at)
     build_module._build_cached.cache_clear()
     schedules.clear()
-    started, release, outcome = threading.Event(), threading.Event(), []
-
-    def page_build():
-        with build_disk.building(kept_at):
-            started.set()
-            release.wait(10)
-            build_disk.keep(shown, kept_at, 10)
-
-    builder = threading.Thread(target=page_build)
-    builder.start()
-    started.wait(10)
-    compiling = threading.Thread(target=lambda: outcome.append(
-        compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)))
-    compiling.start()
-    compiling.join(0.3)
+    compiling, outcome = waiting(lambda: compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at))
     assert compiling.is_alive() and outcome == []  # waiting for the page's build
-    release.set()
-    builder.join(10)
+    build.finish()
     compiling.join(30)
     assert os.path.isfile(outcome[0]) and schedules == [] and not os.path.exists(kept_at + ".lock")
 
 
 def test_two_build_processes_asked_for_one_setting_at_once_build_it_once(tmp_path, schedules):
-    import threading
-
     kept_at = str(tmp_path / "kept.pickle")
+    build = BuildInProgress(kept_at)
     build_module._build_cached.cache_clear()
-    started, release, second = threading.Event(), threading.Event(), []
-    shown = build_source_only(SPEC, "h100")
     schedules.clear()
-
-    def first():
-        with build_disk.building(kept_at):
-            started.set()
-            release.wait(10)
-            build_disk.keep(shown, kept_at, 10)
-
-    builder = threading.Thread(target=first)
-    builder.start()
-    started.wait(10)
-    other = threading.Thread(target=lambda: second.append(build_source_only(SPEC, "h100", keep_at=kept_at,
-                                                                            keep_at_most=10)))
-    other.start()
-    other.join(0.3)
+    other, outcome = waiting(lambda: build_source_only(SPEC, "h100", keep_at=kept_at, keep_at_most=10))
     assert other.is_alive()
-    release.set()
+    build.finish()
     other.join(10)
-    assert second[0].cuda == shown.cuda and schedules == []
+    assert outcome[0].cuda == build.shown.cuda and schedules == []
 
 
 def test_a_build_process_pickles_a_build_once_for_the_disk_and_the_app(tmp_path, monkeypatch):
