@@ -307,6 +307,33 @@ def test_a_gpu_passes_its_turn_on_when_the_holder_fails():
         assert heard == []
 
 
+def test_without_an_nvidia_driver_the_gpu_name_is_none_without_starting_the_worker(monkeypatch):
+    class Worker:  # what the GPU's worker would be asked
+        def __init__(self):
+            self.asked = []
+
+        def call(self, function, *args, **kwargs):
+            self.asked.append(function.__name__)
+            return "Stand-in GPU"
+
+    devices = set()
+    monkeypatch.setattr(measurement_module.sys, "platform", "linux")
+    monkeypatch.setattr(measurement_module.os.path, "exists", lambda path: path in devices)
+    gpu = LocalGPU("test")
+    gpu.worker = Worker()
+    assert gpu.name() is None and gpu.worker.asked == []
+    for device in ("/dev/nvidiactl", "/dev/dxg"):  # a driver's device (WSL's): the worker is asked, once
+        devices = {device}
+        gpu = LocalGPU("test")
+        gpu.worker = Worker()
+        assert gpu.name() == "Stand-in GPU" and gpu.name() == "Stand-in GPU" and gpu.worker.asked == ["gpu_name"]
+    monkeypatch.setattr(measurement_module.sys, "platform", "win32")  # no device files to look at: asked
+    devices = set()
+    gpu = LocalGPU("test")
+    gpu.worker = Worker()
+    assert gpu.name() == "Stand-in GPU" and gpu.worker.asked == ["gpu_name"]
+
+
 def test_remote_cuda_target_comes_from_the_device_attributes():
     """A remote device's type carries TVM's RPC tag, which Target.from_device rejects."""
     from types import SimpleNamespace

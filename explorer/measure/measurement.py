@@ -4,6 +4,8 @@ time."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -215,6 +217,13 @@ def local_gpu() -> str | None:
     return LOCAL_GPU.name()
 
 
+def no_nvidia_driver() -> bool:
+    """Whether this is Linux with no NVIDIA driver's device: neither ``/dev/nvidiactl`` (which the
+    driver makes, and a container given a GPU gets) nor WSL's ``/dev/dxg``. There no CUDA library
+    path can make a GPU appear; elsewhere the worker is asked."""
+    return sys.platform == "linux" and not any(os.path.exists(path) for path in ("/dev/nvidiactl", "/dev/dxg"))
+
+
 def warm_up(first: Spec | None = None, target: str | None = None) -> worker.WarmUpReport:
     """Start the local measuring worker and warm it up (CUDA, PyTorch, NVRTC); raises
     NoDevice without a GPU."""
@@ -303,9 +312,11 @@ class LocalGPU:
 
     def name(self) -> str | None:
         """The GPU's name, or None; asked once, in the worker (which has the CUDA library
-        paths that this process may lack)."""
+        paths that this process may lack), unless no NVIDIA driver shows a device here: then
+        None without starting the worker (its start, TVM's import, is a second or more of CPU)."""
         if not self._name:
-            self._name.append(self.worker.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
+            self._name.append(None if no_nvidia_driver() else
+                              self.worker.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
         return self._name[0]
 
     def warm_up(self, first: Spec | None, target: str | None) -> worker.WarmUpReport:
