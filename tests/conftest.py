@@ -99,12 +99,14 @@ def group(path: str) -> str:
     return "one process" if Path(path).name in EVERY_PRESET + TENSOR_INTRINSICS else path
 
 
-# Groups that take ten seconds or more (on the 2-core machine; the number of tests says little of a group's
-# time: test_browser.py's three take 16 s, test_app_urlstate.py's 125 a tenth of one): handed out before the
-# other groups that keep a core busy, so that none of them starts last and ends the run alone.
+# Groups that take five seconds or more (on the 2-core machine; the number of tests says little of a group's
+# time: test_browser.py's three take 13 s, test_compile_library.py's six 8 s, test_app_urlstate.py's 125 a tenth
+# of one): handed out before the other groups that keep a core busy, so that none of them starts last and ends
+# the run alone.
 LONG = ("one process", "test_schedule_attention_hopper.py", "test_classroom_rpc.py", "test_browser.py",
         "test_schedule_attention.py", "test_schedule_attention_mma.py", "test_property.py", "test_analysis_sass.py",
-        "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py")
+        "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py", "test_schedule_conv2d_async.py",
+        "test_compile_library.py", "test_measure.py", "test_sweep.py")
 
 
 @functools.cache
