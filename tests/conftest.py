@@ -163,6 +163,23 @@ else:
         return len(os.sched_getaffinity(0)) + 1
 
 
+# The niceness a test process takes before its first group that does not wait (GroupScheduling's test
+# processes only): below the processes that the groups that wait start (a class server, a slow warm-up), which
+# then get a core as soon as they have something to do. Their groups wait on those processes in real time, one
+# after the other, 100 s and more in all on the 2-core machine: behind two busy test processes they waited for
+# the cores too (their files' times varied by up to 20 s from run to run) and the last of them ended the run.
+BEHIND_THE_WAITING = 5
+_stepped_behind = []  # once: a process cannot take its niceness back
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test process of GroupScheduling steps behind the groups that wait at its first test of another group."""
+    if (os.environ.get("PYTEST_XDIST_WORKER") and not _stepped_behind
+            and not waits(group(item.nodeid.split("::", 1)[0]))):
+        _stepped_behind.append(os.nice(BEHIND_THE_WAITING))
+
+
 def pytest_collection_finish(session):
     """Fewer garbage collections in a test process: what the collection imported (TVM, Streamlit, the
     test modules) is frozen out of every later collection, and a collection starts after 10,000
