@@ -256,7 +256,38 @@ def nvcc_path() -> str | None:
 @functools.lru_cache(maxsize=64)
 def nvcc_binary(source: str, arch: str) -> Binary:
     """Registers, shared memory, spills and SASS of each kernel from ``nvcc -Xptxas -v`` (a toolkit's)."""
-    nvcc = nvcc_path()
+    log, sass = _nvcc_log_and_sass(nvcc_path(), source, arch)
+    registers, shared, spills = {}, {}, {}
+    current = None
+    for line in log.splitlines():
+        entry = re.search(r"Compiling entry function '(\w+)'", line)
+        if entry:
+            current = entry.group(1)
+            continue
+        if current is None:
+            continue
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if spill:
+            spills[current] = int(spill.group(1)) + int(spill.group(2))
+        used = re.search(r"Used (\d+) registers", line)
+        if used:
+            registers[current] = int(used.group(1))
+            smem = re.search(r"(\d+) bytes smem", line)
+            shared[current] = int(smem.group(1)) if smem else 0
+    return Binary("nvcc", arch, registers, shared, spills, log, sass)
+
+
+def _nvcc_log_and_sass(nvcc: str, source: str, arch: str) -> tuple[str, str]:
+    """``nvcc -Xptxas -v``'s log and the cubin's SASS, kept on disk beside the cubins by the source, the
+    architecture and the nvcc (its path and its file's time and size): a second or more of nvcc per kernel,
+    which the server's processes and its next start read back, as they do the NVRTC cubins."""
+    made = os.stat(nvcc)
+    key = hashlib.sha256("\0".join([nvcc, str(made.st_mtime_ns), str(made.st_size), arch, source]).encode())
+    kept = os.path.join(CUDA_CACHE, "nvcc", key.hexdigest() + ".json")
+    text = _read(kept)
+    if text is not None:
+        log, sass = json.loads(text)
+        return log, sass
     with tempfile.TemporaryDirectory(prefix="explorer-nvcc-") as tmp:
         src = os.path.join(tmp, "kernel.cu")
         cubin = os.path.join(tmp, "kernel.cubin")
@@ -273,21 +304,5 @@ def nvcc_binary(source: str, arch: str) -> Binary:
         if cuobjdump:
             dump = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, timeout=60)
             sass = dump.stdout
-    registers, shared, spills = {}, {}, {}
-    current = None
-    for line in proc.stderr.splitlines():
-        entry = re.search(r"Compiling entry function '(\w+)'", line)
-        if entry:
-            current = entry.group(1)
-            continue
-        if current is None:
-            continue
-        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if spill:
-            spills[current] = int(spill.group(1)) + int(spill.group(2))
-        used = re.search(r"Used (\d+) registers", line)
-        if used:
-            registers[current] = int(used.group(1))
-            smem = re.search(r"(\d+) bytes smem", line)
-            shared[current] = int(smem.group(1)) if smem else 0
-    return Binary("nvcc", arch, registers, shared, spills, proc.stderr, sass)
+    _keep(kept, json.dumps([proc.stderr, sass]).encode())
+    return proc.stderr, sass

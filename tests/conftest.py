@@ -99,12 +99,14 @@ def group(path: str) -> str:
     return "one process" if Path(path).name in EVERY_PRESET + TENSOR_INTRINSICS else path
 
 
-# Groups that take ten seconds or more (on the 2-core machine; the number of tests says little of a group's
-# time: test_browser.py's three take 16 s, test_app_urlstate.py's 125 a tenth of one): handed out before the
-# other groups that keep a core busy, so that none of them starts last and ends the run alone.
+# Groups that take five seconds or more (on the 2-core machine; the number of tests says little of a group's
+# time: test_browser.py's three take 13 s, test_compile_library.py's six 8 s, test_app_urlstate.py's 125 a tenth
+# of one): handed out before the other groups that keep a core busy, so that none of them starts last and ends
+# the run alone.
 LONG = ("one process", "test_schedule_attention_hopper.py", "test_classroom_rpc.py", "test_browser.py",
         "test_schedule_attention.py", "test_schedule_attention_mma.py", "test_property.py", "test_analysis_sass.py",
-        "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py")
+        "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py", "test_schedule_conv2d_async.py",
+        "test_compile_library.py", "test_measure.py", "test_sweep.py")
 
 
 @functools.cache
@@ -139,7 +141,10 @@ else:
         the cores busy with the rest (in _order_groups' order). Two that wait at once left part of a core idle
         while they overlapped (handed out in turn with the others, the two largest started together: 1.6-1.8
         cores busy for the first 26 s); one after the other they end well before the rest. Once only groups
-        that wait are left, they go to every free process."""
+        that wait are left, they go to every free process. A process is handed its next group while it still
+        runs the last tests of one (pytest-xdist's workers need the next test to run the last): behind a group
+        that waits, that is the smallest group left, not the first (a group of 8 s waited there 25 s behind the
+        last waiting group, and ended the run)."""
 
         def _split_scope(self, nodeid: str) -> str:
             return group(nodeid.split("::", 1)[0])
@@ -149,7 +154,10 @@ else:
                 waits(scope) and not all(done.values())
                 for other, work in self.assigned_work.items() if other is not node for scope, done in work.items())
             wanted = waiting_elsewhere < max(1, len(self.nodes) - len(os.sched_getaffinity(0)))
-            scope = next((s for s in self.workqueue if waits(s) == wanted), next(iter(self.workqueue)))
+            waiting_here = any(waits(scope) and not all(done.values())
+                               for scope, done in self.assigned_work.get(node, {}).items())
+            otherwise = next(reversed(self.workqueue)) if waiting_here else next(iter(self.workqueue))
+            scope = next((s for s in self.workqueue if waits(s) == wanted), otherwise)
             self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
 
@@ -159,6 +167,57 @@ else:
     def pytest_xdist_auto_num_workers(config):
         """``-n auto``: one test process per core, and one more for the groups that wait (GroupScheduling)."""
         return len(os.sched_getaffinity(0)) + 1
+
+
+def pytest_configure(config):
+    """In the process that hands out the tests, before it starts the test processes: the bytecode of the sources
+    and pytest's rewritten test modules, where a fresh checkout has none. Otherwise every test process compiled
+    and rewrote them all at once in its collection (2.8 of its 5 CPU-s), each for itself."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        return
+    import compileall
+    import multiprocessing
+
+    from _pytest.assertion import assertstate_key
+    from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
+
+    root = Path(__file__).parent.parent
+    state = config.stash[assertstate_key]
+    tests = sorted((root / "tests").glob("test_*.py")) + [root / "tests" / "conftest.py"]
+    missing = [path for path in tests if _read_pyc(path, get_cache_dir(path) / (path.name[:-3] + PYC_TAIL),
+                                                   state.trace) is None]
+
+    def rewrite(paths):  # in a forked process (this one has started no thread yet): 1.8 CPU-s in all
+        for path in paths:
+            source_hash, code = _rewrite_test(path, config)
+            _write_pyc(state, code, source_hash, get_cache_dir(path) / (path.name[:-3] + PYC_TAIL))
+
+    cores = len(os.sched_getaffinity(0))
+    rewriters = [multiprocessing.get_context("fork").Process(target=rewrite, args=(missing[i::cores],))
+                 for i in range(cores) if missing[i::cores]]
+    for rewriter in rewriters:
+        rewriter.start()
+    for folder in ("explorer", "app", "bench", "tests"):
+        compileall.compile_dir(root / folder, quiet=1)
+    for rewriter in rewriters:
+        rewriter.join()
+
+
+# The niceness a test process takes before its first group that does not wait (GroupScheduling's test
+# processes only): below the processes that the groups that wait start (a class server, a slow warm-up), which
+# then get a core as soon as they have something to do. Their groups wait on those processes in real time, one
+# after the other, 100 s and more in all on the 2-core machine: behind two busy test processes they waited for
+# the cores too (their files' times varied by up to 20 s from run to run) and the last of them ended the run.
+BEHIND_THE_WAITING = 5
+_stepped_behind = []  # once: a process cannot take its niceness back
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test process of GroupScheduling steps behind the groups that wait at its first test of another group."""
+    if (os.environ.get("PYTEST_XDIST_WORKER") and not _stepped_behind
+            and not waits(group(item.nodeid.split("::", 1)[0]))):
+        _stepped_behind.append(os.nice(BEHIND_THE_WAITING))
 
 
 def pytest_collection_finish(session):

@@ -349,6 +349,40 @@ def test_sass_tab_renders_and_diffs():
     assert any("LDS.128" in line for line in removed)
 
 
+def test_nvccs_log_is_kept_on_disk_by_source_architecture_and_nvcc(monkeypatch, tmp_path):
+    """nvcc's report is read back from the cubins' folder: the same source, architecture and nvcc
+    compile once per machine; another of any of them compiles again."""
+    import sys
+
+    runs = []
+
+    class Done:
+        returncode, stdout = 0, "\tLDS R1, [R2]\n"
+
+        def __init__(self, command):
+            self.stderr = f"ptxas info    : Compiling entry function 'k' for '{command[2][6:]}'\n" \
+                          "ptxas info    : Used 24 registers, 1024 bytes smem\n"
+
+    def nvcc_or_cuobjdump(command, **kwargs):
+        runs.append(os.path.basename(command[0]))
+        return Done(command)
+
+    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(cuda_compile.subprocess, "run", nvcc_or_cuobjdump)
+    monkeypatch.setattr(cuda_compile.shutil, "which", lambda name, path=None: "cuobjdump")
+    compile_here = cuda_compile.nvcc_binary.__wrapped__  # past the process's memory
+    monkeypatch.setattr(cuda_compile, "nvcc_path", lambda: sys.executable)  # a file that is there
+    first = compile_here("__global__ void k() {}", "sm_90")
+    assert first.registers == {"k": 24} and first.shared_bytes == {"k": 1024} and first.sass == "\tLDS R1, [R2]\n"
+    assert len(runs) == 2  # nvcc, then cuobjdump
+    assert compile_here("__global__ void k() {}", "sm_90") == first and len(runs) == 2  # read back
+    assert compile_here("__global__ void k() {}", "sm_80").arch == "sm_80" and len(runs) == 4
+    assert compile_here("__global__ void k() { }", "sm_90").registers == {"k": 24} and len(runs) == 6
+    monkeypatch.setattr(cuda_compile, "nvcc_path", lambda: "/bin/sh")  # another nvcc
+    compile_here("__global__ void k() {}", "sm_90")
+    assert len(runs) == 8
+
+
 def test_binary_falls_back_to_nvcc_then_to_nothing(monkeypatch):
     built = build(get_preset("dw-blog-final-96").spec, "h100")
     monkeypatch.setattr(sass, "missing_tools", lambda: "The SASS view needs nvdisasm.")

@@ -307,6 +307,65 @@ def test_a_gpu_passes_its_turn_on_when_the_holder_fails():
         assert heard == []
 
 
+def test_without_an_nvidia_driver_the_gpu_name_is_none_without_starting_the_worker(monkeypatch):
+    class Worker:  # what the GPU's worker would be asked
+        def __init__(self):
+            self.asked = []
+
+        def call(self, function, *args, **kwargs):
+            self.asked.append(function.__name__)
+            return "Stand-in GPU"
+
+    devices = set()
+    monkeypatch.setattr(measurement_module.sys, "platform", "linux")
+    monkeypatch.setattr(measurement_module.os.path, "exists", lambda path: path in devices)
+    gpu = LocalGPU("test")
+    gpu.worker = Worker()
+    assert gpu.name() is None and gpu.worker.asked == []
+    for device in ("/dev/nvidiactl", "/dev/dxg"):  # a driver's device (WSL's): the worker is asked, once
+        devices = {device}
+        gpu = LocalGPU("test")
+        gpu.worker = Worker()
+        assert gpu.name() == "Stand-in GPU" and gpu.name() == "Stand-in GPU" and gpu.worker.asked == ["gpu_name"]
+    monkeypatch.setattr(measurement_module.sys, "platform", "win32")  # no device files to look at: asked
+    devices = set()
+    gpu = LocalGPU("test")
+    gpu.worker = Worker()
+    assert gpu.name() == "Stand-in GPU" and gpu.worker.asked == ["gpu_name"]
+
+
+def test_without_an_nvidia_driver_a_cuda_measurement_or_warm_up_says_so_without_starting_the_worker(monkeypatch):
+    from explorer.measure import NoDevice
+    from explorer.measure.worker import NO_GPU, Trial
+
+    asked = []
+
+    class Worker:
+        def call(self, function, *args, **kwargs):
+            asked.append(function.__name__)
+            raise NoDevice(NO_GPU)  # what the worker answers here
+
+    spec = get_preset("dw-blog-final-96").spec
+    devices = set()
+    monkeypatch.setattr(measurement_module.sys, "platform", "linux")
+    monkeypatch.setattr(measurement_module.os.path, "exists", lambda path: path in devices)
+    gpu = LocalGPU("test")
+    gpu.worker = Worker()
+    for target in (None, "auto", "h100"):
+        with pytest.raises(NoDevice, match=f"^{NO_GPU}$"):
+            gpu.measure(Trial(spec, spec.workload, target, MeasureSettings()))
+        with pytest.raises(NoDevice, match=f"^{NO_GPU}$"):
+            gpu.warm_up(spec, target)
+    assert asked == []
+    with pytest.raises(NoDevice):  # a CPU target is measured by the worker
+        gpu.measure(Trial(spec, spec.workload, "llvm", MeasureSettings()))
+    assert asked == ["prepare"]
+    devices = {"/dev/nvidiactl"}  # a driver: the worker says whether there is a GPU
+    with pytest.raises(NoDevice):
+        gpu.warm_up(spec, "auto")
+    assert asked == ["prepare", "warm_up"]
+
+
 def test_remote_cuda_target_comes_from_the_device_attributes():
     """A remote device's type carries TVM's RPC tag, which Target.from_device rejects."""
     from types import SimpleNamespace

@@ -8,7 +8,12 @@ import tvm
 from explorer.export import snippet
 from explorer.presets import get_preset
 from explorer.schedules import matmul_hopper
-from explorer.schedules.parsing import _frames_and_lines, _outer_frames_and_lines, tvmscript_frames
+from explorer.schedules.parsing import (
+    _frames_and_lines,
+    _outer_frames_and_lines,
+    parsed_once_per_plan,
+    tvmscript_frames,
+)
 from explorer.schedules.tensor_intrinsics import import_tensor_intrinsics
 
 
@@ -40,6 +45,24 @@ def test_the_hopper_kernel_parsed_with_the_stand_ins_is_the_one_parsed_without()
     plan = matmul_hopper.check_knobs(spec.workload, spec.knobs)
     tvm.ir.assert_structural_equal(matmul_hopper.schedule(spec.workload, spec.knobs).mod["main"],
                                    matmul_hopper.kernel(plan))
+
+
+def test_a_setting_scheduled_again_is_not_parsed_again(monkeypatch):
+    spec = get_preset("hopper-ws-bf16-4096").spec
+    parses = []
+
+    def counted(plan):
+        parses.append(plan)
+        return matmul_hopper.kernel(plan)
+
+    monkeypatch.setattr(matmul_hopper, "parsed_kernel", parsed_once_per_plan(counted))
+    first = matmul_hopper.schedule(spec.workload, spec.knobs)
+    again = matmul_hopper.schedule(spec.workload, spec.knobs)
+    assert len(parses) == 1 and first.mod is not again.mod  # a module of its own, around the one PrimFunc
+    tvm.ir.assert_structural_equal(again.mod["main"], matmul_hopper.kernel(parses[0]))
+    other = get_preset("hopper-ws-bf16-4096").spec.knobs.__class__(cluster=2)  # another plan: parsed
+    matmul_hopper.schedule(spec.workload, other)
+    assert len(parses) == 2
 
 
 def test_an_exported_tensor_core_script_tells_inspect_about_the_import_frames_before_the_intrinsics():

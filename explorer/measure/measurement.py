@@ -4,6 +4,8 @@ time."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,10 +17,11 @@ from ..analysis import roofline
 from ..analysis.roofline import Ceilings
 from ..build import Spec
 from ..errors import ExplorerError
+from ..targets import resolve_target
 from ..workloads import Workload
 from . import worker
 from .baseline import BaselineRun, torch_baseline
-from .errors import WrongResult
+from .errors import NoDevice, WrongResult
 from .gate import Check
 from .remote import Remote, measure_remote
 from .settings import MeasureSettings
@@ -215,6 +218,20 @@ def local_gpu() -> str | None:
     return LOCAL_GPU.name()
 
 
+def no_nvidia_driver() -> bool:
+    """Whether this is Linux with no NVIDIA driver's device: neither ``/dev/nvidiactl`` (which the
+    driver makes, and a container given a GPU gets) nor WSL's ``/dev/dxg``. There no CUDA library
+    path can make a GPU appear; elsewhere the worker is asked."""
+    return sys.platform == "linux" and not any(os.path.exists(path) for path in ("/dev/nvidiactl", "/dev/dxg"))
+
+
+def _no_gpu_here(target: str | None) -> None:
+    """Raise the worker's NoDevice here, without starting it, where it would raise it first thing: a CUDA
+    target and no NVIDIA driver's device (worker.local_device)."""
+    if no_nvidia_driver() and resolve_target(target).kind.name == "cuda":
+        raise NoDevice(worker.NO_GPU)
+
+
 def warm_up(first: Spec | None = None, target: str | None = None) -> worker.WarmUpReport:
     """Start the local measuring worker and warm it up (CUDA, PyTorch, NVRTC); raises
     NoDevice without a GPU."""
@@ -282,6 +299,7 @@ class LocalGPU:
                 self._callers -= 1
 
     def measure(self, trial: Trial, on_wait: OnWait | None = None) -> Measurement:
+        _no_gpu_here(trial.target)
         with self.turn(on_wait):
             self.worker.call(worker.prepare, trial, timeout=COMPILE_LIMIT_S, doing="Compiling the kernel")
             run = self.worker.call(worker.run, timeout=trial.settings.time_limit_s)
@@ -303,12 +321,15 @@ class LocalGPU:
 
     def name(self) -> str | None:
         """The GPU's name, or None; asked once, in the worker (which has the CUDA library
-        paths that this process may lack)."""
+        paths that this process may lack), unless no NVIDIA driver shows a device here: then
+        None without starting the worker (its start, TVM's import, is a second or more of CPU)."""
         if not self._name:
-            self._name.append(self.worker.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
+            self._name.append(None if no_nvidia_driver() else
+                              self.worker.call(worker.gpu_name, timeout=COMPILE_LIMIT_S, doing="Looking for a GPU"))
         return self._name[0]
 
     def warm_up(self, first: Spec | None, target: str | None) -> worker.WarmUpReport:
+        _no_gpu_here(target)
         with self.turn():
             return self.worker.call(worker.warm_up, first, target, timeout=COMPILE_LIMIT_S, doing="Warming up the GPU")
 

@@ -69,7 +69,7 @@ from ..knobs import KnobSet, knob
 from ..targets import BANK_BYTES, FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention, numpy_dtype
 from .common import Template
-from .parsing import tvmscript_frames
+from .parsing import parsed_once_per_plan
 
 MAX_THREADS = 1024
 # Beyond what a block may allocate statically ("shared"), and for float tiles, the tiles are one dynamic
@@ -241,8 +241,7 @@ def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
 def schedule(workload: Attention, k: AttentionFusedKnobs) -> Schedule:
     """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
     plan = check_knobs(workload, k)
-    with tvmscript_frames():
-        return Schedule(tvm.IRModule({"main": kernel(plan)}))
+    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -443,3 +442,6 @@ TEMPLATE = Template(
     # pipeline keeps them as written.
     pipeline="tirx",
 )
+
+
+parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

@@ -79,7 +79,7 @@ from .hopper import (
     mn_major_offset,
     tensor_map_2d,
 )
-from .parsing import tvmscript_frames
+from .parsing import parsed_once_per_plan
 
 SWIZZLE_CODE, ROW_BYTES = SWIZZLES["128B"]  # a head of 64 halves is one 128-byte swizzled row
 ATOM = ROW_BYTES // ELEMENT_BYTES  # elements per swizzled row: TMA copies tiles in columns this wide
@@ -194,8 +194,7 @@ def check_knobs(workload: Attention, k: AttentionHopperKnobs) -> Plan:
 def schedule(workload: Attention, k: AttentionHopperKnobs) -> Schedule:
     """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
     plan = check_knobs(workload, k)
-    with tvmscript_frames():  # its T.inline calls ask inspect for the stack each
-        return Schedule(tvm.IRModule({"main": kernel(plan)}))
+    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -475,3 +474,6 @@ TEMPLATE = Template(
     pipeline="tirx",
     archs=("sm_90a",),
 )
+
+
+parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

@@ -47,7 +47,7 @@ from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
 from .attention_fused import check_whole_tiles, key_tiles
 from .common import Template
-from .parsing import tvmscript_frames
+from .parsing import parsed_once_per_plan
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
 VECTOR = 8  # halves per 16-byte copy
@@ -123,8 +123,7 @@ def check_knobs(workload: Attention, k: AttentionMmaKnobs) -> Plan:
 
 def schedule(workload: Attention, k: AttentionMmaKnobs) -> Schedule:
     plan = check_knobs(workload, k)
-    with tvmscript_frames():
-        return Schedule(tvm.IRModule({"main": kernel(plan)}))
+    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -313,3 +312,6 @@ TEMPLATE = Template(
     shared_knobs=("block_q", "block_kv", "pad"),
     pipeline="tirx",
 )
+
+
+parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

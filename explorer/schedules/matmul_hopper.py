@@ -71,7 +71,7 @@ from .hopper import (
     mn_major_offset,
     tensor_map_2d,
 )
-from .parsing import tvmscript_frames
+from .parsing import parsed_once_per_plan
 
 MAX_ACCUMULATORS = 128  # float32 accumulators per thread that leave registers for the rest (255 at most)
 PERSISTENT_BLOCKS = GPUS["sm_90"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
@@ -231,8 +231,7 @@ def tile_origin(tile, tiles_m: int, tiles_n: int):
 def schedule(workload: Matmul, k: MatmulHopperKnobs) -> Schedule:
     """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
     plan = check_knobs(workload, k)
-    with tvmscript_frames():  # its T.inline calls ask inspect for the stack each (a third of the build)
-        return Schedule(tvm.IRModule({"main": kernel(plan)}))
+    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -443,3 +442,6 @@ TEMPLATE = Template(
     pipeline="tirx",
     archs=("sm_90a",),
 )
+
+
+parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

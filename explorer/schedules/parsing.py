@@ -2,12 +2,27 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import linecache
 import sys
 import threading
 
 _SWAPPED = threading.RLock()  # one thread at a time parses with the stand-ins (and puts inspect's own back)
+
+
+def parsed_once_per_plan(kernel):
+    """``kernel(plan)`` (a template's hand-written TVMScript, written for a frozen plan) parsed once per plan,
+    inside tvmscript_frames(): a process schedules a setting again after its build (its export schedules it
+    for the script) and the text, so the PrimFunc, is the same (0.1-0.3 s a parse). A PrimFunc is immutable:
+    each Schedule puts it in a module of its own."""
+
+    @functools.lru_cache(maxsize=32)
+    def parsed(plan):
+        with tvmscript_frames():
+            return kernel(plan)
+
+    return parsed
 
 
 @contextlib.contextmanager

@@ -56,7 +56,7 @@ from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import DTYPE, SUM_MAX_RUN, Sum
 from .common import Template
-from .parsing import tvmscript_frames
+from .parsing import parsed_once_per_plan
 
 ADDRESSING = ("interleaved_divergent", "interleaved_strided", "sequential")
 LAST_WARP = ("tree", "unrolled", "shuffle")
@@ -123,8 +123,7 @@ def check_knobs(workload: Sum, k: ReduceTreeKnobs) -> Plan:
 def schedule(workload: Sum, k: ReduceTreeKnobs) -> Schedule:
     """The kernels as a module (a Schedule with an empty trace: they are written, not scheduled)."""
     plan = check_knobs(workload, k)
-    with tvmscript_frames():
-        return Schedule(tvm.IRModule({"main": kernel(plan)}))
+    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def tree_steps(threads: int, addressing: str, last_warp: str) -> tuple[int, ...]:
@@ -239,3 +238,6 @@ TEMPLATE = Template(
     # steps included, which the TIRx pipeline keeps as written.
     pipeline="tirx",
 )
+
+
+parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each
