@@ -307,7 +307,7 @@ def test_a_gpu_passes_its_turn_on_when_the_holder_fails():
         assert heard == []
 
 
-def test_without_an_nvidia_driver_the_gpu_name_is_none_without_starting_the_worker(monkeypatch):
+def test_without_an_nvidia_driver_the_gpu_name_is_none_without_starting_the_worker(monkeypatch, tmp_path):
     class Worker:  # what the GPU's worker would be asked
         def __init__(self):
             self.asked = []
@@ -316,25 +316,26 @@ def test_without_an_nvidia_driver_the_gpu_name_is_none_without_starting_the_work
             self.asked.append(function.__name__)
             return "Stand-in GPU"
 
-    devices = set()
-    monkeypatch.setattr(measurement_module.sys, "platform", "linux")
-    monkeypatch.setattr(measurement_module.os.path, "exists", lambda path: path in devices)
+    devices = [tmp_path / "nvidiactl", tmp_path / "dxg"]  # this machine's, as a test describes it
+    monkeypatch.setattr(measurement_module, "PLATFORM", "linux")
+    monkeypatch.setattr(measurement_module, "DRIVER_DEVICES", tuple(map(str, devices)))
     gpu = LocalGPU("test")
     gpu.worker = Worker()
     assert gpu.name() is None and gpu.worker.asked == []
-    for device in ("/dev/nvidiactl", "/dev/dxg"):  # a driver's device (WSL's): the worker is asked, once
-        devices = {device}
+    for device in devices:  # a driver's device (WSL's): the worker is asked, once
+        device.touch()
         gpu = LocalGPU("test")
         gpu.worker = Worker()
         assert gpu.name() == "Stand-in GPU" and gpu.name() == "Stand-in GPU" and gpu.worker.asked == ["gpu_name"]
-    monkeypatch.setattr(measurement_module.sys, "platform", "win32")  # no device files to look at: asked
-    devices = set()
+        device.unlink()
+    monkeypatch.setattr(measurement_module, "PLATFORM", "win32")  # no device files to look at: asked
     gpu = LocalGPU("test")
     gpu.worker = Worker()
     assert gpu.name() == "Stand-in GPU" and gpu.worker.asked == ["gpu_name"]
 
 
-def test_without_an_nvidia_driver_a_cuda_measurement_or_warm_up_says_so_without_starting_the_worker(monkeypatch):
+def test_without_an_nvidia_driver_a_cuda_measurement_or_warm_up_says_so_without_starting_the_worker(monkeypatch,
+                                                                                                   tmp_path):
     from explorer.measure import NoDevice
     from explorer.measure.worker import NO_GPU, Trial
 
@@ -346,9 +347,8 @@ def test_without_an_nvidia_driver_a_cuda_measurement_or_warm_up_says_so_without_
             raise NoDevice(NO_GPU)  # what the worker answers here
 
     spec = get_preset("dw-blog-final-96").spec
-    devices = set()
-    monkeypatch.setattr(measurement_module.sys, "platform", "linux")
-    monkeypatch.setattr(measurement_module.os.path, "exists", lambda path: path in devices)
+    monkeypatch.setattr(measurement_module, "PLATFORM", "linux")
+    monkeypatch.setattr(measurement_module, "DRIVER_DEVICES", (str(tmp_path / "nvidiactl"),))
     gpu = LocalGPU("test")
     gpu.worker = Worker()
     for target in (None, "auto", "h100"):
@@ -360,7 +360,7 @@ def test_without_an_nvidia_driver_a_cuda_measurement_or_warm_up_says_so_without_
     with pytest.raises(NoDevice):  # a CPU target is measured by the worker
         gpu.measure(Trial(spec, spec.workload, "llvm", MeasureSettings()))
     assert asked == ["prepare"]
-    devices = {"/dev/nvidiactl"}  # a driver: the worker says whether there is a GPU
+    (tmp_path / "nvidiactl").touch()  # a driver: the worker says whether there is a GPU
     with pytest.raises(NoDevice):
         gpu.warm_up(spec, "auto")
     assert asked == ["prepare", "warm_up"]

@@ -218,11 +218,16 @@ def local_gpu() -> str | None:
     return LOCAL_GPU.name()
 
 
+# An NVIDIA driver's device files on Linux: the driver makes /dev/nvidiactl (a container given a
+# GPU gets it too), WSL has /dev/dxg. (Module names, so that tests describe other machines.)
+PLATFORM = sys.platform
+DRIVER_DEVICES = ("/dev/nvidiactl", "/dev/dxg")
+
+
 def no_nvidia_driver() -> bool:
-    """Whether this is Linux with no NVIDIA driver's device: neither ``/dev/nvidiactl`` (which the
-    driver makes, and a container given a GPU gets) nor WSL's ``/dev/dxg``. There no CUDA library
+    """Whether this is Linux with none of an NVIDIA driver's device files: there no CUDA library
     path can make a GPU appear; elsewhere the worker is asked."""
-    return sys.platform == "linux" and not any(os.path.exists(path) for path in ("/dev/nvidiactl", "/dev/dxg"))
+    return PLATFORM == "linux" and not any(os.path.exists(path) for path in DRIVER_DEVICES)
 
 
 def _no_gpu_here(target: str | None) -> None:
