@@ -271,6 +271,9 @@ def diagnoses_in_this_process(monkeypatch):
     from app import server
     from explorer.diagnoses import Diagnoses, diagnose_in_process
 
+    # The server's own Live first, before Diagnoses is replaced: made here, it would keep one of
+    # the diagnoses closed below, and every later test of this process would meet it closed.
+    live = server.live()
     made = [Diagnoses(diagnose_in_process)]
 
     def in_this_process(run):
@@ -278,7 +281,7 @@ def diagnoses_in_this_process(monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(explorer.live, "Diagnoses", in_this_process)
-    monkeypatch.setattr(server.live(), "diagnoses", made[0])
+    monkeypatch.setattr(live, "diagnoses", made[0])
     yield
     for diagnoses in made:  # the diagnoses still queued would otherwise run before this process can exit
         diagnoses.close()
