@@ -207,19 +207,26 @@ def disassemble(cubin: bytes) -> tuple[str, str]:
     start, whatever the kernel; the server's processes and its next start read it back)."""
     tools = (tool_path("nvdisasm"), tool_path("cuobjdump"))
     key = hashlib.sha256(b"\0".join([cubin, *(tool.encode() for tool in tools)])).hexdigest()
-    kept = os.path.join(CUDA_CACHE, "sass", key + ".json")
-    text = _read(kept)
+
+    def run_tools() -> tuple[str, str]:
+        with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
+            path = os.path.join(tmp, "kernel.cubin")
+            with open(path, "wb") as f:
+                f.write(cubin)
+            return _run(tools[0], "-g", "-c", path), _run(tools[1], "--dump-resource-usage", path)
+
+    return _kept_texts(os.path.join(CUDA_CACHE, "sass", key + ".json"), run_tools)
+
+
+def _kept_texts(path: str, make) -> tuple[str, str]:
+    """The two texts kept at ``path`` (JSON), else ``make()``'s, kept there for the next process."""
+    text = _read(path)
     if text is not None:
-        sass, usage = json.loads(text)
-        return sass, usage
-    with tempfile.TemporaryDirectory(prefix="explorer-sass-") as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        sass = _run(tools[0], "-g", "-c", path)
-        usage = _run(tools[1], "--dump-resource-usage", path)
-    _keep(kept, json.dumps([sass, usage]).encode())
-    return sass, usage
+        first, second = json.loads(text)
+        return first, second
+    first, second = make()
+    _keep(path, json.dumps([first, second]).encode())
+    return first, second
 
 
 def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
@@ -283,26 +290,24 @@ def _nvcc_log_and_sass(nvcc: str, source: str, arch: str) -> tuple[str, str]:
     which the server's processes and its next start read back, as they do the NVRTC cubins."""
     made = os.stat(nvcc)
     key = hashlib.sha256("\0".join([nvcc, str(made.st_mtime_ns), str(made.st_size), arch, source]).encode())
-    kept = os.path.join(CUDA_CACHE, "nvcc", key.hexdigest() + ".json")
-    text = _read(kept)
-    if text is not None:
-        log, sass = json.loads(text)
-        return log, sass
-    with tempfile.TemporaryDirectory(prefix="explorer-nvcc-") as tmp:
-        src = os.path.join(tmp, "kernel.cu")
-        cubin = os.path.join(tmp, "kernel.cubin")
-        with open(src, "w") as f:
-            f.write(source)
-        proc = subprocess.run(
-            [nvcc, "--cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-o", cubin, src],
-            capture_output=True, text=True, timeout=120,
-        )
-        if proc.returncode != 0:
-            raise ExplorerError(f"nvcc could not compile the generated CUDA: {summary_line(proc.stderr)}")
-        sass = ""
-        cuobjdump = shutil.which("cuobjdump", path=os.path.dirname(nvcc))
-        if cuobjdump:
-            dump = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, timeout=60)
-            sass = dump.stdout
-    _keep(kept, json.dumps([proc.stderr, sass]).encode())
-    return proc.stderr, sass
+
+    def compile_and_disassemble() -> tuple[str, str]:
+        with tempfile.TemporaryDirectory(prefix="explorer-nvcc-") as tmp:
+            src = os.path.join(tmp, "kernel.cu")
+            cubin = os.path.join(tmp, "kernel.cubin")
+            with open(src, "w") as f:
+                f.write(source)
+            proc = subprocess.run(
+                [nvcc, "--cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-o", cubin, src],
+                capture_output=True, text=True, timeout=120,
+            )
+            if proc.returncode != 0:
+                raise ExplorerError(f"nvcc could not compile the generated CUDA: {summary_line(proc.stderr)}")
+            sass = ""
+            cuobjdump = shutil.which("cuobjdump", path=os.path.dirname(nvcc))
+            if cuobjdump:
+                dump = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, timeout=60)
+                sass = dump.stdout
+            return proc.stderr, sass
+
+    return _kept_texts(os.path.join(CUDA_CACHE, "nvcc", key.hexdigest() + ".json"), compile_and_disassemble)
