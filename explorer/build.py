@@ -155,7 +155,7 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     timings["schedule"] = _ms(start)
 
     start = time.perf_counter()
-    host_target = tvm.target.Target(target, host="llvm") if is_cuda(target) else target
+    host_target = with_host(target)
     try:
         host_mod, device_mods = lower(sch.mod, host_target, template.pipeline)
     except ExplorerError:
@@ -188,9 +188,14 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
     )
 
 
+def with_host(target: tvm.target.Target) -> tvm.target.Target:
+    """``target`` as lowering and code generation take it: a CUDA target with its LLVM host."""
+    return tvm.target.Target(target, host="llvm") if is_cuda(target) else target
+
+
 def _generate(spec: Spec, host_mod: tvm.IRModule, device_mods: dict, target: tvm.target.Target):
     """TVM's code generation of the lowered modules: the runtime module."""
-    host = tvm.target.Target(target, host="llvm").host if is_cuda(target) else target
+    host = with_host(target).host or target
     try:  # where CUDA is compiled here too (not SOURCE_ONLY), a source that does not compile fails here
         with target:  # the CUDA compile reads the architecture from the current target (cuda_compile.py)
             return _tir_build.tir_to_runtime(host_mod, device_mods, host)
