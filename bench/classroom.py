@@ -654,6 +654,38 @@ def job_stages(log_path: str, since_s: float) -> dict[str, dict]:
             "others": {"n": others, "gpu_s": others_s}}
 
 
+COMPILE_STAGES = (("for_a_process", "asked", "started"), ("for_the_page_build", "started", "built"),
+                  ("generating", "built", "generated"), ("exporting", "generated", "exported"))
+COMPILE_STAGE_WORDS = {"for_a_process": "waiting for a compile process",
+                       "for_the_page_build": "waiting for the page's build",
+                       "generating": "generating the code (NVRTC)", "exporting": "exporting the library"}
+
+
+def compile_stages(log_path: str, since_s: float) -> dict:
+    """Where the compile processes' seconds went (their compile log, explorer/services/compiles.py)
+    since ``since_s``: waiting for a compile process, for the page's build, generating the code
+    (NVRTC) and exporting the library, the percentiles of each in seconds; the CPU seconds of a
+    compile; the binaries compiled, read from the disk and waited for; the builds that were the
+    page's ("kept") and those made in the compile process ("here")."""
+    stages = {name: [] for name, _, _ in COMPILE_STAGES}
+    cpu, cubins, builds, outcomes = [], collections.Counter(), collections.Counter(), collections.Counter()
+    order = ("asked", "started", "built", "generated", "exported")
+    for line in Path(log_path).read_text().splitlines():
+        fields = line.split()
+        times = {name: None if value == "-" else float(value) for name, value in zip(order, fields[:5], strict=True)}
+        if (times["started"] or 0) < since_s:
+            continue
+        for name, start, end in COMPILE_STAGES:
+            if times[start] is not None and times[end] is not None:
+                stages[name].append(times[end] - times[start])
+        cpu.append(float(fields[5]))
+        cubins.update(dict(zip(("compiled", "read", "waited"), map(int, fields[6:9]), strict=True)))
+        builds[fields[9]] += 1
+        outcomes[fields[10]] += 1
+    return {"stages": {name: percentiles(values) for name, values in stages.items()}, "cpu_s": percentiles(cpu),
+            "cpu_s_total": sum(cpu), "cubins": dict(cubins), "builds": dict(builds), "outcomes": dict(outcomes)}
+
+
 def gpu_busy(runs: list[tuple[int, int]], seconds: float, gpus: int = 1) -> float:
     """The share of ``seconds`` during which the measuring workers had a kernel on their ``gpus`` GPUs."""
     return sum(end - start for start, end in runs) / 1e9 / seconds / gpus if seconds > 0 else 0.0
@@ -837,7 +869,7 @@ def play_in_processes(processes: int, url: str, class_: list[Student], *args) ->
 def run(url: str, students: int, seconds: float, think: float, want_latency: bool, server_pid: int | None = None,
         run_log: str | None = None, seed: int = 0, revisit_every: int = 0, links: tuple[str, ...] = LINKS,
         same_link: bool = False, processes: int = 1, intended_reply: float = INTENDED_REPLY_S,
-        job_log: str | None = None) -> dict:
+        job_log: str | None = None, compile_log: str | None = None) -> dict:
     """``revisit_every`` K > 0: every K-th move of a student moves the last slider back (a
     setting the server has measured); otherwise every move is a random valid one.
     ``same_link``: every student opens ``links[0]`` at the same moment (once all are connected).
@@ -890,6 +922,8 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         report["run_phases_ms"] = run_phases(run_log, since_ns)
     if job_log and Path(job_log).exists():
         report["job_stages"] = job_stages(job_log, started)
+    if compile_log and Path(compile_log).exists():
+        report["compile_stages"] = compile_stages(compile_log, started)
     if any(s.get("cores") for s in samples):
         parts = saturation(samples, os.cpu_count() or 1, runs, report.get("gpus", 1))
         report["saturation"] = parts
@@ -1049,6 +1083,18 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         lines.append(f"Students' measurements ({stages['compile']['n']}, the scheduler's job log): " + "; ".join(said)
                      + f". Background jobs and full re-measurements: {stages['others']['n']}, "
                      f"{stages['others']['gpu_s']:.1f} s on the GPU.")
+    if report.get("compile_stages", {}).get("cpu_s", {}).get("n"):
+        compiles = report["compile_stages"]
+        said = [f"{COMPILE_STAGE_WORDS[name]} p50 {stage['p50']:.2f} s, p95 {stage['p95']:.2f} s"
+                for name, stage in compiles["stages"].items() if stage["n"]]
+        cubins, builds = compiles["cubins"], compiles["builds"]
+        lines.append(
+            f"Compiles ({compiles['cpu_s']['n']}, the compile processes' log): " + "; ".join(said)
+            + f". CPU per compile p50 {compiles['cpu_s']['p50']:.2f} s, p95 {compiles['cpu_s']['p95']:.2f} s, "
+            f"{compiles['cpu_s_total']:.0f} s in all. Binaries: {cubins.get('compiled', 0)} compiled, "
+            f"{cubins.get('read', 0)} read from the disk, {cubins.get('waited', 0)} waited for while another "
+            f"process compiled them. Builds: {builds.get('kept', 0)} the page's, {builds.get('here', 0)} made "
+            "in the compile process.")
     if report.get("device_page_gpus"):
         lines.append(f"The Device page's last reading: {report['device_page_gpus']}")
     page_cpu = [s["page_cpu"] for s in report["samples"] if s.get("page_cpu") not in (None, "—")]
@@ -1096,6 +1142,8 @@ def main() -> None:
     parser.add_argument("--run-log", help="the measuring worker's kernel-run log, to check runs never overlapped")
     parser.add_argument("--job-log", help="the measuring scheduler's job log (EXPLORER_JOB_LOG), to say where the "
                                           "students' measurements waited")
+    parser.add_argument("--compile-log", help="the compile processes' log (EXPLORER_COMPILE_LOG), to say where a "
+                                              "compile's seconds went")
     parser.add_argument("--json", help="write the whole report (with samples) here")
     parser.add_argument("--goal", action="append", default=[], metavar="NAME=SECONDS",
                         help="a target to check, e.g. knob_to_code.p95=1.0 or knob_to_latency_new.p50=0.5")
@@ -1131,7 +1179,8 @@ def main() -> None:
         print(f"The server answered its health check after {waited:.1f} s; the students connect now.", flush=True)
     report = run(args.url, args.students, args.seconds, args.think_time, not args.no_latency, args.server_pid,
                  args.run_log, revisit_every=args.revisit_every, links=links, same_link=args.same_link,
-                 processes=args.processes, intended_reply=args.intended_reply, job_log=args.job_log)
+                 processes=args.processes, intended_reply=args.intended_reply, job_log=args.job_log,
+                 compile_log=args.compile_log)
     goals = {name: float(limit) for name, limit in (g.split("=", 1) for g in args.goal)}
     text = describe(report, goals)
     print(text)

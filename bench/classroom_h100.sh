@@ -37,8 +37,10 @@ long=${LONG_S:-300}  # the long runs' seconds (shorter only to try the script ou
 url=http://127.0.0.1:$port
 export EXPLORER_RUN_LOG=$results/kernel-runs-$phase.log  # the measuring worker logs each kernel run here
 export EXPLORER_JOB_LOG=$results/jobs-$phase.log  # the scheduler logs each measurement's stages here
+export EXPLORER_COMPILE_LOG=$results/compiles-$phase.log  # the compile processes log each compile's stages here
 bench() {
-  python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" --machine "${MACHINE:-$(hostname)}" \
+  python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" \
+    --compile-log "$EXPLORER_COMPILE_LOG" --machine "${MACHINE:-$(hostname)}" \
     ${INTENDED_REPLY:+--intended-reply "$INTENDED_REPLY"} "$@"
   local status=$?
   if [ $status -eq 3 ]; then

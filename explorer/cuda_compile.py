@@ -14,6 +14,7 @@ the pip ones are missing, and ``nvcc -Xptxas -v`` where NVRTC or the pip disasse
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -50,6 +51,11 @@ _COMPILE_SETTINGS = ("TVM_CUDA_COMPILE_MODE", "TVM_CUDA_NVRTC_EXTRA_OPTS", "TVM_
                      "TVM_CUDA_PTXAS_EXTRA_OPTS", "CUDA_PATH")
 
 
+# This process's binaries by where they came from: "compiled" here, "read" from the disk, or
+# "waited" for while another process compiled them (the compile log counts them per setting).
+CUBINS: collections.Counter = collections.Counter()
+
+
 def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
     """Wrap TVM's ``tvm_callback_cuda_compile`` with a disk cache (dumps bypass it)."""
 
@@ -63,6 +69,7 @@ def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
         path = os.path.join(cache_dir, key + ".bin")
         kept = _read(path)
         if kept is not None:
+            CUBINS["read"] += 1
             return kept
         # One process compiles a source at a time: the others wait for its binary (a class
         # server's compile and diagnosing processes often reach the same new setting at once).
@@ -72,7 +79,9 @@ def cached_cuda_compile(compile_cuda, cache_dir: str = CUDA_CACHE):
                 fcntl.flock(lock, fcntl.LOCK_EX)
             kept = _read(path)
             if kept is not None:
+                CUBINS["waited"] += 1
                 return kept
+            CUBINS["compiled"] += 1
             binary = bytes(compile_cuda(code, *rest))
             _keep(path, binary)
         return binary

@@ -135,6 +135,26 @@ def test_the_workers_phases_and_the_jobs_stages_by_hand(tmp_path):
     assert stages["others"] == {"n": 2, "gpu_s": 1.0}
 
 
+def test_the_compiles_stages_by_hand(tmp_path):
+    compiles = tmp_path / "compiles.log"  # asked started built generated exported cpu cubins build outcome template
+    compiles.write_text("1.0 2.0 2.0 3.0 3.1 0.5 1 0 0 kept ok matmul\n"  # before the class
+                        "10.0 11.0 11.5 12.5 12.7 0.75 1 0 0 kept ok matmul\n"
+                        "10.0 13.0 13.0 13.25 13.35 0.25 0 1 0 here ok matmul\n"
+                        "10.0 10.0 10.0 - - 0.0 0 0 0 - error matmul\n")  # a refused build: no code
+    report = classroom.compile_stages(str(compiles), since_s=10.0)
+    stages = report["stages"]
+    assert (stages["for_a_process"]["n"], stages["for_a_process"]["max"]) == (3, 3.0)
+    assert stages["for_the_page_build"]["max"] == 0.5
+    assert (stages["generating"]["n"], stages["generating"]["p50"]) == (2, 0.625)
+    assert round(stages["exporting"]["max"], 6) == 0.2
+    assert report["cpu_s_total"] == 1.0 and report["cubins"] == {"compiled": 1, "read": 1, "waited": 0}
+    assert report["builds"] == {"kept": 1, "here": 1, "-": 1} and report["outcomes"] == {"ok": 2, "error": 1}
+    text = classroom.describe(report_of(compile_stages=report))
+    assert ("Compiles (3, the compile processes' log): waiting for a compile process p50 1.00 s, p95 3.00 s; "
+            "waiting for the page's build p50 0.00 s, p95 0.50 s; generating the code (NVRTC) p50 0.62 s") in text
+    assert "Binaries: 1 compiled, 1 read from the disk, 0 waited for" in text
+
+
 def test_percentiles_by_hand():
     p = classroom.percentiles([0.1, 0.2, 0.3, 0.4, 1.0])
     assert (p["n"], p["p50"], p["max"]) == (5, 0.3, 1.0)

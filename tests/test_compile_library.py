@@ -12,7 +12,7 @@ from explorer.errors import ExplorerError
 from explorer.presets import get_preset
 from explorer.services import build_disk
 from explorer.services.builds import build_source_only
-from explorer.services.compiles import compile_library
+from explorer.services.compiles import COMPILE_LOG, compile_library
 
 SPEC = get_preset("modern-async-1024").spec
 
@@ -31,7 +31,15 @@ def schedules(monkeypatch):
     return made
 
 
-def test_a_kept_build_is_generated_not_lowered_again(tmp_path, schedules):
+@pytest.fixture
+def compile_log(tmp_path, monkeypatch):
+    """The compile log's lines, split, as this process writes them."""
+    path = tmp_path / "compiles.log"
+    monkeypatch.setenv(COMPILE_LOG, str(path))
+    return lambda: [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_kept_build_is_generated_not_lowered_again(tmp_path, schedules, compile_log):
     kept_at = str(tmp_path / "kept.pickle")
     shown = build_source_only(SPEC, "h100", keep_at=kept_at, keep_at_most=10)  # a page's build process
     assert shown.runtime_module is None and shown.host_mod is not None
@@ -42,7 +50,20 @@ def test_a_kept_build_is_generated_not_lowered_again(tmp_path, schedules):
     # The kernel compiled is the one the page shows.
     kept = build_disk.read(kept_at)
     assert build_module.runtime_module_of(kept).imports[0].inspect_source("cuda") == shown.cuda
-    assert compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at) == library  # kept too
+    assert compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at, 12.5) == library  # kept too
+    # One line, for the compile that made the library: asked (not given), picked up, the page's build
+    # there, generated and exported in that order; its one kernel's binary compiled or read at most
+    # once (a machine without the CUDA runtime only generates the source).
+    [line] = compile_log()
+    assert line[0] == "-" and line[1] <= line[2] <= line[3] <= line[4]
+    assert float(line[5]) > 0 and sum(map(int, line[6:9])) <= 1
+    assert line[9:] == ["kept", "ok", "matmul_async"]
+
+
+def test_the_compile_log_says_when_a_compile_was_asked_for(tmp_path, compile_log):
+    compile_library(SPEC, "h100", str(tmp_path / "libraries"), None, 12.5)
+    [line] = compile_log()
+    assert line[0] == "12.500" and float(line[1]) > 12.5 and line[9:] == ["here", "ok", "matmul_async"]
 
 
 def test_without_a_kept_build_the_compile_builds(tmp_path, schedules):
@@ -51,12 +72,14 @@ def test_without_a_kept_build_the_compile_builds(tmp_path, schedules):
     assert os.path.isfile(library) and schedules == [SPEC]
 
 
-def test_a_kept_refusal_comes_back_as_the_error(tmp_path, schedules):
+def test_a_kept_refusal_comes_back_as_the_error(tmp_path, schedules, compile_log):
     kept_at = str(tmp_path / "refused.pickle")
     build_disk.keep(ExplorerError("This setting cannot be built."), kept_at, 10)
     outcome = compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)
     assert isinstance(outcome, ExplorerError) and str(outcome) == "This setting cannot be built."
     assert schedules == []
+    [line] = compile_log()
+    assert line[3:5] == ["-", "-"] and line[6:] == ["0", "0", "0", "-", "error", "matmul_async"]
 
 
 def test_a_kept_tensor_core_build_is_generated_in_a_process_that_never_scheduled_one(tmp_path):

@@ -346,10 +346,11 @@ def test_processes_reaching_one_new_source_at_once_compile_it_once(tmp_path):
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from explorer.cuda_compile import cached_cuda_compile
+    from explorer.cuda_compile import CUBINS, cached_cuda_compile
 
     calls = []
     together = threading.Barrier(3)
+    before = dict(CUBINS)
 
     def slow_compile(code):
         calls.append(code)
@@ -366,14 +367,18 @@ def test_processes_reaching_one_new_source_at_once_compile_it_once(tmp_path):
     with ThreadPoolExecutor(3) as threads:
         assert list(threads.map(compile_at_once, range(3))) == [b"binary of kernel A"] * 3
     assert calls == ["kernel A"]
+    # The compile log counts one binary compiled and two waited for (neither found it on the disk first).
+    assert {kind: CUBINS[kind] - before.get(kind, 0) for kind in ("compiled", "waited", "read")} == \
+        {"compiled": 1, "waited": 2, "read": 0}
 
 
 def test_cuda_binaries_are_compiled_once_per_source_and_architecture(tmp_path, monkeypatch):
     """The measuring worker rebuilds what a sweep worker compiled: the disk cache makes its
     CUDA compile free (a GPU machine calls the callback during code generation)."""
-    from explorer.cuda_compile import cached_cuda_compile
+    from explorer.cuda_compile import CUBINS, cached_cuda_compile
 
     calls = []
+    before = dict(CUBINS)
 
     def fake_compile(code):
         calls.append(code)
@@ -386,6 +391,7 @@ def test_cuda_binaries_are_compiled_once_per_source_and_architecture(tmp_path, m
     with tvm.target.Target("nvidia/nvidia-a100"):
         compile_cached("kernel A")  # another architecture: another binary
     assert calls == ["kernel A", "kernel B", "kernel A"]
+    assert (CUBINS["compiled"] - before.get("compiled", 0), CUBINS["read"] - before.get("read", 0)) == (3, 1)
     monkeypatch.setenv("TVM_KERNEL_DUMP", str(tmp_path / "dump"))
     with tvm.target.Target("nvidia/nvidia-h100"):
         compile_cached("kernel A")  # dumping files is a side effect a cache hit would skip

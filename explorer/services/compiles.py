@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import tvm  # already imported by ..build; its version names the libraries kept on disk
 
 from ..build import Build, Spec, build, keep_builds, runtime_module_of
+from ..cuda_compile import CUBINS
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
 from . import build_disk
 from .pool import POOL_BUILDS, ProcessPool
 from .settings import COMPILE_NICENESS, ServerSettings
+
+COMPILE_LOG = "EXPLORER_COMPILE_LOG"  # where each compile process writes a line per setting it compiles
 
 
 class CompileService(ProcessPool):
@@ -38,7 +42,7 @@ class CompileService(ProcessPool):
         if not self.ready.is_set():
             return None
         return self.run(compile_library, spec, target, self.settings.library_dir, self.disk.path(spec, target),
-                        doing="Compiling this setting")
+                        time.time(), doing="Compiling this setting")
 
 
 def _compile_pool_init(root: str) -> None:
@@ -56,7 +60,8 @@ def library_path(spec: Spec, target: str, directory: str) -> str:
     return os.path.join(directory, key + ".so")
 
 
-def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None = None) -> str | None | ExplorerError:
+def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None = None,
+                    asked_at: float | None = None) -> str | None | ExplorerError:
     """In a compile process: build ``spec`` (NVRTC compiles its CUDA, through the disk cache)
     and export it as a library; None where exporting fails (no C compiler); an ExplorerError
     comes back as a value, intact. A build a page's build process kept on disk (``kept_at``), or
@@ -65,19 +70,54 @@ def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None
     path = library_path(spec, target, directory)
     if os.path.exists(path):
         return path
+    log = _CompileLog(spec, asked_at)
     kept = build_disk.read_when_built(kept_at) if kept_at is not None else None
+    log.mark("built")
     try:
         if isinstance(kept, ExplorerError):
             raise kept
-        module = (runtime_module_of(kept) if isinstance(kept, Build) and kept.host_mod is not None
-                  else build(spec, target).runtime_module)
+        reused = isinstance(kept, Build) and kept.host_mod is not None
+        module = runtime_module_of(kept) if reused else build(spec, target).runtime_module
+        log.mark("generated", "kept" if reused else "here")
     except ExplorerError as error:
+        log.write("error")
         return error
     os.makedirs(directory, exist_ok=True)
     partial = f"{path}.{os.getpid()}.so"
     try:
         module.export_library(partial)
     except Exception:  # no C compiler or linker on this machine: the worker compiles instead
+        log.write("no-library")
         return None
     os.replace(partial, path)  # whole or absent: other processes may read it at once
+    log.mark("exported")
+    log.write("ok")
     return path
+
+
+class _CompileLog:
+    """One line of the compile log (COMPILE_LOG) for a setting compiled here: when it was asked
+    for, picked up, its page's build was there, its code generated (NVRTC) and its library
+    exported (Unix seconds), this process's CPU seconds for it, its binaries compiled here, read
+    from the disk or waited for, whether the build was the page's ("kept") or made "here", the
+    outcome and the template. A class's bench reads where a compile's seconds go."""
+
+    def __init__(self, spec: Spec, asked_at: float | None):
+        self.path = os.environ.get(COMPILE_LOG)
+        self.template = spec.template
+        self.times = {"asked": asked_at, "started": time.time()}
+        self.cpu, self.cubins, self.build = time.process_time(), dict(CUBINS), "-"
+
+    def mark(self, stage: str, build: str | None = None) -> None:
+        self.times[stage] = time.time()
+        self.build = build or self.build
+
+    def write(self, outcome: str) -> None:
+        if not self.path:
+            return
+        times = " ".join("-" if self.times.get(stage) is None else f"{self.times[stage]:.3f}"
+                         for stage in ("asked", "started", "built", "generated", "exported"))
+        cubins = " ".join(str(CUBINS[kind] - self.cubins.get(kind, 0)) for kind in ("compiled", "read", "waited"))
+        with open(self.path, "a") as log:
+            log.write(f"{times} {time.process_time() - self.cpu:.3f} {cubins} {self.build} {outcome} "
+                      f"{self.template}\n")
