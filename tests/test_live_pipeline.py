@@ -217,6 +217,25 @@ def test_a_dropped_compile_lets_the_waiting_background_job_start():
     scheduler.close()
 
 
+def test_a_job_dropped_before_its_compile_starts_is_not_compiled():
+    gpu, compiling, compiled = HeldGPU(), threading.Event(), []
+
+    def compile_fn(job):
+        compiled.append(job.spec.knobs.num_thread_x)
+        return compiling.wait(10) and "lib"
+
+    scheduler = Scheduler(gpu, compile_fn=compile_fn, compile_workers=1)  # one compile at a time
+    scheduler.request("alice", spec_x(2), "auto")  # compiling
+    wait_until(lambda: compiled == [2])
+    scheduler.request("alice", spec_x(4), "auto")  # waits for the compile thread
+    last = scheduler.request("alice", spec_x(8), "auto")  # alice moves on: x=4 is dropped
+    compiling.set()
+    gpu.gate.release()
+    assert last.wait(10)
+    assert compiled == [2, 8] and [x for x, _ in gpu.order] == [8]
+    scheduler.close()
+
+
 def test_background_jobs_wait_for_students_and_a_students_request_promotes_one():
     gpu = HeldGPU()
     scheduler = Scheduler(gpu)

@@ -265,6 +265,10 @@ class Scheduler:
     # -- compiling -------------------------------------------------------------------------
 
     def _compile(self, line: _Line, job: Job) -> None:
+        with self._changed:
+            if job.state == "dropped":  # its student moved on while it waited for a compile thread
+                self._changed.notify_all()
+                return
         try:
             compiled, error = self._compile_fn(job), None
         except ExplorerError as failure:
