@@ -529,3 +529,26 @@ def test_no_collection_runs_while_a_cuda_graph_is_captured(monkeypatch):
     assert gc.isenabled()
     gc.collect()
     assert during[-2:] == ["freed", "freed"]  # collected once the capture is over
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's memory maps (Linux)")
+def test_a_library_the_worker_loaded_is_unloaded_once_it_drops_it(tmp_path):
+    import gc
+
+    from tvm import te
+
+    from explorer.measure import worker
+
+    a = te.placeholder((8,), name="a")
+    b = te.compute((8,), lambda i: a[i] + 1.0, name="b")
+    path = str(tmp_path / "kernel.so")
+    tvm.compile(te.create_prim_func([a, b]), target="llvm").export_library(path)
+    module = worker.load_library(path)
+    x, y = tvm.runtime.tensor(np.zeros(8, "float32")), tvm.runtime.tensor(np.zeros(8, "float32"))
+    module["main"](x, y)
+    assert y.numpy().tolist() == [1.0] * 8
+    assert path in open("/proc/self/maps").read()
+    del module
+    gc.collect()
+    # A class loads a library per setting: one kept for the process's life would never give back its memory.
+    assert path not in open("/proc/self/maps").read()

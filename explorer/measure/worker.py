@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm.support.popen_pool import PopenWorker
 
 from ..analysis.roofline import Ceilings
@@ -385,9 +386,12 @@ def compile_kernel(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tv
 
 
 def load_library(path: str) -> tvm.runtime.Module:
-    """A kernel that a compile process built and exported (its cubin inside)."""
+    """A kernel that a compile process built and exported (its cubin inside). Unloaded once the
+    worker drops it: TVM's own ``load_module`` keeps every library loaded for the life of the
+    process, and a class loads one per setting (the worker's memory grew 0.5 GB a minute with
+    100 students, and each library holds five memory maps of the 65,530 a process may have)."""
     try:
-        return tvm.runtime.load_module(path)
+        return tvm_ffi.load_module(os.path.realpath(path), keep_module_alive=False)
     except Exception as error:
         raise MeasureError(f"The compiled kernel could not be loaded: {summary_line(error)}") from None
 
