@@ -32,21 +32,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_environment(extra: dict | None = None) -> dict:
+def server_environment(extra: dict | None = None, build_processes: bool = True) -> dict:
     """The environment of a server these tests start: this process's, but with the class server's build
-    processes (the app tests' own server builds in the test process: conftest.py)."""
+    processes (the app tests' own server builds in the test process: conftest.py), unless the server's
+    tests do not need them (``build_processes=False``: it builds in its own process, as conftest.py's)."""
     env = {**os.environ, **(extra or {})}
-    env.pop("EXPLORER_BUILD_WORKERS", None)
+    if build_processes:
+        env.pop("EXPLORER_BUILD_WORKERS", None)
     return env
 
 
-def start_server(script: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def start_server(script: Path, env: dict | None = None, build_processes: bool = True) -> tuple[subprocess.Popen, str]:
     port = free_port()
     server = subprocess.Popen(
         # The class server's command (`python -m explorer serve`): a stopped server ends its processes at
         # once, and no page run walks the loaded modules for a file watcher.
         serve.streamlit_command(port, "127.0.0.1", [], script),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_environment(env))
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_environment(env, build_processes))
     url = f"http://127.0.0.1:{port}"
     serve.wait_healthy(url, server, timeout_s=60)
     return server, url
