@@ -2,7 +2,7 @@
 PYTHONPATH): the test processes and what they start (servers, build and compile pools, RPC sessions,
 scripts). Their garbage collector takes the test processes' thresholds (``EXPLORER_TESTS_GC``, set by
 conftest.py): importing TVM, Streamlit and the explorer, which each such process does first, ran it hundreds
-of times over the objects just made (0.1-0.3 CPU-s a process)."""
+of times over the objects just made (0.1 CPU-s of a process's 1.25 for those imports)."""
 import gc
 import importlib.machinery
 import importlib.util
