@@ -47,9 +47,14 @@ def _diagnosis(spec):
     return diagnose_spec(spec)
 
 
+# How the processes start: spawned, not forked, as this process may have initialised CUDA. A test without
+# a GPU forks them (a spawned process imports the explorer and TVM again first: 2.5 CPU-seconds each).
+START_METHOD = "spawn"
+
+
 def processes(workers: int, initializer=None) -> ProcessPoolExecutor:
-    """Fresh processes (spawned, not forked: this one may have initialised CUDA)."""
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=initializer)
+    """Fresh processes (START_METHOD)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(START_METHOD), initializer=initializer)
 
 
 def diagnosing(workers: int) -> ProcessPoolExecutor:

@@ -20,6 +20,17 @@ import pytest
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# A collection of the garbage collector's youngest generation after this many allocations (Python's default:
+# 700), and of the older ones after 20 of the younger (10): the test processes after their collection
+# (pytest_collection_finish), and every other Python process of the run from its start, the test processes'
+# own and those they start (servers, pools, sessions, scripts: tests/every_process/sitecustomize.py, first
+# on their PYTHONPATH), which import TVM, Streamlit and the explorer first.
+GC_THRESHOLDS = (10_000, 20, 20)
+os.environ["EXPLORER_TESTS_GC"] = ",".join(map(str, GC_THRESHOLDS))
+EVERY_PROCESS = str(Path(__file__).resolve().parent / "every_process")
+if EVERY_PROCESS not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EVERY_PROCESS, os.environ.get("PYTHONPATH")]))
+
 # The class's SQLite file: one per test process (pytest-xdist runs several, which must not share
 # one class), never the checkout's data/ folder.
 _CLASS_DIR = tempfile.mkdtemp(prefix="explorer-tests-")
@@ -228,7 +239,7 @@ def pytest_collection_finish(session):
     the garbage collector, 1.6 s so)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def pytest_collection_modifyitems(config, items):

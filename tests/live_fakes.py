@@ -4,13 +4,14 @@ the server's queue is empty (what the page's polling does in a browser)."""
 import dataclasses
 import time
 
-from app import latency, server
-
 
 def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
     """A server whose GPU answers ``latency_of(spec)`` µs (None: a wrong result); returns
     the specs it measured. ``warm_up`` replaces the GPU's warm-up (default: instant);
     ``quick`` marks each measurement as timed with the short budget."""
+    # The app here, not at the top: a class server's stand-in measuring service (tests/stand_in_gpu.py)
+    # takes fake_measurement alone, and imported Streamlit and the app's modules for it (0.7 CPU-s each start).
+    from app import latency, server
     from explorer.live import Live
 
     calls = []
@@ -43,6 +44,8 @@ def fake_measurement(spec, us):
 
 def settle(at, timeout: float = 30):
     """Rerun ``at`` once the server's GPU queue is empty (what the page's polling does)."""
+    from app import server
+
     live = server.live()
     deadline = time.time() + timeout
     while any(live.scheduler.queue_lengths().values()) and time.time() < deadline:

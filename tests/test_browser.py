@@ -62,7 +62,8 @@ def streamlit_server(log_path: Path, env: dict | None = None):
             [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
              "--server.fileWatcherType", "none"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=server_environment(env),
+            # Builds in the server's own process: the pages in a browser are what is tested.
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=server_environment(env, build_processes=False),
         )
         try:
             url = f"http://127.0.0.1:{port}"

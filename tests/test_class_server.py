@@ -36,9 +36,10 @@ def start_class_server(tmp_path, run_log):
     script, service = tmp_path / "app" / "stand_in_gpu_app.py", ROOT / "tests" / "stand_in_gpu_service.py"
     launch = (f"from explorer import serve; import sys; sys.exit(serve.serve({port}, '127.0.0.1', [], 2, "
               f"{str(script)!r}, [sys.executable, {str(service)!r}]))")
+    # The app processes build in their own processes (EXPLORER_BUILD_WORKERS=0, conftest.py's): the proxy, the
+    # app processes and the measuring service are what is tested (tests/test_classroom_bench.py: build processes).
     env = {**os.environ, "EXPLORER_RUN_LOG": str(run_log), "EXPLORER_DIAGNOSE": "0", "EXPLORER_COMPILE_WORKERS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
-    env.pop("EXPLORER_BUILD_WORKERS", None)
     launcher = subprocess.Popen([sys.executable, "-c", launch], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

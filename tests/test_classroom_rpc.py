@@ -21,6 +21,7 @@ from tvm.rpc.tracker import Tracker
 from explorer.classroom import Store, submit
 from explorer.measure import KernelCrashed, MeasureSettings, NoDevice, Remote, RemoteError, measure, measure_module
 from explorer.measure import remote as remote_module
+from explorer.measure import server as server_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
 from explorer.measure.worker import Trial
 from explorer.presets import get_preset
@@ -40,10 +41,14 @@ BIG = Matmul(m=128, n=128, k=128)  # long enough per launch for the repeat time 
 
 
 def start_server(tracker_port: int, first_port: int) -> subprocess.Popen:
+    # Without a GPU here the sessions are forked, not spawned: a spawned session imports TVM again before it
+    # runs its CPU kernel (a second of CPU each, 11 of them). With one they are spawned, as a GPU server's must be.
+    sessions = {} if tvm.cuda(0).exist else {server_module.SESSIONS: "fork"}
     return subprocess.Popen(
         [sys.executable, "-m", "explorer.measure.server", "--tracker", f"127.0.0.1:{tracker_port}", "--key", KEY,
          "--host", "127.0.0.1", "--port", str(first_port), "--port-end", str(first_port + 49), "--silent"],
-        cwd=ROOT, start_new_session=True)  # its own process group: the server and its session processes
+        cwd=ROOT, start_new_session=True,  # its own process group: the server and its session processes
+        env={**os.environ, **sessions})
 
 
 def kill(server: subprocess.Popen) -> None:

@@ -22,6 +22,10 @@ import sys
 from ..cuda_env import kernel_environment
 
 _READY = "EXPLORER_MEASURE_SERVER_ENV"  # set once the environment is in place
+# "fork": sessions forked from the server process instead of spawned, for a server that runs only
+# CPU kernels (target llvm: the tests' servers, docs/architecture.md). A spawned session imports TVM
+# again before it runs anything (a second of CPU per session); a GPU server must spawn (main()).
+SESSIONS = "EXPLORER_RPC_SESSIONS"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -68,8 +72,9 @@ def main() -> None:
     # Sessions are spawned, not forked: a forked session cannot use a GPU whose driver the
     # server process already initialized ("cudaErrorInitializationError"). Importing TVM
     # initializes it, so a fork server that has imported TVM does not help either (tried on an H200).
+    spawned = os.environ.get(SESSIONS, "spawn") != "fork"
     server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
-                        custom_addr=args.custom_addr, silent=args.silent, no_fork=True,
+                        custom_addr=args.custom_addr, silent=args.silent, no_fork=spawned,
                         server_init_callback=keep_serving_after_crashes)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
