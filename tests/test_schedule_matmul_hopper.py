@@ -16,7 +16,6 @@ from tvm.script import tirx as T
 from explorer.analysis import sass
 from explorer.build import Spec, build
 from explorer.cli import main
-from explorer.cuda_compile import nvcc_binary, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.measure import MeasureSettings, measure
@@ -260,12 +259,13 @@ def test_a_cluster_s_half_of_b_must_be_whole_swizzle_patterns(monkeypatch):
     assert error.value.knobs == ("cluster", "block_k") and "\n" not in str(error.value)
 
 
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.skipif(bool(sass.missing_tools()), reason="NVRTC or nvdisasm is not installed")
 @pytest.mark.parametrize("knobs", CLUSTER_VARIANTS, ids=CLUSTER_IDS)
-def test_nvcc_compiles_the_cluster_kernel_for_sm_90a_without_spills(knobs):
-    binary = nvcc_binary(hopper(cluster=2, **knobs).cuda, "sm_90a")  # ptxas checks every PTX line
-    (registers,) = binary.registers.values()
-    assert 0 < registers <= 255 and set(binary.spill_bytes.values()) == {0}
+def test_the_cluster_kernel_compiles_for_sm_90a_without_spills(knobs):
+    # NVRTC's cubin, the one the SASS view shows (ptxas, inside NVRTC, checks every PTX line); the machine-code
+    # test below disassembles the same kernels. nvcc -O3 gives the same registers (168 warp-specialized, 154 not).
+    (kernel,) = sass.analyze_source(hopper(cluster=2, **knobs).cuda, "sm_90a").kernels
+    assert 0 < kernel.registers <= 255 and kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0
 
 
 @pytest.mark.skipif(bool(sass.missing_tools()), reason="NVRTC or nvdisasm is not installed")
