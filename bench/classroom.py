@@ -853,15 +853,25 @@ def play(url: str, class_: list[Student], end: float, think: float, want_latency
     return class_, {"pid": os.getpid(), "began": began, "cores": cores}
 
 
-def play_in_processes(processes: int, url: str, class_: list[Student], *args) -> tuple[list[Student], list[dict]]:
+# How the load processes start: spawned, each importing Streamlit's protocol, the app's widgets and the explorer
+# (TVM) again. A test forks them (docs/architecture.md, the test suite): they start before this process starts
+# its observer thread (play_in_processes), so no thread of ours holds a lock that a forked child would inherit.
+START_METHOD = "spawn"
+
+
+def play_in_processes(processes: int, url: str, class_: list[Student], *args,
+                      started=lambda: None) -> tuple[list[Student], list[dict]]:
     """``play`` with the class shared among ``processes`` processes: one Python process cannot
     read a hundred students' websockets and check their moves without its own GIL delaying them.
+    ``started()`` is called once the processes have started (the observer starts there).
     The students, and what each process said of itself."""
     if processes <= 1:
+        started()
         students, me = play(url, class_, *args)
         return students, [me]
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(START_METHOD)) as pool:
         shares = [pool.submit(play, url, class_[i::processes], *args) for i in range(processes)]
+        started()  # forked, they all started at the first submit, before the pool's threads and the observer
         played = [share.result() for share in shares]
         return [s for students, _ in played for s in students], [me for _, me in played]
 
@@ -884,8 +894,8 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     samples: list = []
     gpus_seen: list = []
     observer = threading.Thread(target=observe, args=(url, end, samples, server_pid), kwargs={"gpus_seen": gpus_seen})
-    observer.start()
-    class_, plays = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at)
+    class_, plays = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at,
+                                      started=observer.start)
     observer.join(60)
     # Play begins when the first process's students start (a spawned process imports first), or, with
     # same_link, when they open the link together; no move is sent after ``end``.

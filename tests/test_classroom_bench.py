@@ -170,8 +170,9 @@ def test_goals_say_by_how_much_they_were_missed():
     assert rows[3].endswith("| — | not measured |") and rows[4].endswith("| 0.500 s | met |")
 
 
-def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url):
+def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url, monkeypatch):
     url, pid = server_url
+    monkeypatch.setattr(classroom, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
     # The students open the link together after classroom.CONNECT_S and their processes' start (9 s);
     # the rest is the time to open it.
     report = classroom.run(url, students=4, seconds=15, think=2.0, want_latency=False, links=("dw-blog-final-96",),
