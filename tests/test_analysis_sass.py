@@ -328,7 +328,7 @@ def test_cli_sass_view(no_toolkit, capsys):
     assert f"registers/thread {kernel.registers}," in capsys.readouterr().out
 
 
-def test_sass_tab_renders_and_diffs():
+def test_sass_tab_renders_and_diffs(no_toolkit):  # conv1d-v5's cubins, as the tests above compiled them
     from test_app import app, assert_clean, code_text
 
     at = app({"preset": "conv1d-v5"}, view="SASS").run()
