@@ -15,7 +15,7 @@ import tvm
 
 from explorer.analysis.sass import compile_binary
 from explorer.build import Spec, build, pass_config
-from explorer.cuda_compile import nvcc_path
+from explorer.cuda_compile import missing_tools, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.presets import get_preset
@@ -260,7 +260,8 @@ def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
 # -- compiled code, export ------------------------------------------------------------
 
 
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.skipif(bool(missing_tools()) and nvcc_path() is None,
+                    reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
 @pytest.mark.parametrize("make, kernels", [
     (lambda: simt(), 1),
     (lambda: simt(register_double_buffer=True), 1),
