@@ -104,7 +104,8 @@ def kernel_environment(environ: Mapping[str, str] | None = None, root=DETECT, nv
         wanted.append(f"-I{root / 'include' / 'cccl'}")
     if nvrtc is not None and nvrtc >= PCH_SINCE:
         wanted += PCH_OPTIONS
-    missing = [option for option in wanted if option not in options]
-    if missing:
-        changes["TVM_CUDA_NVRTC_EXTRA_OPTS"] = shlex.join([*options, *missing])
+    if any(option not in options for option in wanted):
+        # The wanted options in one order, however many calls added them: the disk cache keys a binary by
+        # this variable, so processes that came by it differently must still spell it alike.
+        changes["TVM_CUDA_NVRTC_EXTRA_OPTS"] = shlex.join([*(o for o in options if o not in wanted), *wanted])
     return changes

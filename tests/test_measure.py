@@ -222,6 +222,20 @@ def test_kernel_environment_adds_nothing_twice(tmp_path):
     assert kernel_environment(environ=environ, root=tmp_path, nvcc=None, nvrtc=(13, 0)) == {}
 
 
+def test_the_nvrtc_options_are_spelt_alike_whatever_order_a_process_came_by_them(tmp_path):
+    """A process that first took the toolkit's environment (precompiled headers only), then the pip
+    headers' (the CUDA library path too), spells the options as a process that took the second at once:
+    the disk cache of binaries is keyed by them."""
+    at_once = kernel_environment(environ={}, root=tmp_path, nvcc=None, nvrtc=(13, 0))
+    environ = {"CUDA_PATH": "/usr/local/cuda"}  # a toolkit's machine: its own paths, only the headers
+    environ.update(kernel_environment(environ=environ, root=tmp_path, nvcc="/usr/local/cuda/bin/nvcc", nvrtc=(13, 0)))
+    assert environ["TVM_CUDA_NVRTC_EXTRA_OPTS"] == " ".join(PCH_OPTIONS)
+    del environ["CUDA_PATH"]  # the pip headers wanted now (cuda_compile's NVRTC environment)
+    environ.update(kernel_environment(environ=environ, root=tmp_path, nvcc=None, nvrtc=(13, 0)))
+    assert environ["TVM_CUDA_NVRTC_EXTRA_OPTS"] == at_once["TVM_CUDA_NVRTC_EXTRA_OPTS"]
+    assert at_once["TVM_CUDA_NVRTC_EXTRA_OPTS"] == f"-I{tmp_path / 'include' / 'cccl'} " + " ".join(PCH_OPTIONS)
+
+
 def _nvrtc(jobs: list[tuple[str, str]], env: dict) -> list[bytes]:
     """Compile (source, "cubin" or "ptx") in order in one process (so that a later one can use the
     precompiled header of an earlier one); their binaries."""
