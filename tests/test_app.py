@@ -16,7 +16,6 @@ from explorer import urlstate
 from explorer.analyses import ANALYSES
 from explorer.build import build
 from explorer.cli import make_parser
-from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.figures import tries_figure
 from explorer.highlight import kernels_only
@@ -492,9 +491,9 @@ def test_shape_change_keeps_splits_valid():
 def test_resources_tab_compiles_when_opened():
     """Registers come from the cubin (NVRTC and the pip disassembler; nvcc where they are
     missing) as soon as the tab opens."""
-    from explorer.analysis.sass import missing_tools
+    from explorer.analysis.sass import binary_compiler
 
-    if missing_tools() and nvcc_path() is None:
+    if binary_compiler() is None:
         pytest.skip("neither NVRTC with the pip disassembler nor nvcc is installed")
     at = app({"preset": "dw-blog-final-96"}, view="Resources").run()
     assert_clean(at)

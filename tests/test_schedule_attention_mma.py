@@ -11,9 +11,9 @@ from exported import load
 from refusals import refusal
 
 from explorer.analysis.banks import analyze_banks
-from explorer.analysis.sass import compile_binary
+from explorer.analysis.sass import binary_compiler, compile_binary
 from explorer.build import Spec, build
-from explorer.cuda_compile import missing_tools, nvcc_path
+from explorer.cuda_compile import nvcc_path
 from explorer.export import snippet
 from explorer.measure.gate import compare
 from explorer.presets import all_presets
@@ -138,7 +138,7 @@ def test_bad_knobs_are_refused_in_one_sentence(spec, named):
     assert refusal(spec.template, spec.workload, spec.knobs).knobs == named
 
 
-COMPILES = pytest.mark.skipif(bool(missing_tools()) and nvcc_path() is None,
+COMPILES = pytest.mark.skipif(binary_compiler() is None,
                               reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
 
 

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 import tvm
 
-from explorer.analysis.sass import compile_binary
+from explorer.analysis.sass import binary_compiler, compile_binary
 from explorer.build import Spec, build, pass_config
-from explorer.cuda_compile import missing_tools, nvcc_path
 from explorer.errors import InvalidKnobs
 from explorer.export import snippet
 from explorer.presets import get_preset
@@ -260,7 +259,7 @@ def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
 # -- compiled code, export ------------------------------------------------------------
 
 
-@pytest.mark.skipif(bool(missing_tools()) and nvcc_path() is None,
+@pytest.mark.skipif(binary_compiler() is None,
                     reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
 @pytest.mark.parametrize("make, kernels", [
     (lambda: simt(), 1),

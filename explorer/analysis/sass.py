@@ -222,21 +222,28 @@ def analyze_sass(built) -> SassReport:
     return analyze_source(built.cuda, str(built.target.arch))
 
 
+def binary_compiler() -> str | None:
+    """What :func:`compile_binary` compiles with on this machine: "nvrtc" (NVRTC and the pip
+    disassembler, no toolkit needed), else "nvcc" (a toolkit's), else None."""
+    if not missing_tools():
+        return "nvrtc"
+    return "nvcc" if nvcc_path() is not None else None
+
+
 def compile_binary(built) -> Binary | None:
     """Registers, shared memory and spills per kernel of a build, from the cubin that NVRTC
     compiles (no toolkit needed); nvcc -Xptxas -v where NVRTC or the pip disassembler is
-    missing; None when neither is there."""
-    if not built.cuda:
+    missing; None when neither is there (:func:`binary_compiler`)."""
+    compiler = binary_compiler() if built.cuda else None
+    if compiler is None:
         return None
-    if not missing_tools():
+    if compiler == "nvrtc":
         report = analyze_sass(built)
         return Binary(
             "nvrtc", report.arch, {k.kernel: k.registers for k in report.kernels},
             {k.kernel: k.shared_bytes for k in report.kernels}, {k.kernel: k.mix.spill_bytes for k in report.kernels},
             " ".join(report.tools), "\n\n".join(sass_text(k, built.cuda) for k in report.kernels),
         )
-    if nvcc_path() is None:
-        return None
     return nvcc_binary(built.cuda, built.target.arch)
 
 
