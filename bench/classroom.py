@@ -70,6 +70,7 @@ from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
 from explorer.presets import get_preset
 from explorer.serve import wait_healthy
+from explorer.services.compiles import COMPILE_LOG_CUBINS, COMPILE_LOG_TIMES
 
 warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
 
@@ -669,19 +670,22 @@ def compile_stages(log_path: str, since_s: float) -> dict:
     page's ("kept") and those made in the compile process ("here")."""
     stages = {name: [] for name, _, _ in COMPILE_STAGES}
     cpu, cubins, builds, outcomes = [], collections.Counter(), collections.Counter(), collections.Counter()
-    order = ("asked", "started", "built", "generated", "exported")
     for line in Path(log_path).read_text().splitlines():
         fields = line.split()
-        times = {name: None if value == "-" else float(value) for name, value in zip(order, fields[:5], strict=True)}
+        times = {name: None if value == "-" else float(value)
+                 for name, value in zip(COMPILE_LOG_TIMES, fields[:len(COMPILE_LOG_TIMES)], strict=True)}
         if (times["started"] or 0) < since_s:
             continue
         for name, start, end in COMPILE_STAGES:
             if times[start] is not None and times[end] is not None:
                 stages[name].append(times[end] - times[start])
-        cpu.append(float(fields[5]))
-        cubins.update(dict(zip(("compiled", "read", "waited"), map(int, fields[6:9]), strict=True)))
-        builds[fields[9]] += 1
-        outcomes[fields[10]] += 1
+        cpu_at = len(COMPILE_LOG_TIMES)
+        cpu.append(float(fields[cpu_at]))
+        counts = fields[cpu_at + 1:cpu_at + 1 + len(COMPILE_LOG_CUBINS)]
+        cubins.update(dict(zip(COMPILE_LOG_CUBINS, map(int, counts), strict=True)))
+        build, outcome = fields[cpu_at + 1 + len(COMPILE_LOG_CUBINS):][:2]
+        builds[build] += 1
+        outcomes[outcome] += 1
     return {"stages": {name: percentiles(values) for name, values in stages.items()}, "cpu_s": percentiles(cpu),
             "cpu_s_total": sum(cpu), "cubins": dict(cubins), "builds": dict(builds), "outcomes": dict(outcomes)}
 

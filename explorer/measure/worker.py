@@ -388,7 +388,7 @@ def compile_kernel(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tv
 def load_library(path: str) -> tvm.runtime.Module:
     """A kernel that a compile process built and exported (its cubin inside). Unloaded once the
     worker drops it: TVM's own ``load_module`` keeps every library loaded for the life of the
-    process, and a class loads one per setting (the worker's memory grew 0.5 GB a minute with
+    process, and a class loads one per setting (the worker's memory grew about 0.6 GiB a minute with
     100 students, and each library holds five memory maps of the 65,530 a process may have)."""
     try:
         return tvm_ffi.load_module(os.path.realpath(path), keep_module_alive=False)

@@ -18,6 +18,9 @@ from .pool import POOL_BUILDS, ProcessPool
 from .settings import COMPILE_NICENESS, ServerSettings
 
 COMPILE_LOG = "EXPLORER_COMPILE_LOG"  # where each compile process writes a line per setting it compiles
+# The times a line of the compile log begins with, in order (the class bench reads them by these names).
+COMPILE_LOG_TIMES = ("asked", "started", "built", "generated", "exported")
+COMPILE_LOG_CUBINS = ("compiled", "read", "waited")  # then the CPU seconds, and the binaries counted by these
 
 
 class CompileService(ProcessPool):
@@ -116,8 +119,8 @@ class _CompileLog:
         if not self.path:
             return
         times = " ".join("-" if self.times.get(stage) is None else f"{self.times[stage]:.3f}"
-                         for stage in ("asked", "started", "built", "generated", "exported"))
-        cubins = " ".join(str(CUBINS[kind] - self.cubins.get(kind, 0)) for kind in ("compiled", "read", "waited"))
+                         for stage in COMPILE_LOG_TIMES)
+        cubins = " ".join(str(CUBINS[kind] - self.cubins.get(kind, 0)) for kind in COMPILE_LOG_CUBINS)
         with open(self.path, "a") as log:
             log.write(f"{times} {time.process_time() - self.cpu:.3f} {cubins} {self.build} {outcome} "
                       f"{self.template}\n")
