@@ -1,7 +1,11 @@
-"""Names for the server's processes, so that a look at a loaded machine tells them apart."""
+"""Names for the server's processes, so that a look at a loaded machine tells them apart, and
+the lines their logs of work get (the kernel runs, the measurements' stages, the compiles)."""
 from __future__ import annotations
 
 import ctypes
+import logging
+
+_unwritable: set[str] = set()  # logs already said to be unwritable
 
 PR_SET_NAME = 15  # prctl option (linux/prctl.h)
 
@@ -22,3 +26,16 @@ def named_start(name: str, initializer, root: str) -> None:
     """A pool or worker process's start (TVM's ``PopenWorker`` initializer): its name, then ``initializer(root)``."""
     name_process(name)
     initializer(root)
+
+
+def log_line(path: str, line: str) -> None:
+    """Append ``line`` to the log at ``path``; a log that cannot be written (a mistyped folder) is
+    said once and skipped: it never stops the work it describes."""
+    try:
+        with open(path, "a") as log:
+            log.write(line + "\n")
+    except OSError as error:
+        if path not in _unwritable:
+            _unwritable.add(path)
+            logging.getLogger(__name__).warning("The log %s cannot be written (%s); its lines are skipped.",
+                                                path, error)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from ..build import Spec
 from ..errors import ExplorerError
+from ..processes import log_line
 from .remote import Remote, server_count
 
 LOCAL = "local"
@@ -393,9 +394,8 @@ def _log(job: Job) -> None:
     kind = "again" if job.full_again else "background" if job.background else "student"
     times = " ".join("-" if t is None else f"{t:.3f}" for t in (job.asked_at, job.compiled_at, job.started_at,
                                                                   job.finished_at))
-    with open(path, "a") as log:
-        log.write(f"{times} {kind} {'quick' if job.quick else 'full'} {'ok' if job.error is None else 'error'} "
-                  f"{job.spec.template}\n")
+    log_line(path, f"{times} {kind} {'quick' if job.quick else 'full'} {'ok' if job.error is None else 'error'} "
+                   f"{job.spec.template}")
 
 
 def _capacity(remote: Remote | None, local_gpus: int = 1) -> Callable[[], int]:

@@ -40,7 +40,7 @@ from ..analysis.roofline import Ceilings
 from ..build import Spec, build
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError, summary_line
-from ..processes import named_start
+from ..processes import log_line, named_start
 from ..targets import resolve_target
 from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
@@ -262,8 +262,8 @@ def _log_run(started_ns: int, trial: Trial, phases_ms: dict) -> None:
     phases = " ".join(f"{name.replace(' ', '_')}={ms:.1f}" for name, ms in phases_ms.items())
     # Where the server measures on several GPUs, each worker sees one: the log says which.
     gpu = f" gpu={os.environ[VISIBLE]}" if os.environ.get(VISIBLE, "").isdigit() else ""
-    with open(RUN_LOG_PATH, "a") as log:
-        log.write(f"{os.getpid()} {started_ns} {time.time_ns()} {label} {trial.workload.label()}{gpu} | {phases}\n")
+    log_line(str(RUN_LOG_PATH), f"{os.getpid()} {started_ns} {time.time_ns()} {label} {trial.workload.label()}{gpu} "
+                                f"| {phases}")
 
 
 # The inputs and the NaN-filled output of the latest workloads, kept on the device and never

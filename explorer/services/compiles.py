@@ -13,6 +13,7 @@ from ..build import Build, Spec, build, keep_builds, runtime_module_of
 from ..cuda_compile import CUBINS
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
+from ..processes import log_line
 from . import build_disk
 from .pool import POOL_BUILDS, ProcessPool
 from .settings import COMPILE_NICENESS, ServerSettings
@@ -121,6 +122,5 @@ class _CompileLog:
         times = " ".join("-" if self.times.get(stage) is None else f"{self.times[stage]:.3f}"
                          for stage in COMPILE_LOG_TIMES)
         cubins = " ".join(str(CUBINS[kind] - self.cubins.get(kind, 0)) for kind in COMPILE_LOG_CUBINS)
-        with open(self.path, "a") as log:
-            log.write(f"{times} {time.process_time() - self.cpu:.3f} {cubins} {self.build} {outcome} "
-                      f"{self.template}\n")
+        log_line(self.path, f"{times} {time.process_time() - self.cpu:.3f} {cubins} {self.build} {outcome} "
+                            f"{self.template}")
