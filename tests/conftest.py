@@ -80,13 +80,16 @@ def _wait_for_the_script(runner, timeout: float = 3) -> None:
         raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
 
 
-try:  # the GPU machine runs the kernel tests without Streamlit
-    from streamlit.components.v2 import manifest_scanner
-    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
-    from streamlit.testing.v1 import local_script_runner
-except ImportError:
-    pass
-else:
+def _quicker_app_tests() -> None:
+    """AppTest as this process's app tests run it (in the processes that run tests: the process that hands
+    them out never runs an AppTest, and importing Streamlit there delayed the test processes' start by half
+    a second)."""
+    try:  # the GPU machine runs the kernel tests without Streamlit
+        from streamlit.components.v2 import manifest_scanner
+        from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+        from streamlit.testing.v1 import local_script_runner
+    except ImportError:
+        return
     # Every AppTest scans the metadata of every installed package for Streamlit components on its
     # first run (a fifth of a second each, a third of the app tests' time); nothing is installed
     # while the tests run, so one scan per process finds the same components.
@@ -181,10 +184,12 @@ else:
 
 
 def pytest_configure(config):
-    """In the process that hands out the tests, before it starts the test processes: the bytecode of the sources
-    and pytest's rewritten test modules, where a fresh checkout has none. Otherwise every test process compiled
-    and rewrote them all at once in its collection (2.8 of its 5 CPU-s), each for itself."""
+    """In a process that runs tests: AppTest made quicker (_quicker_app_tests). In the process that hands out the
+    tests, before it starts the test processes: the bytecode of the sources and pytest's rewritten test modules,
+    where a fresh checkout has none. Otherwise every test process compiled and rewrote them all at once in its
+    collection (2.8 of its 5 CPU-s), each for itself."""
     if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        _quicker_app_tests()
         return
     import compileall
     import multiprocessing
