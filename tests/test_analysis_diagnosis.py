@@ -302,32 +302,6 @@ def test_an_uncoalesced_store_in_a_real_build():
     assert loads["Filter"].excess == 1
 
 
-def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_path):
-    import tempfile
-
-    import diagnosis_agreement as bench
-    from live_fakes import fake_measurement
-
-    import explorer.measure
-
-    presets = [get_preset("dw-blog-channel-96"), get_preset("dw-blog-threads-case4")]
-    monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
-    measured = []
-
-    def stand_in(spec, settings=None, library=None, **_):
-        measured.append(spec)
-        return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
-
-    monkeypatch.setattr(explorer.measure, "measure", stand_in)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
-    rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
-    assert [r["preset"] for r in rows] == [p.id for p in presets]
-    assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
-    assert len(measured) == len(set(measured)) >= 3
-    assert not list(tmp_path.glob("diagnosis-libraries-*"))  # the libraries go with the run
-
-
 @pytest.mark.gpu
 def test_on_a_gpu_with_ncu_the_diagnosis_quotes_the_counters(capsys):
     from explorer.analysis import ncu
@@ -583,3 +557,32 @@ def test_a_tree_whose_adding_threads_are_spread_over_the_warps():
     moves = [s.describe() for s in second.suggestions()]
     assert any("addressing interleaved_strided → sequential" in move for move in moves)
     assert not any("interleaved_divergent" in move for move in moves)
+
+
+def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_path):
+    import tempfile
+
+    import diagnosis_agreement as bench
+    from live_fakes import fake_measurement
+
+    import explorer.measure
+
+    # Two presets this process has diagnosed already (test_cli_json_shape, with the cubin, and
+    # test_a_tree_whose_adding_threads_are_spread_over_the_warps, above): the forked processes find their builds,
+    # their neighbours' and the first one's SASS in the memory they start with.
+    presets = [get_preset("dw-blog-channel-96"), get_preset("reduce-1-interleaved-divergent")]
+    monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
+    measured = []
+
+    def stand_in(spec, settings=None, library=None, **_):
+        measured.append(spec)
+        return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
+
+    monkeypatch.setattr(explorer.measure, "measure", stand_in)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
+    rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
+    assert [r["preset"] for r in rows] == [p.id for p in presets]
+    assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
+    assert len(measured) == len(set(measured)) >= 3
+    assert not list(tmp_path.glob("diagnosis-libraries-*"))  # the libraries go with the run
