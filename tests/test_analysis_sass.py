@@ -228,8 +228,11 @@ extern "C" __global__ void __launch_bounds__(1024, 2) spill_kernel(float* __rest
 
 @pytest.mark.skipif(nvcc_path() is None, reason="the cross-check needs nvcc")
 @pytest.mark.parametrize("source,arch", [(HAND_MADE, "sm_90"), (HAND_MADE, "sm_80"), (SPILLING, "sm_90")])
-def test_registers_and_spills_agree_with_ptxas(source, arch, tmp_path):
-    """nvcc's own ptxas report of the same source (fast math, as TVM compiles) says the same."""
+def test_registers_and_spills_agree_with_ptxas(source, arch, tmp_path, compiled_here, monkeypatch):
+    """nvcc's own ptxas report of the same source (fast math, as TVM compiles) says the same. NVRTC's cubin
+    and its disassembly from this module's cache: the hand-made kernel's for sm_90 as the no-toolkit tests
+    compiled it (the cache is keyed by the NVRTC settings, which the toolkit on PATH leaves alike)."""
+    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", str(compiled_here[0]))
     (kernel,) = sass.analyze_source(source, arch).kernels
     path = tmp_path / "kernel.cu"
     path.write_text(source)
