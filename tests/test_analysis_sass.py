@@ -210,6 +210,9 @@ def test_registers_and_spills_come_from_the_cubin(no_toolkit):
     assert "LDS" in binary.sass
 
 
+# 48 values live across 8 × 48 unrolled multiplies, in the 32 registers that 1024 threads × 2 blocks leave each
+# thread: ptxas spills (720 bytes stored, 1,296 loaded on sm_90). More rounds of multiplies spill more and only
+# take longer to compile.
 SPILLING = """\
 extern "C" __global__ void __launch_bounds__(1024, 2) spill_kernel(float* __restrict__ out,
                                                                    const float* __restrict__ in) {
@@ -218,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) spill_kernel(float* __rest
   for (int i = 0; i < 48; ++i) v[i] = in[threadIdx.x * 48 + i];
   float acc = 0.f;
 #pragma unroll
-  for (int j = 0; j < 48; ++j)
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int i = 0; i < 48; ++i) acc = fmaf(v[i], v[(i + j) % 48], acc);
   out[threadIdx.x] = acc;
@@ -242,6 +245,7 @@ def test_registers_and_spills_agree_with_ptxas(source, arch, tmp_path, compiled_
     stores, loads = (int(log.split(f" bytes spill {kind}")[0].split()[-1]) for kind in ("stores", "loads"))
     assert kernel.registers == registers
     assert kernel.mix.spill_bytes == stores + loads
+    assert (stores + loads > 0) == (source == SPILLING)
 
 
 def test_real_preset_shows_its_vector_shared_loads(no_toolkit):
