@@ -148,7 +148,9 @@ def test_a_refused_setting_gets_its_sentence_only(capsys):
 
 
 def test_cli_json_shape(capsys):
-    assert main(["show", "dw-blog-channel-96", "--view", "diagnosis", "--json"]) == 0
+    # Harris's first reduction: its cubin is compiled by test_app.py's tabs too, and its neighbours built again by
+    # test_a_tree_whose_adding_threads_are_spread_over_the_warps below.
+    assert main(["show", "reduce-1-interleaved-divergent", "--view", "diagnosis", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["diagnosis"]
     assert set(data) == {"knobs", "evidence", "refused", "roofline", "estimate_us", "neighbours_tried", "findings",
                          "ranking_rule", "suggestion_rule", "notes"}
@@ -572,9 +574,9 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_pa
     import explorer.measure
 
     # Two presets this process has diagnosed already (test_cli_json_shape, with the cubin, and
-    # test_a_tree_whose_adding_threads_are_spread_over_the_warps, above): the forked processes find their builds,
-    # their neighbours' and the first one's SASS in the memory they start with.
-    presets = [get_preset("dw-blog-channel-96"), get_preset("reduce-1-interleaved-divergent")]
+    # test_the_lessons_steps_get_the_findings_that_lead_to_the_next, above): the forked processes find their
+    # builds, their neighbours' and the first one's SASS in the memory they start with.
+    presets = [get_preset("reduce-1-interleaved-divergent"), get_preset("rowwise-softmax-separate")]
     monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
     measured = []
 
