@@ -265,13 +265,13 @@ def test_pip_nvrtc_compiles_the_generated_cuda_without_a_toolkit():
                if name not in ("CUDA_PATH", "LD_LIBRARY_PATH", "TVM_CUDA_NVRTC_EXTRA_OPTS")}
     plain = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=None)}
     fast = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=(13, 0))}
-    # The two environments differ in the NVRTC options only; the plain compiles come first, so that the
-    # first fast one makes the precompiled header (NVRTC keeps it in the process) and the second uses it.
+    # The two environments differ in the NVRTC options only; the plain compile comes first, so that the first
+    # fast one (the cubin) makes the precompiled header (NVRTC keeps it in the process) and the second uses it.
     assert {k for k in plain.keys() | fast.keys() if plain.get(k) != fast.get(k)} == {"TVM_CUDA_NVRTC_EXTRA_OPTS"}
     plain_options, fast_options = plain["TVM_CUDA_NVRTC_EXTRA_OPTS"], fast["TVM_CUDA_NVRTC_EXTRA_OPTS"]
     assert "-pch" not in plain_options.split() and "-pch" in fast_options.split()
-    cubin, plain_ptx, _, fast_ptx = _nvrtc([(first, "cubin", plain_options), (second, "ptx", plain_options),
-                                            (first, "ptx", fast_options), (second, "ptx", fast_options)], plain)
+    plain_ptx, cubin, fast_ptx = _nvrtc([(second, "ptx", plain_options), (first, "cubin", fast_options),
+                                         (second, "ptx", fast_options)], plain)
     assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file
     kernel_code = [[line for line in ptx.decode().splitlines() if not line.startswith(".global")]
                    for ptx in (plain_ptx, fast_ptx)]
