@@ -148,7 +148,9 @@ def test_a_refused_setting_gets_its_sentence_only(capsys):
 
 
 def test_cli_json_shape(capsys):
-    assert main(["show", "dw-blog-channel-96", "--view", "diagnosis", "--json"]) == 0
+    # Harris's first reduction: its cubin is compiled by test_app.py's tabs too, and its neighbours built again by
+    # test_a_tree_whose_adding_threads_are_spread_over_the_warps below.
+    assert main(["show", "reduce-1-interleaved-divergent", "--view", "diagnosis", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["diagnosis"]
     assert set(data) == {"knobs", "evidence", "refused", "roofline", "estimate_us", "neighbours_tried", "findings",
                          "ranking_rule", "suggestion_rule", "notes"}
@@ -300,32 +302,6 @@ def test_an_uncoalesced_store_in_a_real_build():
     assert store.sectors_per_request == 32 and store.excess == 8
     loads = {a.buffer: a for a in report.of("load")}
     assert loads["Filter"].excess == 1
-
-
-def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_path):
-    import tempfile
-
-    import diagnosis_agreement as bench
-    from live_fakes import fake_measurement
-
-    import explorer.measure
-
-    presets = [get_preset("dw-blog-channel-96"), get_preset("dw-blog-threads-case4")]
-    monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
-    measured = []
-
-    def stand_in(spec, settings=None, library=None, **_):
-        measured.append(spec)
-        return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
-
-    monkeypatch.setattr(explorer.measure, "measure", stand_in)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
-    rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
-    assert [r["preset"] for r in rows] == [p.id for p in presets]
-    assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
-    assert len(measured) == len(set(measured)) >= 3
-    assert not list(tmp_path.glob("diagnosis-libraries-*"))  # the libraries go with the run
 
 
 @pytest.mark.gpu
@@ -529,6 +505,8 @@ def test_facts_of_reductions_and_rowwise_builds():
 
 
 def test_the_lessons_steps_get_the_findings_that_lead_to_the_next():
+    from explorer.build import build
+
     def diagnosis(preset):
         return dx.diagnose_spec(get_preset(preset).spec, compile=False)
 
@@ -545,7 +523,9 @@ def test_the_lessons_steps_get_the_findings_that_lead_to_the_next():
     little = rules(diagnosis("reduce-3-sequential"))
     assert little["work-per-thread"].suggestion.changes == (("elements_per_thread", "1", "2"),)
     assert "pipeline" not in little
-    assert "work-per-thread" not in rules(diagnosis("reduce-7-multiple-elements"))
+    # No such finding at all, shown or not (the rules on the build's Facts: no neighbours to build for suggestions).
+    many = dx.facts_of(build(get_preset("reduce-7-multiple-elements").spec))
+    assert "work-per-thread" not in dx.findings_of(many)
 
 
 def test_the_rule_table_names_every_rule():
@@ -583,3 +563,32 @@ def test_a_tree_whose_adding_threads_are_spread_over_the_warps():
     moves = [s.describe() for s in second.suggestions()]
     assert any("addressing interleaved_strided → sequential" in move for move in moves)
     assert not any("interleaved_divergent" in move for move in moves)
+
+
+def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_path):
+    import tempfile
+
+    import diagnosis_agreement as bench
+    from live_fakes import fake_measurement
+
+    import explorer.measure
+
+    # Two presets this process has diagnosed already (test_cli_json_shape, with the cubin, and
+    # test_the_lessons_steps_get_the_findings_that_lead_to_the_next, above): the forked processes find their
+    # builds, their neighbours' and the first one's SASS in the memory they start with.
+    presets = [get_preset("reduce-1-interleaved-divergent"), get_preset("rowwise-softmax-separate")]
+    monkeypatch.setattr(bench, "presets_to_try", lambda: presets)
+    measured = []
+
+    def stand_in(spec, settings=None, library=None, **_):
+        measured.append(spec)
+        return fake_measurement(spec, 10.0 if spec in {p.spec for p in presets} else 5.0)
+
+    monkeypatch.setattr(explorer.measure, "measure", stand_in)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
+    rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
+    assert [r["preset"] for r in rows] == [p.id for p in presets]
+    assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
+    assert len(measured) == len(set(measured)) >= 3
+    assert not list(tmp_path.glob("diagnosis-libraries-*"))  # the libraries go with the run

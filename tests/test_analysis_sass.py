@@ -81,6 +81,20 @@ def no_toolkit(monkeypatch, compiled_here):
     yield cache
 
 
+# The suite's cubins and disassemblies (TMPDIR's), which every test process reads and writes.
+SUITE_CACHE = cuda_compile.CUDA_CACHE
+
+
+@pytest.fixture
+def presets_no_toolkit(no_toolkit, monkeypatch):
+    """no_toolkit for the real presets, whose cubins and disassemblies are the suite's (SUITE_CACHE, keyed by
+    the CUDA source and the NVRTC settings, which the toolkit on PATH leaves alike): a preset that another test
+    compiles too (dw-blog-final-96: test_app.py's tabs) is compiled and disassembled once per run. The
+    hand-made kernel, which no other test compiles, stays in this module's cache (no_toolkit), where NVRTC
+    compiles it with no toolkit."""
+    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", SUITE_CACHE)
+
+
 def test_width_of_loads_and_stores():
     assert [sass.width_bits(op) for op in ("LDS", "LDS.64", "LDS.U.128", "LDG.E.128.CONSTANT", "LDG.E", "STS.U8",
                                            "STG.E.U16", "STL.64")] == [32, 64, 128, 128, 32, 8, 16, 64]
@@ -200,7 +214,7 @@ def test_instructions_sit_under_their_cuda_line(no_toolkit):
     assert "LDS.64" in under and "LDS.128" not in under
 
 
-def test_registers_and_spills_come_from_the_cubin(no_toolkit):
+def test_registers_and_spills_come_from_the_cubin(presets_no_toolkit):
     built = build(get_preset("dw-blog-final-96").spec, "h100")
     binary = compile_binary(built)
     (kernel,) = sass.analyze_sass(built).kernels
@@ -210,6 +224,9 @@ def test_registers_and_spills_come_from_the_cubin(no_toolkit):
     assert "LDS" in binary.sass
 
 
+# 48 values live across 8 × 48 unrolled multiplies, in the 32 registers that 1024 threads × 2 blocks leave each
+# thread: ptxas spills (720 bytes stored, 1,296 loaded on sm_90). More rounds of multiplies spill more and only
+# take longer to compile.
 SPILLING = """\
 extern "C" __global__ void __launch_bounds__(1024, 2) spill_kernel(float* __restrict__ out,
                                                                    const float* __restrict__ in) {
@@ -218,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) spill_kernel(float* __rest
   for (int i = 0; i < 48; ++i) v[i] = in[threadIdx.x * 48 + i];
   float acc = 0.f;
 #pragma unroll
-  for (int j = 0; j < 48; ++j)
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int i = 0; i < 48; ++i) acc = fmaf(v[i], v[(i + j) % 48], acc);
   out[threadIdx.x] = acc;
@@ -228,8 +245,11 @@ extern "C" __global__ void __launch_bounds__(1024, 2) spill_kernel(float* __rest
 
 @pytest.mark.skipif(nvcc_path() is None, reason="the cross-check needs nvcc")
 @pytest.mark.parametrize("source,arch", [(HAND_MADE, "sm_90"), (HAND_MADE, "sm_80"), (SPILLING, "sm_90")])
-def test_registers_and_spills_agree_with_ptxas(source, arch, tmp_path):
-    """nvcc's own ptxas report of the same source (fast math, as TVM compiles) says the same."""
+def test_registers_and_spills_agree_with_ptxas(source, arch, tmp_path, compiled_here, monkeypatch):
+    """nvcc's own ptxas report of the same source (fast math, as TVM compiles) says the same. NVRTC's cubin
+    and its disassembly from this module's cache: the hand-made kernel's for sm_90 as the no-toolkit tests
+    compiled it (the cache is keyed by the NVRTC settings, which the toolkit on PATH leaves alike)."""
+    monkeypatch.setattr(cuda_compile, "CUDA_CACHE", str(compiled_here[0]))
     (kernel,) = sass.analyze_source(source, arch).kernels
     path = tmp_path / "kernel.cu"
     path.write_text(source)
@@ -239,9 +259,10 @@ def test_registers_and_spills_agree_with_ptxas(source, arch, tmp_path):
     stores, loads = (int(log.split(f" bytes spill {kind}")[0].split()[-1]) for kind in ("stores", "loads"))
     assert kernel.registers == registers
     assert kernel.mix.spill_bytes == stores + loads
+    assert (stores + loads > 0) == (source == SPILLING)
 
 
-def test_real_preset_shows_its_vector_shared_loads(no_toolkit):
+def test_real_preset_shows_its_vector_shared_loads(presets_no_toolkit):
     """The final depthwise step reads the 3×3 filter from shared memory as two 128-bit loads
     and one 32-bit load (9 floats), and the input one float at a time."""
     built = build(get_preset("dw-blog-final-96").spec, "h100")
@@ -254,7 +275,7 @@ def test_real_preset_shows_its_vector_shared_loads(no_toolkit):
     assert kernel.mix.bar == 1
 
 
-def test_contiguous_thread_tiles_load_shared_memory_in_vectors(no_toolkit):
+def test_contiguous_thread_tiles_load_shared_memory_in_vectors(presets_no_toolkit):
     """8×8 threads, each with a 4×4 tile of neighbouring outputs (vthread case 1), read their
     inputs as LDS.64/LDS.128; with vthreads the same tile is strided (case 2) and every read
     is a 32-bit LDS: the same FFMAs, several times the shared-load instructions."""
@@ -265,7 +286,7 @@ def test_contiguous_thread_tiles_load_shared_memory_in_vectors(no_toolkit):
     assert 2 * sum(tiled.memory["LDS"].values()) < sum(strided.memory["LDS"].values())
 
 
-def test_a_long_thread_strip_goes_to_local_memory(no_toolkit):
+def test_a_long_thread_strip_goes_to_local_memory(presets_no_toolkit):
     """Threads case 3 (32 outputs per thread in a column) keeps part of its strip in local
     memory (a stack frame, LDL/STL), which case 2 (8 outputs) does not."""
     long_strip, short_strip = (sass.analyze_sass(build(get_preset(p).spec, "h100")).kernels[0]
@@ -274,7 +295,7 @@ def test_a_long_thread_strip_goes_to_local_memory(no_toolkit):
     assert short_strip.stack_bytes == 0 and short_strip.mix.spill_bytes == 0
 
 
-def test_unrolling_removes_branches_and_widens_shared_loads(no_toolkit):
+def test_unrolling_removes_branches_and_widens_shared_loads(presets_no_toolkit):
     """conv1d v5 with and without its unroll knob: unrolled, the reduction's branches go and
     the four 32-bit shared loads of consecutive taps become one 128-bit load."""
     spec = get_preset("conv1d-v5").spec
@@ -285,7 +306,7 @@ def test_unrolling_removes_branches_and_widens_shared_loads(no_toolkit):
     assert unrolled.ffma == rolled.ffma
 
 
-def test_warp_shuffles_are_counted(no_toolkit):
+def test_warp_shuffles_are_counted(presets_no_toolkit):
     """reduce-shuffle's last warp is five __shfl_down_sync steps in each of its two kernels; the
     sequential tree of kernel 3 has none (its last steps go through shared memory)."""
     shuffle, sequential = (sass.analyze_sass(build(get_preset(p).spec, "h100"))
@@ -316,7 +337,7 @@ def test_nvcc_compiles_the_same_shuffles(tmp_path):
     assert found["reduce-3-sequential"] == {"main_kernel": [], "main_kernel_1": []}
 
 
-def test_cli_sass_view(no_toolkit, capsys):
+def test_cli_sass_view(presets_no_toolkit, capsys):
     from explorer.cli import main
 
     assert main(["show", "conv1d-v5", "--view", "sass", "--target", "h100"]) == 0
@@ -328,7 +349,7 @@ def test_cli_sass_view(no_toolkit, capsys):
     assert f"registers/thread {kernel.registers}," in capsys.readouterr().out
 
 
-def test_sass_tab_renders_and_diffs(no_toolkit):  # conv1d-v5's cubins, as the tests above compiled them
+def test_sass_tab_renders_and_diffs(presets_no_toolkit):  # conv1d-v5's cubins, as the tests above compiled them
     from test_app import app, assert_clean, code_text
 
     at = app({"preset": "conv1d-v5"}, view="SASS").run()
@@ -392,7 +413,7 @@ def test_binary_falls_back_to_nvcc_then_to_nothing(monkeypatch):
     assert compile_binary(built) is None
 
 
-def test_line_info_changes_nothing_in_the_code(no_toolkit):
+def test_line_info_changes_nothing_in_the_code(presets_no_toolkit):
     """The cubin shown is the kernel TVM runs: compiled by TVM's NVRTC path without -lineinfo
     (and without the #line directives), it has the same instructions and registers."""
     from tvm.support import nvcc

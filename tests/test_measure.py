@@ -236,12 +236,15 @@ def test_the_nvrtc_options_are_spelt_alike_whatever_order_a_process_came_by_them
     assert at_once["TVM_CUDA_NVRTC_EXTRA_OPTS"] == f"-I{tmp_path / 'include' / 'cccl'} " + " ".join(PCH_OPTIONS)
 
 
-def _nvrtc(jobs: list[tuple[str, str]], env: dict) -> list[bytes]:
-    """Compile (source, "cubin" or "ptx") in order in one process (so that a later one can use the
-    precompiled header of an earlier one); their binaries."""
-    script = ("import base64, json, sys; from tvm.support import nvcc; "
-              "out = [nvcc.compile_cuda(s, target_format=f, arch='sm_90a', compiler='nvrtc') "
-              "for s, f in json.load(sys.stdin)]; "
+def _nvrtc(jobs: list[tuple[str, str, str]], env: dict) -> list[bytes]:
+    """Compile (source, "cubin" or "ptx", TVM_CUDA_NVRTC_EXTRA_OPTS) in order in one process started with
+    ``env`` (so that a later one can use the precompiled header of an earlier one); their binaries. TVM reads
+    the extra options at each compile, so one process compiles with several (a second process cost one more
+    import of TVM)."""
+    script = ("import base64, json, os, sys; from tvm.support import nvcc; out = []\n"
+              "for s, f, options in json.load(sys.stdin):\n"
+              "    os.environ['TVM_CUDA_NVRTC_EXTRA_OPTS'] = options\n"
+              "    out.append(nvcc.compile_cuda(s, target_format=f, arch='sm_90a', compiler='nvrtc'))\n"
               "json.dump([base64.b64encode(bytes(o)).decode() for o in out], sys.stdout)")
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], input=json.dumps(jobs).encode(), env=env,
                           capture_output=True, timeout=300)
@@ -262,9 +265,14 @@ def test_pip_nvrtc_compiles_the_generated_cuda_without_a_toolkit():
                if name not in ("CUDA_PATH", "LD_LIBRARY_PATH", "TVM_CUDA_NVRTC_EXTRA_OPTS")}
     plain = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=None)}
     fast = {**machine, **kernel_environment(environ=machine, root=root, nvcc=None, nvrtc=(13, 0))}
-    cubin, plain_ptx = _nvrtc([(first, "cubin"), (second, "ptx")], plain)
+    # The two environments differ in the NVRTC options only; the plain compile comes first, so that the first
+    # fast one (the cubin) makes the precompiled header (NVRTC keeps it in the process) and the second uses it.
+    assert {k for k in plain.keys() | fast.keys() if plain.get(k) != fast.get(k)} == {"TVM_CUDA_NVRTC_EXTRA_OPTS"}
+    plain_options, fast_options = plain["TVM_CUDA_NVRTC_EXTRA_OPTS"], fast["TVM_CUDA_NVRTC_EXTRA_OPTS"]
+    assert "-pch" not in plain_options.split() and "-pch" in fast_options.split()
+    plain_ptx, cubin, fast_ptx = _nvrtc([(second, "ptx", plain_options), (first, "cubin", fast_options),
+                                         (second, "ptx", fast_options)], plain)
     assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file
-    _, fast_ptx = _nvrtc([(first, "ptx"), (second, "ptx")], fast)
     kernel_code = [[line for line in ptx.decode().splitlines() if not line.startswith(".global")]
                    for ptx in (plain_ptx, fast_ptx)]
     assert kernel_code[0] == kernel_code[1]  # the headers' constants (.global) may come in another order
