@@ -72,7 +72,10 @@ def class_server():
     port = free_port()
     launcher = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
                                  "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=server_environment({"PYTHONUNBUFFERED": "1"}))
+                                # The build process highlights no other code view ahead (as a server of several
+                                # app processes, explorer.serve.class_environment): no student here opens another
+                                # tab, and tests/test_live.py tests the highlighting ahead.
+                                env=server_environment({"PYTHONUNBUFFERED": "1", "EXPLORER_HIGHLIGHT_AHEAD": "0"}))
     said = ""
     while not said.startswith("Serving") and launcher.poll() is None:  # streamlit's own lines come first
         said = launcher.stdout.readline()
