@@ -72,7 +72,10 @@ def class_server():
     port = free_port()
     launcher = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
                                  "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=server_environment({"PYTHONUNBUFFERED": "1"}))
+                                # The build process highlights no other code view ahead (as a server of several
+                                # app processes, explorer.serve.class_environment): no student here opens another
+                                # tab, and tests/test_live.py tests the highlighting ahead.
+                                env=server_environment({"PYTHONUNBUFFERED": "1", "EXPLORER_HIGHLIGHT_AHEAD": "0"}))
     said = ""
     while not said.startswith("Serving") and launcher.poll() is None:  # streamlit's own lines come first
         said = launcher.stdout.readline()
@@ -174,11 +177,13 @@ def test_a_class_opening_the_same_link_at_once_is_its_own_phase(server_url, monk
     url, pid = server_url
     monkeypatch.setattr(classroom, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
     # The students open the link together after classroom.CONNECT_S and their processes' start (9 s);
-    # the rest is the time to open it.
-    report = classroom.run(url, students=4, seconds=15, think=2.0, want_latency=False, links=("dw-blog-final-96",),
+    # the rest is the time to open it. They think a minute before a move, so none moves a knob in the 15 s:
+    # the opening is the phase under test (each move is a build and a page run on the server's cores;
+    # test_three_students_move_knobs_without_errors moves knobs).
+    report = classroom.run(url, students=4, seconds=15, think=60.0, want_latency=False, links=("dw-blog-final-96",),
                            same_link=True, processes=2)  # two processes of two students each
     assert report["errors"] == [] and report["same_link"] == "dw-blog-final-96"
-    assert report["open_to_code"]["n"] == 4
+    assert report["open_to_code"]["n"] == 4 and report["moves"] == 0
     assert classroom.describe(report).startswith("All 4 students opened `dw-blog-final-96` at the same moment")
     assert report["limited_by"]  # the observer sampled the server's processes
     assert len(report["generator"]) == 2 and os.getpid() not in [g["pid"] for g in report["generator"]]

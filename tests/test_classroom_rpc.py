@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tvm
 from test_measure_worker import WORKLOAD, correct_module, segfault, wrong_at_2_3_module
-from tvm.rpc.tracker import Tracker
+from tvm.rpc.tracker import PopenTrackerServerState, Tracker
 
 from explorer.classroom import Store, submit
 from explorer.measure import KernelCrashed, MeasureSettings, NoDevice, Remote, RemoteError, measure, measure_module
@@ -62,7 +62,10 @@ def two_servers():
     """A tracker and two GPU servers under one key, shared by this module's tests in file order
     (starting them is most of the module's time): the test that kills a server comes after the
     ones that need both, and the tests after it need only one."""
-    tracker = Tracker(host="127.0.0.1", port=9500, port_end=9590, silent=True)
+    # TVM's tracker in a thread of this process (the state TVM's Tracker makes in the process it starts for
+    # it): the servers and their sessions are the processes under test; a process for the tracker imported
+    # TVM again (0.8 CPU-s).
+    tracker = PopenTrackerServerState(host="127.0.0.1", port=9500, port_end=9590, silent=True)
     remote = Remote("127.0.0.1", tracker.port, KEY)
     servers = [start_server(tracker.port, 9600), start_server(tracker.port, 9650)]
     try:
@@ -75,7 +78,8 @@ def two_servers():
     finally:
         for server in servers:
             kill(server)
-        tracker.terminate()
+        Tracker._stop_tracker(tracker)  # TVM's stop request, to this tracker: its thread ends
+        tracker.thread.join(10)
 
 
 def measure_in_threads(remote: Remote, count: int, settings: MeasureSettings, workload=WORKLOAD):

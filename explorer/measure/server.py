@@ -5,8 +5,8 @@ It is TVM's RPC server (``tvm.rpc.Server``, sessions in spawned processes) with 
 
 - the environment that lets it compile CUDA source at load time from the pip NVRTC on a
   machine with an NVIDIA driver but no CUDA toolkit (explorer/cuda_env.py). The dynamic loader
-  reads ``LD_LIBRARY_PATH`` when a process starts, so the module re-executes itself once
-  with that environment;
+  reads ``LD_LIBRARY_PATH`` when a process starts, so it is set before TVM's server process
+  starts (the sessions start from that one); this process loads no kernel;
 - it keeps serving after a session's process crashes. TVM runs each session in a child
   process, but when that child dies (a student's kernel segfaults) its listen loop raises
   and the server stops taking sessions; ``server_init_callback``, TVM's hook for setting up
@@ -21,7 +21,6 @@ import sys
 
 from ..cuda_env import kernel_environment
 
-_READY = "EXPLORER_MEASURE_SERVER_ENV"  # set once the environment is in place
 # "fork": sessions forked from the server process instead of spawned, for a server that runs only
 # CPU kernels (target llvm: the tests' servers, docs/architecture.md). A spawned session imports TVM
 # again before it runs anything (a second of CPU per session); a GPU server must spawn (main()).
@@ -61,11 +60,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = make_parser().parse_args()
-    if not os.environ.get(_READY):
-        # the server's workers import explorer
-        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-        environment = {**os.environ, **kernel_environment(), "PYTHONPATH": path, _READY: "1"}
-        os.execve(sys.executable, [sys.executable, "-m", "explorer.measure.server", *sys.argv[1:]], environment)
+    # Inherited by TVM's server process and its sessions, which load the kernels and import explorer. Set
+    # here, not by starting this module again with it: that imported TVM twice (the explorer.measure
+    # package imports it), a second of CPU for a process that only waits on TVM's.
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    os.environ.update({**kernel_environment(), "PYTHONPATH": path})
     from tvm import rpc
 
     host, port = args.tracker.rsplit(":", 1)
