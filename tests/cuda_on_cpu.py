@@ -131,7 +131,7 @@ def host_compiler() -> list[str]:
 # The headers of every emulation (PRELUDE's, hopper_on_cpu's and those of TVM's generated CUDA), compiled once
 # (_precompiled_headers): parsing them was 0.4-0.6 s of each 0.6-1.1 s compile. Including them again in a source
 # changes nothing (their include guards), so a header missing here is only parsed where it is included.
-HEADERS = ("barrier", "cmath", "condition_variable", "cstdint", "cstdio", "cstdlib", "cstring", "map", "mutex",
+HEADERS = ("array", "barrier", "cmath", "condition_variable", "cstdint", "cstdio", "cstdlib", "cstring", "map", "mutex",
            "thread", "type_traits", "vector", "cuda.h", "cuda_fp16.h", "cuda/std/cstdint", "cuda/std/type_traits")
 FLAGS = ("-std=c++20", "-O1", "-w", "-pthread")  # an emulation's, and its precompiled headers' (they must agree)
 
