@@ -3,12 +3,12 @@
 The generated CUDA source is compiled as host code by nvcc's host compiler with the toolkit's
 headers (``half`` converts on the host too):
 each block runs on its own, its threads as CPU threads, ``__syncthreads()`` a barrier of the block,
-and a warp shuffle a store to a slot per thread, a barrier, a load of the partner's slot and a
-barrier. A shuffle must therefore be reached by every thread of the block at once: true of the
-kernels here, whose shuffles no thread skips (TVM's cross-thread reductions, the attention kernel's
-row reductions). Slow (one OS thread per CUDA thread) and for small shapes only; what it checks is
-the kernel's indexing, barriers and arithmetic, not its speed or anything of the GPU's memory model
-beyond barriers.
+and a warp shuffle a store to a slot per thread, a barrier and a load of the partner's slot (successive
+shuffles alternate between two sets of slots). A shuffle must therefore be reached by every thread of
+the block at once: true of the kernels here, whose shuffles no thread skips (TVM's cross-thread
+reductions, the attention kernel's row reductions). Slow (one OS thread per CUDA thread) and for small
+shapes only; what it checks is the kernel's indexing, barriers and arithmetic, not its speed or
+anything of the GPU's memory model beyond barriers.
 """
 from __future__ import annotations
 
@@ -42,16 +42,20 @@ static thread_local EmuDim emu_threadIdx;
 static EmuDim emu_blockIdx;
 static int EMU_BX, EMU_BY;  // the launched kernel's block shape
 static std::barrier<>* emu_barrier;
-static float emu_slots[1024];
 static int emu_flat() { return emu_threadIdx.x + emu_threadIdx.y * EMU_BX + emu_threadIdx.z * EMU_BX * EMU_BY; }
 static void emu_sync() { emu_barrier->arrive_and_wait(); }
+// The warp-wide instructions below: every thread stores its operands, a barrier, each loads the others'. Successive
+// ones of a kind store in alternate slots, so a thread stores into a slot again only after the next one's barrier,
+// which every thread reaches once it has loaded from it: one barrier each, not two (each barrier switches between
+// all of the block's threads).
+static float emu_slots[2][1024];
+static thread_local unsigned emu_exchanges, emu_ldmatrices, emu_mmas;
 static float emu_exchange(float v, int lane_of_partner) {
   int t = emu_flat();
-  emu_slots[t] = v;
+  float* slots = emu_slots[emu_exchanges++ & 1];
+  slots[t] = v;
   emu_sync();
-  float r = emu_slots[(t & ~31) | lane_of_partner];
-  emu_sync();
-  return r;
+  return slots[(t & ~31) | lane_of_partner];
 }
 static float emu_shfl_xor(unsigned, float v, int mask, int width) {
   int lane = emu_flat() & 31;
@@ -65,36 +69,33 @@ static float emu_shfl_down(unsigned, float v, int delta, int width) {
 // ldmatrix.x4 and mma.sync.m16n8k16 (f16 in, f32 accumulate), warp-wide: every lane publishes its
 // operands, a barrier, each computes its own registers from the others', a barrier (PTX ISA's
 // fragment layouts: lane = 4 * group + thread-in-group).
-static const void* emu_rows[1024];
-static float emu_a[1024][8], emu_b[1024][4];
+static const void* emu_row_slots[2][1024];
+static float emu_a_slots[2][1024][8], emu_b_slots[2][1024][4];
 template <typename H> static void emu_ldmatrix_x4(const H* row, void* dst, bool trans) {
   int t = emu_flat(), base = t & ~31, lane = t & 31;
+  const void** emu_rows = emu_row_slots[emu_ldmatrices++ & 1];
   emu_rows[t] = row;
   emu_sync();
-  H got[8];
   for (int i = 0; i < 4; ++i)
     for (int e = 0; e < 2; ++e)
-      got[i * 2 + e] = trans ? ((const H*)emu_rows[base + i * 8 + lane % 4 * 2 + e])[lane / 4]
-                             : ((const H*)emu_rows[base + i * 8 + lane / 4])[lane % 4 * 2 + e];
-  emu_sync();
-  for (int j = 0; j < 8; ++j) ((H*)dst)[j] = got[j];
+      ((H*)dst)[i * 2 + e] = trans ? ((const H*)emu_rows[base + i * 8 + lane % 4 * 2 + e])[lane / 4]
+                                   : ((const H*)emu_rows[base + i * 8 + lane / 4])[lane % 4 * 2 + e];
 }
 template <typename H> static void emu_mma_m16n8k16(const H* a, const H* b, float* c) {
   int t = emu_flat(), base = t & ~31, lane = t & 31;
+  float (*emu_a)[8] = emu_a_slots[emu_mmas & 1];
+  float (*emu_b)[4] = emu_b_slots[emu_mmas++ & 1];
   for (int j = 0; j < 8; ++j) emu_a[t][j] = static_cast<float>(a[j]);
   for (int j = 0; j < 4; ++j) emu_b[t][j] = static_cast<float>(b[j]);
   emu_sync();
-  float out[4];
   for (int j = 0; j < 4; ++j) {
     int row = lane / 4 + j / 2 * 8, col = lane % 4 * 2 + j % 2;
     float sum = c[j];
     for (int k = 0; k < 16; ++k)
       sum += emu_a[base + row % 8 * 4 + k % 8 / 2][k / 8 * 4 + row / 8 * 2 + k % 2]
            * emu_b[base + col * 4 + k % 8 / 2][k / 8 * 2 + k % 2];
-    out[j] = sum;
+    c[j] = sum;
   }
-  emu_sync();
-  for (int j = 0; j < 4; ++j) c[j] = out[j];
 }
 // The generated helper that turns a pointer into a shared-memory address stays defined, but the
 // emulation rewrites every instruction that takes one to use the pointer itself.
@@ -131,7 +132,7 @@ def host_compiler() -> list[str]:
 # The headers of every emulation (PRELUDE's, hopper_on_cpu's and those of TVM's generated CUDA), compiled once
 # (_precompiled_headers): parsing them was 0.4-0.6 s of each 0.6-1.1 s compile. Including them again in a source
 # changes nothing (their include guards), so a header missing here is only parsed where it is included.
-HEADERS = ("barrier", "cmath", "condition_variable", "cstdint", "cstdio", "cstdlib", "cstring", "map", "mutex",
+HEADERS = ("array", "barrier", "cmath", "condition_variable", "cstdint", "cstdio", "cstdlib", "cstring", "map", "mutex",
            "thread", "type_traits", "vector", "cuda.h", "cuda_fp16.h", "cuda/std/cstdint", "cuda/std/type_traits")
 FLAGS = ("-std=c++20", "-O1", "-w", "-pthread")  # an emulation's, and its precompiled headers' (they must agree)
 

@@ -17,3 +17,43 @@ def load(path, name="snippet"):
     finally:
         del sys.modules[name]
     return module
+
+
+def run_standalone(*paths, env=None) -> list:
+    """Run exported scripts one after the other in one fresh interpreter in which ``explorer`` cannot be
+    imported (TVM comes from where this process found it), each as ``__main__`` from its own folder: one
+    ``subprocess.CompletedProcess`` per script, with its own output, and a return code of 1 and the
+    traceback as its error output where it raised. A script's process costs a second of CPU to start and
+    import TVM, the same for each script; what each script does is its own."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    import tvm
+    import tvm_ffi
+
+    tvm_dirs = sorted({str(Path(module.__file__).parents[1]) for module in (tvm, tvm_ffi)})
+    code = f"""
+import contextlib, io, json, os, runpy, sys, traceback
+sys.modules['explorer'] = None
+sys.path[:0] = {tvm_dirs!r}
+runs = []
+for path in {[str(path) for path in paths]!r}:
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    os.chdir(os.path.dirname(path))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(path, run_name='__main__')
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (exit.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    runs.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"the scripts' interpreter failed: {proc.stderr[-2000:]}")
+    return [subprocess.CompletedProcess([str(path)], code, out, err)
+            for path, (code, out, err) in zip(paths, json.loads(proc.stdout.splitlines()[-1]), strict=True)]

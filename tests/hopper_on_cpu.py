@@ -33,6 +33,7 @@ from cuda_on_cpu import compile_and_run
 from explorer.workloads import numpy_dtype
 
 PRELUDE = r"""
+#include <array>
 #include <barrier>
 #include <condition_variable>
 #include <cstdio>
@@ -55,15 +56,17 @@ static int emu_tid() { return emu_threadIdx.x; }
 template <typename T> static T emu_max(T a, T b) { return a > b ? a : b; }
 template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
 
-// warp shuffles: every lane of the warp takes part
-static float emu_slots[1024];
+// warp shuffles: every lane of the warp takes part. Each lane stores its value, a barrier, each loads its
+// partner's; successive shuffles store in alternate slots, so a lane stores into a slot again only after the next
+// shuffle's barrier, which every lane reaches once it has loaded from it: one barrier per shuffle, not two.
+static float emu_slots[2][1024];
+static thread_local int emu_shuffles;
 static float emu_shfl_xor(unsigned, float v, int mask, int width) {
   int t = emu_tid(), lane = t & 31;
-  emu_slots[t] = v;
+  float* slots = emu_slots[emu_shuffles++ & 1];
+  slots[t] = v;
   emu_warp_barrier[t / 32]->arrive_and_wait();
-  float r = emu_slots[(t & ~31) | ((lane & ~(width - 1)) | ((lane & (width - 1)) ^ mask))];
-  emu_warp_barrier[t / 32]->arrive_and_wait();
-  return r;
+  return slots[(t & ~31) | ((lane & ~(width - 1)) | ((lane & (width - 1)) ^ mask))];
 }
 
 // mbarriers, by shared address
@@ -133,12 +136,12 @@ static float emu_smem_half(uint64_t desc, int mn, int k, bool mn_major) {
   memcpy(&h, emu_smem + emu_swizzle128(addr), 2);
   return __half2float(h);
 }
-static unsigned emu_a_regs[1024][4];
-static float emu_a_register_half(int wg_base, int m, int k) {
+static std::vector<std::array<unsigned, 4>> emu_a_regs[1024];  // per thread, the A fragment of each wgmma of a group
+static float emu_a_register_half(int wg_base, size_t op, int m, int k) {
   // A fragment (rs): thread 32·(m / 16) + 4·(m % 8) + (k % 8) / 2 holds element (m, k) in half
   // e = 4·(k / 8) + 2·((m % 16) / 8) + k % 2 of its registers.
   int lane = m % 8 * 4 + k % 8 / 2, e = k / 8 * 4 + m % 16 / 8 * 2 + k % 2;
-  unsigned word = emu_a_regs[wg_base + m / 16 * 32 + lane][e / 2];
+  unsigned word = emu_a_regs[wg_base + m / 16 * 32 + lane][op][e / 2];
   unsigned short bits = (unsigned short)(e % 2 ? word >> 16 : word & 0xFFFF);
   __half h;
   memcpy(&h, &bits, 2);
@@ -158,22 +161,37 @@ static void emu_wgmma(int n, float** d, const unsigned* a, uint64_t a_desc, uint
   if (a) for (int i = 0; i < 4; ++i) op.a[i] = a[i];
   emu_open_group.push_back(op);
 }
-static void emu_run(const EmuWgmma& op) {  // the warpgroup's 128 threads together
+// A commit group's wgmmas, in order, by the warpgroup's 128 threads together: each publishes the A fragments it
+// passed, a barrier, each computes its own accumulators, a barrier (before the fragments are published again).
+// Nothing writes shared memory while they run, so the group runs between two barriers, not two per wgmma (each
+// barrier of 128 threads switches between all of them).
+static void emu_run(const std::vector<EmuWgmma>& group) {
   int t = emu_tid(), wg = t / 128, lt = t % 128, warp = lt / 32, lane = lt % 32;
-  for (int i = 0; i < 4; ++i) emu_a_regs[t][i] = op.a[i];
+  emu_a_regs[t].resize(group.size());
+  for (size_t j = 0; j < group.size(); ++j)
+    for (int i = 0; i < 4; ++i) emu_a_regs[t][j][i] = group[j].a[i];
   emu_warpgroup_barrier[wg]->arrive_and_wait();
-  std::vector<float> out(op.n / 2);
-  for (int i = 0; i < op.n / 2; ++i) {
-    int row = warp * 16 + lane / 4 + i % 4 / 2 * 8, col = i / 4 * 8 + lane % 4 * 2 + i % 2;
-    float sum = op.scale_d ? *op.d[i] : 0.0f;
-    for (int k = 0; k < 16; ++k) {
-      float x = op.rs ? emu_a_register_half(wg * 128, row, k) : emu_smem_half(op.a_desc, row, k, op.trans_a);
-      sum += x * emu_smem_half(op.b_desc, col, k, op.trans_b);
+  for (size_t j = 0; j < group.size(); ++j) {
+    const EmuWgmma& op = group[j];
+    // Accumulator i of a thread is (row r, column c) with r = i % 4 / 2 and c = i / 4 * 2 + i % 2 of the 2 rows
+    // of A and the n / 4 columns of B it reads: each of their elements read once, not once per accumulator.
+    int row0 = warp * 16 + lane / 4;
+    float a[2][16], b[64][16];
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < 16; ++k)
+        a[r][k] = op.rs ? emu_a_register_half(wg * 128, j, row0 + r * 8, k)
+                        : emu_smem_half(op.a_desc, row0 + r * 8, k, op.trans_a);
+    for (int c = 0; c < op.n / 4; ++c)
+      for (int k = 0; k < 16; ++k)
+        b[c][k] = emu_smem_half(op.b_desc, c / 2 * 8 + lane % 4 * 2 + c % 2, k, op.trans_b);
+    for (int i = 0; i < op.n / 2; ++i) {
+      const float *x = a[i % 4 / 2], *y = b[i / 4 * 2 + i % 2];
+      float sum = op.scale_d ? *op.d[i] : 0.0f;
+      for (int k = 0; k < 16; ++k) sum += x[k] * y[k];
+      *op.d[i] = sum;
     }
-    out[i] = sum;
   }
   emu_warpgroup_barrier[wg]->arrive_and_wait();
-  for (int i = 0; i < op.n / 2; ++i) *op.d[i] = out[i];
 }
 static void emu_commit_group() {
   emu_committed_groups.push_back(emu_open_group);
@@ -181,7 +199,7 @@ static void emu_commit_group() {
 }
 static void emu_wait_group(size_t pending) {
   while (emu_committed_groups.size() > pending) {
-    for (const EmuWgmma& op : emu_committed_groups.front()) emu_run(op);
+    emu_run(emu_committed_groups.front());
     emu_committed_groups.erase(emu_committed_groups.begin());
   }
 }

@@ -73,7 +73,7 @@ def test_the_products_read_the_right_operands():
     assert all(f"p_words_ptr[{4 * kk + 3}], (desc_ptr[2] + (uint64_t){128 * kk}ULL)" in cuda for kk in range(1, 8))
 
 
-@pytest.mark.parametrize("knobs,lbo", [({}, 1024), ({"block_kv": 64}, 512)])
+@pytest.mark.parametrize("knobs,lbo", [({}, 1024), ({"block_kv": 64, "stages": 3}, 512)])  # as CHECKS builds them
 def test_descriptors_say_how_the_swizzled_tiles_are_laid_out(knobs, lbo):
     """Q and K (K-major): LBO 1 (unused with a swizzle), SBO 64 (8 rows of 128 bytes, in 16-byte units).
     V (MN-major): SBO 64 as well, LBO the distance between its two 64-column halves: block_kv rows of
@@ -90,23 +90,26 @@ def test_descriptors_say_how_the_swizzled_tiles_are_laid_out(knobs, lbo):
     assert "(desc_ptr[2] + (uint64_t)128ULL)" in cuda
 
 
-@pytest.mark.parametrize("knobs,threads,blocks", [
-    ({}, 384, 32 * 128),  # 2 consumers + the producer; 4096 / 128 query tiles × 128 heads
-    ({"warp_specialize": False}, 256, 32 * 128),
-    ({"consumers": 1}, 256, 64 * 128),
-    ({"consumers": 1, "warp_specialize": False}, 128, 64 * 128),
+# Settings of CHECKS, which test_every_setting_checked_on_the_gpu_builds_here builds anyway.
+@pytest.mark.parametrize("name,threads,blocks", [
+    ("d128-two-batches-three-heads-causal", 384, 256 // 128 * 2 * 3),  # 2 consumers + the producer; query tiles × heads
+    ("d128-no-producer", 256, 512 // 128 * 2),
+    ("d128-one-consumer-causal", 256, 512 // 64 * 2),  # 64 query rows per block
+    ("d64-one-consumer-no-producer-kv64-4-stages", 128, 256 // 64 * 2),
 ])
-def test_launch_follows_the_knobs(knobs, threads, blocks):
-    (kernel,) = hopper(BENCH, **knobs).kernels
+def test_launch_follows_the_knobs(name, threads, blocks):
+    (kernel,) = build(check_spec(name), "h100").kernels
     assert (kernel.threads_per_block, kernel.blocks) == (threads, blocks)
 
 
 def test_shared_memory_by_hand():
-    # Q: 128 rows × 128 halves; per stage K and V: 2 × 128 × 128 halves; Q's mbarrier and 2 per stage.
-    plan = check_knobs(BENCH, AttentionHopperKnobs())
+    # Q: 128 rows × 128 halves; per stage K and V: 2 × 128 × 128 halves; Q's mbarrier and 2 per stage (at any
+    # sequence length: the benchmark's shape takes as much as D128's, which the other tests build).
+    plan = check_knobs(D128, AttentionHopperKnobs())
+    assert check_knobs(BENCH, AttentionHopperKnobs()).shared_bytes == plan.shared_bytes
     assert plan.q_bytes == 32768 and plan.stage_bytes == 65536
     assert plan.shared_bytes == 32768 + 2 * (65536 + 16) + 8 == 163880
-    (kernel,) = hopper(BENCH).kernels
+    (kernel,) = hopper(D128).kernels
     assert kernel.shared_bytes == plan.shared_bytes
     assert check_knobs(D64, AttentionHopperKnobs(block_kv=64, consumers=1, stages=4)).shared_bytes == \
         64 * 64 * 2 + 4 * (2 * 64 * 64 * 2 + 16) + 8
@@ -192,15 +195,16 @@ def test_targets_without_wgmma_are_refused():
 
 
 COMPILED = [(D128, {}), (D128, {"warp_specialize": False, "stages": 3}), (D64, {"block_kv": 64, "consumers": 1}),
-            (replace(D128, causal=True), {"consumers": 1, "stages": 3}),
+            (replace(D128, causal=True), {"consumers": 1}),
             (replace(BENCH, causal=True), {}),
-            (replace(BENCH, causal=True), {"overlap": True, "warp_specialize": False})]  # 254 registers
+            # 254 registers (with 2 stages too); the timed grid's last corner, which its test builds
+            (replace(BENCH, causal=True), {"overlap": True, "warp_specialize": False, "stages": 3})]
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
 @pytest.mark.parametrize("workload,knobs", COMPILED, ids=["default", "no-producer-3-stages", "d64-one-consumer",
                                                           "causal-one-consumer", "causal-bench",
-                                                          "causal-bench-overlap-no-producer"])
+                                                          "causal-bench-overlap-no-producer-3-stages"])
 def test_nvcc_compiles_it_for_sm_90a_without_spills(workload, knobs):
     binary = nvcc_binary(hopper(workload, **knobs).cuda, "sm_90a")  # ptxas checks every PTX line
     (registers,) = binary.registers.values()
@@ -251,9 +255,9 @@ def test_the_cuda_matches_the_reference_run_on_the_cpu(case):
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
 def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
     """The emulation can fail: V read as a K-major operand (the transpose flag off) gives garbage."""
-    built = hopper(D64, consumers=1)
+    built = build(check_spec("d64-one-consumer-no-producer-kv64-4-stages"), "h100")  # built for CHECKS anyway
     helper = RS + "m64n64k16_f32_f16_f16_1_1_1"
-    assert built.cuda.count(helper) == 1 + 8  # its definition, and block_kv / 16 = 128 / 16 calls
+    assert built.cuda.count(helper) == 1 + 4  # its definition, and block_kv / 16 = 64 / 16 calls
     check = check_on_cpu(replace(built, cuda=built.cuda.replace(helper, helper[:-1] + "0")))
     assert not check.correct
 
@@ -262,7 +266,7 @@ def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
 def test_reading_the_accumulators_before_their_wgmma_completes_is_wrong_on_the_cpu():
     """The emulation runs a wgmma when a wait lets it complete: waits that leave the newest group
     running (wait_group 1 where the kernel waits for all) leave the scores and O unfinished."""
-    built = hopper(D64, consumers=1, overlap=True)
+    built = build(check_spec("d64-overlap-one-consumer-causal"), "h100")  # built for CHECKS anyway
     wait_all, wait_one = (f"tvm_builtin_ptx_wgmma_wait_group_wait_group_sync_aligned_{n}();" for n in (0, 1))
     assert body(built.cuda).count(wait_all) == 3 and body(built.cuda).count(wait_one) == 1
     check = check_on_cpu(replace(built, cuda=built.cuda.replace(wait_all, wait_one)))

@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import tvm
+from exported import run_standalone
 from hopper_here import hopper_gpu
 from tvm.script import tirx as T
 
@@ -133,13 +134,30 @@ def test_cli_shows_the_cuda(capsys):
     assert "wgmma.mma_async" in capsys.readouterr().out
 
 
+# The exported scripts of the tests below that run without a GPU: name -> spec.
+EXPORTED = {"float32": Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16"), MatmulHopperKnobs()),
+            "float16": Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16", out_dtype="float16"),
+                            MatmulHopperKnobs()),
+            "cluster": Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16"),
+                            MatmulHopperKnobs(cluster=2, persistent=True))}
+
+
+@pytest.fixture(scope="module")
+def exported_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """EXPORTED's scripts, each in its own folder, run one after the other in one fresh interpreter that
+    cannot import ``explorer`` and sees no GPU (a process that imports TVM for each cost a second of CPU):
+    name -> its run."""
+    paths = []
+    for name, spec in EXPORTED.items():
+        paths.append(tmp_path_factory.mktemp(name) / ("cluster.py" if name == "cluster" else "hopper.py"))
+        paths[-1].write_text(snippet(spec, title=name if name == "cluster" else "hopper"))
+    runs = run_standalone(*paths, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    return dict(zip(EXPORTED, runs, strict=True))
+
+
 @pytest.mark.parametrize("out_dtype,stores", [("float32", "st.global.v2.f32"), ("float16", "cvt.rn.f16x2.f32")])
-def test_exported_script_prints_the_kernel_without_a_gpu(tmp_path, out_dtype, stores):
-    path = tmp_path / "hopper.py"
-    path.write_text(snippet(Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16", out_dtype=out_dtype),
-                                 MatmulHopperKnobs()), title="hopper"))
-    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+def test_exported_script_prints_the_kernel_without_a_gpu(exported_runs, out_dtype, stores):
+    run = exported_runs[out_dtype]
     assert run.returncode == 0, run.stderr[-2000:]
     assert "@T.prim_func" in run.stdout and "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in run.stdout
     assert stores in run.stdout  # the script's kernel builds the same epilogue
@@ -287,16 +305,11 @@ def test_cli_shows_the_cluster_kernel_s_cuda(capsys):
     assert MULTICAST in capsys.readouterr().out
 
 
-def test_exported_cluster_script_builds_the_same_cuda(tmp_path):
-    spec = Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16"),
-                MatmulHopperKnobs(cluster=2, persistent=True))
-    path = tmp_path / "cluster.py"
-    path.write_text(snippet(spec, title="cluster"))
-    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+def test_exported_cluster_script_builds_the_same_cuda(exported_runs):
+    run = exported_runs["cluster"]
     assert run.returncode == 0, run.stderr[-2000:]
     assert "T.cta_id_in_cluster([2])" in run.stdout
-    assert build(spec, "h100").cuda.strip() in run.stdout  # the script's kernel is this one, to the byte
+    assert build(EXPORTED["cluster"], "h100").cuda.strip() in run.stdout  # the script's kernel is this one, to the byte
 
 
 # -- on an H100 -----------------------------------------------------------------------
