@@ -26,6 +26,7 @@ from explorer.workloads import Matmul
 FP32 = Matmul(m=256, n=256, k=256)
 FP32_1024 = Matmul(m=1024, n=1024, k=1024)
 FP16 = Matmul(m=256, n=256, k=256, dtype="float16")
+FP16_4096 = Matmul(m=4096, n=4096, k=4096, dtype="float16")
 BF16 = Matmul(m=256, n=256, k=256, dtype="bfloat16")
 
 
@@ -267,7 +268,8 @@ def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
     (lambda: simt(register_double_buffer=True, stages=4, block_k=32), 1),
     (lambda: simt(register_double_buffer=True, block_n=256, warp_m=64, warp_n=64, thread_m=16), 1),
     (lambda: simt(FP32_1024, split_k=2, register_double_buffer=True), 2),
-    (lambda: tensorcore(), 1),
+    # 4096³: the preset modern-tensorcore-fp16-4096, whose cubin the analysis tabs test reads (tests/test_app.py).
+    (lambda: tensorcore(FP16_4096), 1),
     (lambda: tensorcore(BF16), 1),
 ], ids=["async-fp32", "async-fp32-register-double-buffer", "async-fp32-register-double-buffer-k32-4-stages",
         "async-fp32-register-double-buffer-16x8", "async-fp32-split-k", "tensorcore-fp16", "tensorcore-bf16"])
