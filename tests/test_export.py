@@ -163,6 +163,8 @@ def test_the_scripts_check_is_the_explorers(preset, tmp_path):
     spec = get_preset(preset).spec
     if spec.workload.kind == "attention":  # the same check on 2 heads of 256 tokens, not 268 MB of outputs (17 s)
         spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, batch=1, heads=2, seq=256))
+    if spec.workload.kind == "softmax":  # 64 rows of the 4096 columns (the tolerance counts the columns), not 67 MB
+        spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, rows=64))
     path = tmp_path / "check.py"
     path.write_text(snippet(spec))
     module = load(path, "check_script")
