@@ -161,11 +161,11 @@ _OWNER_FIELDS = {"block": "block", "vthread": "vthread", "thread": "thread", "it
 
 
 def _categorical_scale(count: int) -> list:
-    """A step colourscale giving ids 0…count-1 the categorical palette, cycled."""
+    """A step colourscale giving ids 0…count-1 (at most the palette's length) the categorical palette."""
     count = max(count, 1)
     scale = []
     for i in range(count):
-        colour = CATEGORICAL[i % len(CATEGORICAL)]
+        colour = CATEGORICAL[i]
         scale += [[i / count, colour], [(i + 1) / count, colour]]
     return scale
 
@@ -189,13 +189,17 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
     x = np.arange(c0, c1) + own.origin[1]
     custom = np.stack([getattr(own, f)[r0:r1, c0:c1] for f in
                        ("block", "vthread", "thread_x", "thread_y", "thread_z", "iteration", "owners")], axis=-1)
-    cells = [[None if np.isnan(v) else int(v) for v in row] for row in z]  # None: not in the figure
+    # The heatmap's value is the id's colour, the palette cycled (id mod its length), and its text the id: a
+    # colourscale of two stops per id took plotly seconds to check and copy for thousands of blocks.
+    colours = min(count, len(CATEGORICAL))
+    cells = [[None if np.isnan(v) else int(v) % colours for v in row] for row in z]  # None: not in the figure
+    text = [["" if np.isnan(v) else str(int(v)) for v in row] for row in z] if z.size <= 1024 else None
     # The trace as a dict: plotly validates it once, in the figure (a go.Heatmap is validated on its
-    # own and again in the figure: each colour of a scale of two stops per id, thousands for a large grid).
+    # own and again in the figure).
     figure = go.Figure(dict(
-        type="heatmap", z=cells, x=x, y=y, customdata=custom, zmin=-0.5, zmax=count - 0.5,
-        colorscale=_categorical_scale(count),
-        showscale=False, xgap=1, ygap=1, texttemplate="%{z}" if z.size <= 1024 else None,
+        type="heatmap", z=cells, x=x, y=y, customdata=custom, zmin=-0.5, zmax=colours - 0.5,
+        colorscale=_categorical_scale(colours), text=text,
+        showscale=False, xgap=1, ygap=1, texttemplate="%{text}" if text is not None else None,
         hovertemplate=("output (%{y}, %{x})<br>block %{customdata[0]}, vthread %{customdata[1]}<br>"
                        "threadIdx (%{customdata[2]}, %{customdata[3]}, %{customdata[4]})<br>"
                        "inner iteration %{customdata[5]}<br>written %{customdata[6]}×<extra></extra>"),

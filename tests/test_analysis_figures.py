@@ -56,6 +56,26 @@ def test_ownership_and_footprint_figures_follow_the_tiling():
     assert (cells >= 1).sum() == tiling.footprints[0].block_elements
 
 
+def test_ownership_figure_cycles_the_palette_and_writes_each_id():
+    """Thread ids of one block of dw-blog-final-96 (8 × 16 threads, more than the palette's colours): each
+    cell takes the palette's colour of its id, cycled, and shows the id itself."""
+    tiling = analyze_tiling(build(get_preset("dw-blog-final-96").spec))
+    heat = figures.ownership_figure(tiling, "thread", block=4).data[0]
+    own = tiling.ownership
+    rows, cols = np.nonzero(own.block == 4)
+    threads = own.thread[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    assert threads.max() + 1 == 8 * 16 > len(style.CATEGORICAL)
+    stops = [(float(at), colour) for at, colour in heat.colorscale]
+
+    def colour(value):  # where a value falls between zmin and zmax on the step colourscale
+        at = (value - heat.zmin) / (heat.zmax - heat.zmin)
+        return next(c for (start, c), (end, _) in zip(stops[::2], stops[1::2], strict=True) if start <= at <= end)
+
+    assert [[colour(v) for v in row] for row in heat.z] == \
+        [[style.CATEGORICAL[t % len(style.CATEGORICAL)] for t in row] for row in threads]
+    assert heat.texttemplate == "%{text}" and [list(row) for row in heat.text] == threads.astype(str).tolist()
+
+
 def test_conflicts_figure_has_a_bar_per_access():
     report = analyze_banks(build(get_preset("dw-blog-final-96").spec))
     bars = figures.conflicts_figure(report).data[0]
