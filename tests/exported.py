@@ -24,7 +24,11 @@ def run_standalone(*paths, env=None) -> list:
     imported (TVM comes from where this process found it), each as ``__main__`` from its own folder: one
     ``subprocess.CompletedProcess`` per script, with its own output, and a return code of 1 and the
     traceback as its error output where it raised. A script's process costs a second of CPU to start and
-    import TVM, the same for each script; what each script does is its own."""
+    import TVM, the same for each script; what each script does is its own.
+
+    ``inspect`` is told that this command's frames and runpy's, which a script run as ``python file.py`` does not
+    have, have no module file: TVMScript's parser asks inspect for the stack, and inspect scanned every loaded
+    module for each of them (a tensor-core script's intrinsics: 3 of its 6 CPU-seconds)."""
     import json
     import subprocess
     from pathlib import Path
@@ -34,7 +38,8 @@ def run_standalone(*paths, env=None) -> list:
 
     tvm_dirs = sorted({str(Path(module.__file__).parents[1]) for module in (tvm, tvm_ffi)})
     code = f"""
-import contextlib, io, json, os, runpy, sys, traceback
+import contextlib, inspect, io, json, os, runpy, sys, traceback
+inspect.modulesbyfile.update(dict.fromkeys(['<string>', '<frozen runpy>'], ''))
 sys.modules['explorer'] = None
 sys.path[:0] = {tvm_dirs!r}
 runs = []

@@ -7,15 +7,11 @@ template (new templates and presets are picked up from the registries).
 import ast
 import dataclasses
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
-from exported import load
+from exported import load, run_standalone
 
 from explorer.build import Spec, build
 from explorer.cli import main
@@ -115,20 +111,6 @@ def test_cli_export_invalid_knob(capsys):
     assert "num_thread_x" in capsys.readouterr().err
 
 
-def run_standalone(path: Path) -> subprocess.CompletedProcess:
-    """Run an exported script in a fresh interpreter in which ``explorer`` cannot be
-    imported; TVM comes from where this process found it (a pip install or PYTHONPATH)."""
-    tvm_dirs = sorted({str(Path(module.__file__).parents[1]) for module in (tvm, tvm_ffi)})
-    # inspect is told that this command's frames and runpy's, which a script run as ``python file.py`` does not
-    # have, have no module file: TVMScript's parser asks inspect for the stack, and inspect scanned every loaded
-    # module for each of them (a tensor-core script's intrinsics: 3 of its 6 CPU-seconds).
-    code = (f"import inspect, runpy, sys; sys.modules['explorer'] = None; sys.path[:0] = {tvm_dirs!r}; "
-            "inspect.modulesbyfile.update(dict.fromkeys(['<string>', '<frozen runpy>'], '')); "
-            f"runpy.run_path({str(path)!r}, run_name='__main__')")
-    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=path.parent)
-
-
 def test_file_name():
     spec = get_preset("matmul-naive-1024").spec
     assert file_name(spec, "matmul-naive-1024") == "matmul-naive-1024_schedule.py"
@@ -143,7 +125,7 @@ def test_script_runs_standalone(tmp_path):
                 MatmulTensorCoreKnobs(block_m=64, block_n=64, warp_m=32, warp_n=32, block_k=32, stages=2))
     path = tmp_path / "bf16.py"
     path.write_text(snippet(spec, title="bf16 tensor cores"))
-    proc = run_standalone(path)
+    (proc,) = run_standalone(path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "# bf16 tensor cores" in proc.stdout
     assert "@T.prim_func" in proc.stdout and "__global__" in proc.stdout
@@ -191,6 +173,6 @@ def test_script_checks_and_times_each_template_on_the_gpu(name, tmp_path):
     template = TEMPLATES[name]
     path = tmp_path / f"{name}.py"
     path.write_text(snippet(Spec(name, template.default_workload(), template.knobs()), title=name))
-    proc = run_standalone(path)
+    (proc,) = run_standalone(path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "correct, median" in proc.stdout
