@@ -146,10 +146,15 @@ def test_board_keeps_each_students_best_per_device_with_pytorch_ratio(tmp_path):
 
 # -- lasting -------------------------------------------------------------------------
 
+# The writer loads the store's module alone (it needs only the standard library): the package would
+# import TVM first (explorer.classroom.moves), most of a second of CPU that this test of SQLite's writes
+# does not need.
 WRITER = """
-import sys
-from explorer.classroom import Store
-store = Store(sys.argv[1])
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("class_store", "explorer/classroom/store.py")
+sys.modules["class_store"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+store = module.Store(sys.argv[1])
 for i in range(100000):
     entry = store.add_entry(name=f"s{i % 30}", workload="w", template="t", knobs={"k": str(i)}, query={}, target="cuda",
                             device="GPU", server=None, graph_us=None, median_us=float(i + 1))
