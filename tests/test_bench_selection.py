@@ -4,6 +4,7 @@ prints the best point so far, and its fp32 matmul plans sample the structures ea
 import argparse
 import datetime
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import hopper_gemm
 import kernels  # bench/ (pytest's pythonpath)
@@ -84,6 +85,9 @@ def test_max_minutes_stops_the_search_and_prints_the_best_point_so_far(tmp_path,
     # A stand-in GPU whose time for a point is its block_f: the first point recorded ends the run.
     monkeypatch.setattr(search_best, "gpu_measurer", lambda: lambda spec: float(spec.knobs.block_f))
     monkeypatch.setattr(explorer.measure, "local_gpu", lambda: "Test GPU")
+    # The points compile one at a time in this process, as in one compile process (workers=1): the deadline
+    # is the search's, whatever pool compiles, and a process would import TVM first (most of a second of CPU).
+    monkeypatch.setattr(search_best, "compile_pool", lambda workers, timeout_s: ThreadPoolExecutor(1))
     args = argparse.Namespace(static=False, results=tmp_path, workers=1, compile_timeout=120.0, sample=3, seed=0,
                               rounds=1, max_minutes=1e-9)
     search_best.search(search_best.PLANS["conv2d-async-resnet-last"], args)

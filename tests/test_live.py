@@ -7,6 +7,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 
 import psutil
 import pytest
@@ -90,6 +91,18 @@ def service():
     service = BuildService(ServerSettings(build_workers=1))
     yield service
     service.close()
+
+
+@contextmanager
+def in_the_modules_process(pool, service: BuildService):
+    """``pool``'s processes are the module service's one (already started, or started now): a test
+    about where a server sends its builds, not about starting processes, starts none of its own (each
+    imports TVM, most of a second of CPU). ``pool`` lets go of it before it closes."""
+    pool._pool = service._executor()
+    try:
+        yield
+    finally:
+        pool._pool = None
 
 
 def test_pool_builds_source_only_and_once_for_concurrent_sessions(service):
@@ -402,21 +415,22 @@ def test_without_a_gpu_nothing_is_built_or_measured_ahead():
         live.close()
 
 
-def test_until_its_processes_are_ready_a_server_builds_in_its_own_process():
+def test_until_its_processes_are_ready_a_server_builds_in_its_own_process(service):
     """The first page of a fresh server shows code at once: while the build processes start
     (seconds each, all importing TVM at once), the app's process builds what a page asks for;
     once they are ready, builds go to them."""
-    service = BuildService(ServerSettings(build_workers=1), here_until_ready=True)
+    fresh = BuildService(ServerSettings(build_workers=1), here_until_ready=True)
     try:
-        first = service.build(spec_x(4), "auto")
+        first = fresh.build(spec_x(4), "auto")
         assert "__global__" in first.cuda and first.runtime_module is None
-        assert service.built_here == 1 and service._pool is None  # no process was waited for
-        service.start()
-        second = service.build(spec_x(8), "auto")
+        assert fresh.built_here == 1 and fresh._pool is None  # no process was waited for
+        with in_the_modules_process(fresh, service):
+            fresh.start()
+            second = fresh.build(spec_x(8), "auto")
         assert "__global__" in second.cuda
-        assert service.built_here == 1 and service.stats()["misses"] == 2
+        assert fresh.built_here == 1 and fresh.stats()["misses"] == 2
     finally:
-        service.close()
+        fresh.close()
 
 
 def test_a_build_service_without_the_option_always_uses_its_processes(service):
@@ -484,11 +498,12 @@ def test_without_build_processes_every_build_is_made_in_the_servers_own_process(
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_the_warm_up_names_build_processes_only_where_there_are_some(workers):
+def test_the_warm_up_names_build_processes_only_where_there_are_some(workers, service):
     live = Live(ServerSettings(build_workers=workers), measure_fn=lambda job: 1.0,
                 warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
     try:
-        live._start(None, "auto")
+        with in_the_modules_process(live.builds, service) if workers else nullcontext():
+            live._start(None, "auto")
         assert ("build processes" in [name for name, _ in live.warm.steps]) is bool(workers)
     finally:
         live.close()

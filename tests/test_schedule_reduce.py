@@ -32,8 +32,10 @@ def first_kernel(spec: Spec) -> str:
 
 def test_reference_sums_in_float64():
     assert Sum(n=4).reference(np.array([1, 2, 3, 4], DTYPE)).tolist() == [10.0]
-    big = np.full(1 << 25, 1.0, DTYPE)  # float32 stops counting at 2^24; the reference does not
-    assert Sum(n=1 << 25).reference(big).tolist() == [2.0**25]
+    # float32 stops counting at 2^24 (2^24 + 1 rounds back to 2^24); the reference does not. Ones
+    # alone (2^25 of them) would not show it: NumPy sums them pairwise, exactly even in float32.
+    past = np.array([2**24, 1, 1, 1, 1], DTYPE)
+    assert past.sum() == 2**24 and Sum(n=5).reference(past).tolist() == [2.0**24 + 4]
     assert Sum().flops == 1 << 26 and Sum().compulsory_bytes == 4 * (1 << 26) + 4
 
 
