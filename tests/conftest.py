@@ -101,16 +101,20 @@ def _quicker_app_tests() -> None:
 # Files run one after the other in one test process, which makes once what they all need: the files that
 # build every preset (explorer.build's cache: each preset is built once there instead of once per
 # process), and the other files that import TVM's tensor-core intrinsics (1.6-2.8 s of CPU in each
-# process that imports them: explorer/schedules/tensor_intrinsics.py).
+# process that imports them: explorer/schedules/tensor_intrinsics.py); the two files whose pages diagnose
+# one step (its neighbours' builds and its cubin made once: 7.6 -> 5.3-5.7 CPU-s).
 EVERY_PRESET = ("test_app.py", "test_export.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
 TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_golden.py", "test_lowering.py",
                      "test_schedule_matmul_modern.py", "test_tune.py", "test_tvmscript_frames.py")
+GROUPS = {"one process": EVERY_PRESET + TENSOR_INTRINSICS,
+          "diagnosed pages": ("test_class_moves.py", "test_diagnosis_panel.py")}
 
 
 def group(path: str) -> str:
-    """The group of tests that one test process runs, one after the other: a file, or the files of
-    EVERY_PRESET and TENSOR_INTRINSICS."""
-    return "one process" if Path(path).name in EVERY_PRESET + TENSOR_INTRINSICS else path
+    """The group of tests that one test process runs, one after the other: a file, or the files of a
+    group of GROUPS."""
+    name = Path(path).name
+    return next((together for together, files in GROUPS.items() if name in files), path)
 
 
 # Groups that take five seconds or more (on the 2-core machine; the number of tests says little of a group's
