@@ -86,6 +86,10 @@ SAMPLE_EVERY_S = 2.0  # the server's parts and each load generator process: a CP
 SATURATED = 0.9  # of what a part can use (cores, or the GPU's time): a sample at this much is saturated
 LIMIT_SHARE = 0.25  # of a part's samples saturated make it a limit (a load generator process: the run's)
 INTENDED_REPLY_S = 1.0  # the reply a class is meant to get: a move's code on the page in about a second
+# A page is closed as a browser closes its tab, waiting for no reply: the observer's page, closed while the
+# Device page ran, waited 10 s (websockets' default) for the server's closing handshake, and the report's
+# wall time (and the measurements per second and GPU busy share computed from it) with it.
+CLOSE_TIMEOUT_S = 0.5
 
 
 @dataclass
@@ -142,7 +146,8 @@ class Page:
         self._closing = contextlib.ExitStack()  # websockets wants its connection used as a context manager
         self.ws = self._closing.enter_context(connect(f"{scheme}://{base}/_stcore/stream", subprotocols=["streamlit"],
                                                       additional_headers={"Cookie": cookie} if cookie else None,
-                                                      open_timeout=timeout, max_size=None))
+                                                      open_timeout=timeout, close_timeout=CLOSE_TIMEOUT_S,
+                                                      max_size=None))
         self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
         self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
         self.pages: dict[str, str] = {}  # page url name → script hash
