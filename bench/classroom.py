@@ -81,6 +81,7 @@ LATENCY = "Latency (median)"
 PAGE_CPU = "Page run CPU (p95)"  # the Device page's figure of what a page run costs the server
 GPUS_CAPTION = "GPUs: "  # the Device page's line of measurements per GPU, on a server of several
 CONNECT_S = 5.0  # with --same-link, the time the students get to connect before they all open the link
+PROCESS_START_S = 2.0  # ... and, on top, per load process: a spawned one imports TVM and Streamlit's protocol first
 STALE = "now stale"  # the app refused the setting, said why, and kept the last valid one on screen
 SAMPLE_EVERY_S = 2.0  # the server's parts and each load generator process: a CPU sample this often
 SATURATED = 0.9  # of what a part can use (cores, or the GPU's time): a sample at this much is saturated
@@ -899,7 +900,7 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     end = started + seconds
     rng = random.Random(seed)
     class_ = [Student(i, links[0] if same_link else links[i % len(links)], seed=rng.random()) for i in range(students)]
-    open_at = started + CONNECT_S + 2 * processes if same_link else None
+    open_at = started + CONNECT_S + PROCESS_START_S * processes if same_link else None
     samples: list = []
     gpus_seen: list = []
     observer = threading.Thread(target=observe, args=(url, end, samples, server_pid), kwargs={"gpus_seen": gpus_seen})
