@@ -22,7 +22,9 @@ def test_latency_reaches_the_page_after_a_slow_warm_up(tmp_path):
                                                                             os.environ.get("PYTHONPATH")]))},
                                build_processes=False)  # the warm-up and the page's polling are what is tested
     try:
-        report = classroom.run(url, students=1, seconds=12, think=1.0, want_latency=True, server_pid=server.pid,
+        # The latency after the warm-up (3.5 s in), then a move every 0.25-0.75 s, each waiting for its latency:
+        # 6 moves in the 8 s (also with three busy loops on the two cores), three times the 2 the claims need.
+        report = classroom.run(url, students=1, seconds=8, think=0.5, want_latency=True, server_pid=server.pid,
                                revisit_every=2)
     finally:
         stop_server(server)
