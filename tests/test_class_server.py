@@ -330,3 +330,10 @@ def test_a_page_asks_again_only_for_a_job_a_restarted_service_never_had():
     down = Stub(measuring.JobView("key", "unreachable", error=measuring.UNREACHABLE))
     job = measuring.SharedJob(down, ("a student",), waiting)
     assert job.look().state == "unreachable" and job.look().state == "waiting" and down.asked == 1
+
+
+def test_a_process_that_served_a_while_is_started_again_at_once():
+    assert serve.RESTART_PAUSE_S == 1.0
+    assert serve.restart_pause(600.0) == 0.0  # its browsers or measurements wait for it
+    assert serve.restart_pause(0.25) == 0.75  # one that exits as it starts: once a second at most
+    assert serve.restart_pause(0.0) == 1.0
