@@ -104,7 +104,7 @@ def _quicker_app_tests() -> None:
 # process that imports them: explorer/schedules/tensor_intrinsics.py); the two files whose pages diagnose
 # one step (its neighbours' builds and its cubin made once: 7.6 -> 5.3-5.7 CPU-s).
 EVERY_PRESET = ("test_app.py", "test_export.py", "test_lessons.py", "test_preset_claims.py", "test_presets.py")
-TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_golden.py", "test_lowering.py",
+TENSOR_INTRINSICS = ("test_analysis_roofline.py", "test_compile_library.py", "test_golden.py", "test_lowering.py",
                      "test_schedule_matmul_modern.py", "test_tune.py", "test_tvmscript_frames.py")
 GROUPS = {"one process": EVERY_PRESET + TENSOR_INTRINSICS,
           "diagnosed pages": ("test_class_moves.py", "test_diagnosis_panel.py")}
