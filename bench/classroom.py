@@ -677,21 +677,18 @@ def compile_stages(log_path: str, since_s: float) -> dict:
     stages = {name: [] for name, _, _ in COMPILE_STAGES}
     cpu, cubins, builds, outcomes = [], collections.Counter(), collections.Counter(), collections.Counter()
     for line in Path(log_path).read_text().splitlines():
-        fields = line.split()
-        times = {name: None if value == "-" else float(value)
-                 for name, value in zip(COMPILE_LOG_TIMES, fields[:len(COMPILE_LOG_TIMES)], strict=True)}
+        fields = iter(line.split())  # the times, the CPU seconds, the binaries counted, the build, the outcome
+        times = {name: None if value == "-" else float(value)  # the names first: zip takes no field past them
+                 for name, value in zip(COMPILE_LOG_TIMES, fields, strict=False)}
         if (times["started"] or 0) < since_s:
             continue
         for name, start, end in COMPILE_STAGES:
             if times[start] is not None and times[end] is not None:
                 stages[name].append(times[end] - times[start])
-        cpu_at = len(COMPILE_LOG_TIMES)
-        cpu.append(float(fields[cpu_at]))
-        counts = fields[cpu_at + 1:cpu_at + 1 + len(COMPILE_LOG_CUBINS)]
-        cubins.update(dict(zip(COMPILE_LOG_CUBINS, map(int, counts), strict=True)))
-        build, outcome = fields[cpu_at + 1 + len(COMPILE_LOG_CUBINS):][:2]
-        builds[build] += 1
-        outcomes[outcome] += 1
+        cpu.append(float(next(fields)))
+        cubins.update({kind: int(next(fields)) for kind in COMPILE_LOG_CUBINS})
+        builds[next(fields)] += 1
+        outcomes[next(fields)] += 1
     return {"stages": {name: percentiles(values) for name, values in stages.items()}, "cpu_s": percentiles(cpu),
             "cpu_s_total": sum(cpu), "cubins": dict(cubins), "builds": dict(builds), "outcomes": dict(outcomes)}
 

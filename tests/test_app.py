@@ -117,9 +117,9 @@ CHEAPEST_TO_COMPILE = {"matmul_async": "modern-async-1024"}
 
 
 def _first_preset_per_template():
-    firsts = {}
+    chosen, firsts = {**CHEAPEST_TO_COMPILE, **COMPILED_ELSEWHERE}, {}
     for p in all_presets().values():
-        firsts.setdefault(p.spec.template, {**CHEAPEST_TO_COMPILE, **COMPILED_ELSEWHERE}.get(p.spec.template, p.id))
+        firsts.setdefault(p.spec.template, chosen.get(p.spec.template, p.id))
     return sorted(firsts.values())
 
 

@@ -172,8 +172,8 @@ def test_a_build_process_pickles_a_build_once_for_the_disk_and_the_app(tmp_path,
 
 def test_a_compile_log_that_cannot_be_written_stops_no_compile(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv(COMPILE_LOG, str(tmp_path / "no such folder" / "compiles.log"))
-    for _ in range(2):
-        library = compile_library(SPEC, "h100", str(tmp_path / f"libraries{_}"), None, 12.5)
+    for attempt in range(2):
+        library = compile_library(SPEC, "h100", str(tmp_path / f"libraries{attempt}"), None, 12.5)
         assert os.path.isfile(library)
     said = [r.getMessage() for r in caplog.records if "cannot be written" in r.getMessage()]
     assert len(said) == 1 and "no such folder" in said[0]  # said once, not per compile
