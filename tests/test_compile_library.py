@@ -1,5 +1,6 @@
 """The compile processes' libraries: a setting a page's build process kept on disk is generated
 from its lowered modules, not scheduled and lowered again, into the same CUDA."""
+import functools
 import os
 import subprocess
 import sys
@@ -32,6 +33,17 @@ def schedules(monkeypatch):
 
 
 @pytest.fixture
+def forget_builds(monkeypatch):
+    """Empties this process's build cache when called, for this test only: the cache it had comes back
+    after the test (the files of its test process build every preset once and read those builds)."""
+    def forget():
+        cached = build_module._build_cached
+        monkeypatch.setattr(build_module, "_build_cached",
+                            functools.lru_cache(cached.cache_info().maxsize)(cached.__wrapped__))
+    return forget
+
+
+@pytest.fixture
 def compile_log(tmp_path, monkeypatch):
     """The compile log's lines, split, as this process writes them."""
     path = tmp_path / "compiles.log"
@@ -39,11 +51,11 @@ def compile_log(tmp_path, monkeypatch):
     return lambda: [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_kept_build_is_generated_not_lowered_again(tmp_path, schedules, compile_log):
+def test_a_kept_build_is_generated_not_lowered_again(tmp_path, forget_builds, schedules, compile_log):
     kept_at = str(tmp_path / "kept.pickle")
     shown = build_source_only(SPEC, "h100", keep_at=kept_at, keep_at_most=10)  # a page's build process
     assert shown.runtime_module is None and shown.host_mod is not None
-    build_module._build_cached.cache_clear()
+    forget_builds()
     schedules.clear()
     library = compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at)
     assert os.path.isfile(library) and schedules == []
@@ -66,8 +78,8 @@ def test_the_compile_log_says_when_a_compile_was_asked_for(tmp_path, compile_log
     assert line[0] == "12.500" and float(line[1]) > 12.5 and line[9:] == ["here", "ok", "matmul_async"]
 
 
-def test_without_a_kept_build_the_compile_builds(tmp_path, schedules):
-    build_module._build_cached.cache_clear()
+def test_without_a_kept_build_the_compile_builds(tmp_path, forget_builds, schedules):
+    forget_builds()
     library = compile_library(SPEC, "h100", str(tmp_path / "libraries"), str(tmp_path / "none.pickle"))
     assert os.path.isfile(library) and schedules == [SPEC]
 
@@ -130,12 +142,12 @@ def waiting(call) -> tuple[threading.Thread, list]:
     return thread, outcome
 
 
-def test_a_compile_asked_while_the_page_builds_waits_for_that_build(tmp_path, schedules):
+def test_a_compile_asked_while_the_page_builds_waits_for_that_build(tmp_path, forget_builds, schedules):
     """A page asks for its measurement before it builds: the compile process waits for the page's
     build process instead of lowering the setting too."""
     kept_at = str(tmp_path / "kept.pickle")
     build = BuildInProgress(kept_at)
-    build_module._build_cached.cache_clear()
+    forget_builds()
     schedules.clear()
     compiling, outcome = waiting(lambda: compile_library(SPEC, "h100", str(tmp_path / "libraries"), kept_at))
     assert compiling.is_alive() and outcome == []  # waiting for the page's build
@@ -144,10 +156,10 @@ def test_a_compile_asked_while_the_page_builds_waits_for_that_build(tmp_path, sc
     assert os.path.isfile(outcome[0]) and schedules == [] and not os.path.exists(kept_at + ".lock")
 
 
-def test_two_build_processes_asked_for_one_setting_at_once_build_it_once(tmp_path, schedules):
+def test_two_build_processes_asked_for_one_setting_at_once_build_it_once(tmp_path, forget_builds, schedules):
     kept_at = str(tmp_path / "kept.pickle")
     build = BuildInProgress(kept_at)
-    build_module._build_cached.cache_clear()
+    forget_builds()
     schedules.clear()
     other, outcome = waiting(lambda: build_source_only(SPEC, "h100", keep_at=kept_at, keep_at_most=10))
     assert other.is_alive()
