@@ -1,12 +1,13 @@
 """``python -m explorer.measure.server --tracker HOST:PORT --key KEY``: a GPU server for
 remote measurements (run it on the machine with the GPU).
 
-It is TVM's RPC server (``tvm.rpc.Server``, sessions in spawned processes) with two additions:
+It is TVM's RPC server (``tvm.rpc.Server``'s listen loop, in this process; sessions in spawned
+processes) with two additions:
 
 - the environment that lets it compile CUDA source at load time from the pip NVRTC on a
   machine with an NVIDIA driver but no CUDA toolkit (explorer/cuda_env.py). The dynamic loader
-  reads ``LD_LIBRARY_PATH`` when a process starts, so it is set before TVM's server process
-  starts (the sessions start from that one); this process loads no kernel;
+  reads ``LD_LIBRARY_PATH`` when a process starts, so it is set before the sessions' processes
+  start; this process loads no kernel;
 - it keeps serving after a session's process crashes. TVM runs each session in a child
   process, but when that child dies (a student's kernel segfaults) its listen loop raises
   and the server stops taking sessions; ``server_init_callback``, TVM's hook for setting up
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 
 from ..cuda_env import kernel_environment
 
@@ -60,26 +60,26 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = make_parser().parse_args()
-    # Inherited by TVM's server process and its sessions, which load the kernels and import explorer. Set
-    # here, not by starting this module again with it: that imported TVM twice (the explorer.measure
-    # package imports it), a second of CPU for a process that only waits on TVM's.
+    # Inherited by the sessions' processes, which load the kernels and import explorer. Set here, not by
+    # starting this module again with it: that imported TVM twice (the explorer.measure package imports it).
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     os.environ.update({**kernel_environment(), "PYTHONPATH": path})
-    from tvm import rpc
+    # TVM's server state, made in this process: tvm.rpc.Server makes it in a process of its own that imports
+    # TVM again (0.6 CPU-s and its memory) while this one only waits for it.
+    from tvm.rpc import server
 
     host, port = args.tracker.rsplit(":", 1)
     # Sessions are spawned, not forked: a forked session cannot use a GPU whose driver the
     # server process already initialized ("cudaErrorInitializationError"). Importing TVM
     # initializes it, so a fork server that has imported TVM does not help either (tried on an H200).
     spawned = os.environ.get(SESSIONS, "spawn") != "fork"
-    server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
-                        custom_addr=args.custom_addr, silent=args.silent, no_fork=spawned,
-                        server_init_callback=keep_serving_after_crashes)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        server.proc.join()
-    finally:
-        server.terminate()
+    server._popen_start_rpc_server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
+                                   custom_addr=args.custom_addr, silent=args.silent, no_fork=spawned,
+                                   server_init_callback=keep_serving_after_crashes)
+    # The listen loop is TVM's thread, which never ends by itself: a stop ends the process (the sessions
+    # it started end with their connections, as under tvm.rpc.Server's stop).
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    server.PopenRPCServerState.current.thread.join()
 
 
 if __name__ == "__main__":
