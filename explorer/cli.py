@@ -18,9 +18,8 @@ from .analysis.diagnosis import counters_of, diagnose, diagnosis_json, format_di
 from .analysis.ranking import static_score
 from .analysis.sass import compile_binary
 from .build import Spec, build
-from .errors import ExplorerError
+from .errors import EXIT_INVALID, ExplorerError
 from .export import file_name, snippet
-from .live import ServerSettings
 from .measure.errors import NoDevice, RemoteError
 from .presets import all_presets, get_preset
 from .schedules import TEMPLATES
@@ -29,7 +28,6 @@ from .search.grid import Grid
 from .search.tune import tune
 
 EXIT_WRONG = 1
-EXIT_INVALID = 2
 EXIT_NO_DEVICE = 3
 
 
@@ -271,18 +269,6 @@ def cmd_measure(args) -> int:
     return 0 if result.correct else EXIT_WRONG
 
 
-def cmd_serve(args) -> int:
-    ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
-    extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
-    return serve.serve(args.port, args.address, extra, args.app_processes or serve.default_app_processes())
-
-
-def _app_processes(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"takes a whole number of app processes from 1, not '{text}'")
-    return int(text)
-
-
 def _add_spec_args(parser):
     parser.add_argument("preset", help="preset id (python -m explorer presets), or a template's name for its defaults")
     parser.add_argument("--set", action="append", metavar="KNOB=VALUE", help="override a knob; repeatable")
@@ -349,15 +335,8 @@ def make_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("-o", "--output", default=None, help="file to write (default PRESET_schedule.py; - for stdout)")
     p.set_defaults(func=cmd_export)
-    p = sub.add_parser("serve", help="start the app server for a class, warm from its first second")
-    p.add_argument("--port", type=int, default=8501)
-    p.add_argument("--address", default="0.0.0.0", help="the address to listen on (default: every interface)")
-    p.add_argument("--app-processes", type=_app_processes, default=0, metavar="N",
-                   help="app processes behind a reverse proxy (Caddy), each serving its browsers' pages; default "
-                        "one per 4 cores (1 on a small machine: no proxy)")
-    p.add_argument("streamlit_options", nargs=argparse.REMAINDER,
-                   help="after --: more options of `streamlit run`, e.g. -- --server.maxUploadSize 1")
-    p.set_defaults(func=cmd_serve)
+    p = serve.add_arguments(sub.add_parser("serve", help=serve.HELP))
+    p.set_defaults(func=serve.command)
     return parser
 
 

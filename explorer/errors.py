@@ -10,6 +10,10 @@ class ExplorerError(Exception):
     """Base class: ``str(error)`` is a complete, one-line explanation."""
 
 
+# The exit status of a command (python -m explorer) refused for its input, said in one line on stderr.
+EXIT_INVALID = 2
+
+
 class InvalidKnobs(ExplorerError):
     """A knob value (or a combination of knobs) cannot make a correct, legal CUDA kernel.
 

@@ -11,6 +11,7 @@ streamlit; the server is a child process that this one waits on.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import shutil
@@ -24,6 +25,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from .errors import EXIT_INVALID, ExplorerError
+from .services.settings import ServerSettings
 
 # Every process of a multi-process server (explorer/measuring.py) is given these:
 MEASURING_ADDRESS = "EXPLORER_MEASURING"  # the measuring service's socket
@@ -111,6 +115,47 @@ def serve(port: int, address: str, extra: list[str], app_processes: int = 1, scr
         server.wait()
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
+
+
+HELP = "start the app server for a class, warm from its first second"
+
+
+def app_processes_option(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of app processes from 1, not '{text}'")
+    return int(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``serve`` (the CLI's command, and :func:`main`)."""
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--address", default="0.0.0.0", help="the address to listen on (default: every interface)")
+    parser.add_argument("--app-processes", type=app_processes_option, default=0, metavar="N",
+                        help="app processes behind a reverse proxy (Caddy), each serving its browsers' pages; "
+                             "default one per 4 cores (1 on a small machine: no proxy)")
+    parser.add_argument("streamlit_options", nargs=argparse.REMAINDER,
+                        help="after --: more options of `streamlit run`, e.g. -- --server.maxUploadSize 1")
+    return parser
+
+
+def command(args: argparse.Namespace) -> int:
+    """``serve`` with its parsed options."""
+    ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
+    extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
+    return serve(args.port, args.address, extra, args.app_processes or default_app_processes())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m explorer serve OPTIONS`` (explorer/__main__.py): the launcher only starts and watches the
+    server's processes, so it imports none of the CLI's library (TVM and the templates: 0.7 CPU-s and their
+    memory in a process that never builds)."""
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m explorer serve", description=HELP))
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    try:
+        return command(args)
+    except ExplorerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
 
 
 def timed_warm(url: str) -> tuple[bool, str, float]:

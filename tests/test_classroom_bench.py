@@ -424,11 +424,21 @@ def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped
     assert "the first page ran in" in said and "the warm-up has started" in said, said
     with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as answer:
         assert answer.status == 200
+    # The launcher only starts and watches the server's processes: it loaded none of TVM's libraries.
+    loaded = [m.path for m in psutil.Process(launcher.pid).memory_maps()]
+    assert loaded and not [path for path in loaded if "libtvm" in path]
     launcher.send_signal(signal.SIGTERM)
     assert launcher.wait(30) is not None
     time.sleep(0.5)
     with pytest.raises(OSError):  # the server went with its launcher
         urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+
+
+def test_the_launcher_refuses_a_server_setting_it_cannot_take_before_the_server_starts(monkeypatch, capsys):
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
+    monkeypatch.setattr(serve, "serve", lambda *args: pytest.fail("the server was started"))
+    assert serve.main(["--port", "8502"]) == 2  # python -m explorer serve --port 8502
+    assert capsys.readouterr().err == "error: EXPLORER_DIAGNOSE must be 1 (on) or 0 (off), not 'yes'.\n"
 
 
 @pytest.mark.parametrize("cookie", ["lb=app-2", None])
