@@ -196,7 +196,9 @@ def test_targets_without_wgmma_are_refused():
         build(Spec("attention_hopper", D128, AttentionHopperKnobs()), "a100")
 
 
-COMPILED = [(D128, {}), (replace(D128, causal=True), {"warp_specialize": False, "stages": 3}),  # a setting of CHECKS
+# The default kernel at D128 is test_the_machine_code_has_wgmma_and_tma's (NVRTC runs the same ptxas), which reads
+# its registers, spills and unserialized wgmma from the machine code; nvcc compiles its knobs at the benchmark's shape.
+COMPILED = [(replace(D128, causal=True), {"warp_specialize": False, "stages": 3}),  # a setting of CHECKS
             (D64, {"block_kv": 64, "consumers": 1}),
             (replace(D128, causal=True), {"consumers": 1}),
             (replace(BENCH, causal=True), {}),
@@ -205,7 +207,7 @@ COMPILED = [(D128, {}), (replace(D128, causal=True), {"warp_specialize": False, 
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed")
-@pytest.mark.parametrize("workload,knobs", COMPILED, ids=["default", "no-producer-causal-3-stages", "d64-one-consumer",
+@pytest.mark.parametrize("workload,knobs", COMPILED, ids=["no-producer-causal-3-stages", "d64-one-consumer",
                                                           "causal-one-consumer", "causal-bench",
                                                           "causal-bench-overlap-no-producer-3-stages"])
 def test_nvcc_compiles_it_for_sm_90a_without_spills(workload, knobs):
@@ -220,9 +222,14 @@ def test_the_machine_code_has_wgmma_and_tma():
     (kernel,) = sass.analyze_source(hopper().cuda, "sm_90a").kernels
     opcodes = Counter(ins.opcode for ins in kernel.instructions)
     assert kernel.mix.hgmma > 0 and kernel.mix.tma > 0 and kernel.mix.hmma == 0
-    assert kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0
+    assert 0 < kernel.registers <= 255 and kernel.mix.spill_bytes == 0 and kernel.stack_bytes == 0
     # Per key tile 8 + 8 wgmma (the 4 tiles of seq 512 in a loop the compiler may unroll).
     assert sum(n for op, n in opcodes.items() if op.startswith("HGMMA")) % 16 == 0
+    # Not serialized (ptxas's warning C7511): the 8 wgmmas of a commit group run chained, only the last one is
+    # waited for (gsb0). Serialized, every one is, with a wait of its own (16 of 16 in this kernel with an
+    # accumulator touched between two of them).
+    hgmma = [ins for ins in kernel.instructions if ins.opcode.startswith("HGMMA")]
+    assert 8 * sum("gsb0" in ins.operands for ins in hgmma) == len(hgmma)
     # exp2 of 64 scores and of 2 rescale factors per tile.
     assert opcodes["MUFU.EX2"] % 66 == 0
 
