@@ -18,10 +18,11 @@ function; every helper is replaced by an emulation of the instruction as the PTX
   start + (mn / 8)·SBO + (mn % 8)·128 + 2k; MN-major, at start + (mn / 64)·LBO + 2·(mn % 64)
   + (k % 8)·128 + (k / 8)·SBO, then swizzled.
 
-Each block runs on its own, its threads as CPU threads, with a barrier per block, per warpgroup and
-per warp. Slow and for small shapes only: what it checks is the kernel's indexing, its barriers'
-protocol (a wrong parity or count hangs; the run has a time limit) and its arithmetic, against the
-ISA's definitions as written here, not the hardware.
+The blocks run one after the other, each on its own, by one CPU thread per thread of a block (the
+same threads for every block), with a barrier per block, per warpgroup and per warp. Slow and for
+small shapes only: what it checks is the kernel's indexing, its barriers' protocol (a wrong parity
+or count hangs; the run has a time limit) and its arithmetic, against the ISA's definitions as
+written here, not the hardware.
 """
 from __future__ import annotations
 
@@ -33,25 +34,24 @@ from cuda_on_cpu import compile_and_run
 from explorer.workloads import numpy_dtype
 
 PRELUDE = r"""
-#include <array>
-#include <barrier>
-#include <condition_variable>
+#include <pthread.h>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
-#include <map>
-#include <mutex>
-#include <thread>
-#include <vector>
 #include <cuda_fp16.h>
+// C's threads, barriers, mutex and condition variable, and fixed tables, not the C++ library's templates: each
+// emulation is compiled on its own, and instantiating std::barrier, std::thread, std::map and the vectors of wgmma
+// groups took 0.3 s of every compile.
+#define EMU_MAX_THREADS 1024
 struct EmuDim { int x = 0, y = 0, z = 0; };
 static thread_local EmuDim emu_threadIdx;
 static EmuDim emu_blockIdx;
 static int EMU_THREADS;
 alignas(1024) static unsigned char emu_smem[256 * 1024];
-static std::barrier<>* emu_block_barrier;
-static std::vector<std::barrier<>*> emu_warpgroup_barrier, emu_warp_barrier;
+static pthread_barrier_t emu_block_barrier, emu_warpgroup_barrier[EMU_MAX_THREADS / 128],
+    emu_warp_barrier[EMU_MAX_THREADS / 32];
 static int emu_tid() { return emu_threadIdx.x; }
 template <typename T> static T emu_max(T a, T b) { return a > b ? a : b; }
 template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
@@ -59,50 +59,66 @@ template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
 // warp shuffles: every lane of the warp takes part. Each lane stores its value, a barrier, each loads its
 // partner's; successive shuffles store in alternate slots, so a lane stores into a slot again only after the next
 // shuffle's barrier, which every lane reaches once it has loaded from it: one barrier per shuffle, not two.
-static float emu_slots[2][1024];
+static float emu_slots[2][EMU_MAX_THREADS];
 static thread_local int emu_shuffles;
 static float emu_shfl_xor(unsigned, float v, int mask, int width) {
   int t = emu_tid(), lane = t & 31;
   float* slots = emu_slots[emu_shuffles++ & 1];
   slots[t] = v;
-  emu_warp_barrier[t / 32]->arrive_and_wait();
+  pthread_barrier_wait(&emu_warp_barrier[t / 32]);
   return slots[(t & ~31) | ((lane & ~(width - 1)) | ((lane & (width - 1)) ^ mask))];
 }
 
-// mbarriers, by shared address
-struct EmuBarrier { int expected = 0, pending = 0; long tx = 0; unsigned phase = 0; };
-static std::mutex emu_mutex;
-static std::condition_variable emu_changed;
-static std::map<unsigned, EmuBarrier> emu_barriers;
+// mbarriers, by shared address (a block's few: Q's and two per stage)
+struct EmuBarrier { unsigned addr; int expected, pending; long tx; unsigned phase; };
+static pthread_mutex_t emu_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t emu_changed = PTHREAD_COND_INITIALIZER;
+static EmuBarrier emu_barriers[64];
+static int emu_barrier_count;  // of the block running
 static void emu_complete_if_done(EmuBarrier& b) {
-  if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; emu_changed.notify_all(); }
+  if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; pthread_cond_broadcast(&emu_changed); }
+}
+static EmuBarrier* emu_find_barrier(unsigned addr) {
+  for (int i = 0; i < emu_barrier_count; ++i)
+    if (emu_barriers[i].addr == addr) return &emu_barriers[i];
+  return nullptr;
 }
 static void emu_mbarrier_init(unsigned addr, unsigned count) {
-  std::lock_guard<std::mutex> lock(emu_mutex);
-  emu_barriers[addr] = EmuBarrier{(int)count, (int)count, 0, 0};
+  pthread_mutex_lock(&emu_mutex);
+  EmuBarrier* b = emu_find_barrier(addr);
+  if (!b) {
+    if (emu_barrier_count == 64) { fprintf(stderr, "more than 64 mbarriers\n"); exit(3); }
+    b = &emu_barriers[emu_barrier_count++];
+  }
+  *b = EmuBarrier{addr, (int)count, (int)count, 0, 0};
+  pthread_mutex_unlock(&emu_mutex);
 }
 static EmuBarrier& emu_barrier_at(unsigned addr) {
-  auto it = emu_barriers.find(addr);
-  if (it == emu_barriers.end()) { fprintf(stderr, "mbarrier at %u used before init\n", addr); exit(3); }
-  return it->second;
+  EmuBarrier* b = emu_find_barrier(addr);
+  if (!b) { fprintf(stderr, "mbarrier at %u used before init\n", addr); exit(3); }
+  return *b;
 }
 static void emu_mbarrier_arrive(unsigned addr, unsigned count, unsigned tx) {
-  std::lock_guard<std::mutex> lock(emu_mutex);
+  pthread_mutex_lock(&emu_mutex);
   EmuBarrier& b = emu_barrier_at(addr);
   b.tx += tx;
   b.pending -= (int)count;
   if (b.pending < 0) { fprintf(stderr, "mbarrier at %u: more arrivals than expected\n", addr); exit(3); }
   emu_complete_if_done(b);
+  pthread_mutex_unlock(&emu_mutex);
 }
 static void emu_complete_tx(unsigned addr, unsigned bytes) {
-  std::lock_guard<std::mutex> lock(emu_mutex);
+  pthread_mutex_lock(&emu_mutex);
   EmuBarrier& b = emu_barrier_at(addr);
   b.tx -= bytes;
   emu_complete_if_done(b);
+  pthread_mutex_unlock(&emu_mutex);
 }
 static void emu_mbarrier_wait(unsigned addr, int parity) {
-  std::unique_lock<std::mutex> lock(emu_mutex);
-  emu_changed.wait(lock, [&] { return (emu_barrier_at(addr).phase & 1) != (unsigned)(parity & 1); });
+  pthread_mutex_lock(&emu_mutex);
+  EmuBarrier& b = emu_barrier_at(addr);
+  while ((b.phase & 1) == (unsigned)(parity & 1)) pthread_cond_wait(&emu_changed, &emu_mutex);
+  pthread_mutex_unlock(&emu_mutex);
 }
 
 // TMA: a tiled 2D tensor map
@@ -136,8 +152,9 @@ static float emu_smem_half(uint64_t desc, int mn, int k, bool mn_major) {
   memcpy(&h, emu_smem + emu_swizzle128(addr), 2);
   return __half2float(h);
 }
-static std::vector<std::array<unsigned, 4>> emu_a_regs[1024];  // per thread, the A fragment of each wgmma of a group
-static float emu_a_register_half(int wg_base, size_t op, int m, int k) {
+#define EMU_MAX_OPS 64  // a thread's issued wgmmas not yet run
+static unsigned emu_a_regs[EMU_MAX_THREADS][EMU_MAX_OPS][4];  // per thread, the A fragment of each wgmma of a group
+static float emu_a_register_half(int wg_base, int op, int m, int k) {
   // A fragment (rs): thread 32·(m / 16) + 4·(m % 8) + (k % 8) / 2 holds element (m, k) in half
   // e = 4·(k / 8) + 2·((m % 16) / 8) + k % 2 of its registers.
   int lane = m % 8 * 4 + k % 8 / 2, e = k / 8 * 4 + m % 16 / 8 * 2 + k % 2;
@@ -150,28 +167,31 @@ static float emu_a_register_half(int wg_base, size_t op, int m, int k) {
 // An issued wgmma: its A fragment (rs) is read at issue, the rest when it runs. It runs when a
 // wait_group lets it complete (the latest a program may count on), so a program that reads or
 // rescales an accumulator before waiting, or releases a buffer too early, gets a wrong result.
-struct EmuWgmma { int n; std::vector<float*> d; bool rs; unsigned a[4]; uint64_t a_desc, b_desc; unsigned scale_d;
+struct EmuWgmma { int n; float* d[128]; bool rs; unsigned a[4]; uint64_t a_desc, b_desc; unsigned scale_d;
                   int trans_a, trans_b; };
-static thread_local std::vector<EmuWgmma> emu_open_group;
-static thread_local std::vector<std::vector<EmuWgmma>> emu_committed_groups;
+// A thread's issued wgmmas in order: its committed groups' (group_sizes, oldest first), then the open group's.
+struct EmuIssued { EmuWgmma ops[EMU_MAX_OPS]; int count, group_sizes[EMU_MAX_OPS], groups; };
+static EmuIssued emu_issued[EMU_MAX_THREADS];
 static void emu_wgmma(int n, float** d, const unsigned* a, uint64_t a_desc, uint64_t b_desc, unsigned scale_d,
                       int trans_a, int trans_b) {
-  EmuWgmma op{n, std::vector<float*>(d, d + n / 2), a != nullptr, {0, 0, 0, 0}, a_desc, b_desc, scale_d, trans_a,
-              trans_b};
-  if (a) for (int i = 0; i < 4; ++i) op.a[i] = a[i];
-  emu_open_group.push_back(op);
+  EmuIssued& issued = emu_issued[emu_tid()];
+  if (issued.count == EMU_MAX_OPS) { fprintf(stderr, "more than %d wgmmas in flight\n", EMU_MAX_OPS); exit(3); }
+  EmuWgmma& op = issued.ops[issued.count++];
+  op.n = n, op.rs = a != nullptr, op.a_desc = a_desc, op.b_desc = b_desc, op.scale_d = scale_d;
+  op.trans_a = trans_a, op.trans_b = trans_b;
+  memcpy(op.d, d, sizeof(float*) * (n / 2));
+  for (int i = 0; i < 4; ++i) op.a[i] = a ? a[i] : 0;
 }
 // A commit group's wgmmas, in order, by the warpgroup's 128 threads together: each publishes the A fragments it
 // passed, a barrier, each computes its own accumulators, a barrier (before the fragments are published again).
 // Nothing writes shared memory while they run, so the group runs between two barriers, not two per wgmma (each
 // barrier of 128 threads switches between all of them).
-static void emu_run(const std::vector<EmuWgmma>& group) {
+static void emu_run(const EmuWgmma* group, int size) {
   int t = emu_tid(), wg = t / 128, lt = t % 128, warp = lt / 32, lane = lt % 32;
-  emu_a_regs[t].resize(group.size());
-  for (size_t j = 0; j < group.size(); ++j)
+  for (int j = 0; j < size; ++j)
     for (int i = 0; i < 4; ++i) emu_a_regs[t][j][i] = group[j].a[i];
-  emu_warpgroup_barrier[wg]->arrive_and_wait();
-  for (size_t j = 0; j < group.size(); ++j) {
+  pthread_barrier_wait(&emu_warpgroup_barrier[wg]);
+  for (int j = 0; j < size; ++j) {
     const EmuWgmma& op = group[j];
     // Accumulator i of a thread is (row r, column c) with r = i % 4 / 2 and c = i / 4 * 2 + i % 2 of the 2 rows
     // of A and the n / 4 columns of B it reads: each of their elements read once, not once per accumulator.
@@ -191,16 +211,23 @@ static void emu_run(const std::vector<EmuWgmma>& group) {
       *op.d[i] = sum;
     }
   }
-  emu_warpgroup_barrier[wg]->arrive_and_wait();
+  pthread_barrier_wait(&emu_warpgroup_barrier[wg]);
 }
 static void emu_commit_group() {
-  emu_committed_groups.push_back(emu_open_group);
-  emu_open_group.clear();
+  EmuIssued& issued = emu_issued[emu_tid()];
+  int committed = 0;
+  for (int g = 0; g < issued.groups; ++g) committed += issued.group_sizes[g];
+  if (issued.groups == EMU_MAX_OPS) { fprintf(stderr, "more than %d wgmma groups in flight\n", EMU_MAX_OPS); exit(3); }
+  issued.group_sizes[issued.groups++] = issued.count - committed;
 }
-static void emu_wait_group(size_t pending) {
-  while (emu_committed_groups.size() > pending) {
-    emu_run(emu_committed_groups.front());
-    emu_committed_groups.erase(emu_committed_groups.begin());
+static void emu_wait_group(int pending) {
+  EmuIssued& issued = emu_issued[emu_tid()];
+  while (issued.groups > pending) {
+    int size = issued.group_sizes[0];
+    emu_run(issued.ops, size);
+    issued.count -= size;
+    memmove(issued.ops, issued.ops + size, sizeof(EmuWgmma) * issued.count);
+    memmove(issued.group_sizes, issued.group_sizes + 1, sizeof(int) * --issued.groups);
   }
 }
 static unsigned emu_pack_half2(float high, float low) {
@@ -243,7 +270,7 @@ def _emulation(name: str, params: str) -> str:
         "tvm_builtin_ptx_mbarrier_arrive_expect_tx_arrive_expect_tx_shared_b64":
             "emu_mbarrier_arrive(__addr, 1, __tx_count);",
         "tvm_builtin_cuda_mbarrier_wait": "emu_mbarrier_wait((unsigned)((unsigned char*)barrier - emu_smem), phase);",
-        "tvm_builtin_cuda_cta_sync": "emu_block_barrier->arrive_and_wait();",
+        "tvm_builtin_cuda_cta_sync": "pthread_barrier_wait(&emu_block_barrier);",
         "tvm_builtin_ptx_st_global_b32": "memcpy((void*)__addr, &__value, 4);",
         "tvm_builtin_ptx_cvt_f16x2_f32_rn_f16x2_f32": "__d = emu_pack_half2(__a, __b);",
         "ptx_wgmma_encode_matrix_descriptor":
@@ -313,44 +340,58 @@ def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600) -> 
     names = list(arrays)
     (kernel,) = built.kernels
     source = _host_source(built.cuda)
-    main = ["int main(int argc, char** argv) {"]
+    # The buffers and tensor maps are globals, for the threads' function (a C thread takes one pointer).
+    globals_, main = [], ["int main(int argc, char** argv) {"]
     for i, name in enumerate(names):
         array = arrays[name]
-        main.append(f"  std::vector<unsigned char> {name}_buf({array.nbytes});")
-        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf.data(), 1, {array.nbytes}, f); "
-                    f"fclose(f); }}")
+        globals_.append(f"alignas(16) static unsigned char {name}_buf[{array.nbytes}];")
+        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf, 1, {array.nbytes}, f); "
+                    "fclose(f); }")
     for map_name, buffer, args in TENSOR_MAP.findall(built.tensorir):
         inner, outer, row_bytes, box_inner, box_outer, _, _, _, swizzle, _, _ = (int(a) for a in args.split(", "))
-        main.append(f"  EmuTensorMap {map_name}{{{buffer}_buf.data(), {inner}, {outer}, {row_bytes}, {box_inner}, "
-                    f"{box_outer}, {swizzle}}};")
+        globals_.append(f"static const EmuTensorMap {map_name}{{{buffer}_buf, {inner}, {outer}, {row_bytes}, "
+                        f"{box_inner}, {box_outer}, {swizzle}}};")
     signature = re.search(rf"void {kernel.name}\(([^)]*)\)", source).group(1)
     arguments = []
     for parameter in signature.split(","):
         pointer = re.search(r"(\w+)\* __restrict__ (\w+)_ptr", parameter)
         if pointer:
-            arguments.append(f"({pointer.group(1)}*){pointer.group(2)}_buf.data()")
+            arguments.append(f"({pointer.group(1)}*){pointer.group(2)}_buf")
         else:
             arguments.append(parameter.split()[-1])
+    # Each thread runs the kernel for every block in turn, between two barriers of the block: a thread per CUDA
+    # thread of one block, started once (new threads for each block were a sixth of a run's CPU).
     threads = kernel.threads_per_block
+    globals_.append("\n".join([
+        "static void* emu_thread(void* arg) {",
+        "  int t = (int)(long)arg;",
+        "  emu_threadIdx = EmuDim{t, 0, 0};",
+        f"  for (int b = 0; b < {kernel.blocks}; ++b) {{",
+        "    if (t == 0) {",
+        f"      emu_blockIdx = EmuDim{{b % {kernel.grid[0]}, b / {kernel.grid[0]} % {kernel.grid[1]}, "
+        f"b / ({kernel.grid[0]} * {kernel.grid[1]})}};",
+        "      emu_barrier_count = 0;",
+        "      memset(emu_smem, 0xFF, sizeof(emu_smem));  // garbage, as on a GPU",
+        "    }",
+        "    emu_issued[t].count = emu_issued[t].groups = 0;  // a wgmma left running in the last block is gone",
+        "    pthread_barrier_wait(&emu_block_barrier);",
+        f"    {kernel.name}({', '.join(arguments)});",
+        "    pthread_barrier_wait(&emu_block_barrier);",
+        "  }",
+        "  return nullptr;",
+        "}"]))
     main.append(f"  EMU_THREADS = {threads};")
-    main.append(f"  for (int b = 0; b < {kernel.blocks}; ++b) {{")
-    main.append(f"    emu_blockIdx = EmuDim{{b % {kernel.grid[0]}, b / {kernel.grid[0]} % {kernel.grid[1]}, "
-                f"b / ({kernel.grid[0]} * {kernel.grid[1]})}};")
-    main.append(f"    std::barrier<> block({threads}); emu_block_barrier = &block;")
-    main.append("    std::vector<std::barrier<>*> groups, warps;")
-    main.append(f"    for (int g = 0; g < {-(-threads // 128)}; ++g) groups.push_back(new std::barrier<>(128));")
-    main.append(f"    for (int w = 0; w < {-(-threads // 32)}; ++w) warps.push_back(new std::barrier<>(32));")
-    main.append("    emu_warpgroup_barrier = groups; emu_warp_barrier = warps; emu_barriers.clear();")
-    main.append("    memset(emu_smem, 0xFF, sizeof(emu_smem));  // garbage, as on a GPU")
-    main.append("    std::vector<std::thread> threads;")
-    main.append(f"    for (int t = 0; t < {threads}; ++t) threads.emplace_back([&, t] {{ "
-                f"emu_threadIdx = EmuDim{{t, 0, 0}}; {kernel.name}({', '.join(arguments)}); }});")
-    main.append("    for (auto& th : threads) th.join();")
-    main.append("    for (auto* g : groups) delete g; for (auto* w : warps) delete w;")
-    main.append("  }")
-    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf.data(), 1, "
-                f"{out}_buf.size(), f); fclose(f); }}")
+    main.append(f"  pthread_barrier_init(&emu_block_barrier, nullptr, {threads});")
+    main.append(f"  for (int g = 0; g < {-(-threads // 128)}; ++g) "
+                f"pthread_barrier_init(&emu_warpgroup_barrier[g], nullptr, 128);")
+    main.append(f"  for (int w = 0; w < {-(-threads // 32)}; ++w) "
+                f"pthread_barrier_init(&emu_warp_barrier[w], nullptr, 32);")
+    main.append(f"  static pthread_t threads[{threads}];")
+    main.append(f"  for (long t = 0; t < {threads}; ++t) pthread_create(&threads[t], nullptr, emu_thread, (void*)t);")
+    main.append(f"  for (int t = 0; t < {threads}; ++t) pthread_join(threads[t], nullptr);")
+    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf, 1, sizeof({out}_buf), f); "
+                f"fclose(f); }}")
     main.append("  return 0;\n}")
-    output = compile_and_run(PRELUDE + source + "\n" + "\n".join(main), [arrays[name] for name in names],
+    output = compile_and_run("\n".join([PRELUDE + source, *globals_, *main]), [arrays[name] for name in names],
                              arrays[out].dtype, timeout_s)
     return output.reshape(workload.output_shape()).astype("float32")
