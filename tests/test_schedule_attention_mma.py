@@ -2,6 +2,7 @@
 mma.sync emulated lane by lane (tests/cuda_on_cpu.py), a wrong fragment layout caught there, what
 each knob writes into the kernel, the sizes it reports, the knob values refused, and the kernel
 against NumPy on a GPU."""
+import dataclasses
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import tvm
 from cuda_on_cpu import run_on_cpu
 from exported import load
 from refusals import refusal
+from test_schedule_attention import one_source_per_preamble
 
 from explorer.analysis.banks import analyze_banks
 from explorer.analysis.sass import binary_compiler, compile_binary
@@ -167,15 +169,20 @@ def test_the_lesson_goes_from_cuda_cores_to_mma_causal_and_not():
 
 
 @COMPILES
-@pytest.mark.parametrize("preset", LESSON[1:], ids=lambda p: p.id)
-def test_the_lessons_registers(preset):
+def test_the_lessons_registers():
     """One 16-row tile per warp fits in registers; two (attention-mma-tall) use all 255 a thread may have,
     as the Resources panel shows them (NVRTC's cubin: 168-244 registers, 255 and 64 bytes spilled for the tall
-    tiles; nvcc -O3 allocates fewer, 163-168)."""
-    binary = compile_binary(build(preset.spec, "h100"))
-    (registers,) = binary.registers.values()
-    tall = preset.spec.knobs.block_q // preset.spec.knobs.warps == 32
-    assert registers == 255 if tall else (registers < 255 and not any(binary.spill_bytes.values()))
+    tiles; nvcc -O3 allocates fewer, 163-168). The steps are compiled together, one source per preamble
+    (one_source_per_preamble: each kernel is allocated alone all the same)."""
+    builds = {preset.id.replace("-", "_"): build(preset.spec, "h100") for preset in LESSON[1:]}
+    binaries = [compile_binary(dataclasses.replace(next(iter(builds.values())), cuda=source))
+                for source in one_source_per_preamble(builds)]
+    registers = {kernel: used for binary in binaries for kernel, used in binary.registers.items()}
+    spills = {kernel: spilled for binary in binaries for kernel, spilled in binary.spill_bytes.items()}
+    assert registers.keys() == {f"{name}_main_kernel" for name in builds}
+    for name, built in builds.items():
+        used, tall = registers[f"{name}_main_kernel"], built.spec.knobs.block_q // built.spec.knobs.warps == 32
+        assert used == 255 if tall else (used < 255 and not spills[f"{name}_main_kernel"]), name
 
 
 GPU_CASES = [mma(), mma(Attention(batch=1, heads=2, seq=256, causal=True), block_q=128, warps=8, block_kv=64),
