@@ -144,12 +144,28 @@ COMPILES = pytest.mark.skipif(binary_compiler() is None,
                               reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
 
 
-@COMPILES
-def test_the_default_kernel_compiles_for_hopper_without_spills():
+@pytest.fixture(scope="module")
+def compiled():
+    """The lesson's mma steps and the template's default setting compiled as the Resources panel compiles them
+    (compile_binary: NVRTC's cubin, the kernel that runs), but together, one source per preamble
+    (one_source_per_preamble; each kernel is allocated alone all the same): name -> (build, registers, spill
+    bytes of its kernel)."""
     template = get_template("attention_mma")
-    spec = Spec("attention_mma", template.default_workload(), template.knobs())
-    binary = compile_binary(build(spec, "h100"))  # the Resources panel's: NVRTC's cubin, the kernel that runs
-    assert binary.registers and not any(binary.spill_bytes.values())
+    builds = {preset.id.replace("-", "_"): build(preset.spec, "h100") for preset in LESSON[1:]}
+    builds["default"] = build(Spec("attention_mma", template.default_workload(), template.knobs()), "h100")
+    binaries = [compile_binary(dataclasses.replace(builds["default"], cuda=source))
+                for source in one_source_per_preamble(builds)]
+    registers = {kernel: used for binary in binaries for kernel, used in binary.registers.items()}
+    spills = {kernel: spilled for binary in binaries for kernel, spilled in binary.spill_bytes.items()}
+    assert registers.keys() == spills.keys() == {f"{name}_main_kernel" for name in builds}
+    return {name: (built, registers[f"{name}_main_kernel"], spills[f"{name}_main_kernel"])
+            for name, built in builds.items()}
+
+
+@COMPILES
+def test_the_default_kernel_compiles_for_hopper_without_spills(compiled):
+    _, registers, spills = compiled["default"]
+    assert registers and not spills
 
 
 def test_export_parses_back_to_the_same_module(tmp_path):
@@ -169,20 +185,14 @@ def test_the_lesson_goes_from_cuda_cores_to_mma_causal_and_not():
 
 
 @COMPILES
-def test_the_lessons_registers():
+def test_the_lessons_registers(compiled):
     """One 16-row tile per warp fits in registers; two (attention-mma-tall) use all 255 a thread may have,
     as the Resources panel shows them (NVRTC's cubin: 168-244 registers, 255 and 64 bytes spilled for the tall
-    tiles; nvcc -O3 allocates fewer, 163-168). The steps are compiled together, one source per preamble
-    (one_source_per_preamble: each kernel is allocated alone all the same)."""
-    builds = {preset.id.replace("-", "_"): build(preset.spec, "h100") for preset in LESSON[1:]}
-    binaries = [compile_binary(dataclasses.replace(next(iter(builds.values())), cuda=source))
-                for source in one_source_per_preamble(builds)]
-    registers = {kernel: used for binary in binaries for kernel, used in binary.registers.items()}
-    spills = {kernel: spilled for binary in binaries for kernel, spilled in binary.spill_bytes.items()}
-    assert registers.keys() == {f"{name}_main_kernel" for name in builds}
-    for name, built in builds.items():
-        used, tall = registers[f"{name}_main_kernel"], built.spec.knobs.block_q // built.spec.knobs.warps == 32
-        assert used == 255 if tall else (used < 255 and not spills[f"{name}_main_kernel"]), name
+    tiles; nvcc -O3 allocates fewer, 163-168)."""
+    for preset in LESSON[1:]:
+        built, registers, spills = compiled[preset.id.replace("-", "_")]
+        tall = built.spec.knobs.block_q // built.spec.knobs.warps == 32
+        assert registers == 255 if tall else (registers < 255 and not spills), preset.id
 
 
 GPU_CASES = [mma(), mma(Attention(batch=1, heads=2, seq=256, causal=True), block_q=128, warps=8, block_kv=64),
