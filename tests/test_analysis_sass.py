@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 import pytest
+from test_schedule_attention import one_source_per_preamble
 
 from explorer import cuda_compile
 from explorer.analysis import sass
@@ -328,19 +329,21 @@ def test_warp_shuffles_are_counted(presets_no_toolkit):
 @pytest.mark.skipif(nvcc_path() is None, reason="the cross-check needs nvcc")
 def test_nvcc_compiles_the_same_shuffles(tmp_path):
     """nvcc's cubin of the same CUDA (fast math, as TVM compiles), disassembled: SHFL.DOWN five times per
-    kernel for reduce-shuffle, never for reduce-3-sequential."""
-    found = {}
-    for preset in ("reduce-shuffle", "reduce-3-sequential"):
-        built = build(get_preset(preset).spec, "h100")
-        path, cubin = tmp_path / f"{preset}.cu", tmp_path / f"{preset}.cubin"
-        path.write_text(built.cuda)
-        subprocess.run([nvcc_path(), "--cubin", f"-arch={built.target.arch}", "-O3", "--use_fast_math", "-o",
-                        str(cubin), str(path)], check=True, capture_output=True)
-        kernels = sass.parse_sass(cuda_compile.disassemble(cubin.read_bytes())[0])
-        found[preset] = {name: [i.opcode for i in instructions if i.opcode.startswith("SHFL")]
-                         for name, instructions in kernels.items()}
-    assert found["reduce-shuffle"] == {"main_kernel": ["SHFL.DOWN"] * 5, "main_kernel_1": ["SHFL.DOWN"] * 5}
-    assert found["reduce-3-sequential"] == {"main_kernel": [], "main_kernel_1": []}
+    kernel for reduce-shuffle, never for reduce-3-sequential. Both settings' kernels in one compile
+    (one_source_per_preamble: reduce-shuffle's preamble adds only its shuffle macros for GPUs before sm_70)."""
+    builds = {preset.replace("-", "_"): build(get_preset(preset).spec, "h100")
+              for preset in ("reduce-shuffle", "reduce-3-sequential")}
+    (arch,) = {str(built.target.arch) for built in builds.values()}
+    (source,) = one_source_per_preamble(builds)
+    path, cubin = tmp_path / "kernels.cu", tmp_path / "kernels.cubin"
+    path.write_text(source)
+    subprocess.run([nvcc_path(), "--cubin", f"-arch={arch}", "-O3", "--use_fast_math", "-o", str(cubin), str(path)],
+                   check=True, capture_output=True)
+    kernels = sass.parse_sass(cuda_compile.disassemble(cubin.read_bytes())[0])
+    found = {name: [i.opcode for i in instructions if i.opcode.startswith("SHFL")]
+             for name, instructions in kernels.items()}
+    assert found == {"reduce_shuffle_main_kernel": ["SHFL.DOWN"] * 5, "reduce_shuffle_main_kernel_1": ["SHFL.DOWN"] * 5,
+                     "reduce_3_sequential_main_kernel": [], "reduce_3_sequential_main_kernel_1": []}
 
 
 def test_cli_sass_view(presets_no_toolkit, capsys):
