@@ -110,16 +110,22 @@ RUNTIME = r"""
 #include <vector>
 static std::barrier<>* emu_barrier;
 void emu_sync() { emu_barrier->arrive_and_wait(); }
-// Block after block, each thread of the block an OS thread running thread_main(block index, thread index).
+// Each thread of the block an OS thread, running thread_main(block index, thread index) for one block after
+// another: a barrier after each, as the blocks share the static arrays that stand for shared memory (and a
+// thread started once per launch, not once per block: a barrier costs less than starting 128 threads).
 void emu_launch(int grid_x, int grid_y, int grid_z, int threads, void (*thread_main)(int bx, int by, int bz, int t)) {
-  for (int bz = 0; bz < grid_z; ++bz) for (int by = 0; by < grid_y; ++by) for (int bx = 0; bx < grid_x; ++bx) {
-    std::barrier<> block(threads);
-    emu_barrier = &block;
-    std::vector<std::thread> running;
-    running.reserve(threads);
-    for (int t = 0; t < threads; ++t) running.emplace_back(thread_main, bx, by, bz, t);
-    for (auto& thread : running) thread.join();
-  }
+  std::barrier<> block(threads);
+  emu_barrier = &block;
+  std::vector<std::thread> running;
+  running.reserve(threads);
+  for (int t = 0; t < threads; ++t)
+    running.emplace_back([=] {
+      for (int bz = 0; bz < grid_z; ++bz) for (int by = 0; by < grid_y; ++by) for (int bx = 0; bx < grid_x; ++bx) {
+        thread_main(bx, by, bz, t);
+        emu_sync();
+      }
+    });
+  for (auto& thread : running) thread.join();
 }
 """
 
