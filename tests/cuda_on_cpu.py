@@ -247,9 +247,9 @@ def _compiled(source: str, objects: tuple[str, ...] = ()) -> Path:
 
 
 def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout_s: int,
-                    objects: tuple[str, ...] = ()) -> np.ndarray:
-    """``source`` (a program whose arguments are the files of ``inputs``, then the file its output is
-    written to) compiled as host code, linked with ``objects``, and run: the output, flat."""
+                    objects: tuple[str, ...] = (), arguments: tuple[str, ...] = ()) -> np.ndarray:
+    """``source`` (a program whose arguments are ``arguments``, the files of ``inputs``, then the file its
+    output is written to) compiled as host code, linked with ``objects``, and run: the output, flat."""
     program = _compiled(source, objects)
     with tempfile.TemporaryDirectory(prefix="explorer-cpu-cuda-") as tmp:
         tmp = Path(tmp)
@@ -260,7 +260,7 @@ def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout
             paths.append(str(path))
         result = tmp / "out.bin"
         with _one_core() as core:
-            ran = subprocess.run([str(program), *paths, str(result)], capture_output=True, text=True,
+            ran = subprocess.run([str(program), *arguments, *paths, str(result)], capture_output=True, text=True,
                                  timeout=timeout_s, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
         if ran.returncode:
             raise RuntimeError(ran.stderr[-3000:])
@@ -288,23 +288,30 @@ def _host_source(cuda: str) -> str:
     return body
 
 
-def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[int, ...], str]]) -> np.ndarray:
-    """The output of ``built``'s kernels, launched in order on ``inputs`` (the workload's), with
-    ``scratch`` naming the global buffers that TVM's host code allocates between them (name:
-    (shape, dtype))."""
+def _arrays(built, inputs: list[np.ndarray] | None, scratch: dict) -> dict[str, np.ndarray]:
+    """The global buffers of ``built``'s kernels: its workload's inputs (``inputs``, or empty ones of their
+    shapes), its output and ``scratch``, the output and scratch NaN."""
     workload = built.spec.workload
+    if inputs is None:
+        inputs = [np.empty(shape, numpy_dtype(dtype))
+                  for shape, dtype in zip(workload.input_shapes(), workload.input_dtypes(), strict=True)]
     arrays = dict(zip(workload.input_names, inputs, strict=True))
     arrays[workload.output_name] = np.full(workload.output_shape(), np.nan, numpy_dtype(workload.output_dtype()))
-    arrays |= {name: np.full(shape, np.nan, dtype) for name, (shape, dtype) in scratch.items()}
+    return arrays | {name: np.full(shape, np.nan, dtype) for name, (shape, dtype) in scratch.items()}
+
+
+def _setting(built, arrays: dict[str, np.ndarray]) -> str:
+    """``built``'s kernels as host code, with ``int run(char** files)``: the buffers read from the files of
+    ``arrays`` but the last (the output, written to the last file), each kernel launched in order."""
     names = list(arrays)
     ctypes = {name: {"float16": "half", "float32": "float"}[str(array.dtype)] for name, array in arrays.items()}
     program = [f"static {ctypes[name]}* {name}_buf;" for name in names]
-    main = ["int main(int argc, char** argv) {"]
+    run = ["int run(char** files) {"]
     for i, name in enumerate(names):
         size, ctype = arrays[name].size, ctypes[name]
-        main.append(f"  {name}_buf = ({ctype}*)malloc(sizeof({ctype}) * {size});")
-        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf, sizeof({ctype}), {size}, f); "
-                    f"fclose(f); }}")
+        run.append(f"  {name}_buf = ({ctype}*)malloc(sizeof({ctype}) * {size});")
+        run.append(f"  {{ FILE* f = fopen(files[{i}], \"rb\"); fread({name}_buf, sizeof({ctype}), {size}, f); "
+                   f"fclose(f); }}")
     for number, kernel in enumerate(built.kernels):
         signature = re.search(rf"void {kernel.name}\(([^)]*)\)", _host_source(built.cuda)).group(1)
         arguments = ", ".join(f"{m}_buf" for m in re.findall(r"(\w+)_ptr\b", signature))
@@ -312,14 +319,37 @@ def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[i
         program.append(f"static void emu_thread_{number}(int bx, int by, int bz, int t) {{ "
                        f"emu_blockIdx = EmuDim{{bx, by, bz}}; emu_threadIdx = EmuDim{{t % {x}, t / {x} % {y}, "
                        f"t / ({x} * {y})}}; {kernel.name}({arguments}); }}")
-        main.append(f"  EMU_BX = {x}; EMU_BY = {y};")
+        run.append(f"  EMU_BX = {x}; EMU_BY = {y};")
         grid = ", ".join(map(str, kernel.grid))
-        main.append(f"  emu_launch({grid}, {kernel.threads_per_block}, emu_thread_{number});")
-    out = workload.output_name
-    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf, sizeof({ctypes[out]}), "
-                f"{arrays[out].size}, f); fclose(f); }}")
-    main.append("  return 0;\n}")
-    output = compile_and_run(PRELUDE + _host_source(built.cuda) + "\n" + "\n".join(program + main),
-                             [arrays[name] for name in names], arrays[out].dtype, timeout_s=600,
-                             objects=(_runtime_object(),))
-    return output.reshape(workload.output_shape()).astype("float32")
+        run.append(f"  emu_launch({grid}, {kernel.threads_per_block}, emu_thread_{number});")
+    out = built.spec.workload.output_name
+    run.append(f"  {{ FILE* f = fopen(files[{len(names)}], \"wb\"); fwrite({out}_buf, sizeof({ctypes[out]}), "
+               f"{arrays[out].size}, f); fclose(f); }}")
+    run.append("  return 0;\n}")
+    return _host_source(built.cuda) + "\n" + "\n".join(program + run)
+
+
+def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[int, ...], str]],
+               together: list | None = None) -> np.ndarray:
+    """The output of ``built``'s kernels, launched in order on ``inputs`` (the workload's), with
+    ``scratch`` naming the global buffers that TVM's host code allocates between them (name:
+    (shape, dtype)). ``together``: the (build, scratch) of every setting of a test file, ``built`` among
+    them, compiled into one program (each setting's code in a namespace of its own, their headers included
+    once before) that runs the one it is asked for: the file's settings compile once (a compile's start,
+    headers and link are 0.13 CPU-s of each), and its later runs find the program kept."""
+    settings = together if together is not None else [(built, scratch)]
+    (which,) = [number for number, (setting, _) in enumerate(settings) if setting is built]
+    parts, includes = [], {}
+    for number, (setting, its_scratch) in enumerate(settings):
+        code = _setting(setting, _arrays(setting, inputs if setting is built else None, its_scratch))
+        lines = code.splitlines()
+        includes |= dict.fromkeys(line.strip() for line in lines if line.strip().startswith("#include"))
+        body = "\n".join(line for line in lines if not line.strip().startswith("#include"))
+        parts.append(f"namespace emu_setting_{number} {{\n{body}\n}}")
+    cases = " ".join(f"case {number}: return emu_setting_{number}::run(argv + 2);" for number in range(len(settings)))
+    main = f"int main(int argc, char** argv) {{ switch (atoi(argv[1])) {{ {cases} }} return 2; }}"
+    arrays = _arrays(built, inputs, scratch)
+    out = built.spec.workload.output_name
+    output = compile_and_run("\n".join([PRELUDE, *includes, *parts, main]), list(arrays.values()), arrays[out].dtype,
+                             timeout_s=600, objects=(_runtime_object(),), arguments=(str(which),))
+    return output.reshape(built.spec.workload.output_shape()).astype("float32")

@@ -305,32 +305,51 @@ EMULATED = [fused(Attention(batch=2, heads=1, seq=64, head_dim=128), block_q=32,
                     softmax_threads=128)]
 
 
+# A fused setting whose kernel can be made wrong by removing its rescaling: 4 key tiles per query tile.
+RESCALED = fused(Attention(batch=1, heads=1, seq=64), block_q=32, block_kv=16, rows_per_thread=2, threads_per_row=8)
+
+
+def without_rescaling(built):
+    """``built`` with exp(m_old − m_new) replaced by 1: the sum and the output not rescaled when a later tile
+    raises the maximum."""
+    unscaled = re.sub(r"alpha_ptr\[(\d)\] = exp2f\(\(m_ptr\[\d\] - red_ptr\[0\]\)\);", r"alpha_ptr[\1] = 1.0f;",
+                      built.cuda)
+    return dataclasses.replace(built, cuda=unscaled)
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """The settings this file runs on the CPU (EMULATED, then RESCALED without its rescaling) built, with the
+    scratch buffers of each: one program for them all (run_on_cpu's together)."""
+    settings = [(build(spec, "h100"), scores(spec.workload) if spec.template == "attention_unfused" else {})
+                for spec in EMULATED]
+    return settings + [(without_rescaling(build(RESCALED, "h100")), {})]
+
+
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-@pytest.mark.parametrize("spec", EMULATED, ids=["fused-d128-global-kv", "fused-causal-shared-kv", "fused-float4",
-                                                "fused-half4-dynamic", "unfused-causal"])
-def test_the_cuda_matches_numpy_run_on_the_cpu(spec):
+@pytest.mark.parametrize("number", range(len(EMULATED)), ids=["fused-d128-global-kv", "fused-causal-shared-kv",
+                                                              "fused-float4", "fused-half4-dynamic", "unfused-causal"])
+def test_the_cuda_matches_numpy_run_on_the_cpu(number, emulated):
     """The generated CUDA, each block's threads run as CPU threads (tests/cuda_on_cpu.py): its
     indexing, barriers, shuffles and arithmetic, without a GPU."""
-    workload = spec.workload
+    built, scratch = emulated[number]
+    workload = built.spec.workload
     inputs = workload.random_inputs(seed=4)
-    got = run_on_cpu(build(spec, "h100"), inputs, scores(workload) if spec.template == "attention_unfused" else {})
+    got = run_on_cpu(built, inputs, scratch, together=emulated)
     check = compare(got, workload.reference(*inputs), workload.reduction_length(), workload.tolerance_floor)
     assert check.correct, check.describe()
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-def test_without_the_rescaling_the_fused_kernel_is_wrong():
+def test_without_the_rescaling_the_fused_kernel_is_wrong(emulated):
     """The CPU run can fail: the same kernel with exp(m_old − m_new) replaced by 1 (the sum and the
     output not rescaled when a later tile raises the maximum) is refused by the gate."""
-    spec = fused(Attention(batch=1, heads=1, seq=64), block_q=32, block_kv=16, rows_per_thread=2, threads_per_row=8)
-    built = build(spec, "h100")
-    unscaled = re.sub(r"alpha_ptr\[(\d)\] = exp2f\(\(m_ptr\[\d\] - red_ptr\[0\]\)\);", r"alpha_ptr[\1] = 1.0f;",
-                      built.cuda)
-    assert unscaled.count("alpha_ptr[0] = 1.0f;") == 1
-    inputs = spec.workload.random_inputs(seed=4)
-    got = run_on_cpu(dataclasses.replace(built, cuda=unscaled), inputs, {})
-    assert not compare(got, spec.workload.reference(*inputs), spec.workload.reduction_length(),
-                       spec.workload.tolerance_floor).correct
+    unscaled, _ = emulated[-1]
+    assert unscaled.spec == RESCALED and unscaled.cuda.count("alpha_ptr[0] = 1.0f;") == 1
+    inputs = RESCALED.workload.random_inputs(seed=4)
+    got = run_on_cpu(unscaled, inputs, {}, together=emulated)
+    assert not compare(got, RESCALED.workload.reference(*inputs), RESCALED.workload.reduction_length(),
+                       RESCALED.workload.tolerance_floor).correct
 
 
 GPU_CASES = [unfused(), unfused(Attention(batch=1, heads=2, seq=128, causal=True)),
