@@ -33,36 +33,45 @@ def mma(workload=SMALL, **knobs) -> Spec:
     return Spec("attention_mma", workload, AttentionMmaKnobs(**knobs))
 
 
-def check_on_cpu(spec: Spec, cuda: str | None = None):
-    built = build(spec, "h100")
-    if cuda is not None:
-        built = built.__class__(**{**built.__dict__, "cuda": cuda})
-    inputs = spec.workload.random_inputs(seed=5)
-    got = run_on_cpu(built, inputs, {})
-    return compare(got, spec.workload.reference(*inputs), spec.workload.reduction_length(),
-                   spec.workload.tolerance_floor)
-
-
 EMULATED = [mma(Attention(batch=1, heads=1, seq=256, head_dim=64, causal=True), block_q=128, warps=8, block_kv=32),
             mma(Attention(batch=1, heads=1, seq=128, head_dim=128), block_q=64, warps=2, block_kv=16, stages=1,
                 pad=False)]
+# A setting whose V fragments are read by ldmatrix with the transpose, to be read without it.
+TRANSPOSED = mma(Attention(batch=1, heads=1, seq=64, head_dim=64), block_q=64, warps=4, block_kv=32, stages=1)
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """The settings this file runs on the CPU built: EMULATED, then TRANSPOSED with V read by a plain ldmatrix;
+    one program for them all (run_on_cpu's together)."""
+    plain = build(TRANSPOSED, "h100")
+    plain = dataclasses.replace(plain, cuda=plain.cuda.replace(TRANS, PLAIN))
+    return [(build(spec, "h100"), {}) for spec in EMULATED] + [(plain, {})]
+
+
+def check_on_cpu(built, emulated):
+    inputs = built.spec.workload.random_inputs(seed=5)
+    got = run_on_cpu(built, inputs, {}, together=emulated)
+    return compare(got, built.spec.workload.reference(*inputs), built.spec.workload.reduction_length(),
+                   built.spec.workload.tolerance_floor)
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-@pytest.mark.parametrize("spec", EMULATED, ids=["causal-d64-8-warps-cp-async", "d128-2-warps-two-row-tiles"])
-def test_the_cuda_matches_numpy_run_on_the_cpu(spec):
-    check = check_on_cpu(spec)
+@pytest.mark.parametrize("number", range(len(EMULATED)), ids=["causal-d64-8-warps-cp-async",
+                                                              "d128-2-warps-two-row-tiles"])
+def test_the_cuda_matches_numpy_run_on_the_cpu(number, emulated):
+    check = check_on_cpu(emulated[number][0], emulated)
     assert check.correct, check.describe()
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
+def test_v_read_without_the_transpose_is_wrong_on_the_cpu(emulated):
     """The emulation can fail: V's fragments loaded by a plain ldmatrix (rows of V as the columns
     of the B operand) give P·Vᵀ-like garbage, and the gate refuses it."""
-    spec = mma(Attention(batch=1, heads=1, seq=64, head_dim=64), block_q=64, warps=4, block_kv=32, stages=1)
-    cuda = build(spec, "h100").cuda
-    assert cuda.count(TRANS) == 2 * 4  # per tile: 2 key steps × 4 pairs of 8 columns
-    check = check_on_cpu(spec, cuda.replace(TRANS, PLAIN))
+    assert build(TRANSPOSED, "h100").cuda.count(TRANS) == 2 * 4  # per tile: 2 key steps × 4 pairs of 8 columns
+    plain, _ = emulated[-1]
+    assert plain.spec == TRANSPOSED and TRANS not in plain.cuda
+    check = check_on_cpu(plain, emulated)
     assert not check.correct
 
 
