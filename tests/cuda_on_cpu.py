@@ -30,20 +30,17 @@ from explorer.cuda_compile import nvcc_path
 from explorer.workloads import numpy_dtype
 
 PRELUDE = r"""
-#include <barrier>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
-#include <thread>
-#include <vector>
 struct EmuDim { int x = 0, y = 0, z = 0; };
-static thread_local EmuDim emu_threadIdx;
-static EmuDim emu_blockIdx;
+static thread_local EmuDim emu_threadIdx, emu_blockIdx;
 static int EMU_BX, EMU_BY;  // the launched kernel's block shape
-static std::barrier<>* emu_barrier;
 static int emu_flat() { return emu_threadIdx.x + emu_threadIdx.y * EMU_BX + emu_threadIdx.z * EMU_BX * EMU_BY; }
-static void emu_sync() { emu_barrier->arrive_and_wait(); }
+// RUNTIME's, compiled apart (_runtime_object)
+void emu_sync();
+void emu_launch(int grid_x, int grid_y, int grid_z, int threads, void (*thread_main)(int bx, int by, int bz, int t));
 // The warp-wide instructions below: every thread stores its operands, a barrier, each loads the others'. Successive
 // ones of a kind store in alternate slots, so a thread stores into a slot again only after the next one's barrier,
 // which every thread reaches once it has loaded from it: one barrier each, not two (each barrier switches between
@@ -105,6 +102,34 @@ template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
 """
 
 
+# The threads of each block and their barrier, compiled once (_runtime_object) and linked into every emulation:
+# instantiating std::thread, std::barrier and their lambdas was 0.1 s of each emulation's compile.
+RUNTIME = r"""
+#include <barrier>
+#include <thread>
+#include <vector>
+static std::barrier<>* emu_barrier;
+void emu_sync() { emu_barrier->arrive_and_wait(); }
+// Each thread of the block an OS thread, running thread_main(block index, thread index) for one block after
+// another: a barrier after each, as the blocks share the static arrays that stand for shared memory (and a
+// thread started once per launch, not once per block: a barrier costs less than starting 128 threads).
+void emu_launch(int grid_x, int grid_y, int grid_z, int threads, void (*thread_main)(int bx, int by, int bz, int t)) {
+  std::barrier<> block(threads);
+  emu_barrier = &block;
+  std::vector<std::thread> running;
+  running.reserve(threads);
+  for (int t = 0; t < threads; ++t)
+    running.emplace_back([=] {
+      for (int bz = 0; bz < grid_z; ++bz) for (int by = 0; by < grid_y; ++by) for (int bx = 0; bx < grid_x; ++bx) {
+        thread_main(bx, by, bz, t);
+        emu_sync();
+      }
+    });
+  for (auto& thread : running) thread.join();
+}
+"""
+
+
 LDMATRIX = re.compile(r"tvm_builtin_ptx_ldmatrix_sync_aligned_m8n8_x4(_trans)?_shared_b16\((\(\(uint\*\)\w+\)\[\d+\]), "
                       r".*?tvm_builtin_cuda_cvta_generic_to_shared\((.*?)\)\);(?=\s)")
 MMA = re.compile(r'__asm__ __volatile__\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32"\s*"[^"]*"\s*'
@@ -144,28 +169,40 @@ def _compiler_stamp() -> str:
     return f"{made.st_mtime_ns}:{made.st_size}"
 
 
-@functools.cache
-def _precompiled_headers() -> str:
-    """A header including HEADERS, compiled beside it (g++ reads ``headers.h.gch`` for ``-include headers.h``),
+def _made_once(kind: str, source_name: str, text: str, made_name: str, options: list[str]) -> Path:
+    """``text`` written to ``source_name`` and compiled with FLAGS and ``options`` into ``made_name`` beside it,
     once for every test process and run: in the temporary folder, under the hash of what makes it, and built
-    under a lock by the first process that needs it."""
-    text = "".join(f"#include <{header}>\n" for header in HEADERS)
-    command = [*host_compiler(), *FLAGS]
+    under a lock by the first process that needs it. The path of the source."""
+    command = [*host_compiler(), *FLAGS, *options]
     made_of = hashlib.sha256("\0".join([text, *command, _compiler_stamp()]).encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"explorer-emulation-headers-{made_of}"
+    folder = Path(tempfile.gettempdir()) / f"explorer-emulation-{kind}-{made_of}"
     folder.mkdir(exist_ok=True)
-    header, compiled = folder / "headers.h", folder / "headers.h.gch"
+    source, made = folder / source_name, folder / made_name
     with open(folder / "lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not compiled.exists():
-            header.write_text(text)
-            partial = folder / f"headers.{os.getpid()}.gch"
-            made = subprocess.run([*command, "-x", "c++-header", str(header), "-o", str(partial)],
-                                  capture_output=True, text=True, timeout=300)
-            if made.returncode:
-                raise RuntimeError(made.stderr[-3000:])
-            partial.rename(compiled)
-    return str(header)
+        if not made.exists():
+            source.write_text(text)
+            partial = folder / f"{made_name}.{os.getpid()}"
+            compiled = subprocess.run([*command, str(source), "-o", str(partial)],
+                                      capture_output=True, text=True, timeout=300)
+            if compiled.returncode:
+                raise RuntimeError(compiled.stderr[-3000:])
+            partial.rename(made)
+    return source
+
+
+@functools.cache
+def _precompiled_headers() -> str:
+    """A header including HEADERS, compiled beside it (g++ reads ``headers.h.gch`` for ``-include headers.h``)."""
+    text = "".join(f"#include <{header}>\n" for header in HEADERS)
+    return str(_made_once("headers", "headers.h", text, "headers.h.gch", ["-x", "c++-header"]))
+
+
+@functools.cache
+def _runtime_object() -> str:
+    """RUNTIME compiled to an object file, which run_on_cpu's programs link."""
+    source = _made_once("runtime", "runtime.cc", RUNTIME, "runtime.o", ["-include", _precompiled_headers(), "-c"])
+    return str(source.with_suffix(".o"))
 
 
 @contextlib.contextmanager
@@ -187,19 +224,21 @@ def _one_core():
     yield cores[mine]
 
 
-def _compiled(source: str) -> Path:
-    """The program compiled from ``source``, kept in the temporary folder under the hash of the source and of
-    the compile: a source emulated before (the same setting in another test, or in an earlier run) is not
-    compiled again (0.2-0.8 s of g++ each). Written whole: a program is renamed into place once compiled."""
+def _compiled(source: str, objects: tuple[str, ...] = ()) -> Path:
+    """The program compiled from ``source`` and linked with ``objects``, kept in the temporary folder under the
+    hash of the source and of the compile: a source emulated before (the same setting in another test, or in an
+    earlier run) is not compiled again (0.2-0.8 s of g++ each). Written whole: a program is renamed into place
+    once compiled."""
     command = [*host_compiler(), *FLAGS, "-include", _precompiled_headers()]
-    key = hashlib.sha256("\0".join([*command, _compiler_stamp(), source]).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join([*command, *objects, _compiler_stamp(), source]).encode()).hexdigest()[:32]
     program = Path(tempfile.gettempdir()) / "explorer-emulations" / key
     if program.exists():
         return program
     program.parent.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="explorer-cpu-cuda-") as tmp:
         (Path(tmp) / "kernel.cu").write_text(source)
-        compiled = subprocess.run([*command, "-o", f"{tmp}/kernel", "-x", "c++", f"{tmp}/kernel.cu"],
+        compiled = subprocess.run([*command, "-o", f"{tmp}/kernel", "-x", "c++", f"{tmp}/kernel.cu", "-x", "none",
+                                   *objects],
                                   capture_output=True, text=True, timeout=300)
         if compiled.returncode:
             raise RuntimeError(compiled.stderr[-3000:])
@@ -207,10 +246,11 @@ def _compiled(source: str) -> Path:
     return program
 
 
-def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout_s: int) -> np.ndarray:
-    """``source`` (a program whose arguments are the files of ``inputs``, then the file its output is
-    written to) compiled as host code and run: the output, flat."""
-    program = _compiled(source)
+def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout_s: int,
+                    objects: tuple[str, ...] = (), arguments: tuple[str, ...] = ()) -> np.ndarray:
+    """``source`` (a program whose arguments are ``arguments``, the files of ``inputs``, then the file its
+    output is written to) compiled as host code, linked with ``objects``, and run: the output, flat."""
+    program = _compiled(source, objects)
     with tempfile.TemporaryDirectory(prefix="explorer-cpu-cuda-") as tmp:
         tmp = Path(tmp)
         paths = []
@@ -220,7 +260,7 @@ def compile_and_run(source: str, inputs: list[np.ndarray], output_dtype, timeout
             paths.append(str(path))
         result = tmp / "out.bin"
         with _one_core() as core:
-            ran = subprocess.run([str(program), *paths, str(result)], capture_output=True, text=True,
+            ran = subprocess.run([str(program), *arguments, *paths, str(result)], capture_output=True, text=True,
                                  timeout=timeout_s, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
         if ran.returncode:
             raise RuntimeError(ran.stderr[-3000:])
@@ -248,40 +288,68 @@ def _host_source(cuda: str) -> str:
     return body
 
 
-def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[int, ...], str]]) -> np.ndarray:
-    """The output of ``built``'s kernels, launched in order on ``inputs`` (the workload's), with
-    ``scratch`` naming the global buffers that TVM's host code allocates between them (name:
-    (shape, dtype))."""
+def _arrays(built, inputs: list[np.ndarray] | None, scratch: dict) -> dict[str, np.ndarray]:
+    """The global buffers of ``built``'s kernels: its workload's inputs (``inputs``, or empty ones of their
+    shapes), its output and ``scratch``, the output and scratch NaN."""
     workload = built.spec.workload
+    if inputs is None:
+        inputs = [np.empty(shape, numpy_dtype(dtype))
+                  for shape, dtype in zip(workload.input_shapes(), workload.input_dtypes(), strict=True)]
     arrays = dict(zip(workload.input_names, inputs, strict=True))
     arrays[workload.output_name] = np.full(workload.output_shape(), np.nan, numpy_dtype(workload.output_dtype()))
-    arrays |= {name: np.full(shape, np.nan, dtype) for name, (shape, dtype) in scratch.items()}
-    main = ["int main(int argc, char** argv) {"]
+    return arrays | {name: np.full(shape, np.nan, dtype) for name, (shape, dtype) in scratch.items()}
+
+
+def _setting(built, arrays: dict[str, np.ndarray]) -> str:
+    """``built``'s kernels as host code, with ``int run(char** files)``: the buffers read from the files of
+    ``arrays`` but the last (the output, written to the last file), each kernel launched in order."""
     names = list(arrays)
+    ctypes = {name: {"float16": "half", "float32": "float"}[str(array.dtype)] for name, array in arrays.items()}
+    program = [f"static {ctypes[name]}* {name}_buf;" for name in names]
+    run = ["int run(char** files) {"]
     for i, name in enumerate(names):
-        array = arrays[name]
-        ctype = {"float16": "half", "float32": "float"}[str(array.dtype)]
-        main.append(f"  std::vector<{ctype}> {name}_buf({array.size});")
-        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf.data(), sizeof({ctype}), "
-                    f"{array.size}, f); fclose(f); }}")
-    for kernel in built.kernels:
+        size, ctype = arrays[name].size, ctypes[name]
+        run.append(f"  {name}_buf = ({ctype}*)malloc(sizeof({ctype}) * {size});")
+        run.append(f"  {{ FILE* f = fopen(files[{i}], \"rb\"); fread({name}_buf, sizeof({ctype}), {size}, f); "
+                   f"fclose(f); }}")
+    for number, kernel in enumerate(built.kernels):
         signature = re.search(rf"void {kernel.name}\(([^)]*)\)", _host_source(built.cuda)).group(1)
-        arguments = ", ".join(f"{m}_buf.data()" for m in re.findall(r"(\w+)_ptr\b", signature))
-        threads = kernel.threads_per_block
-        main.append(f"  EMU_BX = {kernel.block[0]}; EMU_BY = {kernel.block[1]};")
-        main.append(f"  for (int bz = 0; bz < {kernel.grid[2]}; ++bz) for (int by = 0; by < {kernel.grid[1]}; ++by)"
-                    f" for (int bx = 0; bx < {kernel.grid[0]}; ++bx) {{")
-        main.append(f"    emu_blockIdx = EmuDim{{bx, by, bz}}; std::barrier<> block({threads}); "
-                    f"emu_barrier = &block; std::vector<std::thread> threads;")
-        main.append(f"    for (int t = 0; t < {threads}; ++t) threads.emplace_back([&, t] {{ "
-                    f"emu_threadIdx = EmuDim{{t % {kernel.block[0]}, t / {kernel.block[0]} % {kernel.block[1]}, "
-                    f"t / ({kernel.block[0]} * {kernel.block[1]})}}; {kernel.name}({arguments}); }});")
-        main.append("    for (auto& th : threads) th.join();")
-        main.append("  }")
-    out = workload.output_name
-    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf.data(), "
-                f"sizeof({out}_buf[0]), {out}_buf.size(), f); fclose(f); }}")
-    main.append("  return 0;\n}")
-    output = compile_and_run(PRELUDE + _host_source(built.cuda) + "\n" + "\n".join(main),
-                             [arrays[name] for name in names], arrays[out].dtype, timeout_s=600)
-    return output.reshape(workload.output_shape()).astype("float32")
+        arguments = ", ".join(f"{m}_buf" for m in re.findall(r"(\w+)_ptr\b", signature))
+        x, y = kernel.block[:2]
+        program.append(f"static void emu_thread_{number}(int bx, int by, int bz, int t) {{ "
+                       f"emu_blockIdx = EmuDim{{bx, by, bz}}; emu_threadIdx = EmuDim{{t % {x}, t / {x} % {y}, "
+                       f"t / ({x} * {y})}}; {kernel.name}({arguments}); }}")
+        run.append(f"  EMU_BX = {x}; EMU_BY = {y};")
+        grid = ", ".join(map(str, kernel.grid))
+        run.append(f"  emu_launch({grid}, {kernel.threads_per_block}, emu_thread_{number});")
+    out = built.spec.workload.output_name
+    run.append(f"  {{ FILE* f = fopen(files[{len(names)}], \"wb\"); fwrite({out}_buf, sizeof({ctypes[out]}), "
+               f"{arrays[out].size}, f); fclose(f); }}")
+    run.append("  return 0;\n}")
+    return _host_source(built.cuda) + "\n" + "\n".join(program + run)
+
+
+def run_on_cpu(built, inputs: list[np.ndarray], scratch: dict[str, tuple[tuple[int, ...], str]],
+               together: list | None = None) -> np.ndarray:
+    """The output of ``built``'s kernels, launched in order on ``inputs`` (the workload's), with
+    ``scratch`` naming the global buffers that TVM's host code allocates between them (name:
+    (shape, dtype)). ``together``: the (build, scratch) of every setting of a test file, ``built`` among
+    them, compiled into one program (each setting's code in a namespace of its own, their headers included
+    once before) that runs the one it is asked for: the file's settings compile once (a compile's start,
+    headers and link are 0.13 CPU-s of each), and its later runs find the program kept."""
+    settings = together if together is not None else [(built, scratch)]
+    (which,) = [number for number, (setting, _) in enumerate(settings) if setting is built]
+    parts, includes = [], {}
+    for number, (setting, its_scratch) in enumerate(settings):
+        code = _setting(setting, _arrays(setting, inputs if setting is built else None, its_scratch))
+        lines = code.splitlines()
+        includes |= dict.fromkeys(line.strip() for line in lines if line.strip().startswith("#include"))
+        body = "\n".join(line for line in lines if not line.strip().startswith("#include"))
+        parts.append(f"namespace emu_setting_{number} {{\n{body}\n}}")
+    cases = " ".join(f"case {number}: return emu_setting_{number}::run(argv + 2);" for number in range(len(settings)))
+    main = f"int main(int argc, char** argv) {{ switch (atoi(argv[1])) {{ {cases} }} return 2; }}"
+    arrays = _arrays(built, inputs, scratch)
+    out = built.spec.workload.output_name
+    output = compile_and_run("\n".join([PRELUDE, *includes, *parts, main]), list(arrays.values()), arrays[out].dtype,
+                             timeout_s=600, objects=(_runtime_object(),), arguments=(str(which),))
+    return output.reshape(built.spec.workload.output_shape()).astype("float32")

@@ -2,6 +2,7 @@
 mma.sync emulated lane by lane (tests/cuda_on_cpu.py), a wrong fragment layout caught there, what
 each knob writes into the kernel, the sizes it reports, the knob values refused, and the kernel
 against NumPy on a GPU."""
+import dataclasses
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import tvm
 from cuda_on_cpu import run_on_cpu
 from exported import load
 from refusals import refusal
+from test_schedule_attention import one_source_per_preamble
 
 from explorer.analysis.banks import analyze_banks
 from explorer.analysis.sass import binary_compiler, compile_binary
@@ -31,36 +33,45 @@ def mma(workload=SMALL, **knobs) -> Spec:
     return Spec("attention_mma", workload, AttentionMmaKnobs(**knobs))
 
 
-def check_on_cpu(spec: Spec, cuda: str | None = None):
-    built = build(spec, "h100")
-    if cuda is not None:
-        built = built.__class__(**{**built.__dict__, "cuda": cuda})
-    inputs = spec.workload.random_inputs(seed=5)
-    got = run_on_cpu(built, inputs, {})
-    return compare(got, spec.workload.reference(*inputs), spec.workload.reduction_length(),
-                   spec.workload.tolerance_floor)
-
-
 EMULATED = [mma(Attention(batch=1, heads=1, seq=256, head_dim=64, causal=True), block_q=128, warps=8, block_kv=32),
             mma(Attention(batch=1, heads=1, seq=128, head_dim=128), block_q=64, warps=2, block_kv=16, stages=1,
                 pad=False)]
+# A setting whose V fragments are read by ldmatrix with the transpose, to be read without it.
+TRANSPOSED = mma(Attention(batch=1, heads=1, seq=64, head_dim=64), block_q=64, warps=4, block_kv=32, stages=1)
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """The settings this file runs on the CPU built: EMULATED, then TRANSPOSED with V read by a plain ldmatrix;
+    one program for them all (run_on_cpu's together)."""
+    plain = build(TRANSPOSED, "h100")
+    plain = dataclasses.replace(plain, cuda=plain.cuda.replace(TRANS, PLAIN))
+    return [(build(spec, "h100"), {}) for spec in EMULATED] + [(plain, {})]
+
+
+def check_on_cpu(built, emulated):
+    inputs = built.spec.workload.random_inputs(seed=5)
+    got = run_on_cpu(built, inputs, {}, together=emulated)
+    return compare(got, built.spec.workload.reference(*inputs), built.spec.workload.reduction_length(),
+                   built.spec.workload.tolerance_floor)
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-@pytest.mark.parametrize("spec", EMULATED, ids=["causal-d64-8-warps-cp-async", "d128-2-warps-two-row-tiles"])
-def test_the_cuda_matches_numpy_run_on_the_cpu(spec):
-    check = check_on_cpu(spec)
+@pytest.mark.parametrize("number", range(len(EMULATED)), ids=["causal-d64-8-warps-cp-async",
+                                                              "d128-2-warps-two-row-tiles"])
+def test_the_cuda_matches_numpy_run_on_the_cpu(number, emulated):
+    check = check_on_cpu(emulated[number][0], emulated)
     assert check.correct, check.describe()
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
-def test_v_read_without_the_transpose_is_wrong_on_the_cpu():
+def test_v_read_without_the_transpose_is_wrong_on_the_cpu(emulated):
     """The emulation can fail: V's fragments loaded by a plain ldmatrix (rows of V as the columns
     of the B operand) give P·Vᵀ-like garbage, and the gate refuses it."""
-    spec = mma(Attention(batch=1, heads=1, seq=64, head_dim=64), block_q=64, warps=4, block_kv=32, stages=1)
-    cuda = build(spec, "h100").cuda
-    assert cuda.count(TRANS) == 2 * 4  # per tile: 2 key steps × 4 pairs of 8 columns
-    check = check_on_cpu(spec, cuda.replace(TRANS, PLAIN))
+    assert build(TRANSPOSED, "h100").cuda.count(TRANS) == 2 * 4  # per tile: 2 key steps × 4 pairs of 8 columns
+    plain, _ = emulated[-1]
+    assert plain.spec == TRANSPOSED and TRANS not in plain.cuda
+    check = check_on_cpu(plain, emulated)
     assert not check.correct
 
 
@@ -142,12 +153,28 @@ COMPILES = pytest.mark.skipif(binary_compiler() is None,
                               reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
 
 
-@COMPILES
-def test_the_default_kernel_compiles_for_hopper_without_spills():
+@pytest.fixture(scope="module")
+def compiled():
+    """The lesson's mma steps and the template's default setting compiled as the Resources panel compiles them
+    (compile_binary: NVRTC's cubin, the kernel that runs), but together, one source per preamble
+    (one_source_per_preamble; each kernel is allocated alone all the same): name -> (build, registers, spill
+    bytes of its kernel)."""
     template = get_template("attention_mma")
-    spec = Spec("attention_mma", template.default_workload(), template.knobs())
-    binary = compile_binary(build(spec, "h100"))  # the Resources panel's: NVRTC's cubin, the kernel that runs
-    assert binary.registers and not any(binary.spill_bytes.values())
+    builds = {preset.id.replace("-", "_"): build(preset.spec, "h100") for preset in LESSON[1:]}
+    builds["default"] = build(Spec("attention_mma", template.default_workload(), template.knobs()), "h100")
+    binaries = [compile_binary(dataclasses.replace(builds["default"], cuda=source))
+                for source in one_source_per_preamble(builds)]
+    registers = {kernel: used for binary in binaries for kernel, used in binary.registers.items()}
+    spills = {kernel: spilled for binary in binaries for kernel, spilled in binary.spill_bytes.items()}
+    assert registers.keys() == spills.keys() == {f"{name}_main_kernel" for name in builds}
+    return {name: (built, registers[f"{name}_main_kernel"], spills[f"{name}_main_kernel"])
+            for name, built in builds.items()}
+
+
+@COMPILES
+def test_the_default_kernel_compiles_for_hopper_without_spills(compiled):
+    _, registers, spills = compiled["default"]
+    assert registers and not spills
 
 
 def test_export_parses_back_to_the_same_module(tmp_path):
@@ -167,15 +194,14 @@ def test_the_lesson_goes_from_cuda_cores_to_mma_causal_and_not():
 
 
 @COMPILES
-@pytest.mark.parametrize("preset", LESSON[1:], ids=lambda p: p.id)
-def test_the_lessons_registers(preset):
+def test_the_lessons_registers(compiled):
     """One 16-row tile per warp fits in registers; two (attention-mma-tall) use all 255 a thread may have,
     as the Resources panel shows them (NVRTC's cubin: 168-244 registers, 255 and 64 bytes spilled for the tall
     tiles; nvcc -O3 allocates fewer, 163-168)."""
-    binary = compile_binary(build(preset.spec, "h100"))
-    (registers,) = binary.registers.values()
-    tall = preset.spec.knobs.block_q // preset.spec.knobs.warps == 32
-    assert registers == 255 if tall else (registers < 255 and not any(binary.spill_bytes.values()))
+    for preset in LESSON[1:]:
+        built, registers, spills = compiled[preset.id.replace("-", "_")]
+        tall = built.spec.knobs.block_q // built.spec.knobs.warps == 32
+        assert registers == 255 if tall else (registers < 255 and not spills), preset.id
 
 
 GPU_CASES = [mma(), mma(Attention(batch=1, heads=2, seq=256, causal=True), block_q=128, warps=8, block_kv=64),
