@@ -110,6 +110,7 @@ def test_device_page():
 COMPILED_ELSEWHERE = {"depthwise_blog": "dw-blog-final-96",  # test_every_analysis_is_a_tab_with_its_panel_and_a_view
                       "conv2d_autotvm": "conv2d-autotvm-resnet-last",  # tests/test_schedule_conv2d.py
                       "conv2d_async": "conv2d-modern-transposed",  # tests/test_schedule_conv2d_async.py (its conv())
+                      "conv1d": "conv1d-v5",  # tests/test_analysis_sass.py (the unrolling test, the SASS tab)
                       # tests/test_schedule_matmul_modern.py (the compiles without spills)
                       "matmul_tensorcore": "modern-tensorcore-fp16-4096"}
 # Of these, whose presets no other test compiles, the preset that NVRTC compiles fastest: best-matmul-async-4096,
