@@ -67,3 +67,19 @@ def test_pandas_is_imported_whole_before_any_page_runs(app_process):
     # (Plotly looks it up in sys.modules) failed with "partially initialized module 'pandas'".
     lines, errors = app_process
     assert lines[1:] == ["True"], errors
+
+
+def test_the_console_script_starts_a_server_without_the_cli_library():
+    """``tvm-explorer serve`` is ``python -m explorer serve``: its launcher imports neither the CLI's library
+    nor TVM (a second of CPU and TVM's memory in a process that never builds)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"tvm-explorer": "explorer.__main__:main"}
+    check = ("import sys; sys.argv = ['tvm-explorer', 'serve', '--help']\n"
+             "from explorer.__main__ import main\n"
+             "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0\n"
+             "print(sorted(name for name in ('explorer.cli', 'tvm') if name in sys.modules))")
+    probe = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert "--app-processes" in probe.stdout and probe.stdout.splitlines()[-1] == "[]"
