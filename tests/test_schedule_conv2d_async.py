@@ -209,19 +209,8 @@ def test_the_kernel_matches_numpy_on_the_gpu(spec, run_on_gpu):
 
 
 # -- in the app ------------------------------------------------------------------------
-
-
-def test_every_analysis_tab_renders_for_the_two_kernels_of_split_k():
-    from test_app import app, assert_clean
-
-    from app import code_view
-    from explorer.analyses import ANALYSES
-
-    labels = [analysis.title for analysis in ANALYSES.values()]
-    for label in labels:
-        at = app({"preset": "conv2d-modern-transposed"}, view=label).run()
-        assert_clean(at)
-        assert [t.label for t in at.tabs][len(code_view.VIEWS):] == labels
+# Every analysis tab of this template's two kernels (split-k) renders: tests/test_app.py's
+# test_analysis_tabs_render opens each of them on conv2d-modern-transposed (COMPILED_ELSEWHERE).
 
 
 def test_the_lesson_opens_on_a_step_link():
