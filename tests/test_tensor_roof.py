@@ -1,4 +1,6 @@
 """The tensor-core roof: a wgmma chain (sm_90a) whose only work is tensor-core multiplies."""
+import functools
+
 import pytest
 import tvm
 from hopper_here import hopper_gpu
@@ -8,6 +10,7 @@ from explorer.measure.ceilings import CEILING_SETTINGS
 from explorer.measure.tensor_roof import flops_per_block, measure_tensor_tflops, target_sm90a, wgmma_chain_module
 
 
+@functools.cache  # the float16 chain is read twice: its instructions, then its cubin
 def cuda(dtype: str) -> str:
     module = tvm.compile(wgmma_chain_module(dtype, blocks=4, iterations=8), target=target_sm90a(), tir_pipeline="tirx")
     return module.mod.imports[0].inspect_source()
