@@ -1,15 +1,13 @@
+"""``python -m explorer`` and ``tvm-explorer`` (pyproject.toml's script: this module's ``main``)."""
 import sys
 
-
-def main() -> int:
-    """``python -m explorer`` and ``tvm-explorer``: the class server's launcher imports only what starts and
-    watches the server (explorer/serve.py); every other command, the CLI with the library."""
-    if sys.argv[1:2] == ["serve"]:
-        from .serve import main as command
-    else:
-        from .cli import main as command
-    return command()
-
+# The class server's launcher imports only what starts and watches the server (explorer/serve.py); every other
+# command, the CLI with the library. Chosen when this module is imported, which both ways of running it do
+# with the command line already in sys.argv.
+if sys.argv[1:2] == ["serve"]:
+    from .serve import main
+else:
+    from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())
