@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import NamedTuple
@@ -29,6 +30,7 @@ from .search.tune import tune
 
 EXIT_WRONG = 1
 EXIT_NO_DEVICE = 3
+EXIT_CLOSED_PIPE = 141  # what a shell reports for a command its pipe's reader stopped (128 + SIGPIPE)
 
 
 class _Start(NamedTuple):
@@ -343,7 +345,14 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
     except ExplorerError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
+    except BrokenPipeError:
+        # The reader closed the pipe (`python -m explorer presets | head`): what it did not read is not
+        # written, and Python's flush of stdout at exit must not fail again (the Python docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE

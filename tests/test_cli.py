@@ -60,3 +60,17 @@ def test_a_number_of_processes_below_one_is_refused_with_one_line(command, worke
     assert exited.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.endswith(f"argument --workers: a number of processes is a whole number of 1 or more, not '{workers}'")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """``python -m explorer presets | head -1``: the pipe closes after the first line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    listing = subprocess.Popen([sys.executable, "-m", "explorer", "presets"], cwd=Path(__file__).parent.parent,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert listing.stdout.readline()
+    listing.stdout.close()
+    errors = listing.stderr.read().decode()
+    assert listing.wait(60) == 141 and errors == ""
