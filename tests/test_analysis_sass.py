@@ -5,7 +5,7 @@ import shutil
 import subprocess
 
 import pytest
-from test_schedule_attention import one_source_per_preamble
+from compiled_together import one_source_per_preamble
 
 from explorer import cuda_compile
 from explorer.analysis import sass

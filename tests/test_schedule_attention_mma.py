@@ -7,10 +7,10 @@ import re
 
 import pytest
 import tvm
+from compiled_together import one_source_per_preamble
 from cuda_on_cpu import run_on_cpu
 from exported import load
 from refusals import refusal
-from test_schedule_attention import one_source_per_preamble
 
 from explorer.analysis.banks import analyze_banks
 from explorer.analysis.sass import binary_compiler, compile_binary

@@ -4,11 +4,13 @@ verifier's errors for them; the CUDA compiles with nvcc; kernels match NumPy on 
 
 Shapes are small (128³ or 256³) so builds stay fast; sizes below are worked out by hand.
 """
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 import tvm
+from compiled_together import one_source_per_preamble
 
 from explorer.analysis.sass import binary_compiler, compile_binary
 from explorer.build import Spec, build, pass_config
@@ -256,24 +258,54 @@ def test_dynamic_shared_memory_over_the_opt_in_limit_is_refused():
 # -- compiled code (the bfloat16 script run standalone: tests/test_export.py) --------------
 
 
-@pytest.mark.skipif(binary_compiler() is None,
-                    reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
-@pytest.mark.parametrize("make, kernels", [
-    (lambda: simt(), 1),
-    (lambda: simt(register_double_buffer=True), 1),
-    (lambda: simt(register_double_buffer=True, stages=4, block_k=32), 1),
-    (lambda: simt(register_double_buffer=True, block_n=256, warp_m=64, warp_n=64, thread_m=16), 1),
-    (lambda: simt(FP32_1024, split_k=2, register_double_buffer=True), 2),
-    # 4096³: the preset modern-tensorcore-fp16-4096, whose cubin the analysis tabs test reads (tests/test_app.py).
-    (lambda: tensorcore(FP16_4096), 1),
-    (lambda: tensorcore(BF16), 1),
-], ids=["async-fp32", "async-fp32-register-double-buffer", "async-fp32-register-double-buffer-k32-4-stages",
-        "async-fp32-register-double-buffer-16x8", "async-fp32-split-k", "tensorcore-fp16", "tensorcore-bf16"])
-def test_the_generated_cuda_compiles_for_sm_90a_without_spills(make, kernels):
+COMPILES = pytest.mark.skipif(binary_compiler() is None,
+                              reason="neither NVRTC with the pip disassembler nor nvcc (CUDA toolkit) is installed")
+
+# The matmul_async settings whose kernels must compile without spills: name -> (workload, knobs, kernels).
+SIMT = {"async-fp32": (FP32, {}, 1),
+        "async-fp32-register-double-buffer": (FP32, {"register_double_buffer": True}, 1),
+        "async-fp32-register-double-buffer-k32-4-stages": (FP32, {"register_double_buffer": True, "stages": 4,
+                                                                  "block_k": 32}, 1),
+        "async-fp32-register-double-buffer-16x8": (FP32, {"register_double_buffer": True, "block_n": 256,
+                                                          "warp_m": 64, "warp_n": 64, "thread_m": 16}, 1),
+        "async-fp32-split-k": (FP32_1024, {"split_k": 2, "register_double_buffer": True}, 2)}
+
+
+@pytest.fixture(scope="module")
+def simt_compiled():
+    """SIMT's settings built and compiled as the Resources panel compiles them (compile_binary), together: one
+    source per preamble (compiled_together.py; ptxas allocates each kernel alone all the same). Their builds,
+    and the registers and spill bytes of each kernel, named ``<setting>_<kernel>``."""
+    builds = {name.replace("-", "_"): simt(workload, **knobs) for name, (workload, knobs, _) in SIMT.items()}
+    first = next(iter(builds.values()))
+    binaries = [compile_binary(dataclasses.replace(first, cuda=source)) for source in one_source_per_preamble(builds)]
+    registers = {kernel: used for binary in binaries for kernel, used in binary.registers.items()}
+    spills = {kernel: spilled for binary in binaries for kernel, spilled in binary.spill_bytes.items()}
+    assert registers.keys() == spills.keys() == {f"{name}_{kernel.name}" for name, built in builds.items()
+                                                 for kernel in built.kernels}
+    return builds, registers, spills
+
+
+@COMPILES
+@pytest.mark.parametrize("name", SIMT)
+def test_the_generated_cuda_compiles_for_sm_90a_without_spills(name, simt_compiled):
     """No local memory: the register tiles (both copies with register_double_buffer, indexed by
     k % 2 in a loop only nvcc unrolls) must all stay in registers."""
+    builds, registers, spills = simt_compiled
+    kernels = [f"{name.replace('-', '_')}_{kernel.name}" for kernel in builds[name.replace("-", "_")].kernels]
+    assert len(kernels) == SIMT[name][2]
+    assert all(0 < registers[kernel] <= 255 for kernel in kernels) and not any(spills[kernel] for kernel in kernels)
+
+
+@COMPILES
+@pytest.mark.parametrize("make", [
+    # 4096³: the preset modern-tensorcore-fp16-4096, whose cubin the analysis tabs test reads (tests/test_app.py).
+    lambda: tensorcore(FP16_4096),
+    lambda: tensorcore(BF16),
+], ids=["tensorcore-fp16", "tensorcore-bf16"])
+def test_the_tensor_core_cuda_compiles_for_sm_90a_without_spills(make):
     binary = compile_binary(make())
-    assert len(binary.registers) == kernels
+    assert len(binary.registers) == 1
     assert all(0 < r <= 255 for r in binary.registers.values()) and set(binary.spill_bytes.values()) <= {0}
 
 
