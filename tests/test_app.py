@@ -1,6 +1,5 @@
 """The Streamlit app under Streamlit's AppTest: every page for every preset, knob changes,
 invalid settings, links. Builds are cached per Spec in this process, so reruns are fast."""
-import functools
 import html
 import math
 import re
@@ -327,10 +326,9 @@ def test_two_sessions_on_one_setting_share_one_highlighting(monkeypatch):
     monkeypatch.setattr(highlight_module, "pygments_highlight", lambda text, *a: lexed.append(text) or real(text, *a))
     # An empty cache for this test only (the pages' highlighting goes through code_view's name for it): the
     # process's cache, with the views the earlier tests highlighted, comes back for the tests after this one.
-    empty = functools.lru_cache(maxsize=highlight_module.highlight.cache_info().maxsize)(
-        highlight_module.highlight.__wrapped__)
-    monkeypatch.setattr(highlight_module, "highlight", empty)
-    monkeypatch.setattr(code_view, "highlight", empty)
+    monkeypatch.setattr(highlight_module, "highlight", highlight_module.highlight)
+    highlight_module.keep_highlights(highlight_module.highlight.cache_info().maxsize)
+    monkeypatch.setattr(code_view, "highlight", highlight_module.highlight)
     first, second = (app({"preset": "dw-blog-final-96"}).run() for _ in range(2))
     assert_clean(first)
     assert_clean(second)

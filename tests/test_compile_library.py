@@ -1,6 +1,5 @@
 """The compile processes' libraries: a setting a page's build process kept on disk is generated
 from its lowered modules, not scheduled and lowered again, into the same CUDA."""
-import functools
 import os
 import subprocess
 import sys
@@ -37,9 +36,8 @@ def forget_builds(monkeypatch):
     """Empties this process's build cache when called, for this test only: the cache it had comes back
     after the test (the files of its test process build every preset once and read those builds)."""
     def forget():
-        cached = build_module._build_cached
-        monkeypatch.setattr(build_module, "_build_cached",
-                            functools.lru_cache(cached.cache_info().maxsize)(cached.__wrapped__))
+        monkeypatch.setattr(build_module, "_build_cached", build_module._build_cached)  # handed back after the test
+        build_module.keep_builds(build_module._build_cached.cache_info().maxsize)
     return forget
 
 
