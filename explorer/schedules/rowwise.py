@@ -139,9 +139,13 @@ def schedule_passes(sch, output, reductions, k: RowWiseKnobs) -> None:
             *rows, col = sch.get_loops(block)
             _rows(sch, _one_loop(sch, rows), k)
         else:
-            # Under the output's block loop: one row statistic per row of the block, in shared memory
-            # so that every thread of the row reads it.
-            sch.set_scope(block, 0, "shared")
+            # Under the output's block loop: one row statistic per row of the block. Its cross-thread
+            # reduction leaves the statistic in shared memory (red_result), behind a barrier, for every
+            # thread of the row to read. "local" makes each thread read it from there; a "shared" copy
+            # is written by thread x = 0 and TVM's barrier insertion takes the copy and its reads,
+            # indexed by the innermost thread (threadIdx.y when rows_per_block > 1), for one thread's:
+            # no barrier between them, a race.
+            sch.set_scope(block, 0, "local")
             sch.compute_at(block, bx, preserve_unit_loops=True)
             row, col = sch.get_loops(block)[-2:]
             if k.rows_per_block > 1:
