@@ -5,7 +5,7 @@ through the server's one queue as background work (behind every student's own
 measurement), and each shows whether it was faster, and by how much.
 
 A diagnosis builds every neighbouring setting: the server computes it once per setting, in
-a process of its own (explorer.diagnoses), while the page polls."""
+a process of its own (explorer.server.diagnosing), while the page polls."""
 from __future__ import annotations
 
 from concurrent.futures import Future

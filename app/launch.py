@@ -18,15 +18,15 @@ sys.modules.setdefault("torch", None)
 from streamlit.web import cli  # noqa: E402
 
 from app import script_runs, server  # noqa: E402  (TVM, the templates, the analyses)
-from explorer import serve  # noqa: E402
 from explorer.presets import default_spec  # noqa: E402
-from explorer.warm_up import warm_up_gpu_early  # noqa: E402
+from explorer.server import launcher  # noqa: E402
+from explorer.server.warm_up import warm_up_gpu_early  # noqa: E402
 
 
 def main() -> None:
     server.log_to_stderr()
     script_runs.keep_finished_runs()  # before the first session: its first requests too
-    if not os.environ.get(serve.MEASURING_ADDRESS):  # else the server's measuring service warms the GPU
+    if not os.environ.get(launcher.MEASURING_ADDRESS):  # else the server's measuring service warms the GPU
         threading.Thread(target=warm_up_gpu_early, args=(default_spec(),), name="gpu-warm-up",
                          daemon=True).start()
     sys.argv[0] = "streamlit"

@@ -69,8 +69,8 @@ from explorer.build import scheduled
 from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
 from explorer.presets import get_preset
-from explorer.serve import wait_healthy
-from explorer.services.compiles import COMPILE_LOG_CUBINS, COMPILE_LOG_TIMES
+from explorer.server.compiles import COMPILE_LOG_CUBINS, COMPILE_LOG_TIMES
+from explorer.server.launcher import wait_healthy
 
 warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
 
@@ -641,7 +641,7 @@ def run_phases(log_path: str, since_ns: int) -> dict[str, float]:
 
 
 def job_stages(log_path: str, since_s: float) -> dict[str, dict]:
-    """Where the students' measurements (the scheduler's job log, explorer/measure/scheduler.py)
+    """Where the students' measurements (the scheduler's job log, explorer/server/scheduler.py)
     spent their time since ``since_s``: compiling (asked → in the GPU's line), waiting for the GPU,
     and on it; the percentiles of each, in seconds. Background jobs and full re-measurements are
     counted apart (``others``: how many ran, and their seconds on the GPU)."""
@@ -669,7 +669,7 @@ COMPILE_STAGE_WORDS = {"for_a_process": "waiting for a compile process",
 
 
 def compile_stages(log_path: str, since_s: float) -> dict:
-    """Where the compile processes' seconds went (their compile log, explorer/services/compiles.py)
+    """Where the compile processes' seconds went (their compile log, explorer/server/compiles.py)
     since ``since_s``: waiting for a compile process, for the page's build, generating the code
     (NVRTC) and exporting the library, the percentiles of each in seconds; the CPU seconds of a
     compile; the binaries compiled, read from the disk and waited for; the builds that were the

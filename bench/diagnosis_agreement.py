@@ -183,7 +183,7 @@ def presets_to_try() -> list:
 
 
 def _compile(spec, directory):
-    from explorer.services.compiles import compile_library
+    from explorer.server.compiles import compile_library
 
     result = compile_library(spec, "auto", directory)
     return result if isinstance(result, str) else None

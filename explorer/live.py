@@ -3,10 +3,10 @@
 :class:`Live` is the server's one way to measure (:meth:`Live.request`, :meth:`Live.measure_now`,
 :meth:`Live.baseline`, :meth:`Live.ceilings`, :meth:`Live.stats`): every page and the
 leaderboard go through it. It holds the services the pages and measurements are computed in
-(``explorer/services/``: the build pool and its builds on disk, the compile pool), the
-measurement scheduler (``explorer/measure/scheduler.py``) and the GPUs it feeds, the
+(``explorer/server/``: the build pool and its builds on disk, the compile pool), the
+measurement scheduler (``explorer/server/scheduler.py``) and the GPUs it feeds, the
 diagnosing process, the PyTorch baselines, the roofline's ceilings and the GPU's warm-up
-(``explorer/warm_up.py``).
+(``explorer/server/warm_up.py``).
 
 Nothing here imports streamlit: the app holds one :class:`Live` per server
 (``st.cache_resource``) and the tests drive it directly.
@@ -25,18 +25,18 @@ from concurrent.futures import ThreadPoolExecutor
 from . import measure
 from .analysis.tiling import keep_tilings
 from .build import Spec
-from .diagnoses import Diagnoses, diagnose_in_process
 from .errors import ExplorerError
 from .measure.measurement import LOCAL_GPU, LocalGPU
-from .measure.scheduler import Scheduler
 from .measure.worker import Trial
-from .page_runs import PageRuns
-from .services.builds import BuildService
-from .services.compiles import CompileService
-from .services.pool import ProcessPool, source_only_process_init
-from .services.settings import DIAGNOSE_NICENESS, ServerSettings
-from .services.single_flight import SingleFlight
-from .warm_up import WarmUp, warm_up_local_gpu
+from .server.builds import BuildService
+from .server.compiles import CompileService
+from .server.diagnosing import Diagnoses, diagnose_in_process
+from .server.page_runs import PageRuns
+from .server.pool import ProcessPool, source_only_process_init
+from .server.scheduler import Scheduler
+from .server.settings import DIAGNOSE_NICENESS, ServerSettings
+from .server.single_flight import SingleFlight
+from .server.warm_up import WarmUp, warm_up_local_gpu
 
 CLOSE_WAIT_S = 30  # the longest close() waits for the warm-up to end
 WAIT_REPORT_S = 0.25  # how often a caller waiting for a measurement hears its place in the queue

@@ -36,13 +36,13 @@ from .build import Spec
 from .lessons import first_lesson_specs, lesson_specs
 from .live import Live, ServerSettings
 from .measure import MeasureError
-from .measure.scheduler import LOCAL
 from .presets import default_spec
-from .serve import APP_SHARE as SHARE
-from .serve import MEASURING_ADDRESS as ADDRESS
-from .serve import MEASURING_KEY as KEY
-from .serve import warm_file
-from .warm_up import WarmUp
+from .server.launcher import APP_SHARE as SHARE
+from .server.launcher import MEASURING_ADDRESS as ADDRESS
+from .server.launcher import MEASURING_KEY as KEY
+from .server.launcher import warm_file
+from .server.scheduler import LOCAL
+from .server.warm_up import WarmUp
 
 UNREACHABLE = ("The measuring service is restarting; this measurement is asked for again as soon as it is back "
                "(the code and the analyses are unaffected).")

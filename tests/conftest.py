@@ -289,7 +289,7 @@ def diagnoses_in_this_process(monkeypatch):
     the cores busy a test waiting on a diagnosis waits minutes for its turn."""
     import explorer.live
     from app import server
-    from explorer.diagnoses import Diagnoses, diagnose_in_process
+    from explorer.server.diagnosing import Diagnoses, diagnose_in_process
 
     # The server's own Live first, before Diagnoses is replaced: made here, it would keep one of
     # the diagnoses closed below, and every later test of this process would meet it closed.

@@ -9,7 +9,7 @@ import time
 from live_fakes import fake_measurement
 
 import explorer.live as live
-from explorer.services.compiles import CompileService
+from explorer.server.compiles import CompileService
 
 MEASURE_S = 0.05
 

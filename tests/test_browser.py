@@ -21,7 +21,7 @@ import pytest
 from test_classroom_bench import free_port, server_environment, stop_server
 
 from explorer import lessons as L
-from explorer import serve
+from explorer.server import launcher
 
 # Not marked waits: the server and chromium keep about a core busy for the file's time (conftest.py's LONG).
 
@@ -71,7 +71,7 @@ def streamlit_server(log_path: Path, env: dict | None = None):
         try:
             url = f"http://127.0.0.1:{port}"
             try:
-                serve.wait_healthy(url, proc, timeout_s=START_TIMEOUT_S)
+                launcher.wait_healthy(url, proc, timeout_s=START_TIMEOUT_S)
             except RuntimeError as error:
                 raise RuntimeError(f"streamlit did not start ({error}); see {log_path}") from None
             yield url

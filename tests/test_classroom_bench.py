@@ -18,7 +18,7 @@ import psutil
 import pytest
 from websockets.sync.server import serve as serve_websockets
 
-from explorer import serve
+from explorer.server import launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 # A real server and a class in real time: handed out between the others (conftest.py), so that its waits
@@ -47,10 +47,10 @@ def start_server(script: Path, env: dict | None = None, build_processes: bool = 
     server = subprocess.Popen(
         # The class server's command (`python -m explorer serve`): a stopped server ends its processes at
         # once, and no page run walks the loaded modules for a file watcher.
-        serve.streamlit_command(port, "127.0.0.1", [], script),
+        launcher.streamlit_command(port, "127.0.0.1", [], script),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_environment(env, build_processes))
     url = f"http://127.0.0.1:{port}"
-    serve.wait_healthy(url, server, timeout_s=60)
+    launcher.wait_healthy(url, server, timeout_s=60)
     return server, url
 
 
@@ -70,19 +70,19 @@ def class_server():
     """The class server as a teacher starts it, ``python -m explorer serve``, once the launcher has said
     that it serves (after the first page ran inside it): (URL, the launcher, what it said)."""
     port = free_port()
-    launcher = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
+    launched = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--port", str(port), "--address",
                                  "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 # The build process highlights no other code view ahead (as a server of several
-                                # app processes, explorer.serve.class_environment): no student here opens another
-                                # tab, and tests/test_live.py tests the highlighting ahead.
+                                # app processes, launcher.class_environment): no student here opens another tab,
+                                # and tests/test_live.py tests the highlighting ahead.
                                 env=server_environment({"PYTHONUNBUFFERED": "1", "EXPLORER_HIGHLIGHT_AHEAD": "0"}))
     said = ""
-    while not said.startswith("Serving") and launcher.poll() is None:  # streamlit's own lines come first
-        said = launcher.stdout.readline()
+    while not said.startswith("Serving") and launched.poll() is None:  # streamlit's own lines come first
+        said = launched.stdout.readline()
     try:
-        yield f"http://127.0.0.1:{port}", launcher, said
+        yield f"http://127.0.0.1:{port}", launched, said
     finally:
-        stop_server(launcher)
+        stop_server(launched)
 
 
 @pytest.fixture(scope="module")
@@ -418,17 +418,17 @@ def test_a_server_process_is_named_for_what_it_does():
 
 def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped(class_server):
     """Last in this file: it stops the class server the tests above shared."""
-    url, launcher, said = class_server
+    url, launched, said = class_server
     port = url.rsplit(":", 1)[1]
     assert said.startswith(f"Serving http://127.0.0.1:{port}: healthy after"), said
     assert "the first page ran in" in said and "the warm-up has started" in said, said
     with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as answer:
         assert answer.status == 200
     # The launcher only starts and watches the server's processes: it loaded none of TVM's libraries.
-    loaded = [m.path for m in psutil.Process(launcher.pid).memory_maps()]
+    loaded = [m.path for m in psutil.Process(launched.pid).memory_maps()]
     assert loaded and not [path for path in loaded if "libtvm" in path]
-    launcher.send_signal(signal.SIGTERM)
-    assert launcher.wait(30) is not None
+    launched.send_signal(signal.SIGTERM)
+    assert launched.wait(30) is not None
     time.sleep(0.5)
     with pytest.raises(OSError):  # the server went with its launcher
         urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
@@ -436,8 +436,8 @@ def test_the_launcher_serves_once_warm_and_takes_the_server_with_it_when_stopped
 
 def test_the_launcher_refuses_a_server_setting_it_cannot_take_before_the_server_starts(monkeypatch, capsys):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
-    monkeypatch.setattr(serve, "serve", lambda *args: pytest.fail("the server was started"))
-    assert serve.main(["--port", "8502"]) == 2  # python -m explorer serve --port 8502
+    monkeypatch.setattr(launcher, "serve", lambda *args: pytest.fail("the server was started"))
+    assert launcher.main(["--port", "8502"]) == 2  # python -m explorer serve --port 8502
     assert capsys.readouterr().err == "error: EXPLORER_DIAGNOSE must be 1 (on) or 0 (off), not 'yes'.\n"
 
 

@@ -1,12 +1,12 @@
-"""The server's diagnoses (explorer.diagnoses): one per setting for every session, one at a
+"""The server's diagnoses (explorer.server.diagnosing): one per setting for every session, one at a
 time, settings left behind dropped before they start, a refusal raised to the caller."""
 import threading
 
 import pytest
 
-from explorer.diagnoses import WAITING, Diagnoses
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
+from explorer.server.diagnosing import WAITING, Diagnoses
 
 SPEC = get_preset("dw-blog-final-96").spec
 

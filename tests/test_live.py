@@ -16,11 +16,11 @@ from explorer.build import build
 from explorer.cuda_env import SOURCE_ONLY
 from explorer.errors import ExplorerError
 from explorer.live import NOT_DIAGNOSED, Live
-from explorer.measure.scheduler import Scheduler
 from explorer.presets import get_preset
-from explorer.services.builds import BuildService
-from explorer.services.settings import COMPILE_NICENESS, DIAGNOSE_NICENESS, ServerSettings
-from explorer.services.single_flight import SingleFlight
+from explorer.server.builds import BuildService
+from explorer.server.scheduler import Scheduler
+from explorer.server.settings import COMPILE_NICENESS, DIAGNOSE_NICENESS, ServerSettings
+from explorer.server.single_flight import SingleFlight
 
 SPEC = get_preset("dw-blog-final-96").spec
 
@@ -172,7 +172,7 @@ def test_the_other_views_are_highlighted_in_the_background_only_where_a_process_
     service._highlight_the_rest(built)
     assert submitted == [["cuda", "lowered"]] and set(built.views_html) == set(VIEW_LANGUAGES)
     assert service._busy == 1  # the highlighting's own call counted while it ran, and no longer
-    # A class server does not highlight ahead at all (explorer.serve's class_environment).
+    # A class server does not highlight ahead at all (explorer.server.launcher's class_environment).
     quiet = BuildService(ServerSettings(build_workers=2, highlight_ahead=False))
     quiet._executor = Executor
     quiet._highlight_the_rest(build(spec_x(4), "auto"))
@@ -185,7 +185,7 @@ def test_a_pool_serves_once_its_first_process_is_warm_each_warming_in_its_own_or
     others' binaries on disk."""
     from concurrent.futures import Future
 
-    from explorer.services.pool import ProcessPool
+    from explorer.server.pool import ProcessPool
 
     warm_ups = []
 
@@ -364,7 +364,7 @@ def test_live_without_a_gpu_says_so_and_measures_nothing():
 
 def test_a_tracker_key_with_two_servers_measures_two_at_once(monkeypatch):
     from explorer.measure import Remote
-    from explorer.measure import scheduler as scheduler_module
+    from explorer.server import scheduler as scheduler_module
 
     monkeypatch.setattr(scheduler_module, "server_count", lambda remote: 2)
     both_running = threading.Barrier(2, timeout=10)
@@ -441,7 +441,7 @@ def test_a_build_service_without_the_option_always_uses_its_processes(service):
 
 
 def test_page_runs_keep_the_cpu_of_the_latest_runs():
-    from explorer.page_runs import PageRuns
+    from explorer.server.page_runs import PageRuns
 
     runs = PageRuns(window=20)
     assert runs.stats() == {"runs": 0, "p50_ms": None, "p95_ms": None}

@@ -8,9 +8,9 @@ import time
 from explorer.errors import ExplorerError
 from explorer.live import Live, ServerSettings
 from explorer.measure import Remote
-from explorer.measure import scheduler as scheduler_module
-from explorer.measure.scheduler import QUICK_WHEN_WAITING, Scheduler
 from explorer.presets import get_preset
+from explorer.server import scheduler as scheduler_module
+from explorer.server.scheduler import QUICK_WHEN_WAITING, Scheduler
 
 SPEC = get_preset("dw-blog-final-96").spec
 

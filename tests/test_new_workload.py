@@ -25,7 +25,7 @@ from explorer.cli import main
 from explorer.export import snippet
 from explorer.knobs import KnobSet, knob
 from explorer.schedules.common import Template, bind, new_schedule, schedule_errors
-from explorer.services.builds import BuildService
+from explorer.server.builds import BuildService
 from explorer.workloads import DTYPE, Workload
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")

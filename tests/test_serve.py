@@ -7,11 +7,11 @@ import sys
 import pytest
 from test_classroom_bench import ROOT
 
-from explorer import serve
+from explorer.server import launcher
 
 
 def test_the_command_runs_the_app_with_the_script_health_check():
-    command = serve.streamlit_command(8502, "0.0.0.0", ["--server.maxUploadSize", "1"])
+    command = launcher.streamlit_command(8502, "0.0.0.0", ["--server.maxUploadSize", "1"])
     assert command[:4] == [sys.executable, "-m", "app.launch", "run"]
     assert command[4] == str(ROOT / "app" / "main.py")
     options = dict(zip(command[5::2], command[6::2], strict=True))
@@ -22,8 +22,8 @@ def test_the_command_runs_the_app_with_the_script_health_check():
 
 
 def test_the_local_url_of_a_server_on_every_interface_is_loopback():
-    assert serve.local_url(8501, "0.0.0.0") == "http://127.0.0.1:8501"
-    assert serve.local_url(9000, "10.1.2.3") == "http://10.1.2.3:9000"
+    assert launcher.local_url(8501, "0.0.0.0") == "http://127.0.0.1:8501"
+    assert launcher.local_url(9000, "10.1.2.3") == "http://10.1.2.3:9000"
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,8 @@ def test_the_launcher_keeps_pytorch_out_of_the_app_process(app_process):
 
 def test_the_early_warm_up_leaves_a_machine_without_a_gpu_to_the_server_to_report():
     from explorer.presets import get_preset
+    from explorer.server.warm_up import warm_up_gpu_early
     from explorer.targets import local_gpu_target
-    from explorer.warm_up import warm_up_gpu_early
 
     if local_gpu_target() is not None:
         pytest.skip("a GPU machine: the early warm-up starts the worker there")
@@ -57,7 +57,7 @@ def test_a_server_setting_it_cannot_take_is_refused_before_the_server_starts(mon
     from explorer.cli import main
 
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "yes")
-    monkeypatch.setattr(serve, "serve", lambda *args: pytest.fail("the server was started"))
+    monkeypatch.setattr(launcher, "serve", lambda *args: pytest.fail("the server was started"))
     assert main(["serve", "--port", "8502"]) == 2
     assert capsys.readouterr().err == "error: EXPLORER_DIAGNOSE must be 1 (on) or 0 (off), not 'yes'.\n"
 

@@ -26,15 +26,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import EXIT_INVALID, ExplorerError
-from .services.settings import ServerSettings
+from ..errors import EXIT_INVALID, ExplorerError
+from .settings import ServerSettings
 
 # Every process of a multi-process server (explorer/measuring.py) is given these:
 MEASURING_ADDRESS = "EXPLORER_MEASURING"  # the measuring service's socket
 MEASURING_KEY = "EXPLORER_MEASURING_KEY"  # the key the server's processes share (hex)
 APP_SHARE = "EXPLORER_APP_PROCESS"  # "i/N": this app process is the i-th of N (it builds that share ahead)
 
-APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
+APP_MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
 HEALTH = "/_stcore/health"
 SCRIPT_HEALTH = "/_stcore/script-health-check"  # runs the app's script once, in the server
 START_TIMEOUT_S = 120

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .analysis.diagnosis import Diagnosis, diagnose_spec
-from .build import Spec
-from .errors import ExplorerError
+from ..analysis.diagnosis import Diagnosis, diagnose_spec
+from ..build import Spec
+from ..errors import ExplorerError
 
 KEEP = 256  # diagnoses kept for the whole server (a few KB each)
 WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 from ..build import Spec
 from ..errors import ExplorerError
+from ..measure.remote import Remote, server_count
 from ..processes import log_line
-from .remote import Remote, server_count
 
 LOCAL = "local"
 # Where each finished job's times are logged (when it was asked for, compiled, started and done),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import time
 
-from . import measure
-from .build import Spec
-from .errors import ExplorerError
-from .targets import local_gpu_target
+from .. import measure
+from ..build import Spec
+from ..errors import ExplorerError
+from ..targets import local_gpu_target
 
 log = logging.getLogger(__name__)  # the server's log says when each warm-up step ended
 
