@@ -18,7 +18,7 @@ from explorer.analysis.diagnosis import Diagnosis
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
-from . import latency, server, session
+from . import handle, latency, session
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
@@ -28,9 +28,7 @@ SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.Claim
 def job(spec: Spec, target: str) -> Future:
     """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
     and again once the setting has been measured (then it is placed on the measured roofline)."""
-    live = server.live()
-    measured = live.result(spec, target)
-    return live.diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None)
+    return handle.server().diagnosis(spec, target)
 
 
 def panel(built: Build, preset: str | None = None) -> None:
@@ -41,7 +39,7 @@ def panel(built: Build, preset: str | None = None) -> None:
     with st.container(border=True):
         future = job(built.spec, session.target())
         if not future.done():
-            ahead, waited_s = server.live().diagnoses.wait(future)
+            ahead, waited_s = handle.server().diagnosis_queue(future)
             if waited_s < PATIENCE_S:
                 _diagnosing(future)
             else:  # the page stops looking: a class keeps the diagnosing process busy
@@ -62,7 +60,7 @@ def panel(built: Build, preset: str | None = None) -> None:
 
 @st.fragment(run_every=POLL_S)
 def _diagnosing(future: Future) -> None:
-    ahead, waited_s = server.live().diagnoses.wait(future)
+    ahead, waited_s = handle.server().diagnosis_queue(future)
     if future.done() or waited_s >= PATIENCE_S:
         st.rerun()
     queue = f" ({ahead} ahead of it)" if ahead else ""
@@ -106,13 +104,13 @@ def _tried(d: Diagnosis) -> dict[Spec, str]:
     """What the server's measurements say of each suggestion so far (none asked for here)."""
     if not latency.can_measure():
         return {}
-    live, target, remote = server.live(), session.target(), session.remote()
-    now = live.result(d.spec, target, remote)
+    server, target, remote = handle.server(), session.target(), session.remote()
+    now = server.result(d.spec, target, remote)
     if not getattr(now, "correct", False):
         return {}
     out = {}
     for spec in _suggested(d):
-        result = live.result(spec, target, remote)
+        result = server.result(spec, target, remote)
         if result is not None:
             out[spec] = verdict(now.median_us, result.median_us if result.correct else None)
     return out
@@ -139,8 +137,8 @@ def _try_button(d: Diagnosis, tried: dict) -> None:
             "Try the suggestions on the GPU", key="ui.diagnosis.try", icon=":material/science:",
             help="Each suggested setting is measured through the server's queue, behind every student's own "
                  "measurement, then shown here as faster or slower than this one."):
-        live, target, remote = server.live(), session.target(), session.remote()
-        asked[d.spec] = [live.request(None, spec, target, remote, background=True) for spec in [d.spec, *pending]]
+        server, target, remote = handle.server(), session.target(), session.remote()
+        asked[d.spec] = [server.request(None, spec, target, remote, background=True) for spec in [d.spec, *pending]]
     jobs = asked.get(d.spec, ())
     if any(not j.done for j in jobs):
         _trying(jobs)

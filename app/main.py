@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 # `streamlit run` puts only app/ on the path: `app` is the installed package.
-from app import script_runs, server, session
+from app import handle, script_runs, session
 from explorer.errors import ExplorerError
 
 script_runs.keep_finished_runs()  # once per process: a run that ends as a request arrives still reaches the page
@@ -27,7 +27,7 @@ pages = [
     st.Page("views/classroom.py", title="Class", icon=":material/groups:"),
 ]
 try:
-    live = server.live()
+    server = handle.server()
 except ExplorerError as error:  # a server setting (EXPLORER_*) it cannot take: its sentence, no traceback
     st.error(str(error))
     st.stop()
@@ -35,4 +35,4 @@ cpu_started = time.thread_time()  # this session's script thread: what the page 
 try:
     st.navigation(pages).run()
 finally:
-    live.page_runs.record(time.thread_time() - cpu_started)
+    server.record_page_run(time.thread_time() - cpu_started)

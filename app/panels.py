@@ -22,7 +22,7 @@ from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
 from explorer.build import Build
 from explorer.errors import ExplorerError
 
-from . import code_view, latency, server, session
+from . import code_view, handle, latency, session
 
 # A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
 MAX_FIGURE_CELLS = 1 << 16
@@ -293,14 +293,14 @@ def roofline(built: Build) -> None:
 
 def _latest_measurement(built: Build):
     """The server's correct measurement of this setting (the latency panel's), or None."""
-    result = server.live().result(built.spec, session.target(), session.remote())
+    result = handle.server().result(built.spec, session.target(), session.remote())
     return result if getattr(result, "correct", False) and result.ceilings is not None else None
 
 
 def _measured_ceilings():
     """The ceilings of the local device from any measurement so far (they are measured
     once per device), or None before the first one."""
-    return server.live().latest_ceilings()
+    return handle.server().ceilings()
 
 
 def counters(built: Build) -> None:

@@ -25,7 +25,7 @@ from explorer.knobs import Params
 from explorer.presets import all_presets, default_preset, get_preset
 from explorer.schedules import TEMPLATES, get_template, templates_for, workload_classes
 
-from . import server, widgets
+from . import handle, widgets
 
 HISTORY_LENGTH = 50
 # Tries that keep their whole Build: the last (shown, stale, when the current setting cannot be
@@ -341,7 +341,7 @@ def build_current(current: Spec) -> tuple[Build | None, str | None]:
     """Build ``current`` for the session's target: (build, None) or (None, the reason).
     A successful build that differs from the last try is recorded as a new try."""
     try:
-        built = server.build(current, target())
+        built = handle.build(current, target())
     except ExplorerError as e:
         return None, str(e)
     history = tries()

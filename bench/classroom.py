@@ -374,7 +374,7 @@ def role_of(cmdline: list[str]) -> str:
     ``python -m app.launch run`` or ``streamlit run``), "proxy" (caddy), "measuring" (the measuring
     service), or "workers" (the others: the launcher, the pools' processes, the measuring worker)."""
     names = [os.path.basename(part) for part in cmdline]
-    if "explorer.measuring" in cmdline:  # python -m explorer.measuring
+    if "explorer.server.service" in cmdline:  # python -m explorer.server.service
         return "measuring"
     if names and names[0] in ("caddy", "caddy.exe"):
         return "proxy"

@@ -1,7 +1,7 @@
 """A server worker's memory per new setting, in one process set up as that worker is.
 
 The server's workers (explorer.server.builds, explorer.server.compiles, the diagnosing
-process of explorer.live) each get a stream of settings they have not seen before. This
+process, explorer.server.diagnosing) each get a stream of settings they have not seen before. This
 process starts as the server starts one of them (its pool's initializer), runs that stream
 through it, and samples its resident memory (and glibc's heap: the bytes in use and the
 free bytes it keeps) every ``--every`` settings:
@@ -96,12 +96,12 @@ def walk(lessons: list[str], seed: int, built: set):
 def setup(kind: str, keep: int | None) -> None:
     """This process as the server starts its worker of ``kind`` (the pool's initializer)."""
     from explorer.build import keep_builds
-    from explorer.live import _background_pool_init
     from explorer.server.builds import _build_pool_init
     from explorer.server.compiles import _compile_pool_init
+    from explorer.server.diagnosing import _diagnosing_process_init
     from explorer.server.pool import ROOT
 
-    {"build": _build_pool_init, "compile": _compile_pool_init, "diagnose": _background_pool_init}[kind](ROOT)
+    {"build": _build_pool_init, "compile": _compile_pool_init, "diagnose": _diagnosing_process_init}[kind](ROOT)
     if keep is not None:
         keep_builds(keep)
 

@@ -43,7 +43,7 @@ os.environ["EXPLORER_CLASS_DB"] = os.path.join(_CLASS_DIR, "class.sqlite3")
 # (diagnoses_in_this_process); tests/test_live.py checks the diagnosing process itself.
 os.environ["EXPLORER_DIAGNOSE"] = "0"
 
-# The app tests' server (app.server.live() in a test process) builds in that process: no build process
+# The app tests' server (app.handle.server() in a test process) builds in that process: no build process
 # to start, no build copied back, and a file's tests share one build per setting with the builds they
 # make themselves. The servers the tests start keep a class server's build processes
 # (test_classroom_bench.server_environment); tests/test_live.py tests the build processes.
@@ -287,21 +287,21 @@ def diagnoses_in_this_process(monkeypatch):
     computed in this process rather than in the server's diagnosing process. That process runs
     below every other's priority (tests/test_live.py checks it), so while the other tests keep
     the cores busy a test waiting on a diagnosis waits minutes for its turn."""
-    import explorer.live
-    from app import server
+    import explorer.server.api
+    from app import handle
     from explorer.server.diagnosing import Diagnoses, diagnose_in_process
 
-    # The server's own Live first, before Diagnoses is replaced: made here, it would keep one of
+    # The app's own server first, before Diagnoses is replaced: made here, it would keep one of
     # the diagnoses closed below, and every later test of this process would meet it closed.
-    live = server.live()
+    server = handle.server()
     made = [Diagnoses(diagnose_in_process)]
 
     def in_this_process(run):
         made.append(Diagnoses(diagnose_in_process))
         return made[-1]
 
-    monkeypatch.setattr(explorer.live, "Diagnoses", in_this_process)
-    monkeypatch.setattr(live, "diagnoses", made[0])
+    monkeypatch.setattr(explorer.server.api, "Diagnoses", in_this_process)
+    monkeypatch.setattr(server, "_diagnoses", made[0])
     yield
     for diagnoses in made:  # the diagnoses still queued would otherwise run before this process can exit
         diagnoses.close()

@@ -297,13 +297,13 @@ def test_device_page_says_why_measured_ceilings_have_no_tensor_roof(monkeypatch)
     from live_fakes import fake_measurements, settle
     from test_app import app, assert_clean
 
-    from explorer.live import Live
+    from explorer.server.api import Server
 
     a100 = Ceilings(19_000.0, 1_900.0, 5_000.0, 40 << 20, "measured on a stand-in A100",
                     no_tensor_peak="their peak is measured with wgmma, which only Hopper (sm_90) GPUs have "
                                    "(a stand-in A100 is sm_80)")
     fake_measurements(monkeypatch, lambda spec: 10.0)
-    monkeypatch.setattr(Live, "latest_ceilings", lambda self: a100)
+    monkeypatch.setattr(Server, "ceilings", lambda self: a100)
     at = app()
     roofs = _device_page(settle(at))
     assert_clean(at)

@@ -17,9 +17,10 @@ import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from test_classroom_bench import ROOT, free_port
 
-from explorer import measuring
 from explorer.measure import MeasureError
-from explorer.server import launcher
+from explorer.server import launcher, over_socket, service
+from explorer.server.api import Server
+from explorer.server.settings import ServerSettings
 
 # CI installs Caddy with requirements.txt: there a missing proxy fails these tests rather than skipping them.
 pytestmark = [pytest.mark.waits,
@@ -282,32 +283,32 @@ def test_the_cores_are_shared_out_between_the_processes(monkeypatch):
 
 
 def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_path):
-    # The service as serve starts it (python -m explorer.measuring): an app process reads its jobs
+    # The service as serve starts it (python -m explorer.server.service): an app process reads its jobs
     # (no GPU here: the job ends with the service's sentence, not an exception of the transport).
     address, key = str(tmp_path / "measuring.sock"), secrets.token_hex(16)
     env = {**os.environ, launcher.MEASURING_ADDRESS: address, launcher.MEASURING_KEY: key}
-    service = subprocess.Popen(launcher.MEASURING, cwd=ROOT, env=env)
+    started = subprocess.Popen(launcher.MEASURING, cwd=ROOT, env=env)
     try:
-        measuring.connect(address, bytes.fromhex(key), timeout_s=60)
-        live = measuring.SharedLive(address, bytes.fromhex(key))
-        job = live.request("a student", classroom.get_preset(LINK).spec, "auto")
-        assert isinstance(job.view, measuring.JobView)
+        service.connect(address, bytes.fromhex(key), timeout_s=60)
+        server = Server(ServerSettings(build_workers=0), over_socket.MeasuringOverSocket(address, bytes.fromhex(key)))
+        job = server.request("a student", classroom.get_preset(LINK).spec, "auto")
+        assert isinstance(job.view, service.JobView)
         assert job.wait(60) and job.done
         assert job.error.startswith("no CUDA device found") and job.result is None
-        assert live.warm.done and live.warm.error
+        assert server.warm_up_state().done and server.warm_up_state().error
         # A leaderboard submission or a lesson's step waits through the same door, with the same sentence.
         with pytest.raises(MeasureError, match="^no CUDA device found"):
-            live.measure_now(classroom.get_preset(LINK).spec, "auto", timeout=60)
-        assert set(live.stats()) >= {"measurements", "queues", "baselines", "builds", "pages"}
-        service.kill()
-        service.wait(10)
-        again = live.request("a student", classroom.get_preset(LINK).spec, "sm_90")
-        assert again.state == "unreachable" and again.error == measuring.UNREACHABLE and not again.done
-        assert "measurements" not in live.stats()
-        live.close()
+            server.measure_now(classroom.get_preset(LINK).spec, "auto", timeout=60)
+        assert set(server.stats()) >= {"measurements", "queues", "baselines", "builds", "pages"}
+        started.kill()
+        started.wait(10)
+        again = server.request("a student", classroom.get_preset(LINK).spec, "sm_90")
+        assert again.state == "unreachable" and again.error == over_socket.UNREACHABLE and not again.done
+        assert "measurements" not in server.stats()
+        server.close()
     finally:
-        service.kill()
-        service.wait(10)
+        started.kill()
+        started.wait(10)
 
 
 def test_a_page_asks_again_only_for_a_job_a_restarted_service_never_had():
@@ -320,17 +321,17 @@ def test_a_page_asks_again_only_for_a_job_a_restarted_service_never_had():
 
         def ask(self, *args):
             self.asked += 1
-            return measuring.JobView("key", "waiting", service="new")
+            return service.JobView("key", "waiting", service="new")
 
-    waiting = measuring.JobView("key", "waiting", service="old")
-    replaced = Stub(measuring.JobView("key", "dropped", service="old"))  # the student asked for another setting
-    job = measuring.SharedJob(replaced, ("a student",), waiting)
+    waiting = service.JobView("key", "waiting", service="old")
+    replaced = Stub(service.JobView("key", "dropped", service="old"))  # the student asked for another setting
+    job = over_socket.SharedJob(replaced, ("a student",), waiting)
     assert job.look().state == "dropped" and replaced.asked == 0 and not job.wait(0.1)
-    restarted = Stub(measuring.JobView("key", "dropped", service="new"))  # the service was started again
-    job = measuring.SharedJob(restarted, ("a student",), waiting)
+    restarted = Stub(service.JobView("key", "dropped", service="new"))  # the service was started again
+    job = over_socket.SharedJob(restarted, ("a student",), waiting)
     assert job.look().state == "waiting" and restarted.asked == 1
-    down = Stub(measuring.JobView("key", "unreachable", error=measuring.UNREACHABLE))
-    job = measuring.SharedJob(down, ("a student",), waiting)
+    down = Stub(service.JobView("key", "unreachable", error=over_socket.UNREACHABLE))
+    job = over_socket.SharedJob(down, ("a student",), waiting)
     assert job.look().state == "unreachable" and job.look().state == "waiting" and down.asked == 1
 
 

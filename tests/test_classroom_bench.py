@@ -298,7 +298,7 @@ def test_own_cpu_samples_this_process():
     (["/venv/bin/python", "-m", "explorer", "serve", "--app-processes", "2"], "workers"),  # the launcher
     (["caddy", "run", "--config", "/tmp/serve/Caddyfile"], "proxy"),
     (["/usr/local/bin/caddy", "reverse-proxy"], "proxy"),
-    (["/venv/bin/python", "-m", "explorer.measuring", "--port", "9000"], "measuring"),
+    (["/venv/bin/python", "-m", "explorer.server.service", "--port", "9000"], "measuring"),
     (["/venv/bin/python", "-m", "app.launch", "run", "/repo/app/main.py", "--server.port", "8502"], "app"),
     (["/venv/bin/streamlit", "run", "app/main.py"], "app"),
     (["python", "-m", "streamlit", "run", "app/main.py"], "app"),
@@ -356,7 +356,7 @@ def several_process_server():
                                                    FakeProcess(8, 4, app, mib=30)])
     return FakeProcess(1, 0, ["python", "-m", "explorer", "serve", "--app-processes", "2"], mib=5, below=[
         FakeProcess(2, 1, ["caddy", "run"], mib=10),
-        FakeProcess(3, 1, ["python", "-m", "explorer.measuring"], mib=50,
+        FakeProcess(3, 1, ["python", "-m", "explorer.server.service"], mib=50,
                     below=[FakeProcess(6, 3, ["python", "-m", "tvm.exec.popen_worker"], 40,
                                        name="measure worker")]),
         first, FakeProcess(5, 1, app, mib=200)])

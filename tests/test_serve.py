@@ -28,7 +28,7 @@ def test_the_local_url_of_a_server_on_every_interface_is_loopback():
 
 @pytest.fixture(scope="module")
 def app_process():
-    """What the app's process holds once its launcher (``app.launch``, which imports ``app.server``) and
+    """What the app's process holds once its launcher (``app.launch``, which imports ``app.handle``) and
     TVM are imported, in a fresh interpreter: its lines (PyTorch's entry, whether pandas is whole) and
     its errors. One interpreter for both tests below: each start imports TVM and Streamlit again."""
     check = ("import sys, app.launch, tvm; print(sys.modules['torch']); "
@@ -50,7 +50,7 @@ def test_the_early_warm_up_leaves_a_machine_without_a_gpu_to_the_server_to_repor
 
     if local_gpu_target() is not None:
         pytest.skip("a GPU machine: the early warm-up starts the worker there")
-    warm_up_gpu_early(get_preset("dw-blog-final-96").spec)  # NoDevice stays inside: Live reports it
+    warm_up_gpu_early(get_preset("dw-blog-final-96").spec)  # NoDevice stays inside: the server reports it
 
 
 def test_a_server_setting_it_cannot_take_is_refused_before_the_server_starts(monkeypatch, capsys):

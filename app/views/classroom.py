@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app import class_mode, diagnosis_panel, server, session
+from app import class_mode, diagnosis_panel, handle, session
 from explorer import classroom, urlstate
 from explorer import lessons as L
 from explorer.errors import ExplorerError
@@ -89,7 +89,7 @@ def step_diagnosis(state: classroom.ClassStep) -> None:
         else:
             st.caption("No student has moved a knob away from this step yet.")
         try:
-            built = server.build(spec, session.target())
+            built = handle.build(spec, session.target())
         except ExplorerError as error:
             st.caption(str(error))
             return
@@ -173,7 +173,7 @@ def submit_form(store: classroom.Store) -> None:
         try:
             entry = classroom.submit(
                 store, st.session_state.get("class.name", ""), spec, target=session.target(), remote=remote,
-                measure=server.board_measure, pytorch=server.board_pytorch,
+                measure=handle.board_measure, pytorch=handle.board_pytorch,
                 on_wait=lambda ahead: status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead…"))
         except ExplorerError as error:
             refused = str(error)

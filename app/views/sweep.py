@@ -6,7 +6,7 @@ import functools
 
 import streamlit as st
 
-from app import code_view, server, session, widgets
+from app import code_view, handle, session, widgets
 from explorer.analysis.ranking import static_score
 from explorer.errors import ExplorerError
 from explorer.export import file_name
@@ -101,7 +101,7 @@ def tune_section(spec) -> None:
     st.subheader("Tune with MetaSchedule")
     st.caption(f"TVM's own search over its schedule space for {spec.workload.label()}, with a trial budget; "
                f"candidates are ranked with the '{tune.cost_model_name()}' cost model and timed on this machine's GPU.")
-    has_gpu = server.live().gpu_name() is not None
+    has_gpu = handle.server().gpu_name() is not None
     if not has_gpu:
         st.info("MetaSchedule must run its candidates, and this machine has no GPU: run the app on a GPU machine "
                 "to tune (or try `python -m explorer tune PRESET --trials 8 --target llvm` on the CPU).")
@@ -128,7 +128,7 @@ def tune_section(spec) -> None:
     st.plotly_chart(tuning_figure(result.history, result.budget), width="stretch")
     hand, tuned = st.columns(2)
     try:
-        hand_trace = server.build(spec, session.target()).trace
+        hand_trace = handle.build(spec, session.target()).trace
     except ExplorerError as e:
         hand_trace = f"# the sidebar's setting cannot be built: {e}"
     hand.markdown(f"**Hand schedule** · {spec.template}")
@@ -146,7 +146,7 @@ session.sync_url()
 st.title("Sweep")
 st.caption(f"{spec.template_def.title} · {spec.workload.label()}")
 grid = grid_inputs(spec)
-measurer = server.live().measurer(session.target(), session.remote())
+measurer = handle.server().measurer(session.target(), session.remote())
 if grid is not None:
     sample = None
     if grid.size > MAX_APP_POINTS:
