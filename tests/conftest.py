@@ -40,13 +40,13 @@ os.environ["EXPLORER_CLASS_DB"] = os.path.join(_CLASS_DIR, "class.sqlite3")
 # The pages' diagnoses (a process per server that builds every neighbour of each setting shown) are
 # off in the servers and app tests here, this process's and those it starts: they kept the cores busy
 # for settings no test asks about. The tests of the diagnosis compute theirs in their own process
-# (diagnoses_in_this_process); tests/test_live.py checks the diagnosing process itself.
+# (diagnoses_in_this_process); tests/test_server.py checks the diagnosing process itself.
 os.environ["EXPLORER_DIAGNOSE"] = "0"
 
 # The app tests' server (app.handle.server() in a test process) builds in that process: no build process
 # to start, no build copied back, and a file's tests share one build per setting with the builds they
 # make themselves. The servers the tests start keep a class server's build processes
-# (test_classroom_bench.server_environment); tests/test_live.py tests the build processes.
+# (test_classroom_bench.server_environment); tests/test_server.py tests the build processes.
 os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 
 # No builds kept on disk: the tests count the builds each server makes, and a folder shared with earlier
@@ -285,7 +285,7 @@ def run_on_gpu():
 def diagnoses_in_this_process(monkeypatch):
     """The app servers' diagnoses (the server's own and a stand-in GPU's), the same function,
     computed in this process rather than in the server's diagnosing process. That process runs
-    below every other's priority (tests/test_live.py checks it), so while the other tests keep
+    below every other's priority (tests/test_server.py checks it), so while the other tests keep
     the cores busy a test waiting on a diagnosis waits minutes for its turn."""
     import explorer.server.api
     from app import handle

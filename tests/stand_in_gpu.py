@@ -6,7 +6,7 @@ measuring service (tests/stand_in_gpu_service.py)."""
 import os
 import time
 
-from live_fakes import fake_measurement
+from server_fakes import fake_measurement
 
 from explorer.server import gpus, in_process
 from explorer.server.api import Server
@@ -33,9 +33,9 @@ def warm_up(first, target, warm):
 def install() -> None:
     in_process.warm_up_local_gpu, gpus.measure_job = warm_up, measure
     # No lesson step is built ahead (a hundred builds on a core the test's class needs;
-    # tests/test_live.py tests building ahead): the class here opens one link and moves its knobs.
+    # tests/test_server.py tests building ahead): the class here opens one link and moves its knobs.
     Server._build_ahead = lambda self, specs, target: None
-    # Nothing is compiled for a device that runs nothing (tests/test_live_pipeline.py tests the
+    # Nothing is compiled for a device that runs nothing (tests/test_server_pipeline.py tests the
     # compile processes): their start (TVM, the tensor-core intrinsics) and each setting's compile
     # would take a core from the class.
     CompileService.compile = lambda self, spec, target: None

@@ -569,7 +569,7 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_pa
     import tempfile
 
     import diagnosis_agreement as bench
-    from live_fakes import fake_measurement
+    from server_fakes import fake_measurement
 
     import explorer.measure
 

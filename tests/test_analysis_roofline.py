@@ -133,12 +133,12 @@ def test_roofline_tab_of_a_tensor_core_step_without_a_gpu_uses_the_published_ten
 
 
 def test_roofline_tab_places_a_hopper_kernel_under_the_measured_tensor_roof(monkeypatch):
-    import live_fakes
-    from live_fakes import fake_measurements, settle
+    import server_fakes
+    from server_fakes import fake_measurements, settle
     from test_app import app, assert_clean
 
     stand_in = Ceilings(60_000.0, 3_000.0, None, 50 << 20, "measured on Fake GPU", (("float16", 900_000.0),))
-    monkeypatch.setattr(live_fakes, "fake_ceilings", lambda workload: stand_in)
+    monkeypatch.setattr(server_fakes, "fake_ceilings", lambda workload: stand_in)
     fake_measurements(monkeypatch, lambda spec: 200.0)
     at = settle(app({"preset": "hopper-ws-fp16-4096"}, view="Roofline").run(timeout=120))
     assert_clean(at)
@@ -152,7 +152,7 @@ def test_roofline_tab_places_a_hopper_kernel_under_the_measured_tensor_roof(monk
 
 
 def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
-    from live_fakes import fake_measurements, settle
+    from server_fakes import fake_measurements, settle
     from test_app import THREAD_X, app, assert_clean
 
     fake_measurements(monkeypatch, lambda spec: 800 / spec.knobs.num_thread_x)  # 50 µs, then 100 µs
@@ -294,7 +294,7 @@ def test_device_page_lists_the_published_roofs_without_a_gpu_tensor_cores_includ
 
 
 def test_device_page_says_why_measured_ceilings_have_no_tensor_roof(monkeypatch):
-    from live_fakes import fake_measurements, settle
+    from server_fakes import fake_measurements, settle
     from test_app import app, assert_clean
 
     from explorer.server.api import Server

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 import tvm
-from live_fakes import fake_measurements, settle
+from server_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 from app import code_view, handle, latency, panels, session, widgets
@@ -66,14 +66,14 @@ def unhighlighted(text: str, language: str, hl_lines=(), first_line: int = 1) ->
 
 @pytest.mark.parametrize("preset", list(all_presets()))
 def test_explorer_page_for_every_preset(preset, monkeypatch):
-    # The CUDA is read from its copy buffer; tests/test_live.py checks its highlighting.
+    # The CUDA is read from its copy buffer; tests/test_server.py checks its highlighting.
     monkeypatch.setattr(code_view, "highlight", unhighlighted)
     at = app({"preset": preset}, view="CUDA").run()
     assert_clean(at)
     spec = get_preset(preset).spec
     assert at.session_state["spec"] == spec
     assert at.title[0].value == spec.template_def.title
-    # The page shows the server's build of the setting (tests/test_live.py checks that build against one made here).
+    # The page shows the server's build of the setting (tests/test_server.py checks that build against one made here).
     assert code_text(at, "cuda") == kernels_only(handle.build(spec, at.session_state["target"]).cuda)[0]
     assert param(at, "preset") == preset and param(at, "knob.num_thread_x" if "knob.num_thread_x" in
                                                           at.query_params else "template") is not None

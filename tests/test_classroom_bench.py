@@ -74,7 +74,7 @@ def class_server():
                                  "127.0.0.1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 # The build process highlights no other code view ahead (as a server of several
                                 # app processes, launcher.class_environment): no student here opens another tab,
-                                # and tests/test_live.py tests the highlighting ahead.
+                                # and tests/test_server.py tests the highlighting ahead.
                                 env=server_environment({"PYTHONUNBUFFERED": "1", "EXPLORER_HIGHLIGHT_AHEAD": "0"}))
     said = ""
     while not said.startswith("Serving") and launched.poll() is None:  # streamlit's own lines come first

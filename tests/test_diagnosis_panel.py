@@ -4,7 +4,7 @@ queue and shown as faster or slower."""
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from live_fakes import fake_measurements, settle
+from server_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 from app import diagnosis_panel

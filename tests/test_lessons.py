@@ -386,7 +386,7 @@ def test_a_claim_this_gpu_does_not_reproduce_says_why_it_may_differ(monkeypatch)
 def stand_in_gpu(monkeypatch, fake_us):
     """A server whose GPU ("Fake GPU") takes the given µs for each named preset (the page
     measures through the server's one queue)."""
-    from live_fakes import fake_measurements
+    from server_fakes import fake_measurements
 
     by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
     fake_measurements(monkeypatch, lambda spec: by_spec[spec])

@@ -477,7 +477,7 @@ def test_the_cli_and_the_sweep_page_measure_a_point_the_same_way(monkeypatch):
     """``python -m explorer sweep`` (gpu_measurer, in its own process) and the Sweep page (the server's
     measurer, through the class's queue) time each point with SWEEP_SETTINGS, through sweep_measurer;
     a wrong kernel gets no latency either way."""
-    from live_fakes import fake_measurement
+    from server_fakes import fake_measurement
 
     from explorer.measure import SWEEP_SETTINGS, WrongResult, measurer
     from explorer.server.api import Server

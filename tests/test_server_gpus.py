@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from live_fakes import fake_measurement
+from server_fakes import fake_measurement
 
 from explorer.measure import KernelCrashed
 from explorer.measure.worker import VISIBLE, _PinnedWorker
