@@ -1,5 +1,5 @@
 """The Explorer's panels of a build: its launch summary and headline numbers, and a tab per
-analysis (explorer/analyses.py: the tabs' order and titles), drawn by ``explorer.figures``.
+analysis (explorer/tabs.py: the tabs' order and titles), drawn by ``explorer.figures``.
 
 ``PANELS`` holds the analyses with a panel of their own (widgets, several figures, tables), keyed
 by the analysis's name; :func:`default_panel` shows any other: its figure, then its text."""
@@ -11,7 +11,6 @@ import numpy as np
 import streamlit as st
 
 from explorer import figures, targets
-from explorer.analyses import Analysis
 from explorer.analysis import banks, ncu, tree
 from explorer.analysis.resources import analyze_resources
 from explorer.analysis.roofline import no_roofline_reason, published_ceilings
@@ -21,6 +20,7 @@ from explorer.analysis.tiling import analyze_tiling
 from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
 from explorer.build import Build
 from explorer.errors import ExplorerError
+from explorer.tabs import Analysis
 
 from . import code_view, handle, latency, session
 
@@ -343,7 +343,7 @@ def counters(built: Build) -> None:
             st.caption(f"{ncu.instruction_mix(built, kernel)} {ncu.PTXAS_NOTE}")
 
 
-# The analyses with a panel of their own, by name (explorer/analyses.py); the others get default_panel.
+# The analyses with a panel of their own, by name (explorer/tabs.py); the others get default_panel.
 PANELS = {
     "sass": sass,
     "tiling": tiling,

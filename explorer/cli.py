@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import measure, urlstate
-from .analyses import ANALYSES, measured_here
 from .analysis import ncu
 from .analysis.diagnosis import counters_of, diagnose, diagnosis_json, format_diagnosis, ncu_metrics
 from .analysis.ranking import static_score
@@ -28,6 +27,7 @@ from .search import sweep
 from .search.grid import Grid
 from .search.tune import tune
 from .server import launcher
+from .tabs import ANALYSES, measured_here
 
 EXIT_WRONG = 1
 EXIT_NO_DEVICE = 3
@@ -104,7 +104,7 @@ VIEWS: dict[str, Callable] = {}
 
 
 def views() -> dict[str, Callable]:
-    """Every --view: the ones above and one per analysis (explorer/analyses.py)."""
+    """Every --view: the ones above and one per analysis (explorer/tabs.py)."""
     return {**VIEWS, **{name: analysis.view for name, analysis in ANALYSES.items()}}
 
 

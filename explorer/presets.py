@@ -3,12 +3,12 @@ the knob and workload dataclasses so that an unknown key or a wrong type fails l
 naming the file and the key. A preset is a named setting (template, workload, knobs) with
 the claim it makes; its step is its place in its lesson, in file order.
 
-File layout::
+File layout (``presets/depthwise_blog.toml``: the lesson's id is its file's name)::
 
     [lesson]
-    id = "depthwise_blog"
     title = ".."
     source = "003_477c4d8cf32c97d4.txt"   # the tutorial, blog post or paper the lesson follows
+    formerly = ["old-id"]                   # optional: ids it had, which old links and class boards still name
 
     [[preset]]
     id = "dw-blog-final-96"
@@ -54,7 +54,7 @@ _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "fo
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
-_LESSON_KEYS = {"id", "title", "source", "summary"}
+_LESSON_KEYS = {"title", "source", "summary", "formerly"}
 
 
 @dataclass(frozen=True)
@@ -133,11 +133,12 @@ def _changed(before, now) -> tuple[str, ...]:
 class Lesson:
     """One file of presets/: the source it follows and its presets as ordered steps."""
 
-    id: str
+    id: str  # its file's name: presets/<id>.toml
     title: str
     source: str  # the tutorial, blog post or paper the lesson follows
     summary: str
     steps: tuple[Step, ...]
+    formerly: tuple[str, ...] = ()  # ids it had before: old links and class boards name it by them
 
     @property
     def presets(self) -> tuple[Preset, ...]:
@@ -159,15 +160,21 @@ def load_file(path: Path) -> Lesson:
         raise PresetError(f"{where}: a lesson file's table is [lesson], not [tutorial].")
     _check_keys(data, {"lesson", "preset"}, where)
     lesson = data.get("lesson", {})
+    if "id" in lesson:
+        raise PresetError(f"{where}: a lesson's id is its file's name ('{path.stem}'), not a key of [lesson].")
     _check_keys(lesson, _LESSON_KEYS, f"{where} [lesson]")
-    if "id" not in lesson or "title" not in lesson:
-        raise PresetError(f"{where}: [lesson] needs 'id' and 'title'.")
+    if "title" not in lesson:
+        raise PresetError(f"{where}: [lesson] needs 'title'.")
+    formerly = lesson.get("formerly", [])
+    if not isinstance(formerly, list) or not all(isinstance(name, str) for name in formerly):
+        raise PresetError(f"{where}: [lesson] formerly is a list of the ids the lesson had, e.g. [\"old-id\"].")
     steps, previous = [], None
     for number, raw in enumerate(data.get("preset", []), start=1):
-        preset = _load_preset(raw, lesson["id"], number, where)
+        preset = _load_preset(raw, path.stem, number, where)
         steps.append(Step(number, preset, previous))
         previous = preset
-    return Lesson(lesson["id"], lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps))
+    return Lesson(path.stem, lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps),
+                  tuple(formerly))
 
 
 def _load_preset(raw: dict, lesson: str, step: int, where: str) -> Preset:
@@ -240,6 +247,11 @@ def _check_keys(table: dict, allowed: set, where: str) -> None:
 def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
     """Every file of ``directory``, in name order (a file may have no presets yet)."""
     loaded = tuple(load_file(path) for path in sorted(directory.glob("*.toml")))
+    ids = [lesson.id for lesson in loaded]
+    for lesson in loaded:
+        for old in lesson.formerly:
+            if old in ids or sum(old in other.formerly for other in loaded) > 1:
+                raise PresetError(f"{lesson.id}.toml: its former id '{old}' names another lesson too.")
     seen: dict[str, str] = {}
     for lesson in loaded:
         for preset in lesson.presets:

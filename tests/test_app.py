@@ -12,7 +12,6 @@ from streamlit.testing.v1 import AppTest
 
 from app import code_view, handle, latency, panels, session, widgets
 from explorer import urlstate
-from explorer.analyses import ANALYSES
 from explorer.build import build
 from explorer.cli import make_parser
 from explorer.errors import ExplorerError
@@ -20,6 +19,7 @@ from explorer.figures import tries_figure
 from explorer.highlight import kernels_only
 from explorer.presets import all_presets, get_preset
 from explorer.server.diagnosing import NOT_DIAGNOSED
+from explorer.tabs import ANALYSES
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 60

@@ -165,7 +165,6 @@ def test_measure_presets_measures_each_spec_once_and_keeps_errors():
 # -- the preset format's comparison keys -------------------------------------------------
 
 BASE = """[lesson]
-id = "t"
 title = "T"
 
 [[preset]]

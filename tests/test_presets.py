@@ -24,7 +24,7 @@ def test_lessons_have_ordered_steps():
 
 def write(tmp_path, text):
     path = tmp_path / "bad.toml"
-    path.write_text('[lesson]\nid = "t"\ntitle = "T"\n' + text)
+    path.write_text('[lesson]\ntitle = "T"\n' + text)
     return path
 
 
@@ -81,3 +81,27 @@ def test_a_step_s_title_does_not_repeat_its_number():
 
     numbered = [p.id for p in all_presets().values() if re.match(r"\d+\. ", p.title)]
     assert numbered == []
+
+
+def test_a_lesson_s_id_is_its_file_s_name_and_its_former_ids_still_name_it(tmp_path):
+    from explorer.lessons import current_lesson_id, get_lesson
+    from explorer.presets import PRESET_DIR
+
+    assert sorted(lesson.id for lesson in all_lessons()) == sorted(path.stem for path in PRESET_DIR.glob("*.toml"))
+    # Renamed to their files' names; links and class boards made before name them by their old ids.
+    for old, now in (("attention-hopper", "attention_hopper"), ("attention-tensor-cores", "attention_tensor_cores")):
+        assert get_lesson(old) is get_lesson(now) and current_lesson_id(old) == now
+        assert {p.lesson for p in get_lesson(old).presets} == {now}
+    assert current_lesson_id("depthwise_blog") == "depthwise_blog" and current_lesson_id("nope") == "nope"
+
+
+def test_a_lesson_file_that_names_its_id_or_lists_former_ids_badly_is_refused(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('[lesson]\nid = "other"\ntitle = "T"\n' + GOOD)
+    with pytest.raises(PresetError, match=r"mine.toml: a lesson's id is its file's name \('mine'\)"):
+        load_file(path)
+    path.write_text('[lesson]\ntitle = "T"\nformerly = "old"\n' + GOOD)
+    with pytest.raises(PresetError, match="formerly is a list of the ids the lesson had"):
+        load_file(path)
+    path.write_text('[lesson]\ntitle = "T"\nformerly = ["old"]\n' + GOOD)
+    assert load_file(path).formerly == ("old",) and load_file(path).presets[0].lesson == "mine"

@@ -432,7 +432,7 @@ def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
     args = argparse.Namespace(sample=None, rounds=2)
     block = preset_block(plan, spec, 98.76, "NVIDIA H100 80GB HBM3", 1234, args)
     path = tmp_path / "best.toml"
-    path.write_text('[lesson]\nid = "best"\ntitle = "Best"\n\n' + block)
+    path.write_text('[lesson]\ntitle = "Best"\n\n' + block)
     (preset,) = load_file(path).presets
     assert preset.id == "best-conv2d-resnet-last" and preset.spec == spec
     assert preset.found_by == "python bench/search_best.py conv2d-resnet-last"

@@ -146,6 +146,8 @@ def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None
 
 lessons = in_reading_order(L.lessons())
 st.title("Lessons")
+if (asked := st.query_params.get("lesson")) and L.current_lesson_id(asked) != asked:  # a link from before a rename
+    st.switch_page("views/lessons.py", query_params={**st.query_params.to_dict(), "lesson": L.current_lesson_id(asked)})
 # The URL holds a bound selectbox's label, so the options are the short lesson ids.
 lesson_id = st.selectbox("Lesson", list(lessons), key="lesson", bind="query-params", on_change=restart_lesson)
 lesson = lessons[lesson_id]

@@ -1,4 +1,4 @@
-"""The analyses of a build, one entry each, in the order of the Explorer's tabs.
+"""The Explorer's tabs and the command line's views: one entry per analysis of a build, in the order of the tabs.
 
 An entry names its analysis (``python -m explorer show --view NAME``, and the key of its panel
 in ``app/panels.py``), its tab's title, how it reads a build, its text for the terminal, its
