@@ -81,7 +81,6 @@ class MaxPool1d(Workload):
 
 @dataclass(frozen=True)
 class MaxPool1dKnobs(KnobSet):
-    owner: ClassVar[str] = "max_pool1d_flat"
 
     threads: int = knob(128, "Threads per CUDA block.", choices=(32, 64, 128, 256))
     outputs_per_thread: int = knob(1, "Consecutive outputs computed by one thread.", choices=(1, 2, 4))

@@ -106,7 +106,7 @@ def test_split_knob_values_are_written_with_x():
     "items, message",
     [
         (["num_thread_x=3"], "not allowed"),
-        (["no_such_knob=1"], "has no knob 'no_such_knob'"),
+        (["no_such_knob=1"], "There is no knob 'no_such_knob'"),
         (["num_thread_x"], "knob=v1,v2"),
         (["num_thread_x="], "knob=v1,v2"),
         (["num_thread_x=8", "num_thread_x=16"], "appears twice"),

@@ -12,7 +12,6 @@ from .errors import InvalidMeasureSettings
 class MeasureSettings(Params):
     noun: ClassVar[str] = "Measurement setting"
     error: ClassVar[type] = InvalidMeasureSettings
-    owner: ClassVar[str] = "measure"
 
     # A correct classroom kernel runs in microseconds to milliseconds; ten seconds is
     # far past any of them and short enough that a hung kernel does not stall the queue.

@@ -57,7 +57,6 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
 
 import tvm
 from tvm.s_tir import Schedule
@@ -79,7 +78,6 @@ MAX_SHARED_BYTES = DEFAULT.max_shared_per_block
 
 @dataclass(frozen=True)
 class AttentionFusedKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_fused"
 
     block_q: int = knob(64, "Query rows one CUDA block owns (blockIdx.x tiles): read once into shared memory, "
                         "reused for every key tile.", choices=(16, 32, 64, 128))

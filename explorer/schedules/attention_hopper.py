@@ -52,7 +52,6 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
 
 import tvm
 from tvm.s_tir import Schedule
@@ -99,7 +98,6 @@ KEEP = {dtype: (f"keep_register_{suffix}", f"__device__ __forceinline__ void kee
 
 @dataclass(frozen=True)
 class AttentionHopperKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_hopper"
 
     block_kv: int = knob(128, "Keys (and values) per step of the loop: the N of the Q·Kᵀ wgmma, and block_kv / 2 "
                          "float32 scores per consumer thread.", choices=(64, 128))

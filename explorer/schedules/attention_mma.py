@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
 
 import tvm
 from tvm.s_tir import Schedule
@@ -61,7 +60,6 @@ LDMATRIX_TRANS = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"  # each lane g
 
 @dataclass(frozen=True)
 class AttentionMmaKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_mma"
 
     block_q: int = knob(128, "Query rows one CUDA block owns (blockIdx.x tiles), split evenly over its warps.",
                         choices=(64, 128))

@@ -43,7 +43,6 @@ clusters and multicast on sm_90 and later.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import tvm
 from tvm.s_tir import Schedule
@@ -83,7 +82,6 @@ SWIZZLE_ATOM_ROWS = 8  # the swizzle pattern repeats every 8 rows: a copy must s
 
 @dataclass(frozen=True)
 class MatmulHopperKnobs(KnobSet):
-    owner: ClassVar[str] = "matmul_hopper"
 
     block_m: int = knob(128, "Rows of C computed by one CUDA block (consumers × 64 × wgmma tiles).",
                         choices=(64, 128, 256))

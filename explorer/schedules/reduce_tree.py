@@ -45,7 +45,6 @@ the loop in its IR), so the loop counter, the shifts and the comparison with the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import tvm
 from tvm.s_tir import Schedule
@@ -64,7 +63,6 @@ LAST_WARP = ("tree", "unrolled", "shuffle")
 
 @dataclass(frozen=True)
 class ReduceTreeKnobs(KnobSet):
-    owner: ClassVar[str] = "reduce_tree"
 
     addressing: str = knob("sequential", "Which thread adds which pair at each tree step: interleaved_divergent "
                            "(if tid % 2s == 0: divergent warps), interleaved_strided (index 2·s·tid: bank "
