@@ -16,7 +16,7 @@ differ from the tutorial's, in explorer.lesson_reasons.
 
 Timings come in as plain data, a mapping ``preset id -> µs`` (measured by
 :func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's
-``latency_us``), so the Lessons page, bench/lessons_h100.py and the tests share one
+``latency_us``), so the Lessons page, bench/lessons_gpu.py and the tests share one
 judgement.
 """
 from __future__ import annotations
