@@ -8,7 +8,7 @@ import time
 
 from server_fakes import fake_measurement
 
-from explorer.server import gpus, in_process
+from explorer.server import in_process, local_gpus
 from explorer.server.api import Server
 from explorer.server.compiles import CompileService
 from explorer.server.in_process import MeasuringInProcess
@@ -31,7 +31,7 @@ def warm_up(first, target, warm):
 
 
 def install() -> None:
-    in_process.warm_up_local_gpu, gpus.measure_job = warm_up, measure
+    in_process.warm_up_local_gpu, local_gpus.measure_job = warm_up, measure
     # No lesson step is built ahead (a hundred builds on a core the test's class needs;
     # tests/test_server.py tests building ahead): the class here opens one link and moves its knobs.
     Server._build_ahead = lambda self, specs, target: None

@@ -11,7 +11,7 @@ from server_fakes import fake_measurement
 from explorer.measure import KernelCrashed
 from explorer.measure.worker import VISIBLE, _PinnedWorker
 from explorer.presets import get_preset
-from explorer.server import gpus as gpus_module
+from explorer.server import local_gpus
 from explorer.server.in_process import MeasuringInProcess
 from explorer.server.settings import ServerSettings
 
@@ -20,7 +20,7 @@ SETTINGS = [SPEC.with_knobs(num_thread_x=x) for x in (1, 2, 4, 8, 16, 32)]
 
 
 def server(gpus: int, measure, monkeypatch) -> MeasuringInProcess:
-    monkeypatch.setattr(gpus_module, "measure_job", measure)
+    monkeypatch.setattr(local_gpus, "measure_job", measure)
     measuring = MeasuringInProcess(ServerSettings(build_workers=0, diagnose=False, gpus=gpus),
                                    compile_fn=lambda spec, target: None,
                                    warm_up_fn=lambda first, target, warm: "Stand-in GPU")

@@ -271,7 +271,7 @@ class LocalGPU:
     """A GPU of this machine as a process sees it: the measuring worker (kernels never run in
     the caller's process), its turn (two kernels are never timed on it at once), its name and
     its roofline ceilings, each found once. A process has one per GPU it measures on: the
-    CLI's and a bench script's ``LOCAL_GPU``; a server's one per GPU (explorer/server/gpus.py), fed by the
+    CLI's and a bench script's ``LOCAL_GPU``; a server's one per GPU (explorer/server/local_gpus.py), fed by the
     scheduler's line of the machine's GPUs (explorer/server/scheduler.py), the one queue a
     server's measurements wait in."""
 

@@ -1,5 +1,5 @@
 """Measuring in this process: the measurement queue (``scheduler.py``), the compile processes
-(``compiles.py``), this machine's GPUs with their measuring workers (``gpus.py``), PyTorch's
+(``compiles.py``), this machine's GPUs with their measuring workers (``local_gpus.py``), PyTorch's
 baselines, the roofline's ceilings and the GPU's warm-up (``warm_up.py``).
 
 A server of one app process measures here; so does the measuring service of a server of several
@@ -17,7 +17,7 @@ from ..build import Spec
 from ..errors import ExplorerError
 from ..measure import MeasureError, MeasureSettings
 from .compiles import CompileService
-from .gpus import GPUs
+from .local_gpus import LocalGPUs
 from .measuring import Measuring
 from .scheduler import CompileFn, MeasureFn, Scheduler
 from .settings import ServerSettings
@@ -47,7 +47,7 @@ class MeasuringInProcess(Measuring):
         self.ready = threading.Event()  # the warm-up has ended (with or without a GPU)
         self.warm = WarmUp()
         self._warm_up_fn = warm_up_fn or warm_up_local_gpu
-        self.gpus = GPUs(self.settings.gpus)
+        self.gpus = LocalGPUs(self.settings.gpus)
         self._warm_other_gpus = warm_up_fn is None  # a stand-in warm-up stands in for every GPU
         if measure_fn is None:  # the real GPUs: their kernels compiled on all cores first
             measure_fn, compile_fn = self.gpus.measure, compile_fn or self.compiles.compile

@@ -1,7 +1,7 @@
-"""The GPUs a server measures on: one measuring worker per GPU of this machine (``LocalGPU``), a
+"""The GPUs of this machine a server measures on: one measuring worker per GPU of this machine (``LocalGPU``), a
 job on whichever is free, and a job whose worker died mid-run handed to another GPU once.
 
-:meth:`GPUs.measure` is the scheduler's measuring function (explorer/server/scheduler.py): the
+:meth:`LocalGPUs.measure` is the scheduler's measuring function (explorer/server/scheduler.py): the
 scheduler decides when a job runs, this module where and with which budget.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def measure_job(job, gpu: LocalGPU | None = None):
     return dataclasses.replace(result, quick=job.quick)
 
 
-class GPUs:
+class LocalGPUs:
     """This machine's GPUs as one server measures on them: the first ``count`` the server sees, each
     with its measuring worker; the first also measures the roofline's ceilings and PyTorch's baselines."""
 
