@@ -13,7 +13,7 @@ import streamlit as st
 from explorer import figures, targets
 from explorer.analysis import banks, ncu, tree
 from explorer.analysis.resources import analyze_resources
-from explorer.analysis.roofline import no_roofline_reason, published_ceilings
+from explorer.analysis.roofline import no_roofline_reason, published_for
 from explorer.analysis.roofline import roofline as place_on_roofline
 from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, sass_text
 from explorer.analysis.tiling import analyze_tiling
@@ -268,7 +268,7 @@ def roofline(built: Build) -> None:
     (measured by the latency panel, else a static estimate) and this session's tries."""
     measured = _latest_measurement(built)
     try:
-        ceilings = _measured_ceilings() or published_ceilings(str(built.target.attrs.get("arch", "")))
+        ceilings = _measured_ceilings() or published_for(built.target)
         tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
                       if t.latency_us is not None and t.spec != built.spec
                       and not no_roofline_reason(t.spec.workload, ceilings))

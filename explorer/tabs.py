@@ -18,7 +18,7 @@ from . import figures, measure
 from .analysis import ncu, vthread
 from .analysis.banks import analyze_banks, format_report
 from .analysis.resources import analyze_resources, format_resources
-from .analysis.roofline import format_roofline, published_ceilings, roofline
+from .analysis.roofline import format_roofline, published_for, roofline
 from .analysis.sass import analyze_sass, compile_binary, format_sass
 from .analysis.tiling import analyze_tiling, format_tiling
 from .analysis.tree import analyze_tree, format_tree
@@ -77,7 +77,7 @@ def _banks_view(spec: Spec, args) -> tuple[str, dict]:
 
 def _static_roofline(built: Build):
     """The workload under the target's published roofs, placed on the roof (not measured)."""
-    return roofline(built.spec.workload, published_ceilings(str(built.target.arch)))
+    return roofline(built.spec.workload, published_for(built.target))
 
 
 def _roofline_view(spec: Spec, args) -> tuple[str, dict]:
@@ -86,7 +86,7 @@ def _roofline_view(spec: Spec, args) -> tuple[str, dict]:
     if measured is not None and measured.correct and measured.ceilings is not None:
         r = roofline(spec.workload, measured.ceilings, measured.median_us)
     else:
-        r = roofline(spec.workload, published_ceilings(str(resolve_target(args.target).arch)))
+        r = roofline(spec.workload, published_for(resolve_target(args.target)))
     return format_roofline(r), {"roofline": r.to_dict()}
 
 

@@ -10,12 +10,12 @@ import streamlit as st
 import tvm
 
 from app import handle, session
-from explorer.analysis.roofline import ceiling_rows, published_ceilings
+from explorer.analysis.roofline import ceiling_rows, published_for
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import Remote
 from explorer.server.api import UNREACHABLE
-from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
+from explorer.targets import NAMES, local_gpu_target, resolve_target, target_label
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,7 +44,7 @@ else:
     st.info("**No GPU: code and diagrams only.** CUDA is generated for the target below without compiling it; "
             "kernels run and are timed on a machine with an NVIDIA GPU.")
 
-names = ["auto", *ALIASES]
+names = ["auto", *NAMES]
 session.seed_widget("ui.target", session.target())
 choice = st.selectbox(
     "Target", names if session.target() in names else [*names, session.target()], key="ui.target",
@@ -122,7 +122,7 @@ else:
 
 st.subheader("Roofline ceilings")
 try:
-    ceilings = server.ceilings() or published_ceilings(str(target.attrs.get("arch", "")))
+    ceilings = server.ceilings() or published_for(target)
 except ExplorerError as e:  # a target without published figures, and nothing measured
     st.caption(str(e))
 else:

@@ -231,7 +231,7 @@ def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
                            ("block_q", "rows_per_thread", "threads_per_row"))
     if plan.shared_bytes > MAX_SHARED_BYTES:
         raise InvalidKnobs(f"The Q, K, V and P tiles take {plan.shared_bytes:,} bytes of shared memory, more than "
-                           f"the {MAX_SHARED_BYTES:,} a block may use on the {DEFAULT.published.name}: use smaller "
+                           f"the {MAX_SHARED_BYTES:,} a block may use on the {DEFAULT.name}: use smaller "
                            f"tiles or float16 tiles (float_tiles = false).", ("block_q", "block_kv", "float_tiles"))
     return plan
 

@@ -40,7 +40,7 @@ from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
-from ..gpus import GPUS
+from ..gpus import ARCHITECTURES
 from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
@@ -53,7 +53,7 @@ VECTOR = 8  # halves per 16-byte copy
 PAD_HALVES = 8  # 16 bytes: consecutive rows start 4 banks apart
 # Dynamic shared memory a block may use on every GPU with mma.sync's m16n8k16 (sm_80 and later: 163 KB
 # on sm_80, 227 KB on sm_90): the smallest, sm_80's.
-MAX_SHARED_BYTES = GPUS["sm_80"].max_shared_per_block
+MAX_SHARED_BYTES = ARCHITECTURES["sm_80"].max_shared_per_block
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
 LDMATRIX_TRANS = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"  # each lane gets a column pair, not a row pair
 

@@ -73,7 +73,7 @@ from .hopper import (
 from .parsing import parsed_once_per_plan
 
 MAX_ACCUMULATORS = 128  # float32 accumulators per thread that leave registers for the rest (255 at most)
-PERSISTENT_BLOCKS = GPUS["sm_90"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
+PERSISTENT_BLOCKS = GPUS["H100 SXM"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
 RASTER_GROUP = 8  # rows of tiles visited together, so that concurrent blocks share tiles in L2
 TMA_MULTICAST = TMA_LOAD + ".multicast::cluster"  # the same copy, written into every CTA of ctaMask
 CLUSTER_MASK = 0b11  # ctaMask of a multicast: both CTAs of a cluster of two
