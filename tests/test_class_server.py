@@ -11,13 +11,17 @@ import sys
 import time
 import urllib.request
 
-import classroom  # bench/classroom.py (pytest's pythonpath)
+import classroom  # bench/ (pytest's pythonpath)
+import classroom_logs
+import classroom_page
+import classroom_students
 import psutil
 import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from test_classroom_bench import ROOT, free_port
 
 from explorer.measure import MeasureError
+from explorer.presets import get_preset
 from explorer.server import launcher, over_socket, service
 from explorer.server.api import Server
 from explorer.server.settings import ServerSettings
@@ -89,7 +93,7 @@ def app_pids(launched) -> dict[str, int]:
 
 def code_shown(page, until: float) -> bool:
     for msg in page.read(until):
-        kind, element = classroom.element_of(msg)
+        kind, element = classroom_page.element_of(msg)
         if kind == "html" and "data-view=" in element.html.body:
             return True
     return False
@@ -97,7 +101,7 @@ def code_shown(page, until: float) -> bool:
 
 def open_page(url: str, cookie: str = "") -> tuple:
     """A browser on the step ``LINK`` through the proxy: (page, the app process it is on)."""
-    page = classroom.Page(url, timeout=30, query=f"preset={LINK}", cookie=cookie)
+    page = classroom_page.Page(url, timeout=30, query=f"preset={LINK}", cookie=cookie)
     page.rerun()
     assert code_shown(page, time.time() + 60)
     return page, page.app
@@ -124,7 +128,7 @@ def test_a_short_class_through_the_proxy_sees_code_and_latency(class_server):
     report = classroom.run(url, students=4, seconds=5, think=1.5, want_latency=True, links=(LINK,))
     assert report["errors"] == [] and report["knob_to_code"]["n"] >= 4
     assert report["knob_to_latency"]["n"] >= 2
-    runs, overlaps = classroom.overlapping_runs(str(run_log), since)
+    runs, overlaps = classroom_logs.overlapping_runs(str(run_log), since)
     assert runs >= 2 and overlaps == 0
 
 
@@ -138,7 +142,7 @@ def test_a_browser_stays_on_one_process_and_its_export_downloads_there(class_ser
         file_id = session = None
         page.rerun()
         for msg in page.read(time.time() + 30):
-            kind, element = classroom.element_of(msg)
+            kind, element = classroom_page.element_of(msg)
             if msg is not None and msg.WhichOneof("type") == "new_session":
                 session = msg.new_session.initialize.session_id
             if kind == "download_button":
@@ -213,10 +217,10 @@ def test_killing_the_measuring_service_loses_no_request(class_server):
     page, _ = open_page(url, cookie_of_the_eldest(launched, url))
     try:
         service.kill()
-        move = classroom.valid_move(classroom.get_preset(LINK).spec, page.sliders, __import__("random").Random(3))
+        move = classroom_students.valid_move(get_preset(LINK).spec, page.sliders, __import__("random").Random(3))
         page.rerun(move[1:3])
         killed = time.time()
-        code, latency, refused, errors, _ = classroom.watch(page, killed, killed + 90, True)
+        code, latency, refused, errors, _ = classroom_page.watch(page, killed, killed + 90, True)
         assert errors == [] and not refused and code is not None
         assert latency is not None, "the measurement asked for while the service was down never came"
     finally:
@@ -291,18 +295,18 @@ def test_the_measuring_service_answers_app_processes_with_its_own_sentences(tmp_
     try:
         service.connect(address, bytes.fromhex(key), timeout_s=60)
         server = Server(ServerSettings(build_workers=0), over_socket.MeasuringOverSocket(address, bytes.fromhex(key)))
-        job = server.request("a student", classroom.get_preset(LINK).spec, "auto")
+        job = server.request("a student", get_preset(LINK).spec, "auto")
         assert isinstance(job.view, service.JobView)
         assert job.wait(60) and job.done
         assert job.error.startswith("no CUDA device found") and job.result is None
         assert server.warm_up_state().done and server.warm_up_state().error
         # A leaderboard submission or a lesson's step waits through the same door, with the same sentence.
         with pytest.raises(MeasureError, match="^no CUDA device found"):
-            server.measure_now(classroom.get_preset(LINK).spec, "auto", timeout=60)
+            server.measure_now(get_preset(LINK).spec, "auto", timeout=60)
         assert set(server.stats()) >= {"measurements", "queues", "baselines", "builds", "pages"}
         started.kill()
         started.wait(10)
-        again = server.request("a student", classroom.get_preset(LINK).spec, "sm_90")
+        again = server.request("a student", get_preset(LINK).spec, "sm_90")
         assert again.state == "unreachable" and again.error == over_socket.UNREACHABLE and not again.done
         assert "measurements" not in server.stats()
         server.close()
