@@ -191,7 +191,7 @@ def play(url: str, class_: list[Student], end: float, think: float, want_latency
 
 
 # How the load processes start: spawned, each importing Streamlit's protocol, the app's widgets and the explorer
-# (TVM) again. A test forks them (docs/architecture.md, the test suite): they start before this process starts
+# (TVM) again. A test forks them (tests/README.md): they start before this process starts
 # its observer thread (play_in_processes), so no thread of ours holds a lock that a forked child would inherit.
 START_METHOD = "spawn"
 

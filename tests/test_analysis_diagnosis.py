@@ -586,7 +586,7 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_pa
 
     monkeypatch.setattr(explorer.measure, "measure", stand_in)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
+    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (tests/README.md)
     rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
     assert [r["preset"] for r in rows] == [p.id for p in presets]
     assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])

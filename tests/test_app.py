@@ -105,7 +105,7 @@ def test_device_page():
 
 
 # Of these templates, a preset whose cubin other tests compile too (the SASS and Resources tabs read it): on a
-# clean machine one NVRTC compile and one nvdisasm fewer each (docs/architecture.md, the test suite).
+# clean machine one NVRTC compile and one nvdisasm fewer each (tests/README.md).
 COMPILED_ELSEWHERE = {"depthwise_blog": "dw-blog-final-96",  # test_every_analysis_is_a_tab_with_its_panel_and_a_view
                       "conv2d_autotvm": "conv2d-autotvm-resnet-last",  # tests/test_schedule_conv2d.py
                       "conv2d_async": "conv2d-modern-transposed",  # tests/test_schedule_conv2d_async.py (its conv())

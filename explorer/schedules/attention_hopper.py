@@ -53,8 +53,6 @@ import math
 import operator
 from dataclasses import dataclass
 
-import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
@@ -67,7 +65,6 @@ from .hopper import (
     ELEMENT_BYTES,
     PACK_TWO,
     PRODUCER_REGISTERS,
-    SHARED_LIMIT,
     SUPPORTED_DTYPES,
     SWIZZLES,
     TMA_LOAD,
@@ -78,7 +75,7 @@ from .hopper import (
     mn_major_offset,
     tensor_map_2d,
 )
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel, check_shared
 
 SWIZZLE_CODE, ROW_BYTES = SWIZZLES["128B"]  # a head of 64 halves is one 128-byte swizzled row
 ATOM = ROW_BYTES // ELEMENT_BYTES  # elements per swizzled row: TMA copies tiles in columns this wide
@@ -182,17 +179,9 @@ def check_knobs(workload: Attention, k: AttentionHopperKnobs) -> Plan:
                            f"probabilities and outputs (block_kv / 2 + block_kv / 4 + head_dim / 2), more than the "
                            f"{MAX_FRAGMENT_REGISTERS} that leave room for the rest: use a smaller block_kv.",
                            ("block_kv",))
-    if plan.shared_bytes > SHARED_LIMIT:
-        raise InvalidKnobs(f"The Q tile and {k.stages} stages of K and V tiles need {plan.shared_bytes:,} bytes of "
-                           f"shared memory, more than the {SHARED_LIMIT:,} a block may use on the H100: use fewer "
-                           f"stages or a smaller block_kv.", ("stages", "block_kv", "consumers"))
+    check_shared(plan.shared_bytes, f"The Q tile and {k.stages} stages of K and V tiles",
+                 "use fewer stages or a smaller block_kv", ("stages", "block_kv", "consumers"))
     return plan
-
-
-def schedule(workload: Attention, k: AttentionHopperKnobs) -> Schedule:
-    """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -457,6 +446,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="attention_hopper",
     title="Attention — Hopper tensor cores (TMA + mbarrier pipeline + wgmma, warp-specialized)",
@@ -472,6 +464,3 @@ TEMPLATE = Template(
     pipeline="tirx",
     archs=("sm_90a",),
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

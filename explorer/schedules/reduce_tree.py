@@ -46,8 +46,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
@@ -55,7 +53,7 @@ from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import DTYPE, SUM_MAX_RUN, Sum
 from .common import Template
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel
 
 ADDRESSING = ("interleaved_divergent", "interleaved_strided", "sequential")
 LAST_WARP = ("tree", "unrolled", "shuffle")
@@ -116,12 +114,6 @@ def check_knobs(workload: Sum, k: ReduceTreeKnobs) -> Plan:
                            f"with the run): use more threads or a different elements_per_thread.",
                            ("elements_per_thread", "threads"))
     return plan
-
-
-def schedule(workload: Sum, k: ReduceTreeKnobs) -> Schedule:
-    """The kernels as a module (a Schedule with an empty trace: they are written, not scheduled)."""
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def tree_steps(threads: int, addressing: str, last_warp: str) -> tuple[int, ...]:
@@ -220,6 +212,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - two kernels, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="reduce_tree",
     title="Sum — the shared-memory tree, written as a kernel (Harris's reduction kernels 1–7)",
@@ -236,6 +231,3 @@ TEMPLATE = Template(
     # steps included, which the TIRx pipeline keeps as written.
     pipeline="tirx",
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each
