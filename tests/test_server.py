@@ -629,3 +629,17 @@ def test_a_closed_server_has_ended_its_threads_and_logs_nothing_after(monkeypatc
     assert [record.getMessage() for record in records[closed:]] == []
     assert not any("lesson steps measured" in record.getMessage() for record in records)
     assert waited and CLOSED in str(waited[0].value)
+
+
+def test_the_server_shows_its_api_and_none_of_its_parts():
+    """What the app may ask of a server (explorer/server/api.py); its parts (the build pool, the diagnoses, the
+    measuring) are its own."""
+    server = stand_in_server(lambda job: 1.0)
+    try:
+        assert [name for name in vars(server) if not name.startswith("_")] == []
+        assert {name for name in dir(Server) if not name.startswith("_")} == {
+            "build", "diagnosis", "diagnosis_queue", "record_page_run", "forget_builds",
+            "request", "measure_now", "measurer", "result", "position", "baseline", "baseline_now", "ceilings",
+            "warm_up_state", "gpu_name", "measure_max_age_s", "stats", "start", "close"}
+    finally:
+        server.close()
