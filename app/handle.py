@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 # Whole before any page runs: Plotly and Streamlit look pandas up in sys.modules, and a page that
 # did so while another session's first page was importing it got a half-made module
@@ -40,11 +41,21 @@ def stop() -> None:
     server.clear()
 
 
+class _Stderr(logging.StreamHandler):
+    """A line to the process's standard error as it is when the line is written (a handler keeps the
+    stream it was made with: under a test's capture that stream is closed once the test ends, while the
+    server the test started still writes)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def log_to_stderr() -> None:
     """The library's notes (when each warm-up step ended) in the server's log."""
     logger = logging.getLogger("explorer")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -240,6 +240,15 @@ def pytest_runtest_protocol(item, nextitem):
         _stepped_behind.append(os.nice(BEHIND_THE_WAITING))
 
 
+def pytest_sessionfinish(session):
+    """The app tests' server (``app.handle.server()`` of this process) closed when the tests end: its
+    threads (on a GPU, the warm-up measuring every lesson step ahead) end with it, not while the
+    interpreter and pytest's streams are taken down."""
+    handle = sys.modules.get("app.handle")
+    if handle is not None:
+        handle.stop()
+
+
 def pytest_collection_finish(session):
     """Fewer garbage collections in a test process: what the collection imported (TVM, Streamlit, the
     test modules) is frozen out of every later collection, and a collection starts after 10,000

@@ -83,3 +83,24 @@ def test_the_console_script_starts_a_server_without_the_cli_library():
     probe = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr
     assert "--app-processes" in probe.stdout and probe.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_servers_log_goes_to_stderr_as_it_is_when_a_line_is_written(monkeypatch):
+    """The server started in a test writes its warm-up's steps after that test's captured stderr closed:
+    its lines go to the stderr of the moment, not to a closed stream ("Logging error")."""
+    import io
+    import logging
+
+    from app import handle
+
+    logger = logging.getLogger("explorer")
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logger.level)
+    first, then = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    handle.log_to_stderr()
+    logging.getLogger("explorer.server.warm_up").info("warm-up: ready (at 0.1 s)")
+    first.close()  # the test that started the server has ended
+    monkeypatch.setattr(sys, "stderr", then)
+    logging.getLogger("explorer.server.in_process").info("warm-up: 105 lesson steps measured")
+    assert then.getvalue().endswith("warm-up: 105 lesson steps measured\n")
