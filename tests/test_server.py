@@ -643,3 +643,24 @@ def test_the_server_shows_its_api_and_none_of_its_parts():
             "warm_up_state", "gpu_name", "measure_max_age_s", "stats", "start", "close"}
     finally:
         server.close()
+
+
+def test_the_steps_ahead_are_measured_once_the_ceilings_are(monkeypatch):
+    """Each measurement of a step ahead carries the roofline's ceilings: they are measured first."""
+    events = []
+
+    def ceilings(self, target):
+        time.sleep(0.3)  # a few seconds on a GPU
+        events.append("ceilings")
+
+    monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", ceilings)
+    monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)
+    measuring = MeasuringInProcess(ServerSettings(build_workers=0),
+                                   measure_fn=lambda job: events.append(job.spec.knobs.num_thread_x) or 1.0,
+                                   warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    try:
+        measuring.start(SPEC)
+        measuring.measure_ahead((spec_x(2), spec_x(4)))
+        assert events == [SPEC.knobs.num_thread_x, "ceilings", 2, 4]  # the first page, the ceilings, the steps
+    finally:
+        measuring.close()

@@ -45,6 +45,7 @@ class MeasuringInProcess(Measuring):
         self.settings = settings or ServerSettings()
         self.compiles = CompileService(self.settings)
         self.ready = threading.Event()  # the warm-up has ended (with or without a GPU)
+        self._started = threading.Event()  # ... and what follows it too: the compile processes, the ceilings
         self.warm = WarmUp()
         self._warm_up_fn = warm_up_fn or warm_up_local_gpu
         self.gpus = LocalGPUs(self.settings.gpus)
@@ -117,6 +118,12 @@ class MeasuringInProcess(Measuring):
         self._thread(self._start, (first, target, ahead), "measuring-start")
 
     def _start(self, first: Spec | None, target: str, ahead: tuple[Spec, ...] = ()) -> None:
+        try:
+            self._warm_start(first, target, ahead)
+        finally:
+            self._started.set()
+
+    def _warm_start(self, first: Spec | None, target: str, ahead: tuple[Spec, ...] = ()) -> None:
         """The GPU's warm-up, then the first page's measurement, then the compile processes (until
         they are up the measuring worker compiles what it measures itself), then the ceilings."""
         others = [self._thread(self._warm_up_other, (index, first, target), f"gpu-{index}-warm-up")
@@ -171,7 +178,11 @@ class MeasuringInProcess(Measuring):
     def measure_ahead(self, specs: tuple[Spec, ...], target: str = "auto") -> None:
         """As background jobs: the device takes each only when no student's measurement waits, so a
         student waits behind at most one of them. At most half the compile processes hold steps
-        ahead at a time: a student's compile never queues behind the whole list."""
+        ahead at a time: a student's compile never queues behind the whole list. They start once the
+        warm-up has ended, the ceilings measured: each of their measurements carries them."""
+        while not self._started.wait(POLL_S):
+            if self._closing.is_set():
+                return
         window = max(1, self.settings.compile_workers // 2)
         outstanding: deque = deque()
         unique = tuple(dict.fromkeys(specs))
