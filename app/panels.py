@@ -14,7 +14,7 @@ from explorer import figures, targets
 from explorer.analyses import Analysis
 from explorer.analysis import banks, ncu, tree
 from explorer.analysis.resources import analyze_resources
-from explorer.analysis.roofline import no_roofline_reason, published_ceilings
+from explorer.analysis.roofline import compute_types, no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
 from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, sass_text
 from explorer.analysis.tiling import analyze_tiling
@@ -269,10 +269,12 @@ def roofline(built: Build) -> None:
     measured = _latest_measurement(built)
     try:
         ceilings = _measured_ceilings() or published_ceilings(str(built.target.attrs.get("arch", "")))
-        tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
+        tries = tuple((f"try {i}", t.spec.workload, t.latency_us, compute_types(t.spec))
+                      for i, t in enumerate(session.tries(), start=1)
                       if t.latency_us is not None and t.spec != built.spec
-                      and not no_roofline_reason(t.spec.workload, ceilings))
-        r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
+                      and not no_roofline_reason(t.spec.workload, ceilings, compute_types(t.spec)))
+        r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries,
+                              compute_types(built.spec))
     except ExplorerError as e:  # no figures for this target, or a workload the roofline does not cover
         st.info(str(e))
         return

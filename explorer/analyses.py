@@ -18,7 +18,7 @@ from . import figures, measure
 from .analysis import ncu, vthread
 from .analysis.banks import analyze_banks, format_report
 from .analysis.resources import analyze_resources, format_resources
-from .analysis.roofline import format_roofline, published_ceilings, roofline
+from .analysis.roofline import compute_types, format_roofline, published_ceilings, roofline
 from .analysis.sass import analyze_sass, compile_binary, format_sass
 from .analysis.tiling import analyze_tiling, format_tiling
 from .analysis.tree import analyze_tree, format_tree
@@ -77,16 +77,17 @@ def _banks_view(spec: Spec, args) -> tuple[str, dict]:
 
 def _static_roofline(built: Build):
     """The workload under the target's published roofs, placed on the roof (not measured)."""
-    return roofline(built.spec.workload, published_ceilings(str(built.target.arch)))
+    return roofline(built.spec.workload, published_ceilings(str(built.target.arch)), types=compute_types(built.spec))
 
 
 def _roofline_view(spec: Spec, args) -> tuple[str, dict]:
     """On this machine's GPU: the measured setting under the measured roofs; else the published ones."""
     measured = measured_here(spec) if args.target in (None, "", "auto") else None
     if measured is not None and measured.correct and measured.ceilings is not None:
-        r = roofline(spec.workload, measured.ceilings, measured.median_us)
+        r = roofline(spec.workload, measured.ceilings, measured.median_us, types=compute_types(spec))
     else:
-        r = roofline(spec.workload, published_ceilings(str(resolve_target(args.target).arch)))
+        r = roofline(spec.workload, published_ceilings(str(resolve_target(args.target).arch)),
+                     types=compute_types(spec))
     return format_roofline(r), {"roofline": r.to_dict()}
 
 

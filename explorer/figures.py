@@ -262,9 +262,10 @@ def occupancy_figure(kernel: KernelResources) -> go.Figure:
 def roofline_figure(r: Roofline) -> go.Figure:
     """Log-log roofline: GFLOP/s against FLOP per compulsory byte. The compute roof, each
     bandwidth roof up to where it meets it, the workload's intensity (dotted), the current
-    setting (a star; grey when it is a static estimate) and this session's tries."""
+    setting (a star; grey when it is a static estimate) and this session's tries; dotted, the tensor
+    cores' peak where the kernel multiplies 16-bit inputs on the CUDA cores instead."""
     c = r.ceilings
-    peak, compute = r.compute_roof  # FP32, or the tensor cores' for 16-bit inputs
+    peak, compute = r.compute_roof  # FP32, or the tensor cores' for a kernel that multiplies there
     roofs = {"HBM": c.hbm_gbps, **({"L2-resident": c.l2_gbps} if c.l2_gbps is not None else {})}
     intensities = [r.intensity, *(p.intensity for p in r.tries)]
     low = min(min(intensities) / 4, 0.1)
@@ -279,6 +280,11 @@ def roofline_figure(r: Roofline) -> go.Figure:
     figure.add_trace(go.Scatter(
         x=[low, high], y=[peak] * 2, mode="lines", name=f"{compute} peak {peak:,.0f} GFLOP/s",
         line={"color": ROOF_COLOURS["compute"], "dash": "dash"}, hoverinfo="skip"))
+    if r.unused_tensor_roof is not None:
+        tensor, name = r.unused_tensor_roof
+        figure.add_trace(go.Scatter(
+            x=[low, high], y=[tensor] * 2, mode="lines", name=f"{name} peak {tensor:,.0f} GFLOP/s (not used here)",
+            line={"color": ROOF_COLOURS["compute"], "dash": "dot"}, hoverinfo="skip"))
     figure.add_vline(x=r.intensity, line={"color": INACTIVE_COLOUR, "dash": "dot"})
     if r.tries:
         figure.add_trace(_points(r.tries, "this session's tries", POINT_COLOURS["tries"], "circle", 9))

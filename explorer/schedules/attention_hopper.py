@@ -473,6 +473,7 @@ TEMPLATE = Template(
     workload_defaults={"head_dim": 128},
     pipeline="tirx",
     archs=("sm_90a",),
+    tensor_cores=True,
 )
 
 
