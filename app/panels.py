@@ -16,11 +16,12 @@ from explorer.analysis import banks, ncu, tree
 from explorer.analysis.resources import analyze_resources
 from explorer.analysis.roofline import compute_types, no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
-from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, sass_text
+from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, dynamic_shared, resources_line, sass_text
 from explorer.analysis.tiling import analyze_tiling
 from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
 from explorer.build import Build
 from explorer.errors import ExplorerError
+from explorer.units import byte_size, count
 
 from . import code_view, latency, server, session
 
@@ -34,8 +35,17 @@ def launch_summary(built: Build) -> str:
         return f"{targets.target_label(built.target)}: host code only"
     parts = []
     for k in built.kernels:
-        parts.append(f"{k.blocks:,} blocks × {k.threads_per_block} threads, {k.shared_bytes:,} B shared")
+        parts.append(f"{count(k.blocks, 'block')} × {count(k.threads_per_block, 'thread')}, "
+                     f"{byte_size(k.shared_bytes)} shared")
     return f"{targets.target_label(built.target)}: " + "; ".join(parts)
+
+
+def shared_split(kernel) -> str:
+    """A kernel's shared memory in bytes, static and dynamic: what a block asks for."""
+    if not kernel.dynamic_shared_bytes:
+        return f"{kernel.shared_bytes:,} bytes, all static"
+    return (f"{kernel.shared_bytes:,} bytes: {kernel.static_shared_bytes:,} static, {kernel.dynamic_shared_bytes:,} "
+            "dynamic (given at launch)")
 
 
 def metrics(built: Build, container=st) -> None:
@@ -47,7 +57,7 @@ def metrics(built: Build, container=st) -> None:
     cols = container.columns(4)
     cols[0].metric("Threads per block", f"{k.threads_per_block}", help=f"block {k.block} (x, y, z)")
     cols[1].metric("Blocks", f"{k.blocks:,}", help=f"grid {k.grid} (x, y, z)")
-    cols[2].metric("Shared mem / block", f"{k.shared_bytes / 1024:.1f} KB", help=f"{k.shared_bytes:,} bytes, static")
+    cols[2].metric("Shared mem / block", byte_size(k.shared_bytes), help=shared_split(k))
     cols[3].metric("Kernels", f"{len(built.kernels)}",
                    help="Separate kernels round-trip intermediate results through global memory.")
 
@@ -114,10 +124,9 @@ def sass(built: Build) -> None:
         help="Program order shows where the scheduler interleaved the lines; CUDA line gathers each line's "
              "instructions under it once.") or "program"
     mode = "line" if order == "CUDA line" else "address"
+    dynamic = dynamic_shared(built)
     for kernel in report.kernels:
-        st.markdown(f"**{kernel.kernel}** — {kernel.registers} registers/thread, {kernel.shared_bytes:,} B shared, "
-                    f"{kernel.stack_bytes:,} B stack frame, {kernel.mix.spill_bytes:,} B spilled "
-                    f"(local loads and stores), {kernel.mix.instructions} instructions")
+        st.markdown(f"**{kernel.kernel}** — {resources_line(kernel, dynamic.get(kernel.kernel, 0))}")
         rows = [{"instruction": label, "count": n} for label, n in kernel.mix.rows()]
         if kernel.kernel in before:
             old = dict(before[kernel.kernel].mix.rows())
@@ -216,9 +225,6 @@ def reduction_tree(built: Build) -> None:
         report = tree.analyze_tree(built.spec)
     except ExplorerError as e:
         st.info(str(e))
-        return
-    if report is None:
-        st.caption(tree.NOT_APPLICABLE)
         return
     st.markdown(f"**A block of {report.threads} threads ({report.warps} warps) adds its sums in "
                 f"{len(report.steps)} steps** — worst bank conflict {report.worst_bank_ways}-way; both kernels "

@@ -2,9 +2,11 @@
 
 An entry names its analysis (``python -m explorer show --view NAME``, and the key of its panel
 in ``app/panels.py``), its tab's title, how it reads a build, its text for the terminal, its
-figure and its JSON form. The command line's views and the Explorer's tabs iterate
-:data:`ANALYSES`; an entry without a panel of its own is shown by the app's default panel (its
-figure, then its text). A new analysis is its module in ``explorer/analysis/`` and one entry here.
+figure and its JSON form, and the templates it describes. The command line's views and the
+Explorer's tabs iterate :data:`ANALYSES`: a template gets a tab for each analysis that applies to
+it, and the command line says in a sentence why one does not; an entry without a panel of its own
+is shown by the app's default panel (its figure, then its text). A new analysis is its module in
+``explorer/analysis/`` and one entry here.
 """
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from .analysis.resources import analyze_resources, format_resources
 from .analysis.roofline import compute_types, format_roofline, published_ceilings, roofline
 from .analysis.sass import analyze_sass, compile_binary, format_sass
 from .analysis.tiling import analyze_tiling, format_tiling
-from .analysis.tree import analyze_tree, format_tree
+from .analysis.tree import analyze_tree, format_tree, tree_not_applicable
 from .build import Build, Spec, build
+from .errors import ExplorerError
+from .schedules.common import Template
 from .targets import resolve_target
 
 
@@ -46,9 +50,17 @@ class Analysis:
     # The command line's own view (spec, parsed arguments) -> (text, JSON-able), where it reads more
     # than the build: a measurement on this machine's GPU, Nsight Compute's counters.
     command_line: Callable[[Spec, Any], tuple[str, dict]] | None = None
+    # Why the analysis does not describe a template's kernels (a sentence), or None where it does (the
+    # default: every template). The app shows no tab for it; the command line says the sentence.
+    not_applicable: Callable[[Template], str | None] = lambda template: None
+
+    def applies(self, template: Template) -> bool:
+        return self.not_applicable(template) is None
 
     def view(self, spec: Spec, args) -> tuple[str, dict]:
         """``python -m explorer show --view NAME``: the text and the JSON of ``spec`` built for ``args.target``."""
+        if reason := self.not_applicable(spec.template_def):
+            raise ExplorerError(reason)
         if self.command_line is not None:
             return self.command_line(spec, args)
         built = build(spec, args.target)
@@ -96,17 +108,17 @@ def _counters_data(counters: dict) -> dict:
 
 
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
-    Analysis("sass", "SASS", analyze_sass, lambda report, built: format_sass(report, built.cuda)),
+    Analysis("sass", "SASS", analyze_sass, format_sass),
     Analysis("tiling", "Tiling", analyze_tiling, lambda tiling, _: format_tiling(tiling),
              lambda tiling: figures.ownership_figure(tiling, "block")),
     Analysis("banks", "Bank conflicts", analyze_banks, lambda report, _: format_report(report),
              figures.conflicts_figure, command_line=_banks_view),
     Analysis("tree", "Reduction tree", lambda built: analyze_tree(built.spec), lambda report, _: format_tree(report),
-             figures.tree_figure),
+             figures.tree_figure, not_applicable=tree_not_applicable),
     Analysis("resources", "Resources", lambda built: analyze_resources(built, compile_binary(built)),
              lambda report, _: format_resources(report)),
     Analysis("vthread", "vthread", lambda built: vthread.compare_vthreads(built.spec, built.target),
-             lambda comparison, _: vthread.format_comparison(comparison)),
+             lambda comparison, _: vthread.format_comparison(comparison), not_applicable=vthread.not_applicable),
     Analysis("roofline", "Roofline", _static_roofline, lambda r, _: format_roofline(r), figures.roofline_figure,
              command_line=_roofline_view),
     Analysis("counters", "Counters", ncu.counters, lambda counters, _: ncu.format_counters(counters),

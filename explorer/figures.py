@@ -30,6 +30,7 @@ from .style import (
     TREE_COLOURS,
     TRIES_FIGURE_HEIGHT,
 )
+from .units import count
 
 if TYPE_CHECKING:
     from .build import Spec
@@ -252,7 +253,7 @@ def occupancy_figure(kernel: KernelResources) -> go.Figure:
     figure = go.Figure(go.Bar(x=names, y=values, marker={"color": colours}, text=text, textposition="outside",
                               hovertemplate="%{x}: %{text} blocks per SM<extra></extra>", showlegend=False))
     figure.update_yaxes(title="blocks per SM allowed", rangemode="tozero")
-    return _layout(figure, f"{kernel.kernel}: {occ.blocks_per_sm} blocks/SM, {occ.occupancy:.0%} occupancy, "
+    return _layout(figure, f"{kernel.kernel}: {count(occ.blocks_per_sm, 'block')}/SM, {occ.occupancy:.0%} occupancy, "
                            f"limited by {occ.limiter}")
 
 

@@ -488,7 +488,7 @@ def test_a_tree_after_one_load_per_thread():
     # 16,384 blocks of 256 threads, 8 per SM on 100 SMs: 21 waves, each paying 8 steps of 60 cycles.
     f = facts(blocks=16_384, tree_steps=8, loads_per_thread=1.0)
     found = dx.work_per_thread_rule(f)
-    assert found.title == "Too little work per thread: 1 element before a 8-step tree."
+    assert found.title == "Too little work per thread: 1 element before an 8-step tree."
     assert found.cost_us == pytest.approx(21 * 100 * 8 * 60 / (100 * 2e3))
     assert dx.work_per_thread_rule(facts(blocks=512, tree_steps=8, loads_per_thread=32.0)) is None
     assert dx.work_per_thread_rule(facts(loads_per_thread=1.0)) is None  # no tree

@@ -1,6 +1,7 @@
 """Little work per thread before a block's tree over its threads' values."""
 from __future__ import annotations
 
+from ....units import article
 from ..counters import stall_evidence
 from ..facts import Facts
 from ..findings import Finding, Rule, finding
@@ -29,8 +30,8 @@ def work_per_thread_rule(f: Facts) -> Finding | None:
                 "Summing more elements per thread in a register before the tree needs fewer blocks, and so "
                 "fewer trees.",
                 *stall_evidence(f, "barrier")]
-    return finding("work-per-thread", f"Too little work per thread: {per_thread} before a "
-                   f"{f.tree_steps}-step tree.", evidence,
+    return finding("work-per-thread", f"Too little work per thread: {per_thread} before "
+                   f"{article(f.tree_steps)} {f.tree_steps}-step tree.", evidence,
                    f.device.cycles_us(waves * f.device.sms * f.tree_steps * TREE_STEP_CYCLES), WORK_COST)
 
 
