@@ -211,3 +211,34 @@ def test_report_states_assumptions_and_serialises():
     assert "Assumptions" in text and "broadcast" in text
     data = report.to_dict()
     assert data["kernels"][0]["loads"]["requests"] == report.kernels[0].loads.requests
+
+
+def test_the_fused_attention_kernels_shared_loads_computed_by_hand():
+    """attention_fused names the thread's row group and lane (``group = tx // G``), which lower to one-element
+    registers written once (``group[0] = threadIdx_x >> 4``): the model reads their value. One warp (block_q 16,
+    8 rows per thread, 16 threads per row: groups 0 and 1), K and V from global memory, float16 tiles:
+    - Q tile rows are 66 halves (33 words) apart: group 0 reads row 2r, group 1 row 2r + 1, each lane of a group
+      the same word (a broadcast), the two words 33 apart in neighbouring banks: 1 wavefront. 64 columns × 2
+      key tiles × 2 blocks = 256 requests for each of the 8 rows;
+    - P rows are 17 words apart: group 0 writes words 34r … 34r + 15, group 1 words 34r + 17 … 34r + 32, and
+      34r + 32 is in the bank of 34r: 2-way, one conflict per store request (2 key tiles × 2 blocks = 4);
+    - P is read back one word per group (broadcast), rows 17 banks apart: 16 keys × 2 × 2 = 64 requests a row;
+    - Q is copied in: 32 consecutive halves per request, 16 words in 16 banks, 32 copies × 2 blocks."""
+    from explorer.schedules.attention_fused import AttentionFusedKnobs
+    from explorer.workloads import Attention
+
+    knobs = AttentionFusedKnobs(block_q=16, block_kv=16, rows_per_thread=8, threads_per_row=16, kv_shared=False)
+    built = build(Spec("attention_fused", Attention(batch=1, heads=1, seq=32, head_dim=64), knobs))
+    registers = {str(k.name) for k in kernel_accesses(built.device_mod)[0].bindings if isinstance(k, tvm.tirx.Buffer)}
+    assert {"group", "lane", "qt"} <= registers and "red" not in registers  # red is written again and again
+    (kernel,) = analyze_banks(built).kernels
+    assert not [a.text for a in kernel.accesses if a.not_modelled]
+    by_kind = {}
+    for a in kernel.accesses:
+        by_kind.setdefault((a.buffer, a.op), []).append((a.requests, a.max_degree, a.conflicts))
+    assert by_kind[("q_s", "store")] == [(64, 1, 0)]
+    assert by_kind[("q_s", "load")] == [(256, 1, 0)] * 8
+    assert by_kind[("p_s", "store")] == [(4, 2, 4)] * 8
+    assert by_kind[("p_s", "load")] == [(64, 1, 0)] * 8
+    assert (kernel.loads.requests, kernel.loads.conflicts) == (8 * 256 + 8 * 64, 0)
+    assert (kernel.stores.requests, kernel.stores.conflicts) == (64 + 8 * 4, 32)

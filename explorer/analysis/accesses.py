@@ -16,11 +16,10 @@ from tvm import tirx
 from tvm_ffi import StructuralKey
 
 from ..build import LaunchShape
-from ..tir_walk import children
-from .texpr import expr_children, op_name
+from ..tir_walk import children, walk
+from .texpr import BufferLoad, expr_children, op_name
 
 SHARED_SCOPES = ("shared", "shared.dyn")
-BufferLoad = tvm.ir.expr.TensorLoad  # tirx.BufferLoad is a constructor function in TVM 0.27; .source is the buffer
 AXES = "xyz"
 # Calls that access shared memory at an address they are given: op name → (access, argument position of
 # the address). ldmatrix.x4: each lane gives the address of one 16-byte row; cp.async (16-byte copies)
@@ -91,7 +90,8 @@ class SharedAccess:
 class KernelAccesses:
     launch: Launch
     accesses: list[SharedAccess]
-    bindings: dict = field(default_factory=dict)  # let-bound Var -> expression
+    # let-bound Var -> expression; the buffer of a register written once -> the value (texpr.compile_expr)
+    bindings: dict = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)  # why some accesses were skipped
     barrier_loops: set = field(default_factory=set)  # loop variables whose body has a barrier
 
@@ -101,10 +101,21 @@ def kernel_accesses(device_mod: tvm.IRModule, scopes: tuple[str, ...] = SHARED_S
     lowered device module, by kernel name."""
     out = []
     for gv, func in sorted(device_mod.functions.items(), key=lambda item: item[0].name_hint):
-        collector = _Collector(gv.name_hint, loop_heights(func.body), scopes)
+        collector = _Collector(gv.name_hint, loop_heights(func.body), scopes, registers_written_once(func.body))
         collector.stmt(func.body, (), ())
         out.append(collector.result())
     return out
+
+
+def registers_written_once(body) -> set:
+    """The one-element local buffers that one store writes in the whole kernel: the
+    names a kernel written in TVMScript gives a value (``group = tx // G`` lowers to ``group[0] = …``)."""
+    stores: dict = {}
+    for s, _ in walk(body):
+        if isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and \
+                [int(d) if isinstance(d, tirx.IntImm) else None for d in s.buffer.shape] == [1]:
+            stores[s.buffer] = stores.get(s.buffer, 0) + 1
+    return {buffer for buffer, n in stores.items() if n == 1}
 
 
 def loop_heights(body) -> dict:
@@ -123,9 +134,11 @@ def loop_heights(body) -> dict:
 
 
 class _Collector:
-    def __init__(self, kernel: str, heights: dict, scopes: tuple[str, ...] = SHARED_SCOPES):
+    def __init__(self, kernel: str, heights: dict, scopes: tuple[str, ...] = SHARED_SCOPES,
+                 registers: set | None = None):
         self.kernel = kernel
         self.scopes = scopes
+        self.registers = registers or set()  # written once: their value stands for them (registers_written_once)
         self.heights = heights
         self.epoch = 0
         self.barrier_loops: set = set()
@@ -181,6 +194,8 @@ class _Collector:
             self.expr(s.value, loops, guards)
             for index in s.indices:
                 self.expr(index, loops, guards)
+            if s.buffer in self.registers and not loops and not guards:
+                self.bindings[s.buffer] = s.value
             if s.buffer.scope() in self.scopes:
                 self.record("store", s.buffer, s.indices, loops, guards)
                 self.region = {k: v for k, v in self.region.items() if k[0] != str(s.buffer.name)}
