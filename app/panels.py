@@ -190,12 +190,13 @@ def bank_conflicts(built: Build) -> None:
     """The shared-memory bank-conflict model: every access, and one warp's lanes → banks."""
     report = banks.analyze_banks(built)
     accesses = [(k, a) for k in report.kernels for a in k.accesses]
+    st.markdown("**Modelled bank conflicts for the whole launch** — "
+                + " ".join(banks.headline(k) for k in report.kernels))
+    tiles = [t for k in report.kernels for t in k.tiles]
+    if tiles:
+        shared_tiles(tiles)
     if not accesses:
-        st.caption("This kernel does not use shared memory: no bank conflicts to model.")
         return
-    totals = [f"{k.kernel}: {k.loads.conflicts:,} load and {k.stores.conflicts:,} store conflicts"
-              for k in report.kernels]
-    st.markdown("**Modelled bank conflicts for the whole launch** — " + "; ".join(totals))
     st.plotly_chart(figures.conflicts_figure(report), key="banks-all")
     modelled = {f"{k.kernel} #{a.number} {a.op} · {a.text}": (k, a) for k, a in accesses if not a.not_modelled}
     if modelled:
@@ -216,6 +217,24 @@ def bank_conflicts(built: Build) -> None:
     ], hide_index=True)
     with st.expander("What the model assumes"):
         st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes)))
+
+
+def shared_tiles(tiles) -> None:
+    """The shared buffers that TMA writes, wgmma reads through descriptors and mbarriers guard, and the
+    banks of one core matrix under their swizzle (explorer/analysis/tiles.py)."""
+    st.dataframe([
+        {"kernel": t.kernel, "buffer": t.buffer, "what": t.role, "type": t.dtype, "bytes": t.bytes,
+         "TMA copies in the code": t.tma_copies, "wgmma descriptors": t.descriptors,
+         "mbarrier instructions": t.barrier_uses,
+         "swizzle": f"{t.swizzle_bytes} B" if t.swizzle_bytes else "none",
+         "core matrix": f"{t.core_matrix_ways}-way ({t.unswizzled_ways}-way unswizzled)" if t.swizzle_bytes else ""}
+        for t in tiles], hide_index=True, key="banks-tiles")
+    for row_bytes in sorted({t.swizzle_bytes for t in tiles if t.swizzle_bytes}):
+        st.plotly_chart(figures.swizzle_figure(row_bytes), key=f"banks-swizzle-{row_bytes}")
+    st.caption("wgmma reads an operand in 8 × 16-byte core matrices (PTX ISA, matrix descriptors); the model reads "
+               "one core matrix of each tile as one 128-byte request. NVIDIA does not document the order in which "
+               "wgmma reads shared memory, nor does the TMA unit's writing show as a thread's store: their bank "
+               "conflicts are not counted above.")
 
 
 def reduction_tree(built: Build) -> None:

@@ -10,10 +10,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from .analysis.banks import BANK_BYTES, BANKS, BankReport, LaneMap
+from .analysis.banks import (
+    BANK_BYTES,
+    BANKS,
+    CORE_MATRIX_ROWS,
+    WAVEFRONT_BYTES,
+    BankReport,
+    LaneMap,
+    core_matrix_ways,
+)
 from .analysis.resources import KernelResources
 from .analysis.roofline import Point, Roofline
+from .analysis.tiles import CHUNK_BYTES, swizzled
 from .analysis.tiling import Tiling
 from .analysis.tree import LOOP, TreeReport
 from .style import (
@@ -116,6 +126,28 @@ def conflicts_figure(report: BankReport) -> go.Figure:
     figure.update_xaxes(title="wavefronts per request", rangemode="tozero")
     figure.update_yaxes(autorange="reversed")
     return _layout(figure, "Shared-memory accesses: wavefronts per request")
+
+
+def swizzle_figure(row_bytes: int) -> go.Figure:
+    """Eight rows of a tile ``row_bytes`` wide, each 16-byte chunk coloured by the 4 banks it lands in,
+    as laid out without a swizzle (left) and as TMA writes it under the swizzle of that row width (right):
+    a column of chunks is one 8 × 16-byte core matrix, conflict-free where its 8 colours differ."""
+    chunks = row_bytes // CHUNK_BYTES
+    rows = np.arange(CORE_MATRIX_ROWS)[:, None] * row_bytes + np.arange(chunks)[None, :] * CHUNK_BYTES
+    figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=(
+        f"without a swizzle: {core_matrix_ways(row_bytes, swizzle=False)}-way",
+        f"{row_bytes}-byte swizzle: {core_matrix_ways(row_bytes)}-way"))
+    for col, address in ((1, rows), (2, swizzled(rows, row_bytes))):
+        group = address % WAVEFRONT_BYTES // CHUNK_BYTES  # which 4 banks of the 32: 0 … 7
+        text = [[f"{4 * g}–{4 * g + 3}" for g in line] for line in group]
+        figure.add_trace(dict(
+            type="heatmap", z=group.tolist(), x=[f"chunk {c}" for c in range(chunks)], y=list(range(CORE_MATRIX_ROWS)),
+            zmin=-0.5, zmax=7.5, colorscale=_categorical_scale(8), showscale=False, xgap=2, ygap=2, text=text,
+            texttemplate="%{text}", hovertemplate="row %{y}, %{x} (bytes of the row's 16-byte chunk)<br>banks "
+                                                  "%{text}<extra></extra>"), row=1, col=col)
+    figure.update_yaxes(autorange="reversed", title="row of the tile", dtick=1)
+    return _layout(figure, f"Where a tile's 16-byte chunks land: a column is one core matrix<br><sup>rows "
+                           f"{row_bytes} bytes wide; each cell names the 4 banks its chunk uses</sup>")
 
 
 # -- reduction tree ----------------------------------------------------------------------
