@@ -85,7 +85,7 @@ def bank_figure(lanes: LaneMap, title: str = "") -> go.Figure:
     ))
     inactive = [l for l in lanes.lane if not lanes.active[l]]
     where = ", ".join(f"{k}={v}" for k, v in lanes.iteration.items()) or "every iteration"
-    subtitle = (f"warp {lanes.warp}, {where}: {lanes.wavefronts} wavefront(s), {lanes.degree}-way"
+    subtitle = (f"warp {lanes.warp}, {where}: {count(lanes.wavefronts, 'wavefront')}, {lanes.degree}-way"
                 + (f", {len(inactive)} lanes inactive" if inactive else "")
                 + (f"; {lanes.words * BANK_BYTES}-byte accesses, first word shown" if lanes.words > 1 else ""))
     figure.update_xaxes(title="bank", range=[-0.7, BANKS - 0.3], dtick=1, tickfont={"size": 9})

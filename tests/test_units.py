@@ -30,7 +30,7 @@ def test_the_labels_use_them():
     from test_analysis_diagnosis import facts
 
     from app import panels
-    from explorer.analysis.diagnosis import work_per_thread_rule
+    from explorer.analysis.diagnosis import occupancy_rule, work_per_thread_rule
     from explorer.analysis.resources import analyze_resources, format_resources
     from explorer.build import build
     from explorer.presets import get_preset
@@ -47,6 +47,9 @@ def test_the_labels_use_them():
     assert "occupancy: 1 block/SM (12 warps, 19%)" in text
     found = work_per_thread_rule(facts(tree_steps=8, loads_per_thread=1.0))
     assert found.title == "Too little work per thread: 1 element before an 8-step tree."
+    assert "10,000 blocks: 13 waves of 800 blocks" in found.evidence[1]  # 100 SMs × 8 blocks a wave
+    found = occupancy_rule(facts(blocks_per_sm=1, limiter="shared memory"))
+    assert found.evidence[0].startswith("1 block of 256 threads fits on an SM, limited by shared memory: 8 warps")
 
 
 def test_the_sass_header_counts_the_dynamic_shared_memory_a_kernel_is_launched_with():

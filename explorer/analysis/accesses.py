@@ -9,6 +9,7 @@ kernel (before the CUDA compiler's own optimisations, which the bank model discu
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import tvm
@@ -27,6 +28,19 @@ AXES = "xyz"
 SHARED_ADDRESS_CALLS = {"tirx.ptx.ldmatrix": ("load", 4), "tirx.ptx.cp_async_cg": ("store", 0),
                         "tirx.ptx.cp_async_ca": ("store", 0)}
 LANE_BYTES = 16
+# ptx.st (TIRx's st.global.b32, st.global.v2.f32): a store at the address of its first argument, of the width
+# its type and vector words name.
+PTX_STORES = ("tirx.ptx.st", "tirx.ptx.st_vec")
+_PTX_TYPE = re.compile(r"[bfsu](8|16|32|64)")
+_PTX_VECTOR = re.compile(r"v(2|4|8)")
+
+
+def ptx_store_bytes(call) -> int:
+    """Bytes one lane stores with a ``ptx.st`` call: its type's bits × its vector length, over 8."""
+    words = [str(a.value) for a in call.args if isinstance(getattr(a, "value", None), str)]
+    bits = next((int(m.group(1)) for w in words if (m := _PTX_TYPE.fullmatch(w))), 32)
+    vector = next((int(m.group(1)) for w in words if (m := _PTX_VECTOR.fullmatch(w))), 1)
+    return bits * vector // 8
 
 
 def _addressed(address):
@@ -216,6 +230,19 @@ class _Collector:
                 self.expr(index, loops, guards)
             if e.source.scope() in self.scopes:
                 self.record("load", e.source, e.indices, loops, guards)
+            return
+        if isinstance(e, tvm.ir.Call) and str(e.op.name) in PTX_STORES:
+            target = _addressed(e.args[0])
+            for arg in e.args[1:]:
+                self.expr(arg, loops, guards)
+            if target is None or target.source.scope() not in self.scopes:
+                self.expr(e.args[0], loops, guards)
+                return
+            for index in target.indices:
+                self.expr(index, loops, guards)
+            element_bytes = max(1, tvm.DataType(str(target.source.dtype)).bits // 8)
+            self.record("store", target.source, target.indices, loops, guards,
+                        lanes=max(1, ptx_store_bytes(e) // element_bytes))
             return
         if isinstance(e, tvm.ir.Call) and str(e.op.name) in SHARED_ADDRESS_CALLS:
             # ldmatrix reads, and cp.async writes, 16 bytes a lane at the address the lane gives: to
