@@ -19,6 +19,7 @@ from explorer.analysis.roofline import roofline as place_on_roofline
 from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, dynamic_shared, resources_line, sass_text
 from explorer.analysis.tiling import analyze_tiling
 from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
+from explorer.analysis.written import analyze_written, is_written
 from explorer.build import Build
 from explorer.errors import ExplorerError
 from explorer.units import byte_size, count
@@ -154,24 +155,40 @@ def tiling(built: Build) -> None:
     if kernel is None:
         st.caption("A CPU build has no thread blocks.")
         return
+    if is_written(built.spec.template_def):
+        written_tiling(built, kernel)
+        return
     cols = st.columns([2, 1, 1, 1])
-    colour_by = cols[0].segmented_control("Colour the outputs by", ["block", "vthread", "thread", "iteration"],
-                                          default="block", key="ui.tiling.colour") or "block"
-    block = cols[1].number_input("Block", 0, kernel.blocks - 1, 0, key="ui.tiling.block",
-                                 help="Linear block id (blockIdx.x fastest) for the figures of one block.")
-    tx = cols[2].number_input("threadIdx.x", 0, kernel.block[0] - 1, 0, key="ui.tiling.tx")
-    ty = cols[3].number_input("threadIdx.y", 0, kernel.block[1] - 1, 0, key="ui.tiling.ty")
+    block = _index_input(cols[1], "Block", kernel.blocks, "ui.tiling.block",
+                         "Linear block id (blockIdx.x fastest) for the figures of one block.")
+    tx = _index_input(cols[2], "threadIdx.x", kernel.block[0], "ui.tiling.tx")
+    ty = _index_input(cols[3], "threadIdx.y", kernel.block[1], "ui.tiling.ty")
     try:
         t = analyze_tiling(built, block, (tx, ty, 0))
     except ExplorerError as e:
         st.info(str(e))
         return
-    st.markdown(f"Each thread computes **{t.outputs_per_thread}** outputs, each block **{t.outputs_per_block}**.")
+    # Only the colourings that tell this setting's outputs apart: vthreads and inner iterations where it has them.
+    roles = {loop.role for loop in t.loops if loop.extent > 1}
+    sharing = math.prod(loop.extent for loop in t.loops if loop.role == "thread" and loop.reduces)
+    owning = any(loop.role == "thread" and not loop.reduces and loop.extent > 1 for loop in t.loops)
+    ways = ["block", *(["vthread"] if "vthread" in roles else []), *(["thread"] if owning else []),
+            *(["iteration"] if roles & {"inner", "fixed"} else [])]
+    colour_by = cols[0].segmented_control("Colour the outputs by", ways, default="block",
+                                          key="ui.tiling.colour") or "block"
+    colour_by = colour_by if colour_by in ways else "block"
+    if sharing > 1:
+        st.markdown(f"Each block computes **{count(t.outputs_per_block, 'output')}**; its **{sharing}** threads "
+                    f"share each one (a reduction across threads), each adding its part of the inputs below.")
+    else:
+        st.markdown(f"Each thread computes **{count(t.outputs_per_thread, 'output')}**, each block "
+                    f"**{count(t.outputs_per_block, 'output')}**.")
     cells = t.ownership.shape[0] * t.ownership.shape[1]
     if cells <= MAX_FIGURE_CELLS:
         left, right = st.columns(2)
         left.plotly_chart(figures.ownership_figure(t, colour_by), key="tiling-all")
-        right.plotly_chart(figures.ownership_figure(t, "thread", block=block), key="tiling-block")
+        if owning:
+            right.plotly_chart(figures.ownership_figure(t, "thread", block=block), key="tiling-block")
     else:
         st.caption(f"The output plane {t.ownership.plane} has {cells:,} elements, too many to draw "
                    f"(up to {MAX_FIGURE_CELLS:,}); choose a smaller shape to see it.")
@@ -184,6 +201,45 @@ def tiling(built: Build) -> None:
             column.plotly_chart(figures.footprint_figure(t, i), key=f"footprint-{i}")
     if t.notes:
         st.caption(" ".join(t.notes))
+
+
+def _index_input(container, label: str, extent: int, key: str, help: str | None = None) -> int:
+    """An index 0 … extent − 1 (a block, a thread), shown only where there is more than one to choose; a value
+    kept from another setting that this one does not have goes back to 0."""
+    if extent <= 1:
+        return 0
+    if not 0 <= st.session_state.get(key, 0) < extent:
+        st.session_state[key] = 0
+    return container.number_input(label, 0, extent - 1, 0, key=key, help=help)
+
+
+def written_tiling(built: Build, kernel) -> None:
+    """A kernel written out: what a block, a warp and a thread own, and (attention) the key and value tiles
+    each block walks, read from its own loads and stores (explorer/analysis/written.py)."""
+    cols = st.columns([2, 1])
+    colour_by = cols[0].segmented_control("Colour the block's elements by", ["warp", "thread"], default="warp",
+                                          key="ui.tiling.written_colour") or "warp"
+    block = _index_input(cols[1], "Block", kernel.blocks, "ui.tiling.block",
+                         "Linear block id (blockIdx.x fastest) of the first kernel: the block described and drawn.")
+    try:
+        t = analyze_written(built, block)
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    st.markdown("\n".join(f"- {sentence}" for sentence in t.sentences))
+    left, right = st.columns(2)
+    if t.walk is not None:
+        left.plotly_chart(figures.walk_figure(t), key="tiling-walk")
+    elif t.cell_owner is not None:
+        left.plotly_chart(figures.cells_figure(t), key="tiling-cells")
+    target = right if t.walk is not None or t.cell_owner is not None else left
+    cells = (int(np.ptp(t.rows)) + 1) * (int(np.ptp(t.cols)) + 1) if t.rows.size else 0
+    if 0 < cells <= MAX_FIGURE_CELLS:
+        target.plotly_chart(figures.written_owners_figure(t, colour_by), key="tiling-owners")
+    else:
+        target.caption(f"Block {t.chosen_block}'s part of {t.buffer} is too large to draw (up to "
+                       f"{MAX_FIGURE_CELLS:,} elements).")
+    st.caption(" ".join((*t.notes, t.loads_rule)))
 
 
 def bank_conflicts(built: Build) -> None:

@@ -24,6 +24,7 @@ from .analysis.roofline import compute_types, format_roofline, published_ceiling
 from .analysis.sass import analyze_sass, compile_binary, format_sass
 from .analysis.tiling import analyze_tiling, format_tiling
 from .analysis.tree import analyze_tree, format_tree, tree_not_applicable
+from .analysis.written import WrittenTiling, analyze_written, format_written, is_written
 from .build import Build, Spec, build
 from .errors import ExplorerError
 from .schedules.common import Template
@@ -103,14 +104,31 @@ def _roofline_view(spec: Spec, args) -> tuple[str, dict]:
     return format_roofline(r), {"roofline": r.to_dict()}
 
 
+def tiling_of(built: Build, block: int = 0, thread: tuple[int, int, int] = (0, 0, 0)):
+    """The tiling of a build: its compute stage's (a scheduled template), or what each block and thread of
+    a kernel written out owns, read from its loads and stores (explorer/analysis/written.py)."""
+    if is_written(built.spec.template_def):
+        return analyze_written(built, block)
+    return analyze_tiling(built, block, thread)
+
+
+def _tiling_text(tiling, _built) -> str:
+    return format_written(tiling) if isinstance(tiling, WrittenTiling) else format_tiling(tiling)
+
+
+def _tiling_figure(tiling) -> go.Figure:
+    if isinstance(tiling, WrittenTiling):
+        return figures.written_owners_figure(tiling)
+    return figures.ownership_figure(tiling, "block")
+
+
 def _counters_data(counters: dict) -> dict:
     return {kernel: None if rows is None else [vars(r) for r in rows] for kernel, rows in counters.items()}
 
 
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("sass", "SASS", analyze_sass, format_sass),
-    Analysis("tiling", "Tiling", analyze_tiling, lambda tiling, _: format_tiling(tiling),
-             lambda tiling: figures.ownership_figure(tiling, "block")),
+    Analysis("tiling", "Tiling", tiling_of, _tiling_text, _tiling_figure),
     Analysis("banks", "Bank conflicts", analyze_banks, lambda report, _: format_report(report),
              figures.conflicts_figure, command_line=_banks_view),
     Analysis("tree", "Reduction tree", lambda built: analyze_tree(built.spec), lambda report, _: format_tree(report),
