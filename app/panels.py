@@ -174,9 +174,11 @@ def tiling(built: Build) -> None:
     owning = any(loop.role == "thread" and not loop.reduces and loop.extent > 1 for loop in t.loops)
     ways = ["block", *(["vthread"] if "vthread" in roles else []), *(["thread"] if owning else []),
             *(["iteration"] if roles & {"inner", "fixed"} else [])]
-    colour_by = cols[0].segmented_control("Colour the outputs by", ways, default="block",
-                                          key="ui.tiling.colour") or "block"
-    colour_by = colour_by if colour_by in ways else "block"
+    colour_by = "block"
+    if len(ways) > 1:
+        colour_by = cols[0].segmented_control("Colour the outputs by", ways, default="block",
+                                              key="ui.tiling.colour") or "block"
+        colour_by = colour_by if colour_by in ways else "block"
     if sharing > 1:
         st.markdown(f"Each block computes **{count(t.outputs_per_block, 'output')}**; its **{sharing}** threads "
                     f"share each one (a reduction across threads), each adding its part of the inputs below.")

@@ -149,8 +149,10 @@ def swizzle_figure(row_bytes: int) -> go.Figure:
             texttemplate="%{text}", hovertemplate="row %{y}, %{x} (bytes of the row's 16-byte chunk)<br>banks "
                                                   "%{text}<extra></extra>"), row=1, col=col)
     figure.update_yaxes(autorange="reversed", title="row of the tile", dtick=1)
-    return _layout(figure, f"Where a tile's 16-byte chunks land: a column is one core matrix<br><sup>rows "
-                           f"{row_bytes} bytes wide; each cell names the 4 banks its chunk uses</sup>")
+    _layout(figure, f"Where a tile's 16-byte chunks land: a column is one core matrix<br><sup>rows "
+                    f"{row_bytes} bytes wide; each cell names the 4 banks its chunk uses</sup>")
+    figure.update_layout(margin={"t": 110})  # the title and the two panels' own
+    return figure
 
 
 # -- reduction tree ----------------------------------------------------------------------
@@ -228,7 +230,7 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
     wrapped = z.shape[0] == 1 and z.shape[1] > WRAP  # a vector of outputs (a row reduction's): drawn in rows
     if wrapped:
         z, custom = _wrap(z[0], np.nan), _wrap(custom[0], -1)
-        y, x = np.arange(z.shape[0]) * WRAP + c0 + own.origin[1], np.arange(WRAP)
+        y, x = np.arange(z.shape[0]), np.arange(WRAP)
     # The heatmap's value is the id's colour, the palette cycled (id mod its length), and its text the id: a
     # colourscale of two stops per id took plotly seconds to check and copy for thousands of blocks.
     colours = min(count, len(CATEGORICAL))
@@ -246,6 +248,8 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
     ))
     figure.update_yaxes(autorange="reversed", title=f"element ({WRAP} a row)" if wrapped else "row", scaleanchor="x")
     figure.update_xaxes(title="+ element" if wrapped else "column")
+    if wrapped:
+        _label_wrapped_rows(figure, len(y), c0 + own.origin[1])
     where = f"block {block}" if block is not None else own.plane + (" (first blocks)" if own.cropped else "")
     return _layout(figure, f"Outputs by {colour_by}: {where}")
 
@@ -259,6 +263,12 @@ def _wrap(values: np.ndarray, fill) -> np.ndarray:
     out = np.full((rows * WRAP, *values.shape[1:]), fill, dtype=values.dtype)
     out[:len(values)] = values
     return out.reshape(rows, WRAP, *values.shape[1:])
+
+
+def _label_wrapped_rows(figure: go.Figure, rows: int, first: int) -> None:
+    """Name a wrapped figure's rows by the element each starts at (every eighth row)."""
+    ticks = list(range(0, rows, 8))
+    figure.update_yaxes(tickvals=ticks, ticktext=[f"{first + WRAP * r:,}" for r in ticks])
 
 
 def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
@@ -277,17 +287,19 @@ def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
     x, y = np.arange(c0, c1), np.arange(r0, r1)
     wrapped = z.shape[0] == 1 and z.shape[1] > WRAP  # one row of a row-wise reduction: drawn in rows
     if wrapped:
-        z, y, x = _wrap(z[0], 0.0), np.arange(-(-z.shape[1] // WRAP)) * WRAP + c0, np.arange(WRAP)
+        z, y, x = _wrap(z[0], 0.0), np.arange(-(-z.shape[1] // WRAP)), np.arange(WRAP)
     labels = np.array(["not read", "read by the block", "read by the thread"])[z.astype(int)]
     scale = [[0, FOOTPRINT_COLOURS[0]], [0.33, FOOTPRINT_COLOURS[0]], [0.33, FOOTPRINT_COLOURS[1]],
              [0.67, FOOTPRINT_COLOURS[1]], [0.67, FOOTPRINT_COLOURS[2]], [1, FOOTPRINT_COLOURS[2]]]
-    where = f"{f.buffer}[…, {r0}, %{{y}} + %{{x}}]" if wrapped else f"{f.buffer}[…, %{{y}}, %{{x}}]"
+    where = f"{f.buffer}[…, {r0}, row %{{y}} + %{{x}}]" if wrapped else f"{f.buffer}[…, %{{y}}, %{{x}}]"
     figure = go.Figure(go.Heatmap(
         z=z, x=x, y=y, zmin=0, zmax=2, colorscale=scale, showscale=False, customdata=labels, xgap=1, ygap=1,
         hovertemplate=f"{where}<br>%{{customdata}}<extra></extra>",
     ))
     figure.update_yaxes(autorange="reversed", title=f"column ({WRAP} a row)" if wrapped else "row", scaleanchor="x")
     figure.update_xaxes(title="+ column" if wrapped else "column")
+    if wrapped:
+        _label_wrapped_rows(figure, len(y), c0)
     t = tiling.chosen_thread
     return _layout(figure, f"{f.buffer}: block {tiling.chosen_block} reads {f.block_elements}, thread "
                            f"({t[0]}, {t[1]}, {t[2]}) reads {f.thread_elements}<br><sup>{f.loads_per_block} loads per "

@@ -108,7 +108,8 @@ def shared_tiles(device_mod: tvm.IRModule) -> dict[str, tuple[SharedTile, ...]]:
                         entry[4].add(int(call.args[4]))
                     elif is_barrier:
                         entry[3] += 1
-        out[gv.name_hint] = tuple(_tile(gv.name_hint, *entry) for entry in uses.values())
+        tiles = [_tile(gv.name_hint, *entry) for entry in uses.values()]
+        out[gv.name_hint] = tuple(sorted(tiles, key=lambda t: t.role != "tile"))  # the tiles, then their barriers
     return out
 
 
