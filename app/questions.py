@@ -143,10 +143,11 @@ def _is_right_label(question: L.Asked, label: str, answer: Answer) -> bool:
 
 
 def reveal(question: L.Asked, answer: Answer, first: Tally | None = None, second: Tally | None = None,
-           mine: dict[int, object] | None = None, explain: bool = True) -> None:
-    """The answer with its figures, the student's own answers (per vote) right or wrong, both
-    votes' counts and (``explain``) the step's explanation."""
-    st.markdown(f"**{question.text}**")
+           mine: dict[int, object] | None = None, explain: bool = True, ask: bool = True) -> None:
+    """The question (``ask``), the answer with its figures, the student's own answers (per vote)
+    right or wrong, both votes' counts and (``explain``) the step's explanation."""
+    if ask:
+        st.markdown(f"**{question.text}**")
     st.success(f"Answer: **{question.words(answer.value)}** — {question.figures(answer)}.", icon=":material/check:")
     for number, given in (mine or {}).items():
         if given is None:

@@ -4,6 +4,7 @@ recorded figures); a student's answer judged (a speedup on a log scale); the shi
 import math
 
 import pytest
+import questions_check  # bench/ (pytest's pythonpath)
 
 from explorer import lessons as L
 from explorer.errors import ExplorerError, PresetError
@@ -177,3 +178,28 @@ def test_the_shipped_questions():
     for q in questions:
         assert q.text.endswith("?") and len(q.settings) == 2
         assert q.choices() or q.question.kind == "speedup"
+
+
+# -- bench/questions_check.py without a GPU ---------------------------------------------------------
+
+
+def test_the_check_script_writes_its_table_from_the_recorded_figures_in_a_dry_run(tmp_path):
+    out = tmp_path / "questions.md"
+    assert questions_check.main(["--dry-run", "--only", "dw-blog-threads-case2", "dw-blog-fused-96",
+                                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "**Dry run, nothing measured:**" in text and "**2 of 2 questions reproduced.**" in text
+    assert "| depthwise_blog | 8 | Will step 8 be faster than step 7" in text
+    assert "| slower (step 8 4.41 µs, step 7 3.54 µs, on NVIDIA H100 80GB HBM3) |" in text
+
+
+def test_the_check_says_why_a_question_is_not_reproduced():
+    question = L.asked(L.get_lesson("depthwise_blog").step(9).preset)  # what limits step 9? grid; fix: step 8
+    ids = [p.id for p in question.settings]
+    fix_slower = questions_check.check(question, dict(zip(ids, (4.0, 5.0), strict=True)), {}, "GPU", "spills")
+    assert fix_slower["verdict"] == "not reproduced"
+    assert fix_slower["why"] == "its fix is not faster beyond the noise band; the diagnosis ranks spills first"
+    assert questions_check.check(question, dict(zip(ids, (9.0, 4.0), strict=True)), {}, "GPU", "grid")[
+        "verdict"] == "reproduced"
+    failed = questions_check.check(question, {ids[0]: 9.0}, {ids[1]: "wrong result"}, "GPU", None)
+    assert (failed["verdict"], failed["why"]) == ("not reproduced", "wrong result")

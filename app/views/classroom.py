@@ -147,7 +147,7 @@ def round_view(store: classroom.Store, round_: classroom.Round) -> None:
         if round_.state == rounds.REVEALED:
             answer = rounds.answer_of(round_)
             second = rounds.tally(store, round_, 2, answer) if round_.vote == 2 else None
-            questions.reveal(question, answer, rounds.tally(store, round_, 1, answer), second)
+            questions.reveal(question, answer, rounds.tally(store, round_, 1, answer), second, ask=False)
         else:
             votes_coming_in(store, round_.id)
 
