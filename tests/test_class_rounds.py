@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from test_classroom import STORE_ALONE
 from test_classroom_app import TOKEN, page, unlocked_teacher
 
-from app import session
+from app import latency, server, session
 from explorer import classroom
 from explorer import lessons as L
 from explorer.classroom import presence, rounds, store
@@ -229,3 +229,29 @@ def test_a_round_survives_a_new_store_on_the_same_file(tmp_path):
     again = classroom.Store(path)
     assert again.current_round() == round_ and [v.answer for v in again.votes(round_.id)] == ["slower"]
     assert again.schema_version() == len(store.MIGRATIONS)
+
+
+def test_on_a_gpu_the_round_measures_both_settings_through_the_servers_queue(monkeypatch):
+    """A stand-in GPU: the server's measurer (Live.measurer, through its one queue) times the two
+    settings, asked for in the background when the round opens; the reveal shows its figures."""
+    live = server.live()
+    asked_for, measured = [], []
+    times = {question().settings[0].spec: 3.0, question().settings[1].spec: 6.0}  # step 8 twice as fast here
+
+    def measurer(target, remote):
+        return lambda spec: measured.append(spec) or times[spec]
+
+    monkeypatch.setattr(latency, "can_measure", lambda: True)
+    monkeypatch.setattr(live, "request", lambda session, spec, *a, **k: asked_for.append((session, spec, k)))
+    monkeypatch.setattr(live, "measurer", measurer)
+    monkeypatch.setattr(live, "gpu_name", lambda: "Test GPU")
+    teacher = teacher_on_the_step()
+    click(teacher, "Put this question to the class")
+    assert asked_for == [(None, p.spec, {"background": True}) for p in question().settings]
+    answer(page("views/lessons.py"), "slower")
+    click(teacher, "Reveal the answer")
+    assert sorted(measured, key=str) == sorted(times, key=str)
+    assert (f"Answer: **faster** — step 7 6.00 µs → step {STEP} 3.00 µs: ×2.00 faster, measured on Test GPU."
+            in [s.value for s in teacher.success])
+    table = next(d.value for d in teacher.dataframe if "right" in d.value.columns)
+    assert counts(teacher)["slower"] == [1] and list(table[table["right"] == "✓"]["answer"]) == ["faster"]
