@@ -4,6 +4,11 @@ A diagnosis builds and analyses every neighbouring setting (seconds of CPU): it 
 in a process of its own (``Live.diagnosing``), so the app's one process, which runs every
 student's page, only receives the result, and the pages' builds never queue behind it. One
 runs at a time; a setting the class has moved on from is dropped before it starts.
+
+Once per setting: where the setting is being measured, its diagnosis waits for the measurement
+(at most ``MEASURE_WAIT_S``) and is placed on it; a later measurement of the setting (the full
+one after a quick one, or one after the results' age) does not diagnose it again. (It was
+diagnosed up to three times: before its measurement, on the quick one, on the full one.)
 """
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ from .errors import ExplorerError
 
 KEEP = 256  # diagnoses kept for the whole server (a few KB each)
 WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
+# A setting's measurement that has not come after this long (a long queue, a kernel that crashed)
+# is not waited for: the diagnosis is static.
+MEASURE_WAIT_S = 15.0
 
 
 def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
@@ -31,26 +39,31 @@ def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: flo
 
 
 class Diagnoses:
-    """Diagnoses by (spec, target, measured µs): ``run(spec, target, ceilings, measured_us)``
-    computes one (:func:`diagnose_in_process` in the diagnosing process, or a stand-in in tests)."""
+    """Diagnoses by (spec, target): ``run(spec, target, ceilings, measured_us)`` computes one
+    (:func:`diagnose_in_process` in the diagnosing process, or a stand-in in tests)."""
 
     def __init__(self, run: Callable[..., Diagnosis | ExplorerError]):
         self._run = run
         self._jobs: OrderedDict[tuple, Future] = OrderedDict()
+        self._measuring: OrderedDict[tuple, float] = OrderedDict()  # when each waited for its measurement first
         self._asked: dict[Future, tuple[int, float]] = {}  # each future's turn and when it was asked for
         self._turns = itertools.count()
         self._lock = threading.Lock()
         self._one_at_a_time = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
 
-    def get(self, spec: Spec, target: str, measured=None) -> Future:
+    def get(self, spec: Spec, target: str, measured=None, measuring: bool = False) -> Future | None:
         """The diagnosis of ``spec`` (placed on ``measured``'s roofline, a correct measurement,
         where given): started once and shared; the future's result raises an ExplorerError
-        for a setting that cannot be built."""
+        for a setting that cannot be built. None while ``measuring`` (the setting's measurement
+        is on its way) and not for longer than MEASURE_WAIT_S: the diagnosis waits for it."""
         measured_us = measured.median_us if measured is not None else None
-        key = (spec, target, measured_us)
+        key = (spec, target)
         with self._lock:
             future = self._jobs.get(key)
             if future is None or future.cancelled():
+                if measured is None and measuring and not self._waited_enough(key):
+                    return None
+                self._measuring.pop(key, None)
                 ceilings = measured.ceilings if measured is not None else None
                 future = self._jobs[key] = self._one_at_a_time.submit(self._diagnose, spec, target, ceilings,
                                                                       measured_us)
@@ -62,6 +75,14 @@ class Diagnoses:
                     stale.cancel()  # asked for again, it starts again
             self._jobs.move_to_end(key)
             return future
+
+    def _waited_enough(self, key: tuple) -> bool:
+        now = time.monotonic()
+        first = self._measuring.setdefault(key, now)
+        self._measuring.move_to_end(key)
+        while len(self._measuring) > KEEP:
+            self._measuring.popitem(last=False)
+        return now - first >= MEASURE_WAIT_S
 
     def wait(self, future: Future) -> tuple[int, float]:
         """(diagnoses ahead of ``future``, the one running included; seconds since it was asked for)."""

@@ -1,9 +1,11 @@
 """The server's diagnoses (explorer.diagnoses): one per setting for every session, one at a
 time, settings left behind dropped before they start, a refusal raised to the caller."""
 import threading
+from types import SimpleNamespace
 
 import pytest
 
+from explorer import diagnoses
 from explorer.diagnoses import WAITING, Diagnoses
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
@@ -58,5 +60,24 @@ def test_a_waiting_diagnosis_knows_how_many_are_ahead_and_since_when():
         assert 0 <= service.wait(third)[1] < 10
         gate.set()
         assert third.result(10) == "done" and service.wait(third)[0] == 0
+    finally:
+        service.close()
+
+
+def test_a_setting_is_diagnosed_once_after_its_measurement(monkeypatch):
+    """Its measurement on its way, the diagnosis waits for it and is placed on it; the full
+    measurement after a quick one diagnoses nothing again; a measurement that does not come in
+    MEASURE_WAIT_S is not waited for."""
+    runs = []
+    service = Diagnoses(lambda spec, target, ceilings, measured_us: runs.append(measured_us) or f"at {measured_us}")
+    quick, full = (SimpleNamespace(median_us=us, ceilings=None) for us in (10.0, 9.6))
+    try:
+        assert service.get(SPEC, "auto", None, True) is None  # measuring: nothing started yet
+        first = service.get(SPEC, "auto", quick)
+        assert first.result(10) == "at 10.0"
+        assert service.get(SPEC, "auto", full) is first and service.get(SPEC, "auto") is first
+        assert runs == [10.0]
+        monkeypatch.setattr(diagnoses, "MEASURE_WAIT_S", 0.0)  # a measurement that never comes
+        assert service.get(spec_x(4), "auto", None, True).result(10) == "at None"
     finally:
         service.close()
