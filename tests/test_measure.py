@@ -596,6 +596,45 @@ def test_no_collection_runs_while_a_cuda_graph_is_captured(monkeypatch):
     assert during[-2:] == ["freed", "freed"]  # collected once the capture is over
 
 
+def test_a_slow_kernels_launches_are_timed_back_to_back_between_events(monkeypatch):
+    """time_launches (stand-in torch, no GPU): the GPU kept busy, then an event, and a launch and an
+    event for each repeat, all on PyTorch's stream with TVM launching there; one wait at the end;
+    each repeat the time between two events."""
+    import contextlib
+    import types
+
+    from explorer.measure import graphs
+
+    done, clock = [], iter(range(0, 100, 3))  # each event recorded 3 ms after the one before
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = next(clock)
+            done.append("event")
+
+        def synchronize(self):
+            done.append("wait")
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    @contextlib.contextmanager
+    def torch_stream():
+        done.append("torch stream")
+        yield
+        done.append("own stream")
+
+    cuda = types.SimpleNamespace(Event=Event, is_available=lambda: True, _sleep=lambda cycles: done.append("busy"))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "tvm_ffi", types.SimpleNamespace(use_torch_stream=torch_stream))
+    timing = graphs.time_launches(lambda: done.append("launch"), 2)
+    assert done == ["torch stream", "busy", "event", "launch", "event", "launch", "event", "own stream", "wait"]
+    assert timing.samples_us == (3000.0, 3000.0) and timing.launches_per_repeat == 1
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's memory maps (Linux)")
 def test_a_library_the_worker_loaded_is_unloaded_once_it_drops_it(tmp_path):
     import gc
