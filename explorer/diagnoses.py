@@ -8,11 +8,17 @@ runs at a time; a setting the class has moved on from is dropped before it start
 Once per setting: where the setting is being measured, its diagnosis waits for the measurement
 (at most ``MEASURE_WAIT_S``) and is placed on it; a later measurement of the setting (the full
 one after a quick one, or one after the results' age) does not diagnose it again. (It was
-diagnosed up to three times: before its measurement, on the quick one, on the full one.)
+diagnosed up to three times: before its measurement, on the quick one, on the full one.) On a
+server of several app processes each has its diagnoses, and they share them on disk
+(:meth:`Diagnoses.share`, a folder of that server's): the first process to diagnose a setting
+does, the others read it (each of four app processes diagnosed every lesson step).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
+import pickle
 import threading
 import time
 from collections import OrderedDict
@@ -28,6 +34,10 @@ WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are 
 # A setting's measurement that has not come after this long (a long queue, a kernel that crashed)
 # is not waited for: the diagnosis is static.
 MEASURE_WAIT_S = 15.0
+# Another app process's diagnosis of a setting, waited for this long before diagnosing it here (it
+# takes seconds; a process that died while diagnosing leaves its claim behind).
+SHARED_WAIT_S = 60.0
+SHARED_POLL_S = 0.2
 
 
 def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
@@ -46,6 +56,7 @@ class Diagnoses:
         self._run = run
         self._jobs: OrderedDict[tuple, Future] = OrderedDict()
         self._measuring: OrderedDict[tuple, float] = OrderedDict()  # when each waited for its measurement first
+        self._shared: str | None = None  # the folder the server's app processes share their diagnoses in
         self._asked: dict[Future, tuple[int, float]] = {}  # each future's turn and when it was asked for
         self._turns = itertools.count()
         self._lock = threading.Lock()
@@ -91,11 +102,47 @@ class Diagnoses:
             ahead = sum(1 for other, (t, _) in self._asked.items() if t < turn and not other.done())
         return ahead, time.monotonic() - asked
 
+    def share(self, directory: str) -> None:
+        """Share the diagnoses with the server's other app processes through ``directory`` (a
+        folder of that server's, made here if need be; only this user's processes write there)."""
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._shared = directory
+
     def _diagnose(self, spec: Spec, target: str, ceilings, measured_us) -> Diagnosis:
-        outcome = self._run(spec, target, ceilings, measured_us)
+        run = lambda: self._run(spec, target, ceilings, measured_us)  # noqa: E731
+        outcome = run() if self._shared is None else shared(self._shared, (spec, target), run)
         if isinstance(outcome, ExplorerError):
             raise outcome
         return outcome
 
     def close(self) -> None:
         self._one_at_a_time.shutdown(wait=False, cancel_futures=True)
+
+
+def shared(directory: str, key: tuple, compute: Callable[[], object]):
+    """``compute()``'s outcome for ``key``, computed once by the processes that share ``directory``:
+    read from its file where one wrote it; else claimed (a lock file) and computed here, or, while
+    another process holds the claim, waited for (SHARED_WAIT_S at most, then computed here)."""
+    path = os.path.join(directory, hashlib.sha256(repr(key).encode()).hexdigest() + ".pickle")
+    claim = path + ".lock"
+    deadline = time.monotonic() + SHARED_WAIT_S
+    while True:
+        if os.path.exists(path):
+            with open(path, "rb") as file:
+                return pickle.load(file)  # written by this server's own processes
+        try:
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if time.monotonic() < deadline:
+                time.sleep(SHARED_POLL_S)
+                continue
+            return compute()
+        try:
+            outcome = compute()
+            partial = f"{path}.{os.getpid()}"
+            with open(partial, "wb") as file:
+                pickle.dump(outcome, file)
+            os.replace(partial, path)  # whole or absent to the other processes
+            return outcome
+        finally:
+            os.unlink(claim)
