@@ -451,6 +451,9 @@ def test_latency_panel_says_when_a_measurement_was_quick(monkeypatch):
     at = settle(app({"preset": "dw-blog-final-96"}).run())
     assert_clean(at)
     assert latency.QUICK_NOTE in [c.value for c in at.caption]
+    # The repeats and their spread: the fake GPU's three repeats of 100 launches.
+    assert "Timed: 3 timed repeats (100 launches each): min 10.00, max 10.00 µs, 0.0% apart." in \
+        [c.value for c in at.caption]
 
 
 def test_latency_panel_shows_a_wrong_result(monkeypatch):
