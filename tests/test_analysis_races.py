@@ -11,7 +11,9 @@ from tvm.script import tirx as T
 
 from explorer import build as builds
 from explorer.analysis import accesses
+from explorer.analysis import diagnosis as dx
 from explorer.analysis.accesses import kernel_accesses
+from explorer.analysis.diagnosis import facts_of
 from explorer.analysis.races import (
     analyze_races,
     checked_blocks,
@@ -289,12 +291,17 @@ def old_rowwise(monkeypatch, preset, **knobs):
         return builds._build_cached.__wrapped__(spec, str(builds.resolve_target("h100")))
 
 
-@pytest.mark.parametrize("preset", ["rowwise-softmax-fused", "rowwise-softmax-on-chip"])
-def test_the_old_rowwise_statistics_race_with_two_rows_per_block(monkeypatch, preset):
+@pytest.mark.parametrize(("preset", "statistics"), [
+    ("rowwise-softmax-fused", ["row_max_shared", "exp_sum_shared"]),
+    ("rowwise-softmax-on-chip", ["row_max_shared", "exp_sum_shared"]),
+    ("rowwise-layernorm-on-chip", ["row_sum_shared", "centered_sq_sum_shared"]),  # float16 rows, float4 output
+    ("rowwise-rmsnorm-on-chip", ["sq_sum_shared"]),
+])
+def test_the_old_rowwise_statistics_race_with_two_rows_per_block(monkeypatch, preset, statistics):
     built = old_rowwise(monkeypatch, preset, rows_per_block=2, threads=64)
     report = races_of(built.device_mod, built.cuda)
     lines = built.cuda.splitlines()
-    assert [r.storage for r in report.races] == ["row_max_shared", "exp_sum_shared"]
+    assert [r.storage for r in report.races] == statistics
     for race in report.races:
         name = f"{race.storage}_ptr[((int)threadIdx.y)]"
         # Thread x = 0 of row y copies the statistic; a thread of the row in the other warp reads it next.
@@ -302,7 +309,17 @@ def test_the_old_rowwise_statistics_race_with_two_rows_per_block(monkeypatch, pr
         assert race.locations == 2  # one per row of the block
         assert lines[race.write.line - 1].strip().startswith(f"{name} = ")
         assert name in lines[race.other.line - 1] and race.other.line > race.write.line
-    text = format_races(report)
-    assert "2 shared-memory race(s): the result is wrong" in text
+    assert f"{len(statistics)} shared-memory race(s): the result is wrong" in format_races(report)
     fixed = build(get_preset(preset).spec.with_knobs(rows_per_block=2, threads=64), "h100")
     assert not analyze_races(fixed).races  # the template as it is now
+
+
+def test_the_old_rowwise_race_leads_the_diagnosis(monkeypatch):
+    built = old_rowwise(monkeypatch, "rowwise-softmax-fused", rows_per_block=2, threads=64)
+    f = facts_of(built)
+    lines = sorted({line for race in f.races for line in race.lines})
+    assert [race.storage for race in f.races] == ["row_max_shared", "exp_sum_shared"] and len(lines) == 4
+    found = dx.findings_of(f)["race"]
+    assert found.wrong and found.title == (f"Shared-memory race on row_max_shared, exp_sum_shared at CUDA lines "
+                                           f"{', '.join(map(str, lines))}: the result is wrong.")
+    assert dx.ranked(dx.findings_of(f).values(), f.bound_us)[0] == found

@@ -88,11 +88,13 @@ class SharedAccess:
     # For the race check (explorer.analysis.races): the shared allocation it touches (index into
     # KernelAccesses.storages, -1 when not found), the block and warp barriers a thread has passed when it
     # makes the access in the first iteration of every loop (KernelAccesses.phase_strides adds the rest), and
-    # its place among the kernel's accesses and async copies (program order).
+    # its place among the kernel's accesses and async copies (program order), and the statement it is in
+    # (counted in program order: the CUDA writes a statement on a line, or on a few).
     storage: int = -1
     phase: int = 0
     warp_phase: int = 0
     order: int = 0
+    statement: int = 0
 
     @property
     def access_bytes(self) -> int:
@@ -188,6 +190,7 @@ class _Collector:
         self.copies: list[SharedAccess] = []
         self.unordered: list[str] = []
         self.handed: dict = {}  # storage -> names of the calls its address is handed to
+        self.statement = 0
         self.threads: dict = {}
         self.blocks: dict = {}
         self.extents: dict = {}
@@ -235,6 +238,7 @@ class _Collector:
                 self.phase, self.warp_phase = phase + stride[0] * loop.extent, warp_phase + stride[1] * loop.extent
             self.region = {}
         elif isinstance(s, tirx.IfThenElse):
+            self.statement += 1
             self.expr(s.condition, loops, guards)
             self.region = {}
             self.stmt(s.then_case, loops, guards + ((s.condition, True),))
@@ -243,9 +247,11 @@ class _Collector:
                 self.stmt(s.else_case, loops, guards + ((s.condition, False),))
                 self.region = {}
         elif isinstance(s, tirx.Bind):
+            self.statement += 1
             self.bindings[s.var] = s.value
             self.expr(s.value, loops, guards)
         elif isinstance(s, tirx.BufferStore):
+            self.statement += 1
             self.expr(s.value, loops, guards)
             for index in s.indices:
                 self.expr(index, loops, guards)
@@ -253,6 +259,7 @@ class _Collector:
                 self.record("store", s.buffer, s.indices, loops, guards)
                 self.region = {k: v for k, v in self.region.items() if k[0] != str(s.buffer.name)}
         elif isinstance(s, tirx.Evaluate):
+            self.statement += 1
             self.expr(s.value, loops, guards)
             if isinstance(s.value, tvm.ir.Call) and op_name(s.value) == "tvm_storage_sync":
                 self.region = {}
@@ -364,7 +371,7 @@ class _Collector:
         self.copies.append(SharedAccess(len(self.copies) + 1, self.kernel, str(buffer.name), "copy", offset, lanes,
                                         element_bytes, loops, guards, f"cp.async {buffer.name}[{offset}]",
                                         epoch=self.epoch, storage=self.storage_of[buffer], phase=self.phase,
-                                        warp_phase=self.warp_phase, order=order))
+                                        warp_phase=self.warp_phase, order=order, statement=self.statement))
 
     def record(self, op: str, buffer, indices, loops: tuple, guards: tuple, lanes: int | None = None) -> None:
         index, vector_lanes = _flat_index(buffer, indices)
@@ -383,7 +390,7 @@ class _Collector:
         self.accesses.append(
             SharedAccess(len(self.accesses) + 1, self.kernel, str(buffer.name), op, index, lanes, element_bytes,
                          loops, guards, text, duplicate_of, self.epoch, self.storage_of.get(buffer, -1), self.phase,
-                         self.warp_phase, len(self.accesses) + len(self.copies))
+                         self.warp_phase, len(self.accesses) + len(self.copies), self.statement)
         )
 
 

@@ -431,8 +431,9 @@ def kernel_body(cuda: str, kernel: str) -> tuple[int, list[str]]:
 def cuda_lines(cuda: str, kernel: KernelAccesses) -> dict[int, int]:
     """An access's ``order`` → its line of ``cuda``. Each shared allocation is matched to its
     declaration (in program order, as TVM's code generation writes them), then its accesses to the
-    lines that name it, in order; an allocation whose count of names differs from its accesses' gets no
-    lines (nothing is guessed)."""
+    lines that name it, in order: one name per access, or else one line per TIR statement (a vector
+    expression's lanes name it several times); an allocation matched neither way gets no lines
+    (nothing is guessed)."""
     start, body = kernel_body(cuda, kernel.launch.kernel)
     declared = [(i, m.group(1)) for i, line in enumerate(body) for m in [_SHARED_DECLARATION.search(line)] if m]
     if len(declared) != len(kernel.storages):
@@ -443,8 +444,13 @@ def cuda_lines(cuda: str, kernel: KernelAccesses) -> dict[int, int]:
         token = re.compile(rf"\b{re.escape(name)}\b")
         named = [start + i for i, line in enumerate(body) if i != declared_at for _ in token.finditer(line)]
         mine = [a for a in everything if a.storage == storage_id]
+        statements = list(dict.fromkeys(a.statement for a in mine))
+        lines = list(dict.fromkeys(named))
         if len(named) == len(mine):
             out.update({a.order: line for a, line in zip(mine, named, strict=True)})
+        elif len(lines) == len(statements):
+            line_of = dict(zip(statements, lines, strict=True))
+            out.update({a.order: line_of[a.statement] for a in mine})
     return out
 
 
@@ -467,17 +473,20 @@ def analyze_races(built) -> RaceReport:
     return races_of(built.device_mod, built.cuda)
 
 
-def format_races(report: RaceReport) -> str:
+def format_races(report: RaceReport, races: bool = True, assumptions: bool = True) -> str:
+    """The report as text: each kernel's races (or how many accesses were checked) and what was not
+    checked, then the check's assumptions."""
     lines = []
-    for k in report.kernels:
+    for k in report.kernels if races else ():
         if k.races:
             lines.append(f"kernel {k.kernel}: {len(k.races)} shared-memory race(s): the result is wrong")
             lines.extend(f"  - {r.sentence()}" for r in k.races)
         else:
             lines.append(f"kernel {k.kernel}: no shared-memory race among {k.checked} accesses checked")
         lines.extend(f"  {n}" for n in k.notes)
-    lines.extend(report.notes)
-    lines.append("Race check assumptions:")
-    lines.extend(f"  - {a}" for a in report.assumptions)
+    lines.extend(report.notes if races else ())
+    if assumptions:
+        lines.append("Race check assumptions:")
+        lines.extend(f"  - {a}" for a in report.assumptions)
     return "\n".join(lines)
 
