@@ -9,6 +9,7 @@ kernel (before the CUDA compiler's own optimisations, which the bank model discu
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import tvm
@@ -158,6 +159,13 @@ def kernel_accesses(device_mod: tvm.IRModule, scopes: tuple[str, ...] = SHARED_S
         collector.stmt(func.body, (), ())
         out.append(collector.result())
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def shared_accesses(built) -> tuple[KernelAccesses, ...]:
+    """:func:`kernel_accesses` of a build's device module (shared memory), once per build: the bank
+    model, the race check and the diagnosis's facts read the same."""
+    return tuple(kernel_accesses(built.device_mod))
 
 
 def loop_heights(body) -> dict:

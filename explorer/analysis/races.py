@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..targets import WARP_SIZE
-from .accesses import AXES, KernelAccesses, SharedAccess, kernel_accesses
+from .accesses import AXES, KernelAccesses, SharedAccess, kernel_accesses, shared_accesses
 from .banks import thread_ids
 from .texpr import Unsupported, compile_expr, free_vars
 
@@ -265,25 +265,48 @@ def _phase_set(access: SharedAccess, kernel: KernelAccesses) -> set[int]:
 # -- the racy locations ---------------------------------------------------------------------
 
 
+def _combined(columns) -> np.ndarray | None:
+    """Columns of integers → one int64 per row that sorts as the columns do, first column first (None
+    where their ranges do not fit in 62 bits)."""
+    key, span = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for column in columns:
+        low, size = int(column.min()), int(column.max() - column.min()) + 1
+        span *= size
+        if span >= 1 << 62:
+            return None
+        key = key * size + (column - low)
+    return key
+
+
 def racing(block, phase, unit, thread, warp_phase, store) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of accesses (one per thread and unit touched) → (order, starts, racy): ``order`` sorts the
-    rows by location (block, phase, unit), then warp phase and thread; ``starts`` are the sorted rows
-    where each location begins; ``racy[k]`` says whether location k is racy: some thread writes it and
-    another touches it, the two in different warps or, in one warp, in one warp phase."""
+    rows by location (block, phase, unit), then warp phase; ``starts`` are the sorted rows where each
+    location begins; ``racy[k]`` says whether location k is racy: some thread writes it and another
+    touches it, the two in different warps or, in one warp, in one warp phase."""
     n = len(unit)
     if not n:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    order = np.lexsort((thread, warp_phase, unit, phase, block))
-    b, p, u, t, w, s = (np.asarray(x)[order] for x in (block, phase, unit, thread, warp_phase, store))
+    columns = [np.asarray(c, dtype=np.int64) for c in (block, phase, unit, warp_phase)]
+    location, full = _combined(columns[:3]), _combined(columns)
+    if full is not None:
+        order = np.argsort(full, kind="stable")
+        location, full = location[order], full[order]
+        new, new_w = np.ones(n, dtype=bool), np.ones(n, dtype=bool)
+        new[1:], new_w[1:] = location[1:] != location[:-1], full[1:] != full[:-1]
+    else:  # ranges too wide for one key
+        b, p, u, w = columns
+        order = np.lexsort((w, u, p, b))
+        b, p, u, w = (c[order] for c in (b, p, u, w))
+        new = np.ones(n, dtype=bool)
+        new[1:] = (b[1:] != b[:-1]) | (p[1:] != p[:-1]) | (u[1:] != u[:-1])
+        new_w = new.copy()
+        new_w[1:] |= w[1:] != w[:-1]
+    t, s = np.asarray(thread)[order], np.asarray(store)[order]
     warp = t // WARP_SIZE
-    new = np.ones(n, dtype=bool)
-    new[1:] = (b[1:] != b[:-1]) | (p[1:] != p[:-1]) | (u[1:] != u[:-1])
     starts = np.flatnonzero(new)
     written = np.logical_or.reduceat(s, starts)
     racy = written & (np.minimum.reduceat(warp, starts) != np.maximum.reduceat(warp, starts))
     # Lanes of one warp: a write and another thread's access in one warp phase.
-    new_w = new.copy()
-    new_w[1:] |= w[1:] != w[:-1]
     starts_w = np.flatnonzero(new_w)
     threads_differ = np.minimum.reduceat(t, starts_w) != np.maximum.reduceat(t, starts_w)
     in_phase = np.logical_or.reduceat(s, starts_w) & threads_differ
@@ -457,12 +480,11 @@ def cuda_lines(cuda: str, kernel: KernelAccesses) -> dict[int, int]:
 # -- a build ---------------------------------------------------------------------------------
 
 
-def races_of(device_mod, cuda: str = "", budget: int = ROW_BUDGET) -> RaceReport:
-    """The race report of a lowered device module and its CUDA (for the lines)."""
-    kernels = []
-    for kernel in kernel_accesses(device_mod):
-        kernels.append(find_races(kernel, cuda_lines(cuda, kernel) if cuda else {}, budget))
-    return RaceReport(tuple(kernels))
+def races_of(device_mod, cuda: str = "", budget: int = ROW_BUDGET, kernels=None) -> RaceReport:
+    """The race report of a lowered device module (or of its ``kernels``' accesses, where they were
+    collected already) and its CUDA (for the lines)."""
+    kernels = kernel_accesses(device_mod) if kernels is None else kernels
+    return RaceReport(tuple(find_races(k, cuda_lines(cuda, k) if cuda else {}, budget) for k in kernels))
 
 
 @functools.lru_cache(maxsize=64)
@@ -470,7 +492,7 @@ def analyze_races(built) -> RaceReport:
     """The race report of a :class:`~explorer.build.Build` (cached per build)."""
     if built.device_mod is None:
         return RaceReport((), notes=("A CPU build has no shared memory.",))
-    return races_of(built.device_mod, built.cuda)
+    return races_of(built.device_mod, built.cuda, kernels=shared_accesses(built))
 
 
 def format_races(report: RaceReport, races: bool = True, assumptions: bool = True) -> str:

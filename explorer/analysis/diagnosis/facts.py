@@ -19,7 +19,7 @@ from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
 from ...schedules.attention_mma import AttentionMmaKnobs
 from ...targets import WARP_SIZE
 from ...workloads import numpy_dtype
-from ..accesses import kernel_accesses
+from ..accesses import kernel_accesses, shared_accesses
 from ..banks import analyze_banks
 from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
 from ..races import analyze_races
@@ -273,7 +273,7 @@ def _staged_steps(built: Build) -> int:
     memory), in the first kernel (one block's). A tree that only adds shared values between its
     barriers stages nothing."""
 
-    kernel = kernel_accesses(built.device_mod)[0]
+    kernel = shared_accesses(built)[0]
     globals_ = kernel_accesses(built.device_mod, GLOBAL_SCOPES)[0]
     loading = {loop.var for access in globals_.accesses if access.op == "load" for loop in access.loops}
     loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
@@ -348,7 +348,7 @@ def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     a barrier and stores at most one element per warp to global memory (a tile of outputs stores
     about one per thread; stores the analysis cannot model say nothing)."""
     first = built.kernels[0]
-    kernel = kernel_accesses(built.device_mod)[0]
+    kernel = shared_accesses(built)[0]
     if not kernel.barrier_loops and not any(a.epoch for a in kernel.accesses):
         return 0
     stored = sum(a.ideal_bytes for a in globals_ if a.op == "store" and a.kernel == first.name)
