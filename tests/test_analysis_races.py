@@ -12,7 +12,7 @@ from tvm.script import tirx as T
 from explorer import build as builds
 from explorer.analysis import accesses
 from explorer.analysis import diagnosis as dx
-from explorer.analysis.accesses import kernel_accesses
+from explorer.analysis.accesses import kernel_accesses, shared_accesses
 from explorer.analysis.diagnosis import facts_of
 from explorer.analysis.races import (
     analyze_races,
@@ -27,6 +27,7 @@ from explorer.analysis.races import (
 from explorer.build import build, lower
 from explorer.presets import get_preset
 from explorer.schedules import rowwise
+from explorer.targets import FULL_MASK
 
 H100 = tvm.target.Target(tvm.target.Target("nvidia/nvidia-h100"), host="llvm")
 _tir_build = importlib.import_module("tvm.tirx.build")
@@ -184,10 +185,11 @@ def test_a_barrier_only_some_threads_reach_is_not_modelled():
                             "thread may reach.",)
 
 
-def harris_last_warp(syncwarp: bool, volatile: bool = False):
+def harris_last_warp(between: str, volatile: bool = False):
     """Harris's kernel 5 for one block of 64 sums: the first warp adds them in six steps of
-    ``sdata[tid] += sdata[tid + s]`` (s = 32 … 1) with no __syncthreads(); reduce_tree's way puts the
-    running sum in a register and __syncwarp() between each read and write."""
+    ``sdata[tid] += sdata[tid + s]`` (s = 32 … 1) with no __syncthreads() (``between`` = "nothing").
+    reduce_tree's way ("__syncwarp") keeps the running sum in a register with a __syncwarp() between
+    each read and write; "a shuffle" puts a warp shuffle (of the sum, by 0 lanes) there instead."""
     annotations = {"tirx.volatile": True} if volatile else {}
 
     @T.prim_func
@@ -200,22 +202,26 @@ def harris_last_warp(syncwarp: bool, volatile: bool = False):
             T.tvm_storage_sync("shared")
             if tx < 32:
                 for j in T.unroll(6):
-                    if syncwarp:
-                        total[0] = sdata[tx] + sdata[tx + (32 >> j)]
-                        T.call_extern("void", "__syncwarp")
-                        sdata[tx] = total[0]
-                        T.call_extern("void", "__syncwarp")
-                    else:
+                    if between == "nothing":
                         sdata[tx] = sdata[tx] + sdata[tx + (32 >> j)]
+                    else:
+                        total[0] = sdata[tx] + sdata[tx + (32 >> j)]
+                        if between == "__syncwarp":
+                            T.call_extern("void", "__syncwarp")
+                        else:
+                            total[0] = T.tvm_warp_shuffle_down(T.uint32(FULL_MASK), total[0], 0, 32, 32)
+                        sdata[tx] = total[0]
+                        if between == "__syncwarp":
+                            T.call_extern("void", "__syncwarp")
                 if tx == 0:
                     B[bx] = sdata[0]
 
     return main
 
 
-@pytest.mark.parametrize("volatile", [False, True])
-def test_harris_warp_synchronous_last_warp_races_without_syncwarp(volatile):
-    report, lines = checked(harris_last_warp(syncwarp=False, volatile=volatile))
+@pytest.mark.parametrize(("between", "volatile"), [("nothing", False), ("nothing", True), ("a shuffle", False)])
+def test_harris_warp_synchronous_last_warp_races_without_syncwarp(between, volatile):
+    report, lines = checked(harris_last_warp(between, volatile))
     name = "((volatile float*)sdata_ptr)" if volatile else "sdata_ptr"
     races = report.races
     assert races and all(r.within_warp and r.storage == "sdata" for r in races)
@@ -223,21 +229,40 @@ def test_harris_warp_synchronous_last_warp_races_without_syncwarp(volatile):
     for r in races:
         assert r.write.op == "store" and r.other.op == "load" and r.write.thread[0] == r.element
         assert r.other.thread[0] < 32 and r.write.thread[0] < 32 and r.other.thread != r.write.thread
-        own = f"{name}[((int)threadIdx.x)]"
-        assert lines[r.write.line - 1].strip().startswith(f"{own} = ({own} + ")
+        assert lines[r.write.line - 1].strip().startswith(f"{name}[((int)threadIdx.x)] = ")
     sentence = races[0].sentence()
     assert "lanes of one warp with no __syncwarp() (nor __syncthreads()) between them" in sentence
     assert ("without volatile" in sentence) is not volatile
-    report, _ = checked(harris_last_warp(syncwarp=True))
+
+
+def test_reduce_trees_last_warp_with_syncwarp_has_no_race():
+    report, _ = checked(harris_last_warp("__syncwarp"))
     assert not report.races and report.kernels[0].checked == 20
 
 
 def test_the_warp_barriers_of_the_last_warp_are_counted_per_step():
-    host, devices = lower(tvm.IRModule({"main": harris_last_warp(syncwarp=True)}), H100, "tirx")
+    host, devices = lower(tvm.IRModule({"main": harris_last_warp("__syncwarp")}), H100, "tirx")
     (kernel,) = kernel_accesses(next(iter(devices.values())))
     # The store before the barrier: phase 0; then one __syncthreads() and two __syncwarp() per step, unrolled.
     assert [(a.op, a.phase, a.warp_phase) for a in kernel.accesses[:6]] == [
         ("store", 0, 0), ("load", 1, 1), ("load", 1, 1), ("store", 1, 2), ("load", 1, 3), ("load", 1, 3)]
+
+
+def without_barrier(monkeypatch, built, dropped: int):
+    """The shared accesses of ``built`` collected as if its block barrier number ``dropped`` (from 0, in
+    program order) were not there, and how many block barriers it has."""
+    barrier_kind, seen = accesses.barrier_kind, []
+
+    def without_one(call):
+        kind = barrier_kind(call)
+        if kind == "block":
+            seen.append(call)
+            return None if len(seen) - 1 == dropped else kind
+        return kind
+
+    with monkeypatch.context() as patched:
+        patched.setattr(accesses, "barrier_kind", without_one)
+        return kernel_accesses(built.device_mod), len(seen)
 
 
 def test_each_barrier_of_the_tiled_matmul_is_needed(monkeypatch):
@@ -245,24 +270,28 @@ def test_each_barrier_of_the_tiled_matmul_is_needed(monkeypatch):
     before it (the next step's copy waits for this step's reads). Without either: races."""
     built = build(get_preset("matmul-tiled-1024").spec, "h100")
     assert not analyze_races(built).races
-    barrier_kind = accesses.barrier_kind
     for dropped in range(2):
-        seen = []
-
-        def without_one(call, dropped=dropped, seen=seen):
-            kind = barrier_kind(call)
-            if kind == "block":
-                seen.append(call)
-                return None if len(seen) - 1 == dropped else kind
-            return kind
-
-        with monkeypatch.context() as patched:
-            patched.setattr(accesses, "barrier_kind", without_one)
-            (kernel,) = kernel_accesses(built.device_mod)
-        assert len(seen) == 2
+        (kernel,), barriers = without_barrier(monkeypatch, built, dropped)
+        assert barriers == 2
         races = find_races(kernel).races
         assert {r.storage for r in races} == {"A_shared", "B_shared"}
         assert {(r.write.op, r.other.op) for r in races} == {("store", "load")}
+
+
+def test_async_copies_into_dynamic_shared_memory_wait_for_the_reads_of_the_step_before(monkeypatch):
+    """best-matmul-async-1024 copies the next step's tiles with cp.async into the stage the step before
+    read, in one dynamic shared allocation (buf_dyn_shmem) that both tiles are views of: without the
+    barrier at the top of the loop, the copies race with those reads."""
+    built = build(get_preset("best-matmul-async-1024").spec, "h100")
+    (kernel,) = shared_accesses(built)
+    assert [s.name for s in kernel.storages] == ["buf_dyn_shmem"] and len(kernel.copies) == 20
+    assert not analyze_races(built).races
+    (kernel,), _ = without_barrier(monkeypatch, built, 1)
+    races = find_races(kernel).races
+    assert {r.storage for r in races} == {"buf_dyn_shmem"}
+    assert {(r.write.op, r.other.op) for r in races} == {("copy", "load")}
+    assert {r.write.buffer for r in races} == {"A_shared.dyn", "B_shared.dyn"}
+    assert all(r.write.iteration["ax2_0"] == r.other.iteration["ax2_0"] + 1 for r in races)
 
 
 # -- the row-wise kernels as they were ----------------------------------------------------------
