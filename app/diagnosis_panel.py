@@ -94,10 +94,12 @@ def show(d: Diagnosis, preset: str | None = None) -> None:
     for rank, found in enumerate(d.findings, start=1):
         left, right = st.columns([4, 1], vertical_alignment="center")
         share = f", {100 * found.cost_us / d.bound_us:.0f}% of the roofline's time" if d.bound_us else ""
-        left.markdown(f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
+        left.markdown(f"{rank}. :red[**{found.title}**]" if found.wrong else
+                      f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
         s = found.suggestion
         if s is None:
-            left.caption("No single knob move lowers this without raising the estimate.")
+            left.caption("No single knob move removes it." if found.wrong else
+                         "No single knob move lowers this without raising the estimate.")
         else:
             left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."
                          + (f" {tried[s.spec]}" if s.spec in tried else ""))
