@@ -35,7 +35,7 @@ from ..build import LaunchShape
 from ..errors import ExplorerError
 from ..targets import BANK_BYTES, BANKS, WARP_SIZE
 from ..units import byte_size, count
-from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, kernel_accesses
+from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, shared_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 from .tiles import CHUNK_BYTES, SharedTile, shared_tiles, swizzled
 
@@ -417,8 +417,7 @@ def analyze_banks(built, row_budget: int = ROW_BUDGET) -> BankReport:
     if built.device_mod is None:
         return BankReport((), notes=("A CPU build has no shared memory.",))
     tiles = shared_tiles(built.device_mod)
-    kernels = tuple(analyze_kernel(k, row_budget, tiles.get(k.launch.kernel, ()))
-                    for k in kernel_accesses(built.device_mod))
+    kernels = tuple(analyze_kernel(k, row_budget, tiles.get(k.launch.kernel, ())) for k in shared_accesses(built))
     sampled = [f"{k.kernel} #{a.number}" for k in kernels for a in k.accesses if a.sampled]
     notes = ()
     if sampled:
@@ -429,7 +428,7 @@ def analyze_banks(built, row_budget: int = ROW_BUDGET) -> BankReport:
 
 def lane_map(built, kernel: str, number: int, warp: int = 0, iteration: dict | None = None) -> LaneMap:
     """The lane → bank map of one access for a chosen warp and iteration."""
-    for k in kernel_accesses(built.device_mod):
+    for k in shared_accesses(built):
         if k.launch.kernel == kernel:
             for access in k.accesses:
                 if access.number == number:

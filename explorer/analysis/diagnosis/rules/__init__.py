@@ -17,6 +17,7 @@ from . import (
     masked_work,
     parallelism,
     pipeline,
+    races,
     re_reads,
     reuse,
     rewrites,
@@ -30,6 +31,7 @@ RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
     masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
+    races.RULE,  # a wrong result: ranked first whatever the order (diagnoser.ranked)
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
