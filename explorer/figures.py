@@ -10,12 +10,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from .analysis.banks import BANK_BYTES, BANKS, BankReport, LaneMap
+from .analysis.banks import (
+    BANK_BYTES,
+    BANKS,
+    CORE_MATRIX_ROWS,
+    WAVEFRONT_BYTES,
+    BankReport,
+    LaneMap,
+    core_matrix_ways,
+)
 from .analysis.resources import KernelResources
 from .analysis.roofline import Point, Roofline
+from .analysis.tiles import CHUNK_BYTES, swizzled
 from .analysis.tiling import Tiling
 from .analysis.tree import LOOP, TreeReport
+from .analysis.written import WrittenTiling
 from .style import (
     CATEGORICAL,
     CONFLICT_COLOUR,
@@ -27,9 +38,12 @@ from .style import (
     POINT_COLOURS,
     ROOF_COLOURS,
     SCOPE_COLOURS,
+    SWEEP_COLORSCALE,
     TREE_COLOURS,
     TRIES_FIGURE_HEIGHT,
 )
+from .targets import WARP_SIZE
+from .units import count
 
 if TYPE_CHECKING:
     from .build import Spec
@@ -74,7 +88,7 @@ def bank_figure(lanes: LaneMap, title: str = "") -> go.Figure:
     ))
     inactive = [l for l in lanes.lane if not lanes.active[l]]
     where = ", ".join(f"{k}={v}" for k, v in lanes.iteration.items()) or "every iteration"
-    subtitle = (f"warp {lanes.warp}, {where}: {lanes.wavefronts} wavefront(s), {lanes.degree}-way"
+    subtitle = (f"warp {lanes.warp}, {where}: {count(lanes.wavefronts, 'wavefront')}, {lanes.degree}-way"
                 + (f", {len(inactive)} lanes inactive" if inactive else "")
                 + (f"; {lanes.words * BANK_BYTES}-byte accesses, first word shown" if lanes.words > 1 else ""))
     figure.update_xaxes(title="bank", range=[-0.7, BANKS - 0.3], dtick=1, tickfont={"size": 9})
@@ -115,6 +129,30 @@ def conflicts_figure(report: BankReport) -> go.Figure:
     figure.update_xaxes(title="wavefronts per request", rangemode="tozero")
     figure.update_yaxes(autorange="reversed")
     return _layout(figure, "Shared-memory accesses: wavefronts per request")
+
+
+def swizzle_figure(row_bytes: int) -> go.Figure:
+    """Eight rows of a tile ``row_bytes`` wide, each 16-byte chunk coloured by the 4 banks it lands in,
+    as laid out without a swizzle (left) and as TMA writes it under the swizzle of that row width (right):
+    a column of chunks is one 8 × 16-byte core matrix, conflict-free where its 8 colours differ."""
+    chunks = row_bytes // CHUNK_BYTES
+    rows = np.arange(CORE_MATRIX_ROWS)[:, None] * row_bytes + np.arange(chunks)[None, :] * CHUNK_BYTES
+    figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=(
+        f"without a swizzle: {core_matrix_ways(row_bytes, swizzle=False)}-way",
+        f"{row_bytes}-byte swizzle: {core_matrix_ways(row_bytes)}-way"))
+    for col, address in ((1, rows), (2, swizzled(rows, row_bytes))):
+        group = address % WAVEFRONT_BYTES // CHUNK_BYTES  # which 4 banks of the 32: 0 … 7
+        text = [[f"{4 * g}–{4 * g + 3}" for g in line] for line in group]
+        figure.add_trace(dict(
+            type="heatmap", z=group.tolist(), x=[f"chunk {c}" for c in range(chunks)], y=list(range(CORE_MATRIX_ROWS)),
+            zmin=-0.5, zmax=7.5, colorscale=_categorical_scale(8), showscale=False, xgap=2, ygap=2, text=text,
+            texttemplate="%{text}", hovertemplate="row %{y}, %{x} (bytes of the row's 16-byte chunk)<br>banks "
+                                                  "%{text}<extra></extra>"), row=1, col=col)
+    figure.update_yaxes(autorange="reversed", title="row of the tile", dtick=1)
+    _layout(figure, f"Where a tile's 16-byte chunks land: a column is one core matrix<br><sup>rows "
+                    f"{row_bytes} bytes wide; each cell names the 4 banks its chunk uses</sup>")
+    figure.update_layout(margin={"t": 110})  # the title and the two panels' own
+    return figure
 
 
 # -- reduction tree ----------------------------------------------------------------------
@@ -189,6 +227,10 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
     x = np.arange(c0, c1) + own.origin[1]
     custom = np.stack([getattr(own, f)[r0:r1, c0:c1] for f in
                        ("block", "vthread", "thread_x", "thread_y", "thread_z", "iteration", "owners")], axis=-1)
+    wrapped = z.shape[0] == 1 and z.shape[1] > WRAP  # a vector of outputs (a row reduction's): drawn in rows
+    if wrapped:
+        z, custom = _wrap(z[0], np.nan), _wrap(custom[0], -1)
+        y, x = np.arange(z.shape[0]), np.arange(WRAP)
     # The heatmap's value is the id's colour, the palette cycled (id mod its length), and its text the id: a
     # colourscale of two stops per id took plotly seconds to check and copy for thousands of blocks.
     colours = min(count, len(CATEGORICAL))
@@ -204,10 +246,29 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
                        "threadIdx (%{customdata[2]}, %{customdata[3]}, %{customdata[4]})<br>"
                        "inner iteration %{customdata[5]}<br>written %{customdata[6]}×<extra></extra>"),
     ))
-    figure.update_yaxes(autorange="reversed", title="row", scaleanchor="x")
-    figure.update_xaxes(title="column")
+    figure.update_yaxes(autorange="reversed", title=f"element ({WRAP} a row)" if wrapped else "row", scaleanchor="x")
+    figure.update_xaxes(title="+ element" if wrapped else "column")
+    if wrapped:
+        _label_wrapped_rows(figure, len(y), c0 + own.origin[1])
     where = f"block {block}" if block is not None else own.plane + (" (first blocks)" if own.cropped else "")
     return _layout(figure, f"Outputs by {colour_by}: {where}")
+
+
+WRAP = 64  # a single row longer than this is drawn wrapped, this many elements a row
+
+
+def _wrap(values: np.ndarray, fill) -> np.ndarray:
+    """A row of values (or of value tuples) in rows of WRAP, the last padded with ``fill``."""
+    rows = -(-len(values) // WRAP)
+    out = np.full((rows * WRAP, *values.shape[1:]), fill, dtype=values.dtype)
+    out[:len(values)] = values
+    return out.reshape(rows, WRAP, *values.shape[1:])
+
+
+def _label_wrapped_rows(figure: go.Figure, rows: int, first: int) -> None:
+    """Name a wrapped figure's rows by the element each starts at (every eighth row)."""
+    ticks = list(range(0, rows, 8))
+    figure.update_yaxes(tickvals=ticks, ticktext=[f"{first + WRAP * r:,}" for r in ticks])
 
 
 def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
@@ -223,20 +284,88 @@ def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
     z[cells[:, 0] - r0, cells[:, 1] - c0] = 1
     if len(f.thread_cells):
         z[f.thread_cells[:, 0] - r0, f.thread_cells[:, 1] - c0] = 2
+    x, y = np.arange(c0, c1), np.arange(r0, r1)
+    wrapped = z.shape[0] == 1 and z.shape[1] > WRAP  # one row of a row-wise reduction: drawn in rows
+    if wrapped:
+        z, y, x = _wrap(z[0], 0.0), np.arange(-(-z.shape[1] // WRAP)), np.arange(WRAP)
     labels = np.array(["not read", "read by the block", "read by the thread"])[z.astype(int)]
     scale = [[0, FOOTPRINT_COLOURS[0]], [0.33, FOOTPRINT_COLOURS[0]], [0.33, FOOTPRINT_COLOURS[1]],
              [0.67, FOOTPRINT_COLOURS[1]], [0.67, FOOTPRINT_COLOURS[2]], [1, FOOTPRINT_COLOURS[2]]]
+    where = f"{f.buffer}[…, {r0}, row %{{y}} + %{{x}}]" if wrapped else f"{f.buffer}[…, %{{y}}, %{{x}}]"
     figure = go.Figure(go.Heatmap(
-        z=z, x=np.arange(c0, c1), y=np.arange(r0, r1), zmin=0, zmax=2, colorscale=scale, showscale=False,
-        customdata=labels, xgap=1, ygap=1,
-        hovertemplate=f"{f.buffer}[…, %{{y}}, %{{x}}]<br>%{{customdata}}<extra></extra>",
+        z=z, x=x, y=y, zmin=0, zmax=2, colorscale=scale, showscale=False, customdata=labels, xgap=1, ygap=1,
+        hovertemplate=f"{where}<br>%{{customdata}}<extra></extra>",
     ))
-    figure.update_yaxes(autorange="reversed", title="row", scaleanchor="x")
-    figure.update_xaxes(title="column")
+    figure.update_yaxes(autorange="reversed", title=f"column ({WRAP} a row)" if wrapped else "row", scaleanchor="x")
+    figure.update_xaxes(title="+ column" if wrapped else "column")
+    if wrapped:
+        _label_wrapped_rows(figure, len(y), c0)
     t = tiling.chosen_thread
     return _layout(figure, f"{f.buffer}: block {tiling.chosen_block} reads {f.block_elements}, thread "
                            f"({t[0]}, {t[1]}, {t[2]}) reads {f.thread_elements}<br><sup>{f.loads_per_block} loads per "
                            f"block = {f.loads_per_output:.2f} per output</sup>")
+
+
+# -- the tiling of a written kernel ------------------------------------------------------------
+
+
+def walk_figure(t: WrittenTiling) -> go.Figure:
+    """FlashAttention's figure, from the kernel: query tiles of one head down, key and value tiles across,
+    each cell the step of its block's loop that computes it (blank: never, above the causal diagonal)."""
+    z = np.where(t.walk >= 0, t.walk, np.nan)
+    owners = [f"block {b}" if b >= 0 else "block not evaluated" for b in t.tile_owner]
+    rows = [f"rows {q * t.block_q:,}–{(q + 1) * t.block_q - 1:,}" for q in range(t.walk.shape[0])]
+    custom = np.array([[[owners[q], rows[q], f"keys {k * t.block_kv:,}–{(k + 1) * t.block_kv - 1:,}"]
+                        for k in range(t.walk.shape[1])] for q in range(t.walk.shape[0])])
+    figure = go.Figure(dict(
+        type="heatmap", z=[[None if np.isnan(v) else int(v) for v in row] for row in z], customdata=custom,
+        colorscale=SWEEP_COLORSCALE, xgap=1, ygap=1, colorbar={"title": "step"},
+        hovertemplate="query %{customdata[1]} (%{customdata[0]})<br>%{customdata[2]}: step %{z}<extra></extra>"))
+    chosen = np.flatnonzero(t.tile_owner == t.chosen_block)
+    for q in chosen:
+        figure.add_shape(type="rect", x0=-0.5, x1=t.walk.shape[1] - 0.5, y0=q - 0.5, y1=q + 0.5,
+                         line={"color": CONFLICT_COLOUR, "width": 2})
+    figure.update_yaxes(autorange="reversed", title=f"query tile ({t.block_q} rows)")
+    figure.update_xaxes(title=f"key and value tile ({t.block_kv} keys)")
+    return _layout(figure, f"The key and value tiles each block of query rows walks<br><sup>block {t.chosen_block} "
+                           f"outlined; a cell is the step of its block's loop over key tiles</sup>")
+
+
+def written_owners_figure(t: WrittenTiling, colour_by: str = "warp") -> go.Figure:
+    """The chosen block's part of the plane (its outputs, or the sum's elements it reads), each element
+    coloured by the warp or the thread that writes (or reads) it."""
+    ids = t.warp if colour_by == "warp" else t.thread
+    r0, c0 = (int(t.rows.min()), int(t.cols.min())) if t.rows.size else (0, 0)
+    shape = (int(t.rows.max()) - r0 + 1, int(t.cols.max()) - c0 + 1) if t.rows.size else (0, 0)
+    z = np.full(shape, np.nan)
+    thread = np.full(shape, -1)
+    z[t.rows - r0, t.cols - c0] = ids
+    thread[t.rows - r0, t.cols - c0] = t.thread
+    colours = min(int(np.nanmax(z)) + 1 if np.isfinite(z).any() else 1, len(CATEGORICAL))
+    cells = [[None if np.isnan(v) else int(v) % colours for v in row] for row in z]
+    figure = go.Figure(dict(
+        type="heatmap", z=cells, x=np.arange(c0, c0 + shape[1]), y=np.arange(r0, r0 + shape[0]),
+        customdata=np.stack([thread, thread // WARP_SIZE], axis=-1), zmin=-0.5, zmax=colours - 0.5,
+        colorscale=_categorical_scale(colours), showscale=False, xgap=0, ygap=0,
+        hovertemplate=("row %{y}, column %{x}<br>thread %{customdata[0]}, warp %{customdata[1]}<extra></extra>")))
+    figure.update_yaxes(autorange="reversed", title="row" if t.family != "sum" else "run of the block's elements")
+    figure.update_xaxes(title="column" if t.family != "sum" else "element of the run")
+    what = "reads" if t.family == "sum" else "writes"
+    return _layout(figure, f"Block {t.chosen_block}: who {what} each element of {t.buffer}, by {colour_by}")
+
+
+def cells_figure(t: WrittenTiling) -> go.Figure:
+    """C in tiles of block_m × block_n: the block that computes each (blank: not among the blocks evaluated)."""
+    owner = t.cell_owner
+    figure = go.Figure(dict(
+        type="heatmap", z=[[None if v < 0 else int(v) % len(CATEGORICAL) for v in row] for row in owner],
+        text=[["" if v < 0 else str(int(v)) for v in row] for row in owner] if owner.size <= 1024 else None,
+        texttemplate="%{text}" if owner.size <= 1024 else None, zmin=-0.5, zmax=len(CATEGORICAL) - 0.5,
+        colorscale=_categorical_scale(len(CATEGORICAL)), showscale=False, xgap=1, ygap=1,
+        customdata=owner, hovertemplate="tile (%{y}, %{x})<br>block %{customdata}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed", title=f"tile row ({t.cell[0]} rows of C)")
+    figure.update_xaxes(title=f"tile column ({t.cell[1]} columns)")
+    return _layout(figure, f"{t.plane}: the block that computes each tile")
 
 
 # -- resources ---------------------------------------------------------------------------
@@ -252,7 +381,7 @@ def occupancy_figure(kernel: KernelResources) -> go.Figure:
     figure = go.Figure(go.Bar(x=names, y=values, marker={"color": colours}, text=text, textposition="outside",
                               hovertemplate="%{x}: %{text} blocks per SM<extra></extra>", showlegend=False))
     figure.update_yaxes(title="blocks per SM allowed", rangemode="tozero")
-    return _layout(figure, f"{kernel.kernel}: {occ.blocks_per_sm} blocks/SM, {occ.occupancy:.0%} occupancy, "
+    return _layout(figure, f"{kernel.kernel}: {count(occ.blocks_per_sm, 'block')}/SM, {occ.occupancy:.0%} occupancy, "
                            f"limited by {occ.limiter}")
 
 
@@ -262,9 +391,10 @@ def occupancy_figure(kernel: KernelResources) -> go.Figure:
 def roofline_figure(r: Roofline) -> go.Figure:
     """Log-log roofline: GFLOP/s against FLOP per compulsory byte. The compute roof, each
     bandwidth roof up to where it meets it, the workload's intensity (dotted), the current
-    setting (a star; grey when it is a static estimate) and this session's tries."""
+    setting (a star; grey when it is a static estimate) and this session's tries; dotted, the tensor
+    cores' peak where the kernel multiplies 16-bit inputs on the CUDA cores instead."""
     c = r.ceilings
-    peak, compute = r.compute_roof  # FP32, or the tensor cores' for 16-bit inputs
+    peak, compute = r.compute_roof  # FP32, or the tensor cores' for a kernel that multiplies there
     roofs = {"HBM": c.hbm_gbps, **({"L2-resident": c.l2_gbps} if c.l2_gbps is not None else {})}
     intensities = [r.intensity, *(p.intensity for p in r.tries)]
     low = min(min(intensities) / 4, 0.1)
@@ -279,6 +409,11 @@ def roofline_figure(r: Roofline) -> go.Figure:
     figure.add_trace(go.Scatter(
         x=[low, high], y=[peak] * 2, mode="lines", name=f"{compute} peak {peak:,.0f} GFLOP/s",
         line={"color": ROOF_COLOURS["compute"], "dash": "dash"}, hoverinfo="skip"))
+    if r.unused_tensor_roof is not None:
+        tensor, name = r.unused_tensor_roof
+        figure.add_trace(go.Scatter(
+            x=[low, high], y=[tensor] * 2, mode="lines", name=f"{name} peak {tensor:,.0f} GFLOP/s (not used here)",
+            line={"color": ROOF_COLOURS["compute"], "dash": "dot"}, hoverinfo="skip"))
     figure.add_vline(x=r.intensity, line={"color": INACTIVE_COLOUR, "dash": "dot"})
     if r.tries:
         figure.add_trace(_points(r.tries, "this session's tries", POINT_COLOURS["tries"], "circle", 9))

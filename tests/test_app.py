@@ -125,11 +125,17 @@ def _first_preset_per_template():
     return sorted(firsts.values())
 
 
+def tab_titles(preset: str) -> list[str]:
+    """The analyses' tabs of a preset's template: those that apply to it (explorer/analyses.py)."""
+    template = get_preset(preset).spec.template_def
+    return [analysis.title for analysis in ANALYSES.values() if analysis.applies(template)]
+
+
 @pytest.mark.parametrize("preset", _first_preset_per_template())
 def test_analysis_tabs_render(preset):
-    """Every analysis tab, for one preset of each template (tabs are lazy: only the selected
+    """Every analysis tab of one preset of each template (tabs are lazy: only the selected
     one runs), opened one after the other in one session as a student clicks through them."""
-    labels = [analysis.title for analysis in ANALYSES.values()]
+    labels = tab_titles(preset)
     at = app({"preset": preset})
     for label in labels:
         at.session_state["ui.view"] = label
@@ -142,15 +148,51 @@ def test_analysis_tabs_render(preset):
 @pytest.mark.parametrize("name", list(ANALYSES))
 def test_every_analysis_is_a_tab_with_its_panel_and_a_view(name):
     """Each entry of the registry: a --view of the command line, and a tab of its title whose
-    panel (its own, or the default one) shows something."""
+    panel (its own, or the default one) shows something, on a preset of a template it describes."""
     analysis = ANALYSES[name]
-    assert make_parser().parse_args(["show", "dw-blog-final-96", "--view", name]).view == name
-    at = app({"preset": "dw-blog-final-96"}, view=analysis.title).run()
+    preset = next(p for p in ("dw-blog-final-96", "reduce-3-sequential") if name in
+                  [a.name for a in ANALYSES.values() if a.title in tab_titles(p)])
+    assert make_parser().parse_args(["show", preset, "--view", name]).view == name
+    at = app({"preset": preset}, view=analysis.title).run()
     assert_clean(at)
     titles = [t.label for t in at.tabs][len(code_view.VIEWS):]
-    assert titles == [a.title for a in ANALYSES.values()]
+    assert titles == tab_titles(preset)
     tab = at.tabs[len(code_view.VIEWS) + titles.index(analysis.title)]
     assert len(tab.children) > 0
+
+
+# The analyses' tabs of a scheduled template and of each family of written kernels: only those that describe it.
+TABS_OF = {
+    "dw-blog-final-96": ["SASS", "Tiling", "Bank conflicts", "Resources", "vthread", "Roofline", "Counters"],
+    "reduce-3-sequential": ["SASS", "Tiling", "Bank conflicts", "Reduction tree", "Resources", "Roofline", "Counters"],
+    **{preset: ["SASS", "Tiling", "Bank conflicts", "Resources", "Roofline", "Counters"]
+       for preset in ("attention-fused", "attention-mma", "attention-hopper", "hopper-ws-fp16-4096",
+                      "rowwise-softmax-separate")},
+}
+
+
+# The headline of shared memory: in the unit its size fills, the dynamic part counted.
+SHARED_METRIC = {"rowwise-softmax-separate": "36 B", "attention-hopper": "160.0 KB", "attention-fused": "24.5 KB"}
+
+
+@pytest.mark.parametrize("preset", list(TABS_OF))
+def test_a_template_shows_only_the_tabs_that_describe_it(preset):
+    assert tab_titles(preset) == TABS_OF[preset]
+    at = app({"preset": preset}).run()
+    assert_clean(at)
+    assert [t.label for t in at.tabs][len(code_view.VIEWS):] == TABS_OF[preset]
+    if preset in SHARED_METRIC:
+        assert next(m.value for m in at.metric if m.label == "Shared mem / block") == SHARED_METRIC[preset]
+
+
+def test_a_tab_the_next_template_lacks_falls_back_to_the_first():
+    at = app({"preset": "reduce-3-sequential"}, view="Reduction tree").run()
+    assert_clean(at)
+    assert at.session_state["ui.view"] == "Reduction tree"
+    at.sidebar.selectbox(key="ui.workload").set_value("attention").run()
+    assert_clean(at)
+    assert "Reduction tree" not in [t.label for t in at.tabs]
+    assert at.session_state["ui.view"] == next(iter(code_view.VIEWS))
 
 
 def test_the_bank_conflicts_tab_leads_with_a_race(monkeypatch):

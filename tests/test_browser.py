@@ -258,3 +258,68 @@ def test_a_question_round_with_a_teacher_and_two_students(server, tabs, page):
     for student in students:
         student.get_by_text("Question for the class").wait_for(state="detached", timeout=BANNER_WAIT_MS)
         student.close()
+
+
+# -- every tab of a written kernel, against its header and the other tabs (issue 47) ------------------------
+
+# One written kernel per family, the first preset of its template (test_app.py's tabs test compiles the same
+# cubins, which the SASS and Resources tabs read from the compile cache on disk).
+WRITTEN_KERNELS = ("reduce-1-interleaved-divergent", "attention-fused", "attention-mma",
+                   "attention-hopper-one-consumer", "hopper-wgmma-fp16-4096")
+# What each analysis tab shows once its panel has run (the tabs run lazily: only the open one).
+TAB_MARKERS = {"SASS": "registers/thread", "Tiling": "Block 0 ", "Bank conflicts": "Modelled bank conflicts",
+               "Reduction tree": "adds its sums in", "Resources": "Occupancy assumes",
+               "Roofline": "Arithmetic intensity", "Counters": "The counters need"}
+# Sentences no page may say: a count with the wrong number or article, a size rounded to nothing, and the
+# false ones the walk of issue 47 found.
+NEVER = (r"\b1 blocks\b", r"\b1 warps\b", r"\ba 8-step\b", r"\b0\.0 KB\b", r"TensorLoad in an index",
+         r"no compute stage to analyse", r"leaves the reduction's steps to TVM", r"does not use shared memory")
+
+
+def shared_bytes_of_header(line: str) -> list[int]:
+    """The shared memory of each kernel in the build line ("…, 160.0 KB shared; …"), in bytes (KB rounded)."""
+    units = {"B": 1, "KB": 1024, "MB": 1 << 20}
+    return [round(float(n.replace(",", "")) * units[u]) for n, u in re.findall(r"([\d,.]+) (B|KB|MB) shared", line)]
+
+
+def tab_text(page, label: str) -> str:
+    """Open an analysis tab and return the text of its panel once the panel has run."""
+    page.get_by_role("tab", name=label, exact=True).click()
+    panel = page.locator('[role="tabpanel"]:visible')
+    panel.get_by_text(TAB_MARKERS[label]).first.wait_for()
+    return panel.inner_text()
+
+
+def test_every_tab_of_a_written_kernel_agrees_with_its_header_and_the_other_tabs(server, page):
+    """A student walking every tab of one written kernel per family finds no sentence the header (the build
+    line's shared memory, the kernel's units) or another tab contradicts."""
+    for preset in WRITTEN_KERNELS:
+        page.goto(f"{server}/?preset={preset}")
+        wait_for_code(page)
+        line = page.get_by_text("Built in").first.inner_text()
+        shared = shared_bytes_of_header(line)
+        assert shared and all(shared), (preset, line)  # every kernel of these uses shared memory
+        labels = [t.strip() for t in page.get_by_role("tab").all_inner_texts()]
+        assert ("Reduction tree" in labels) == preset.startswith("reduce") and "vthread" not in labels, labels
+        said = {label: tab_text(page, label) for label in TAB_MARKERS if label in labels}
+        everything = "\n".join([page.locator('[data-testid="stMain"]').inner_text(), *said.values()])
+        for pattern in NEVER:
+            assert not re.search(pattern, everything), (preset, pattern)
+        assert page.locator('[data-testid="stException"]').count() == 0, preset
+        # The SASS header counts the shared memory the header counts: the cubin's and the dynamic part.
+        sass = [int(a.replace(",", "")) + int((b or "0").replace(",", "")) for a, b in
+                re.findall(r"registers/thread, ([\d,]+) B shared(?: \+ ([\d,]+) B dynamic)?", said["SASS"])]
+        assert len(sass) == len(shared) and all(s >= h - 52 for s, h in zip(sass, shared, strict=True)), (preset, sass)
+        # What the bank tab does not count, it says in plain words.
+        banks = said["Bank conflicts"]
+        assert ("not modelled" not in banks) or "cannot evaluate" in banks, preset
+        if "hopper" in preset:
+            assert "the TMA unit writes" in banks and "which the model does not count" in banks
+        # The roofline's compute roof is the units' the kernel multiplies on, and the Tiling tab says who owns what.
+        roofline, tiling = said["Roofline"], said["Tiling"]
+        if preset == "attention-fused":
+            assert "multiplies them on the CUDA cores" in roofline and "on the tensor cores, not" not in roofline
+        elif preset != "reduce-1-interleaved-divergent":
+            assert "multiplies these matrices on the tensor cores" in roofline, preset
+        assert re.search(r"Block 0 (owns query rows|computes \d+ tile|of [\d,]+ sums)", tiling), (preset, tiling[:300])
+    page.screenshot(path=OUTPUT / "browser-written-tabs.png", full_page=True)

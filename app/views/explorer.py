@@ -77,8 +77,11 @@ right.download_button(
          "and checks and times the kernel on a GPU.",
 )
 
-analyses = list(ANALYSES.values())
-tabs = st.tabs([*code_view.VIEWS, *(analysis.title for analysis in analyses)], key="ui.view", on_change="rerun")
+analyses = [analysis for analysis in ANALYSES.values() if analysis.applies(built.spec.template_def)]
+labels = [*code_view.VIEWS, *(analysis.title for analysis in analyses)]
+if st.session_state.get("ui.view") not in (None, *labels):  # a tab of the template before, which this one has not
+    st.session_state["ui.view"] = labels[0]
+tabs = st.tabs(labels, key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
         continue

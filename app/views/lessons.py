@@ -16,6 +16,7 @@ from explorer import style
 from explorer.errors import ExplorerError
 from explorer.questions import is_right
 from explorer.targets import target_label
+from explorer.units import byte_size, count
 
 MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
 PREDICTIONS = "lessons.predictions"  # preset id -> (the student's prediction, explorer.questions.Answer), this session
@@ -123,8 +124,8 @@ def show_evidence(step: L.Step, target: str) -> None:
                    help="The most distinct words one bank serves for one warp-wide shared load (1 = none).")
     cols[1].metric("Input loads per output", f"{ev.loads_per_output:.2f}" if ev.loads_per_output is not None else "—",
                    help="Each thread loads its input tile once: smaller is more reuse.")
-    cols[2].metric("Shared memory / block", f"{ev.shared_bytes:,} B")
-    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{ev.blocks_per_sm} blocks/SM", delta_color="off",
+    cols[2].metric("Shared memory / block", byte_size(ev.shared_bytes), help=f"{ev.shared_bytes:,} bytes")
+    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{count(ev.blocks_per_sm, 'block')}/SM", delta_color="off",
                    delta_arrow="off", help=f"Limited by {ev.occupancy_limiter}. Registers are not counted until the "
                                            f"kernel is compiled (Explorer page, Resources tab).")
     if ev.notes:
