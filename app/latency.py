@@ -11,7 +11,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from explorer import figures, targets
 from explorer.build import Build
 
-from . import server, session
+from . import server, session, ui
 
 
 def can_measure() -> bool:
@@ -39,7 +39,7 @@ def latency(built: Build) -> None:
     st.caption(_measured_when(result, job))
     if getattr(result, "quick", False):
         st.caption(QUICK_NOTE)
-    st.plotly_chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), key="tries")
+    ui.chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), "tries")
 
 
 def start_measuring(spec) -> None:
