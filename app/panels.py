@@ -24,7 +24,7 @@ from explorer.build import Build
 from explorer.errors import ExplorerError
 from explorer.units import byte_size, count
 
-from . import code_view, latency, server, session
+from . import code_view, latency, server, session, ui
 
 # A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
 MAX_FIGURE_CELLS = 1 << 16
@@ -93,7 +93,7 @@ def resources(built: Build) -> None:
         for k in report.kernels
     ], hide_index=True)
     for kernel in report.kernels:
-        st.plotly_chart(figures.occupancy_figure(kernel), key=f"occupancy-{kernel.kernel}")
+        ui.chart(figures.occupancy_figure(kernel), key=f"occupancy-{kernel.kernel}")
     st.caption(" ".join(report.notes))
 
 
@@ -188,9 +188,9 @@ def tiling(built: Build) -> None:
     cells = t.ownership.shape[0] * t.ownership.shape[1]
     if cells <= MAX_FIGURE_CELLS:
         left, right = st.columns(2)
-        left.plotly_chart(figures.ownership_figure(t, colour_by), key="tiling-all")
+        ui.chart(figures.ownership_figure(t, colour_by), "tiling-all", left)
         if owning:
-            right.plotly_chart(figures.ownership_figure(t, "thread", block=block), key="tiling-block")
+            ui.chart(figures.ownership_figure(t, "thread", block=block), "tiling-block", right)
     else:
         st.caption(f"The output plane {t.ownership.plane} has {cells:,} elements, too many to draw "
                    f"(up to {MAX_FIGURE_CELLS:,}); choose a smaller shape to see it.")
@@ -200,7 +200,7 @@ def tiling(built: Build) -> None:
             column.caption(f"{footprint.buffer}: block {t.chosen_block} reads {footprint.block_elements:,} elements, "
                            f"thread {t.chosen_thread} reads {footprint.thread_elements:,}; too large to draw.")
         else:
-            column.plotly_chart(figures.footprint_figure(t, i), key=f"footprint-{i}")
+            ui.chart(figures.footprint_figure(t, i), f"footprint-{i}", column)
     if t.notes:
         st.caption(" ".join(t.notes))
 
@@ -277,7 +277,7 @@ def bank_conflicts(built: Build) -> None:
         shared_tiles(tiles)
     if not accesses:
         return
-    st.plotly_chart(figures.conflicts_figure(report), key="banks-all")
+    ui.chart(figures.conflicts_figure(report), key="banks-all")
     modelled = {f"{k.kernel} #{a.number} {a.op} · {a.text}": (k, a) for k, a in accesses if not a.not_modelled}
     if modelled:
         cols = st.columns([3, 1])
@@ -286,8 +286,8 @@ def bank_conflicts(built: Build) -> None:
         warp = cols[1].number_input("Warp", 0, kernel.warps_per_block - 1, 0, key="ui.banks.warp")
         lanes = banks.lane_map(built, kernel.kernel, access.number, warp)
         left, right = st.columns(2)
-        left.plotly_chart(figures.bank_figure(lanes), key="banks-wavefronts")
-        right.plotly_chart(figures.lanes_figure(lanes), key="banks-lanes")
+        ui.chart(figures.bank_figure(lanes), "banks-wavefronts", left)
+        ui.chart(figures.lanes_figure(lanes), "banks-lanes", right)
     st.dataframe([
         {"kernel": k.kernel, "#": a.number, "op": a.op, "access": a.text, "bytes/lane": a.access_bytes,
          "max n-way": a.max_degree, "mean n-way": round(a.mean_degree, 2),
@@ -329,7 +329,7 @@ def reduction_tree(built: Build) -> None:
     st.markdown(f"**A block of {report.threads} threads ({report.warps} warps) adds its sums in "
                 f"{len(report.steps)} steps** — worst bank conflict {report.worst_bank_ways}-way; both kernels "
                 "run this tree.")
-    st.plotly_chart(figures.tree_figure(report), key="tree-steps-figure")
+    ui.chart(figures.tree_figure(report), key="tree-steps-figure")
     st.dataframe([
         {"step size s": t.s, "stage": t.stage, "active threads": t.active_threads, "needed": t.needed_threads,
          "idle threads": t.idle_threads, "idle warps": t.idle_warps, "divergent warps": t.divergent_warps,
@@ -357,15 +357,15 @@ def vthreads(built: Build) -> None:
     st.markdown("\n".join(f"- {sentence}" for sentence in comparison.explanation))
     for i, (column, side) in enumerate(zip(st.columns(2), comparison.sides, strict=True)):
         with column:
-            st.subheader(side.label.capitalize())
+            st.markdown(f"**{side.label.capitalize()}**")
             st.caption(", ".join(f"{name} = {value}" for name, value in comparison.changed_knobs(i).items()))
             latency.side_latency(side)
             st.code("\n".join(side.scheduled), language="python")
             with st.expander("Lowered TIR (the vthread loop is gone)"):
                 st.code("\n".join(side.lowered), language="python")
-            st.plotly_chart(figures.ownership_figure(side.tiling, "thread", block=0), key=f"vthread-owners-{i}")
+            ui.chart(figures.ownership_figure(side.tiling, "thread", block=0), key=f"vthread-owners-{i}")
             if side.shared_load is not None:
-                st.plotly_chart(figures.bank_figure(side.shared_load.lanes, side.shared_load.access.text),
+                ui.chart(figures.bank_figure(side.shared_load.lanes, side.shared_load.access.text),
                                 key=f"vthread-banks-{i}")
 
 
@@ -395,7 +395,7 @@ def roofline(built: Build) -> None:
     cols[2].metric("This setting" if measured else "Static estimate", f"{r.current.percent_of_attainable:.0f}%",
                    help="Achieved ÷ attainable GFLOP/s." if measured else
                    "Not measured: placed on the roof, the best any schedule can do.")
-    st.plotly_chart(figures.roofline_figure(r), key="roofline")
+    ui.chart(figures.roofline_figure(r), key="roofline")
     st.caption(" ".join(r.notes))
 
 
@@ -472,7 +472,7 @@ def default_panel(analysis: Analysis, built: Build) -> None:
         st.info(str(e))
         return
     if analysis.figure is not None and result is not None:
-        st.plotly_chart(analysis.figure(result), key=f"{analysis.name}-figure")
+        ui.chart(analysis.figure(result), key=f"{analysis.name}-figure")
     st.code(analysis.text(result, built), language=None)
 
 

@@ -1,10 +1,14 @@
 """Plotly figures of the analyses: plain data in, a ``go.Figure`` out (no streamlit).
 
-Colours come from :mod:`explorer.style`; hovering a lane or an element shows its lane,
-thread ids, address and bank, or its block, vthread, thread and iteration.
+Colours come from :mod:`explorer.style` and mean the same on the app's light and dark themes (the
+figures set no background: Streamlit's Plotly theme gives each theme its own); hovering a lane
+or an element shows its lane, thread ids, address and bank, or its block, vthread, thread and
+iteration. Every figure carries a one-sentence text alternative, ``layout.meta["alt"]``, which
+the app shows under it (:func:`alt`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -34,13 +38,15 @@ from .style import (
     FOOTPRINT_COLOURS,
     INACTIVE_COLOUR,
     LIMITER_COLOURS,
-    OP_COLOURS,
+    OK_COLOUR,
+    OP_PATTERNS,
     POINT_COLOURS,
     ROOF_COLOURS,
     SCOPE_COLOURS,
     SWEEP_COLORSCALE,
     TREE_COLOURS,
     TRIES_FIGURE_HEIGHT,
+    degree_colour,
 )
 from .targets import WARP_SIZE
 from .units import count
@@ -49,10 +55,45 @@ if TYPE_CHECKING:
     from .build import Spec
 
 
-def _layout(figure: go.Figure, title: str, **extra) -> go.Figure:
+ALT = "alt"  # the key of a figure's text alternative in its layout's meta
+
+
+def _layout(figure: go.Figure, title: str, alt: str, **extra) -> go.Figure:
     figure.update_layout(title={"text": title}, height=FIGURE_HEIGHT, margin={"l": 50, "r": 20, "t": 60, "b": 40},
-                         plot_bgcolor="white", **extra)
+                         meta={ALT: alt}, **extra)
     return figure
+
+
+def alt(figure: go.Figure) -> str:
+    """A figure's one-sentence text alternative ("" for one made elsewhere)."""
+    meta = figure.layout.meta
+    return meta.get(ALT, "") if isinstance(meta, dict) else ""
+
+
+def integer_axis(high: float, ticks: int = 8) -> dict:
+    """An axis of whole numbers from 0 to ``high``: ticks every 1, 2 or 5 × 10^k, at most
+    ``ticks`` of them, never between two whole numbers."""
+    step = 1
+    while high / step > ticks:
+        step *= {1: 2, 2: 2.5, 5: 2}[int(str(step)[0])]
+        step = int(step)
+    return {"tick0": 0, "dtick": step, "tickformat": ",d"}
+
+
+def _short(value: float) -> str:
+    """A power of ten as a tick reads it: 0.01, 1, 100, 10k, 1M."""
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= size:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}"
+
+
+def log_axis(low: float, high: float) -> dict:
+    """A log axis from ``low`` to ``high`` labelled at each power of ten only (1, 10, 100, 1k…):
+    Plotly's own ticks on a log axis read "5 2 10k 5 2 1000"."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    decades = [10.0 ** k for k in range(first, last + 1)]
+    return {"type": "log", "tickvals": decades, "ticktext": [_short(d) for d in decades]}
 
 
 # -- banks -------------------------------------------------------------------------------
@@ -60,67 +101,93 @@ def _layout(figure: go.Figure, title: str, **extra) -> go.Figure:
 
 def bank_figure(lanes: LaneMap, title: str = "") -> go.Figure:
     """The 32 banks across, the wavefronts a request needs down: each distinct word is a
-    marker in its bank's column, one row per wavefront (a second row = a 2-way conflict).
-    Lanes reading the same word share its marker (broadcast)."""
+    marker in its bank's column, one row per wavefront (a second row = a 2-way conflict, in
+    the conflict's colour and named so in the legend). Lanes reading the same word share its
+    marker (broadcast)."""
     words: dict[int, list[int]] = {}
     for lane in lanes.lane:
         if lanes.active[lane]:
             words.setdefault(lanes.address[lane] // BANK_BYTES, []).append(lane)
     row_in_bank: dict[int, int] = {}
-    xs, ys, colours, text, hover = [], [], [], [], []
+    rows: dict[bool, list] = {False: [], True: []}  # conflict-free first wavefront, extra wavefronts
     for word in sorted(words):
         bank = word % BANKS
         row = row_in_bank.get(bank, 0)
         row_in_bank[bank] = row + 1
         members = words[word]
-        xs.append(bank)
-        ys.append(row + 1)
-        colours.append(SCOPE_COLOURS["shared"] if row == 0 else CONFLICT_COLOUR)
-        text.append(",".join(str(l) for l in members) if len(members) <= 3 else f"{members[0]}…({len(members)})")
         threads = "<br>".join(f"lane {l}: threadIdx ({', '.join(map(str, lanes.thread[l]))}), element "
                               f"{lanes.element[l]}" for l in members[:8])
         more = f"<br>… {len(members) - 8} more lanes" if len(members) > 8 else ""
-        hover.append(f"bank {bank}, word {word} (byte address {word * BANK_BYTES})<br>{threads}{more}")
-    figure = go.Figure(go.Scatter(
-        x=xs, y=ys, mode="markers+text", text=text, textposition="middle center",
-        marker={"size": 26, "color": colours, "symbol": "square"}, textfont={"size": 9, "color": "white"},
-        hovertext=hover, hoverinfo="text", showlegend=False,
-    ))
+        rows[row > 0].append((bank, row + 1, ",".join(str(l) for l in members) if len(members) <= 3
+                              else f"{members[0]}…({len(members)})",
+                              f"bank {bank}, word {word} (byte address {word * BANK_BYTES})<br>{threads}{more}"))
+    figure = go.Figure()
+    for extra, name, colour, symbol in ((False, "first wavefront", OK_COLOUR, "square"),
+                                        (True, "extra wavefront: a bank conflict", CONFLICT_COLOUR, "diamond-wide")):
+        if not rows[extra] and extra:
+            continue
+        xs, ys, text, hover = (list(column) for column in zip(*rows[extra], strict=True)) if rows[extra] else \
+            ([], [], [], [])
+        figure.add_trace(go.Scatter(
+            x=xs, y=ys, mode="markers+text", text=text, textposition="middle center", name=name,
+            marker={"size": 26, "color": colour, "symbol": symbol}, textfont={"size": 9, "color": "white"},
+            hovertext=hover, hoverinfo="text",
+        ))
     inactive = [l for l in lanes.lane if not lanes.active[l]]
     where = ", ".join(f"{k}={v}" for k, v in lanes.iteration.items()) or "every iteration"
     subtitle = (f"warp {lanes.warp}, {where}: {count(lanes.wavefronts, 'wavefront')}, {lanes.degree}-way"
                 + (f", {len(inactive)} lanes inactive" if inactive else "")
                 + (f"; {lanes.words * BANK_BYTES}-byte accesses, first word shown" if lanes.words > 1 else ""))
+    depth = max(row_in_bank.values(), default=1)
     figure.update_xaxes(title="bank", range=[-0.7, BANKS - 0.3], dtick=1, tickfont={"size": 9})
-    figure.update_yaxes(title="wavefront", autorange="reversed", dtick=1, rangemode="tozero")
-    return _layout(figure, f"{title}<br><sup>{subtitle}</sup>" if title else subtitle)
+    figure.update_yaxes(title="wavefront", range=[depth + 0.5, 0.5], tick0=1, dtick=1)
+    conflict = "no bank conflict" if lanes.degree <= 1 else f"a {lanes.degree}-way bank conflict"
+    text = (f"The {len(words)} distinct word(s) that warp {lanes.warp}'s lanes access, each in its bank's column: "
+            f"{lanes.wavefronts} wavefront(s), {conflict}"
+            + (f", {len(inactive)} lanes inactive." if inactive else "."))
+    _layout(figure, f"{title}<br><sup>{subtitle}</sup>" if title else subtitle, text,
+            legend={"orientation": "h", "y": -0.35})
+    # As tall as its rows: a conflict-free warp is one row of markers, not a mostly empty square.
+    figure.update_layout(height=200 + 40 * depth)
+    return figure
 
 
 def lanes_figure(lanes: LaneMap, title: str = "") -> go.Figure:
-    """Lane → bank: one bar per lane at its bank; inactive lanes grey."""
+    """Lane → bank: one marker per lane at its bank; inactive lanes grey crosses."""
     colours = [SCOPE_COLOURS["shared"] if a else INACTIVE_COLOUR for a in lanes.active]
     hover = [f"lane {l}<br>threadIdx ({', '.join(map(str, lanes.thread[l]))})<br>element {lanes.element[l]}, "
              f"byte address {lanes.address[l]}<br>bank {lanes.bank[l]}" + ("" if lanes.active[l] else "<br>inactive")
              for l in lanes.lane]
     figure = go.Figure(go.Scatter(
         x=list(lanes.lane), y=list(lanes.bank), mode="markers+lines", line={"color": INACTIVE_COLOUR, "width": 1},
-        marker={"size": 10, "color": colours}, hovertext=hover, hoverinfo="text", showlegend=False,
+        marker={"size": 10, "color": colours, "symbol": ["circle" if a else "x" for a in lanes.active]},
+        hovertext=hover, hoverinfo="text", showlegend=False,
     ))
     figure.update_xaxes(title="lane", dtick=4, range=[-0.5, 31.5])
     figure.update_yaxes(title="bank", range=[-0.5, BANKS - 0.5], dtick=4)
-    return _layout(figure, title or f"lane → bank, warp {lanes.warp}")
+    active = [l for l in lanes.lane if lanes.active[l]]
+    banks = len({lanes.bank[l] for l in active})
+    inactive = len(lanes.lane) - len(active)
+    text = (f"The bank each lane of warp {lanes.warp} accesses: {len(active)} active lanes over {banks} bank(s)"
+            + (f", {inactive} inactive lanes drawn as grey crosses." if inactive else "."))
+    return _layout(figure, title or f"lane → bank, warp {lanes.warp}", text)
 
 
 def conflicts_figure(report: BankReport) -> go.Figure:
-    """Wavefronts per request of every shared access (1 = conflict-free for 4-byte
-    accesses), loads and stores in their own colours."""
+    """Wavefronts per request of every shared access (1 = conflict-free for 4-byte accesses),
+    coloured by its worst conflict's degree (conflict-free blue) and labelled with it; stores
+    hatched."""
     bars = [a for k in report.kernels for a in k.accesses if not a.not_modelled]
     labels = [f"{a.kernel} #{a.number} {a.op} {a.buffer}" if len(report.kernels) > 1
               else f"#{a.number} {a.op} {a.buffer}"
               for a in bars]
     figure = go.Figure(go.Bar(
         y=labels, x=[a.wavefronts_per_request for a in bars], orientation="h",
-        marker={"color": [OP_COLOURS[a.op] for a in bars]},
+        marker={"color": [degree_colour(a.max_degree) for a in bars],
+                "pattern": {"shape": [OP_PATTERNS[a.op] for a in bars]}},
+        text=[f"reuses #{a.duplicate_of}" if a.duplicate_of else
+              ("conflict-free" if a.max_degree <= 1 else f"{a.max_degree}-way") for a in bars],
+        textposition="outside", cliponaxis=False,
         hovertext=[f"{a.text}<br>{a.max_degree}-way max, {a.mean_degree:.2f} mean<br>{a.requests:,} requests, "
                    f"{a.conflicts:,} conflicts" + (f"<br>reuses #{a.duplicate_of}" if a.duplicate_of else "")
                    for a in bars],
@@ -128,7 +195,12 @@ def conflicts_figure(report: BankReport) -> go.Figure:
     ))
     figure.update_xaxes(title="wavefronts per request", rangemode="tozero")
     figure.update_yaxes(autorange="reversed")
-    return _layout(figure, "Shared-memory accesses: wavefronts per request")
+    conflicted = [a for a in bars if a.max_degree > 1]
+    worst = max((a.max_degree for a in bars), default=1)
+    text = (f"Wavefronts per request of the {len(bars)} modelled shared-memory access(es), stores hatched: "
+            + (f"{len(conflicted)} with bank conflicts, the worst {worst}-way." if conflicted
+               else "none has a bank conflict."))
+    return _layout(figure, "Shared-memory accesses: wavefronts per request", text)
 
 
 def swizzle_figure(row_bytes: int) -> go.Figure:
@@ -185,12 +257,16 @@ def tree_figure(report: TreeReport) -> go.Figure:
     banks = ["registers" if t.bank_ways is None else f"{t.bank_ways}-way" for t in steps]
     figure.update_xaxes(tickvals=labels, ticktext=[f"{label}<br>{ways}" for label, ways in zip(labels, banks,
                                                                                                strict=True)])
+    divergent = max((t.divergent_warps for t in steps), default=0)
+    text = (f"Threads of a {report.threads}-thread block that add a used sum, add an unused one or wait, at each "
+            f"of the tree's {len(steps)} steps; " + (f"up to {divergent} of its {warps} warps diverge in a step."
+                                                   if divergent else f"none of its {warps} warps diverges."))
     return _layout(figure, f"Tree of {report.threads} threads ({warps} warps): {report.addressing} addressing, "
                            f"last warp {report.last_warp}<br><sup>under each step: its shared-memory bank ways</sup>",
-                   barmode="stack", legend={"orientation": "h", "y": -0.25},
-                   yaxis={"title": "threads", "range": [0, report.threads * 1.08]},
+                   text, barmode="stack", legend={"orientation": "h", "y": -0.25},
+                   yaxis={"title": "threads", "range": [0, report.threads * 1.08], **integer_axis(report.threads)},
                    yaxis2={"title": "divergent warps", "overlaying": "y", "side": "right", "showgrid": False,
-                           "range": [0, warps * 1.08], "dtick": max(1, warps // 8)})
+                           "range": [0, warps * 1.08], **integer_axis(warps)})
 
 
 # -- tiling ------------------------------------------------------------------------------
@@ -246,12 +322,18 @@ def ownership_figure(tiling: Tiling, colour_by: str = "block", block: int | None
                        "threadIdx (%{customdata[2]}, %{customdata[3]}, %{customdata[4]})<br>"
                        "inner iteration %{customdata[5]}<br>written %{customdata[6]}×<extra></extra>"),
     ))
-    figure.update_yaxes(autorange="reversed", title=f"element ({WRAP} a row)" if wrapped else "row", scaleanchor="x")
-    figure.update_xaxes(title="+ element" if wrapped else "column")
     if wrapped:
+        figure.update_yaxes(autorange="reversed", title=f"element ({WRAP} a row)", scaleanchor="x")
+        figure.update_xaxes(title="+ element", **integer_axis(WRAP))
         _label_wrapped_rows(figure, len(y), c0 + own.origin[1])
+    else:
+        figure.update_yaxes(autorange="reversed", title="row", scaleanchor="x", **integer_axis(max(r1 - r0, 1)))
+        figure.update_xaxes(title="column", **integer_axis(max(c1 - c0, 1)))
     where = f"block {block}" if block is not None else own.plane + (" (first blocks)" if own.cropped else "")
-    return _layout(figure, f"Outputs by {colour_by}: {where}")
+    ids = "each cell writes its id" if text is not None else "hover a cell for its ids"
+    description = (f"The outputs of {where}, each coloured by the {colour_by} that computes it: {count} "
+                   f"{colour_by} id(s); {ids}.")
+    return _layout(figure, f"Outputs by {colour_by}: {where}", description)
 
 
 WRAP = 64  # a single row longer than this is drawn wrapped, this many elements a row
@@ -277,7 +359,8 @@ def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
     f = tiling.footprints[buffer]
     cells = f.block_cells
     if not len(cells):
-        return _layout(go.Figure(), f"{f.buffer}: nothing read")
+        return _layout(go.Figure(), f"{f.buffer}: nothing read", f"Block {tiling.chosen_block} reads nothing of "
+                                                                f"{f.buffer}.")
     r0, c0 = cells.min(axis=0)
     r1, c1 = cells.max(axis=0) + 1
     z = np.zeros((r1 - r0, c1 - c0))
@@ -296,14 +379,20 @@ def footprint_figure(tiling: Tiling, buffer: int = 0) -> go.Figure:
         z=z, x=x, y=y, zmin=0, zmax=2, colorscale=scale, showscale=False, customdata=labels, xgap=1, ygap=1,
         hovertemplate=f"{where}<br>%{{customdata}}<extra></extra>",
     ))
-    figure.update_yaxes(autorange="reversed", title=f"column ({WRAP} a row)" if wrapped else "row", scaleanchor="x")
-    figure.update_xaxes(title="+ column" if wrapped else "column")
     if wrapped:
+        figure.update_yaxes(autorange="reversed", title=f"column ({WRAP} a row)", scaleanchor="x")
+        figure.update_xaxes(title="+ column", **integer_axis(WRAP))
         _label_wrapped_rows(figure, len(y), c0)
+    else:
+        figure.update_yaxes(autorange="reversed", title="row", scaleanchor="x", **integer_axis(max(r1 - r0, 1)))
+        figure.update_xaxes(title="column", **integer_axis(max(c1 - c0, 1)))
     t = tiling.chosen_thread
+    description = (f"The elements of {f.buffer} that block {tiling.chosen_block} reads ({f.block_elements}, in "
+                   f"orange) and among them those thread ({t[0]}, {t[1]}, {t[2]}) reads ({f.thread_elements}, "
+                   "in blue).")
     return _layout(figure, f"{f.buffer}: block {tiling.chosen_block} reads {f.block_elements}, thread "
                            f"({t[0]}, {t[1]}, {t[2]}) reads {f.thread_elements}<br><sup>{f.loads_per_block} loads per "
-                           f"block = {f.loads_per_output:.2f} per output</sup>")
+                           f"block = {f.loads_per_output:.2f} per output</sup>", description)
 
 
 # -- the tiling of a written kernel ------------------------------------------------------------
@@ -380,9 +469,13 @@ def occupancy_figure(kernel: KernelResources) -> go.Figure:
     text = [str(occ.limits[n]) if occ.limits[n] is not None else "not compiled" for n in names]
     figure = go.Figure(go.Bar(x=names, y=values, marker={"color": colours}, text=text, textposition="outside",
                               hovertemplate="%{x}: %{text} blocks per SM<extra></extra>", showlegend=False))
-    figure.update_yaxes(title="blocks per SM allowed", rangemode="tozero")
-    return _layout(figure, f"{kernel.kernel}: {count(occ.blocks_per_sm, 'block')}/SM, {occ.occupancy:.0%} occupancy, "
-                           f"limited by {occ.limiter}")
+    figure.update_yaxes(title="blocks per SM allowed", rangemode="tozero", **integer_axis(max(values, default=1)))
+    limits = ", ".join(f"{n} {t}" for n, t in zip(names, text, strict=True))
+    blocks = count(occ.blocks_per_sm, "block")
+    return _layout(figure, f"{kernel.kernel}: {blocks}/SM, {occ.occupancy:.0%} occupancy, "
+                           f"limited by {occ.limiter}",
+                   f"Blocks per SM each resource allows for {kernel.kernel} ({limits}): {occ.limiter} limits it to "
+                   f"{blocks} per SM, {occ.occupancy:.0%} occupancy.")
 
 
 # -- roofline ----------------------------------------------------------------------------
@@ -420,14 +513,21 @@ def roofline_figure(r: Roofline) -> go.Figure:
     current = r.current
     figure.add_trace(_points((current,), f"{current.label} ({current.kind})", POINT_COLOURS[current.kind],
                              "star", 16))
-    return _layout(figure, f"{r.workload} — {c.source}", xaxis={"type": "log", "title": "FLOP per compulsory byte"},
-                   yaxis={"type": "log", "title": "GFLOP/s"}, legend={"orientation": "h", "y": -0.2})
+    kind = "measured" if current.kind == "measured" else "placed on the roof, not measured"
+    bandwidth = f"{' and '.join(roofs)} bandwidth roof" + ("s" if len(roofs) > 1 else "")
+    description = (f"{r.workload} at {r.intensity:.2f} FLOP per byte under the {compute} roof of {peak:,.0f} GFLOP/s "
+                   f"and the {bandwidth}; this setting ({kind}) at {current.gflops:,.0f} GFLOP/s, "
+                   f"{current.percent_of_attainable:.0f}% of what its intensity allows.")
+    lowest = min(low * min(roofs.values()), *(p.gflops for p in (current, *r.tries)))
+    return _layout(figure, f"{r.workload} — {c.source}", description,
+                   xaxis={**log_axis(low, high), "title": "FLOP per compulsory byte"},
+                   yaxis={**log_axis(lowest, peak * 1.5), "title": "GFLOP/s"}, legend={"orientation": "h", "y": -0.2})
 
 
 def _points(points: tuple[Point, ...], name: str, colour: str, symbol: str, size: int) -> go.Scatter:
     return go.Scatter(
         x=[p.intensity for p in points], y=[p.gflops for p in points], mode="markers", name=name,
-        marker={"color": colour, "symbol": symbol, "size": size, "line": {"width": 1, "color": "black"}},
+        marker={"color": colour, "symbol": symbol, "size": size, "line": {"width": 1, "color": INACTIVE_COLOUR}},
         hovertext=[f"{p.label}: {p.latency_us:.2f} µs, {p.percent_of_attainable:.0f}% of attainable" for p in points],
         hovertemplate="%{hovertext}<br>%{y:,.0f} GFLOP/s<extra></extra>")
 
@@ -447,4 +547,10 @@ def tries_figure(tries: Sequence[tuple[Spec, float | None]]) -> go.Figure:
     ))
     figure.update_layout(xaxis_title="try", yaxis_title="latency (µs)", height=TRIES_FIGURE_HEIGHT,
                          margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    figure.update_xaxes(**integer_axis(len(tries)))
+    times = [us for _, _, us in measured]
+    description = (f"Latency of this session's {len(measured)} measured tries of {len(tries)}, in order"
+                   + (f": from {times[0]:.2f} µs to {times[-1]:.2f} µs, the best {min(times):.2f} µs." if times
+                      else "."))
+    figure.update_layout(meta={ALT: description})
     return figure

@@ -77,6 +77,7 @@ def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
 
 
 def test_figure_draws_the_roofs_the_point_and_the_tries():
+    from explorer.figures import alt as figures_alt
     from explorer.figures import roofline_figure
 
     w = get_preset("dw-blog-final-96").spec.workload
@@ -89,6 +90,11 @@ def test_figure_draws_the_roofs_the_point_and_the_tries():
     assert hbm.x[1] == pytest.approx(10.0) and hbm.y[1] == 1000.0  # meets the peak at the ridge, 1000 / 100
     assert figure.data[-1].y[0] == pytest.approx(w.flops / 100.0 / 1e3)
     assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
+    # Labelled at the powers of ten only (1, 10, 100, 1k), not "5 2 10k 5 2 1000".
+    assert all(text in ("0.01", "0.1") or text[0] == "1" for text in figure.layout.yaxis.ticktext)
+    assert figures_alt(figure).startswith(f"{r.workload} at {r.intensity:.2f} FLOP per byte under the FP32 roof of "
+                                          "1,000 GFLOP/s and the HBM and L2-resident bandwidth roofs; this setting "
+                                          "(measured) at ")
     # Published figures: no L2 roof.
     assert [t.name for t in roofline_figure(roofline(w, published_ceilings("sm_80"))).data][:2] == [
         "HBM 2,039 GB/s", "FP32 peak 19,500 GFLOP/s"]

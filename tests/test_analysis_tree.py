@@ -143,6 +143,10 @@ def test_tree_figure_stacks_threads_and_marks_divergent_warps():
     assert list(needed.y) == [t.active_threads for t in report.steps] and set(extra.y) == {0}
     assert [a + b for a, b in zip(needed.y, idle.y, strict=True)] == [256] * 8
     assert list(divergent.y) == [8, 8, 8, 8, 8, 4, 2, 1] and divergent.marker.color == style.TREE_COLOURS["divergent"]
+    figure = figures.tree_figure(report)
+    assert figure.layout.yaxis.dtick == 50 and figure.layout.yaxis2.dtick == 1  # whole threads, whole warps
+    assert figures.alt(figure) == ("Threads of a 256-thread block that add a used sum, add an unused one or wait, at "
+                                   "each of the tree's 8 steps; up to 8 of its 8 warps diverge in a step.")
     strided = figures.tree_figure(tree_of(addressing="interleaved_strided"))
     assert list(strided.layout.xaxis.ticktext)[:3] == ["s=1<br>2-way", "s=2<br>4-way", "s=4<br>8-way"]
     shuffle = figures.tree_figure(tree_of(last_warp="shuffle")).data

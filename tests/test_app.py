@@ -15,12 +15,12 @@ from app import code_view, latency, panels, server, session, widgets
 from explorer import urlstate
 from explorer.analyses import ANALYSES
 from explorer.analysis import races
-from explorer.build import build
+from explorer.build import Spec, build
 from explorer.cli import make_parser
 from explorer.errors import ExplorerError
-from explorer.figures import tries_figure
+from explorer.figures import alt, tries_figure
 from explorer.highlight import kernels_only
-from explorer.presets import all_presets, get_preset
+from explorer.presets import all_presets, default_preset, get_preset
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 60
@@ -28,7 +28,8 @@ THREAD_X = "knob:depthwise_blog.num_thread_x"
 
 
 def app(query=None, view=None) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    """The Explorer page (opened by a link with ``query``, on its tab ``view``)."""
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).switch_page("views/explorer.py")
     if query:
         at.query_params.update(query)
     if view:
@@ -282,11 +283,20 @@ def test_link_restores_the_knobs():
     assert "Changed from the preset: num_thread_x, num_vthread_x, unroll" in at.sidebar.caption[0].value
 
 
-def test_bad_link_says_why_and_opens_the_default():
-    at = app({"template": "depthwise_blog", "knob.num_thread_x": "3"}).run()
+def test_a_bad_value_in_a_link_is_left_out_and_the_rest_opens():
+    at = app({"template": "depthwise_blog", "knob.num_thread_x": "3", "knob.unroll": "true"}).run()
+    assert_clean(at)
+    assert "opened without knob" in at.warning[0].value and "num\\_thread\\_x" in at.warning[0].value
+    template = get_preset("dw-blog-final-96").spec.template_def
+    assert at.session_state["spec"] == Spec("depthwise_blog", template.default_workload(),
+                                            template.knobs().replace(unroll=True))
+
+
+def test_a_link_that_names_nothing_usable_says_why_and_opens_the_default():
+    at = app({"template": "nope"}).run()
     assert not at.exception
-    assert "could not be opened" in at.error[0].value and "num_thread_x" in at.error[0].value
-    assert at.session_state["spec"] == get_preset("dw-blog-final-96").spec
+    assert "could not be opened" in at.error[0].value and "nope" in at.error[0].value
+    assert at.session_state["preset"] == default_preset()
 
 
 def test_reset_to_preset():
@@ -409,9 +419,13 @@ def test_diff_counts():
 def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
     spec = get_preset("dw-blog-final-96").spec
     tries = [(spec, 9.5), (spec.with_knobs(num_thread_x=8), None), (spec.with_knobs(num_thread_x=4), 12.0)]
-    trace = tries_figure(tries).data[0]
+    figure = tries_figure(tries)
+    trace = figure.data[0]
     assert list(trace.x) == [1, 3] and list(trace.y) == [9.5, 12.0]
     assert "num_thread_x = 4" in trace.hovertext[1]
+    assert figure.layout.xaxis.dtick == 1  # tries are counted: no tick at 1.5
+    assert alt(figure) == ("Latency of this session's 2 measured tries of 3, in order: from 9.50 µs to 12.00 µs, "
+                           "the best 9.50 µs.")
 
 
 def test_latency_panel_measures_each_setting_once(monkeypatch):
