@@ -231,13 +231,13 @@ def written_tiling(built: Build, kernel) -> None:
     st.markdown("\n".join(f"- {sentence}" for sentence in t.sentences))
     left, right = st.columns(2)
     if t.walk is not None:
-        left.plotly_chart(figures.walk_figure(t), key="tiling-walk")
+        ui.chart(figures.walk_figure(t), "tiling-walk", left)
     elif t.cell_owner is not None:
-        left.plotly_chart(figures.cells_figure(t), key="tiling-cells")
+        ui.chart(figures.cells_figure(t), "tiling-cells", left)
     target = right if t.walk is not None or t.cell_owner is not None else left
     cells = (int(np.ptp(t.rows)) + 1) * (int(np.ptp(t.cols)) + 1) if t.rows.size else 0
     if 0 < cells <= MAX_FIGURE_CELLS:
-        target.plotly_chart(figures.written_owners_figure(t, colour_by), key="tiling-owners")
+        ui.chart(figures.written_owners_figure(t, colour_by), "tiling-owners", target)
     else:
         target.caption(f"Block {t.chosen_block}'s part of {t.buffer} is too large to draw (up to "
                        f"{MAX_FIGURE_CELLS:,} elements).")
@@ -311,7 +311,7 @@ def shared_tiles(tiles) -> None:
          "core matrix": f"{t.core_matrix_ways}-way ({t.unswizzled_ways}-way unswizzled)" if t.swizzle_bytes else ""}
         for t in tiles], hide_index=True, key="banks-tiles")
     for row_bytes in sorted({t.swizzle_bytes for t in tiles if t.swizzle_bytes}):
-        st.plotly_chart(figures.swizzle_figure(row_bytes), key=f"banks-swizzle-{row_bytes}")
+        ui.chart(figures.swizzle_figure(row_bytes), f"banks-swizzle-{row_bytes}")
     st.caption("wgmma reads an operand in 8 × 16-byte core matrices (PTX ISA, matrix descriptors); the model reads "
                "one core matrix of each tile as one 128-byte request. NVIDIA does not document the order in which "
                "wgmma reads shared memory, nor does the TMA unit's writing show as a thread's store: their bank "

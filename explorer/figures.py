@@ -222,7 +222,10 @@ def swizzle_figure(row_bytes: int) -> go.Figure:
                                                   "%{text}<extra></extra>"), row=1, col=col)
     figure.update_yaxes(autorange="reversed", title="row of the tile", dtick=1)
     _layout(figure, f"Where a tile's 16-byte chunks land: a column is one core matrix<br><sup>rows "
-                    f"{row_bytes} bytes wide; each cell names the 4 banks its chunk uses</sup>")
+                    f"{row_bytes} bytes wide; each cell names the 4 banks its chunk uses</sup>",
+            f"Eight rows of a tile {row_bytes} bytes wide, each 16-byte chunk labelled with the 4 banks it uses: a "
+            f"core matrix (a column) reads {core_matrix_ways(row_bytes, swizzle=False)}-way without a swizzle and "
+            f"{core_matrix_ways(row_bytes)}-way with the {row_bytes}-byte swizzle.")
     figure.update_layout(margin={"t": 110})  # the title and the two panels' own
     return figure
 
@@ -416,8 +419,13 @@ def walk_figure(t: WrittenTiling) -> go.Figure:
                          line={"color": CONFLICT_COLOUR, "width": 2})
     figure.update_yaxes(autorange="reversed", title=f"query tile ({t.block_q} rows)")
     figure.update_xaxes(title=f"key and value tile ({t.block_kv} keys)")
+    steps = int(np.nanmax(z)) + 1 if np.isfinite(z).any() else 0
     return _layout(figure, f"The key and value tiles each block of query rows walks<br><sup>block {t.chosen_block} "
-                           f"outlined; a cell is the step of its block's loop over key tiles</sup>")
+                           f"outlined; a cell is the step of its block's loop over key tiles</sup>",
+                   f"{t.walk.shape[0]} query tiles of {t.block_q} rows down and {t.walk.shape[1]} key and value tiles "
+                   f"of {t.block_kv} keys across; each cell is coloured by the step of its block's loop that computes "
+                   f"it ({steps} steps at most; a blank cell is never computed); block {t.chosen_block}'s rows are "
+                   "outlined.")
 
 
 def written_owners_figure(t: WrittenTiling, colour_by: str = "warp") -> go.Figure:
@@ -440,7 +448,9 @@ def written_owners_figure(t: WrittenTiling, colour_by: str = "warp") -> go.Figur
     figure.update_yaxes(autorange="reversed", title="row" if t.family != "sum" else "run of the block's elements")
     figure.update_xaxes(title="column" if t.family != "sum" else "element of the run")
     what = "reads" if t.family == "sum" else "writes"
-    return _layout(figure, f"Block {t.chosen_block}: who {what} each element of {t.buffer}, by {colour_by}")
+    return _layout(figure, f"Block {t.chosen_block}: who {what} each element of {t.buffer}, by {colour_by}",
+                   f"The {len(t.rows):,} elements of {t.buffer} that block {t.chosen_block} {what}, each coloured by "
+                   f"the {colour_by} that {what} it; hover a cell for its thread and warp.")
 
 
 def cells_figure(t: WrittenTiling) -> go.Figure:
@@ -454,7 +464,9 @@ def cells_figure(t: WrittenTiling) -> go.Figure:
         customdata=owner, hovertemplate="tile (%{y}, %{x})<br>block %{customdata}<extra></extra>"))
     figure.update_yaxes(autorange="reversed", title=f"tile row ({t.cell[0]} rows of C)")
     figure.update_xaxes(title=f"tile column ({t.cell[1]} columns)")
-    return _layout(figure, f"{t.plane}: the block that computes each tile")
+    return _layout(figure, f"{t.plane}: the block that computes each tile",
+                   f"{t.plane} in tiles of {t.cell[0]} × {t.cell[1]}, each coloured by the block that computes it "
+                   f"({owner.shape[0]} × {owner.shape[1]} tiles; a blank tile is not among the blocks evaluated).")
 
 
 # -- resources ---------------------------------------------------------------------------
