@@ -210,8 +210,7 @@ def _index_input(container, label: str, extent: int, key: str, help: str | None 
     kept from another setting that this one does not have goes back to 0."""
     if extent <= 1:
         return 0
-    if not 0 <= st.session_state.get(key, 0) < extent:
-        st.session_state[key] = 0
+    session.keep_widget(key, range(extent), 0)
     return container.number_input(label, 0, extent - 1, 0, key=key, help=help)
 
 

@@ -61,8 +61,7 @@ def code_tabs(spec: Spec, key: str) -> None:
     except ExplorerError as error:
         st.error(str(error))
         return
-    code_view.show_css()
-    analyses = [a for a in ANALYSES.values() if a.name not in MEASURED_TABS]
+    analyses = [a for a in ANALYSES.values() if a.name not in MEASURED_TABS and a.applies(spec.template_def)]
     tabs = st.tabs([*code_view.VIEWS, *(a.title for a in analyses)], key=key, on_change="rerun")
     for tab, (title, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
         if tab.open:

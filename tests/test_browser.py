@@ -380,11 +380,12 @@ def test_the_teachers_step_reaches_an_open_student_page_by_itself(server, tabs, 
 
 
 def test_a_question_round_with_a_teacher_and_two_students(server, tabs, page):
-    """The teacher puts step 2's question to the class; two students on another step see it come by
+    """The teacher puts a step's question to the class; two students on another step see it come by
     itself, answer, and see the answer the teacher reveals (no GPU here: the lesson's recorded figures).
     The teacher's view goes to test-output/browser-class-round-teacher.png (docs/screenshots/ has one)."""
-    lesson = L.lessons()[0]  # the Class page's first lesson; its step 2 asks "faster, about the same or slower?"
-    question = L.asked(lesson.step(2).preset)
+    lesson = L.lessons()[0]  # the Class page's first lesson; its first step asking "faster, the same or slower?"
+    number, question = next((s.number, q) for s in lesson.steps if (q := L.asked(s.preset)) is not None
+                            and q.question.kind == "direction" and q.question.answer == "slower")
     students = [new_page(tabs, 1200, 900) for _ in range(2)]
     for student in students:
         student.goto(f"{server}/lessons?lesson={lesson.id}&step=1")
@@ -402,7 +403,7 @@ def test_a_question_round_with_a_teacher_and_two_students(server, tabs, page):
     if unlock.count():  # the teacher of the test above is unlocked already
         teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
         unlock.click()
-    step.fill("2")
+    step.fill(str(number))
     step.press("Enter")
     teacher.get_by_role("button", name="Put this question to the class").click()
     teacher.get_by_text("Answered, first vote").wait_for()

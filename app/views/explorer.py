@@ -79,8 +79,7 @@ right.download_button(
 
 analyses = [analysis for analysis in ANALYSES.values() if analysis.applies(built.spec.template_def)]
 labels = [*code_view.VIEWS, *(analysis.title for analysis in analyses)]
-if st.session_state.get("ui.view") not in (None, *labels):  # a tab of the template before, which this one has not
-    st.session_state["ui.view"] = labels[0]
+session.keep_widget("ui.view", labels, labels[0])  # a tab of the template before, which this one has not
 tabs = st.tabs(labels, key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
