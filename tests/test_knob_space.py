@@ -1,12 +1,13 @@
 """Property: the settings a template accepts compute the right result, for every template, without a GPU.
 
-Seeded draws from each template's whole knob space (``Grid.whole``) at small shapes of its workload; a
-setting the template refuses (InvalidKnobs, ExplorerError) is drawn again. Each accepted setting's CUDA runs
-on the CPU (tests/cuda_on_cpu.py; the Hopper kernels tests/hopper_on_cpu.py) with the threads of each block
-run one after another between barriers, first in forward and then in reverse order, and its output goes
-through the measuring gate (``explorer.measure.gate.compare``) against the workload's NumPy reference. A
-missing barrier, a missed tile or an access outside a buffer fails here every run, as it would on a GPU only
-some of the time. bench/knob_space_check.py checks the same spaces on a GPU at the lessons' shapes
+Seeded draws from each template's whole knob space (``Grid.whole``) at two small shapes of its workload
+(bench/knob_space_check.py's SMALL, where its sanitizer sample runs too); a setting the template refuses
+(InvalidKnobs, ExplorerError) is drawn again. Each accepted setting's CUDA runs on the CPU
+(tests/cuda_on_cpu.py; the Hopper kernels tests/hopper_on_cpu.py) with the threads of each block run one
+after another between barriers, first in forward and then in reverse order, and its output goes through the
+measuring gate (``explorer.measure.gate.compare``) against the workload's NumPy reference. A missing
+barrier, a missed tile or an access outside a buffer fails here every run, as it would on a GPU only some of
+the time. bench/knob_space_check.py checks the same spaces on a GPU at the lessons' shapes
 (docs/knob-space.md).
 """
 import os
@@ -14,7 +15,7 @@ import os
 import pytest
 from cuda_on_cpu import ORDERS, run_on_cpu, scratch_buffers
 from hopper_on_cpu import run_hopper_on_cpu
-from knob_space_check import old_row_statistics  # bench/ (pytest's pythonpath)
+from knob_space_check import old_row_statistics, small_workloads  # bench/ (pytest's pythonpath)
 
 from explorer import build as building
 from explorer.build import Spec, build
@@ -24,48 +25,13 @@ from explorer.measure.gate import compare
 from explorer.schedules import TEMPLATES, rowwise
 from explorer.search.grid import Grid
 from explorer.targets import resolve_target
-from explorer.workloads import (
-    Attention,
-    Conv1d,
-    Conv2d,
-    DepthwiseConv2d,
-    LayerNorm,
-    Matmul,
-    RMSNorm,
-    Softmax,
-    Sum,
-)
+from explorer.workloads import RMSNorm, Softmax
 
 pytestmark = pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
 
 # Another seed draws other settings: EXPLORER_KNOB_SPACE_SEED=N python -m pytest -q -n0 tests/test_knob_space.py
 SEED = int(os.environ.get("EXPLORER_KNOB_SPACE_SEED", "47"))
 TARGET = "h100"
-# Two small shapes per workload, the draws taking them in turn: a regular one and one with odd sizes, other
-# strides, paddings, types or masks, which make partial tiles and the code paths of the workload's options.
-SMALL = {
-    "depthwise_conv2d": (DepthwiseConv2d(batch=1, channels=16, height=16, width=16, kernel=3),
-                         DepthwiseConv2d(batch=2, channels=8, height=12, width=20, multiplier=2, kernel=5, stride=2,
-                                         padding="VALID", epilogue=True)),
-    "conv1d": (Conv1d(input_length=1024, filter_length=8), Conv1d(input_length=700, filter_length=33)),
-    "conv2d": (Conv2d(in_channels=64, out_channels=128, height=7, width=7),
-               Conv2d(in_channels=32, out_channels=64, height=8, width=8, kernel_h=1, kernel_w=3, stride=2,
-                      padding=0)),
-    "matmul": (Matmul(m=128, n=128, k=64), Matmul(m=96, n=160, k=48)),
-    "sum": (Sum(n=1 << 16), Sum(n=1 << 15)),
-    "softmax": (Softmax(rows=16, cols=512), Softmax(rows=6, cols=1000, dtype="float16")),
-    "layer_norm": (LayerNorm(rows=16, cols=512), LayerNorm(rows=5, cols=768, dtype="float32")),
-    "rms_norm": (RMSNorm(rows=16, cols=512), RMSNorm(rows=5, cols=768, dtype="float32")),
-    "attention": (Attention(batch=1, heads=1, seq=128, head_dim=64),
-                  Attention(batch=1, heads=2, seq=64, head_dim=128, causal=True)),
-}
-# Shapes of the templates whose kernels need their own (16-bit inputs, whole 64- and 128-row tiles).
-OWN_SMALL = {
-    "matmul_tensorcore": (Matmul(m=128, n=128, k=64, dtype="float16"), Matmul(m=64, n=128, k=64, dtype="bfloat16")),
-    "matmul_hopper": (Matmul(m=128, n=128, k=64, dtype="float16"), Matmul(m=256, n=128, k=128, dtype="bfloat16")),
-    "attention_hopper": (Attention(batch=1, heads=1, seq=128, head_dim=64),
-                         Attention(batch=1, heads=1, seq=256, head_dim=128, causal=True)),
-}
 # Knob values the CPU emulation cannot run, with why: bench/knob_space_check.py checks them on the GPU.
 NOT_EMULATED = {
     "matmul_hopper": ({"swizzle": ("128B",), "cluster": (1,)},
@@ -77,11 +43,6 @@ NOT_EMULATED = {
 DRAWS = {"softmax": 6, "layer_norm": 3, "rms_norm": 3, "reduce_tree": 2, "reduce_rfactor": 2}
 DEFAULT_DRAWS = 1
 MAX_TRIES = 3000  # refused draws per template before it gives up (matmul_async accepts 1 in 100 or fewer)
-
-
-def small_workloads(name: str):
-    template = TEMPLATES[name]
-    return OWN_SMALL.get(name) or SMALL[template.workload.kind]
 
 
 def accepted_settings(name: str, count: int, seed: int = SEED) -> list:
@@ -172,3 +133,18 @@ def test_separate_kernels_of_a_partial_last_block_wrote_past_the_statistics(monk
     monkeypatch.setattr(rowwise, "check_knobs", lambda workload, k: None)
     with pytest.raises(RuntimeError, match=r"out of bounds: a thread read or wrote sq_sum at byte 20, past its end"):
         run_on_cpu(_built_anew(spec), workload.random_inputs(seed=1))
+
+
+# The settings that raced on an H200 before 6e8f0d9 (rows_per_block ≥ 2 with a fused pass), at the lessons' shapes.
+RACED = [(name, dict(threads=threads, rows_per_block=rows, fusion=fusion))
+         for name in ("softmax", "layer_norm", "rms_norm") for threads, rows in ((64, 2), (256, 4))
+         for fusion in ("fused", "on_chip")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,knobs", RACED, ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v.values())))
+def test_the_row_wise_settings_that_raced_are_right_on_the_gpu(name, knobs, run_on_gpu):
+    spec = Spec(name, TEMPLATES[name].default_workload(), rowwise.RowWiseKnobs(**knobs))
+    got, expected = run_on_gpu(build(spec))
+    check = compare(got, expected, spec.workload.reduction_length(), spec.workload.tolerance_floor)
+    assert check.correct, check.describe()
