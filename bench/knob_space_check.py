@@ -349,7 +349,10 @@ def read_sanitizer(spec: Spec, tool: str, output: str) -> Sanitized:
                      "" if finished and not reports else output[-3000:])
 
 
-def sanitize(spec: Spec, tool: str, old: bool = False, timeout_s: int = 600) -> Sanitized:
+SANITIZE_LIMIT_S = 150  # one sanitized run of the sample (the race's confirmation: 600)
+
+
+def sanitize(spec: Spec, tool: str, old: bool = False, timeout_s: int = SANITIZE_LIMIT_S) -> Sanitized:
     """``spec``'s kernel run once under compute-sanitizer's ``tool`` in a process of its own (old: built as
     old_row_statistics has it)."""
     command = [sanitizer_path(), "--tool", tool, "--print-limit", "100", sys.executable, __file__, "--launch",
@@ -457,8 +460,8 @@ def racecheck_before() -> int:
     if sanitizer_path() is None or not _gpu():
         print("error: needs a CUDA GPU and compute-sanitizer; run it on the GPU machine.", file=sys.stderr)
         return NO_GPU_EXIT
-    results = {"before 6e8f0d9 (shared copy)": sanitize(spec, "racecheck", old=True),
-               "now (local statistics)": sanitize(spec, "racecheck")}
+    results = {"before 6e8f0d9 (shared copy)": sanitize(spec, "racecheck", old=True, timeout_s=600),
+               "now (local statistics)": sanitize(spec, "racecheck", timeout_s=600)}
     for label, result in results.items():
         print(f"{label}: {result.reports} hazards reported ({result.summary}); the gate: {result.check}")
         if result.tail:
@@ -563,6 +566,9 @@ def _pool(workers: int | None):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             yield pool
         return
+    # The pool's processes import this module to run its functions (where it is not __main__, which goes whole).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(Path(__file__).parent),
+                                                             os.environ.get("PYTHONPATH")]))
     pool = compile_pool(workers, timeout_s=300)
     try:
         yield pool
