@@ -577,11 +577,12 @@ def _pool(workers: int | None):
 
 
 def _sanitize_beside(names, args) -> concurrent.futures.Future:
-    """The sanitizer sample, run in threads beside the check: --sanitizers processes at a time."""
+    """The sanitizer sample, chosen here (TVM builds in this thread only), then run by threads beside the
+    check, each waiting on its process: --sanitizers at a time."""
+    specs = sanitizer_sample(names, args.sanitize, args.seed)
     runner = concurrent.futures.ThreadPoolExecutor(1)
 
     def sample():
-        specs = sanitizer_sample(names, args.sanitize, args.seed)
         with concurrent.futures.ThreadPoolExecutor(args.sanitizers) as each:
             return list(each.map(lambda job: sanitize(*job), [(spec, tool) for spec in specs for tool in TOOLS]))
 
