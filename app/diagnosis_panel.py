@@ -4,31 +4,31 @@ it (explorer.analysis.diagnosis). On a server that measures, the suggestions can
 through the server's one queue as background work (behind every student's own
 measurement), and each shows whether it was faster, and by how much.
 
-A diagnosis builds every neighbouring setting: the server computes it once per setting, in
-a process of its own (explorer.server.diagnosing), while the page polls."""
+A diagnosis builds every neighbouring setting: the server computes it once per setting (after
+the setting's measurement, where it is measured), in a process of its own
+(explorer.server.diagnosing), while the page polls."""
 from __future__ import annotations
 
 from concurrent.futures import Future
-from urllib.parse import urlencode
 
 import streamlit as st
 
-from explorer import urlstate
 from explorer.analysis.diagnosis import Diagnosis
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
-from . import handle, latency, session
+from . import handle, latency, session, ui
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
 SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.ClaimThresholds)
 
 
-def job(spec: Spec, target: str) -> Future:
-    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
-    and again once the setting has been measured (then it is placed on the measured roofline)."""
-    return handle.server().diagnosis(spec, target)
+def job(spec: Spec, target: str) -> Future | None:
+    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session;
+    None while the setting's measurement is on its way (where this session measures): the
+    diagnosis is placed on the measured roofline, so it waits for it (explorer.server.diagnosing)."""
+    return handle.server().diagnosis(spec, target, measuring=latency.can_measure())
 
 
 def panel(built: Build, preset: str | None = None) -> None:
@@ -38,6 +38,9 @@ def panel(built: Build, preset: str | None = None) -> None:
         return
     with st.container(border=True):
         future = job(built.spec, session.target())
+        if future is None:
+            _after_the_measurement(built.spec)
+            return
         if not future.done():
             ahead, waited_s = handle.server().diagnosis_queue(future)
             if waited_s < PATIENCE_S:
@@ -56,6 +59,13 @@ def panel(built: Build, preset: str | None = None) -> None:
             st.caption(f"Diagnosis failed: {summary_line(error)}")
             return
         show(diagnosis, preset or session.preset_id())
+
+
+@st.fragment(run_every=POLL_S)
+def _after_the_measurement(spec: Spec) -> None:
+    if job(spec, session.target()) is not None:
+        st.rerun()
+    st.caption("Diagnosis: after this setting's measurement, so that it is placed on the measured roofline…")
 
 
 @st.fragment(run_every=POLL_S)
@@ -79,14 +89,16 @@ def show(d: Diagnosis, preset: str | None = None) -> None:
     for rank, found in enumerate(d.findings, start=1):
         left, right = st.columns([4, 1], vertical_alignment="center")
         share = f", {100 * found.cost_us / d.bound_us:.0f}% of the roofline's time" if d.bound_us else ""
-        left.markdown(f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
+        left.markdown(f"{rank}. :red[**{found.title}**]" if found.wrong else
+                      f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
         s = found.suggestion
         if s is None:
-            left.caption("No single knob move lowers this without raising the estimate.")
+            left.caption("No single knob move removes it." if found.wrong else
+                         "No single knob move lowers this without raising the estimate.")
         else:
             left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."
                          + (f" {tried[s.spec]}" if s.spec in tried else ""))
-            link = "./?" + urlencode(urlstate.to_query(s.spec, preset))
+            link = ui.explorer_link(s.spec, preset)
             right.link_button("Open this setting", link, icon=":material/open_in_new:", width="stretch")
         with left.expander("Evidence"):
             st.markdown("\n".join(f"- {line}" for line in found.evidence) + f"\n\nCost: {found.cost_rule}.")

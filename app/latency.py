@@ -10,8 +10,9 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer import figures, targets
 from explorer.build import Build
+from explorer.measure import QUICK_SETTINGS, describe_budget
 
-from . import handle, session
+from . import handle, session, ui
 
 
 def can_measure() -> bool:
@@ -35,11 +36,12 @@ def latency(built: Build) -> None:
         st.error(result.summary())
         return
     _latency_metrics(result, built.spec)
+    st.caption(f"Timed: {result.timing.describe()}.")  # a slow kernel gets few repeats: how far to trust it
     _versus_pytorch(result, built.spec.workload, handle.server())
     st.caption(_measured_when(result, job))
     if getattr(result, "quick", False):
         st.caption(QUICK_NOTE)
-    st.plotly_chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), key="tries")
+    ui.chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), "tries")
 
 
 def start_measuring(spec) -> None:
@@ -84,9 +86,9 @@ def _finished_job(spec, slot: str):
     return job
 
 
-QUICK_NOTE = ("Timed with a short budget (5 repeats, 3 for a kernel of 2 ms or more, no CUDA graph) while other "
-              "students' measurements waited; the server measures it again in full once the GPU is free, and the next "
-              "look at this setting shows that.")
+QUICK_NOTE = (f"Timed with a short budget ({describe_budget(QUICK_SETTINGS)}) while other students' measurements "
+              "waited; the server measures it again in full once the GPU is free, and the next look at this setting "
+              "shows that.")
 
 # While a measurement waits, a fragment reruns to show its place and then the latency:
 # often near the front of the queue (short next to a warm measurement), once a second

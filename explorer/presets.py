@@ -7,8 +7,13 @@ File layout (``presets/depthwise_blog.toml``: the lesson's id is its file's name
 
     [lesson]
     title = ".."
-    source = "003_477c4d8cf32c97d4.txt"   # the tutorial, blog post or paper the lesson follows
-    formerly = ["old-id"]                   # optional: ids it had, which old links and class boards still name
+    name = "Depthwise convolution (TVM blog)"   # short, where its steps are listed with others (the title if none)
+    tagline = "one line: what the lesson teaches"   # the Start page lists each lesson with these three
+    level = "introductory"                      # one of LEVELS
+    gpu = "any NVIDIA GPU"                      # what timing its claims needs (the code views need none)
+    source = "Yuwei Hu, “Optimize …”, TVM blog, 2017"   # the tutorial, blog post or paper the lesson follows
+    url = "https://tvm.apache.org/2017/08/22/…"         # optional: where to read it
+    formerly = ["old-id"]                       # optional: ids it had, which old links and class boards still name
 
     [[preset]]
     id = "dw-blog-final-96"
@@ -32,7 +37,12 @@ times; ``more_gflops``/``fewer_gflops`` compare FLOP rates, for claims across wo
 optionally ``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of
 magnitude"; not for ``same_speed`` and ``no_slower``, whose bar is the noise band).
 ``static`` makes a structural claim checkable: facts (explorer.claims.FACTS, computed from
-the build) and the values the claim states.
+the build) and the values the claim states. A ``[preset.question]`` table, after the preset's
+own keys, is the question the step asks before its measurement (explorer.questions).
+
+``presets/curriculum.toml`` lists the lessons' ids in the order they are taught (each once):
+:func:`all_lessons` returns them in that order, and a student without a link starts on the
+first step of the first.
 """
 from __future__ import annotations
 
@@ -44,17 +54,21 @@ from pathlib import Path
 from .build import Spec
 from .claims import FACTS, NOISE_BAND_RELATIONS, RELATIONS
 from .errors import ExplorerError, PresetError
+from .questions import Question, load_question
 from .schedules import get_template, workload_from_mapping
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs",
-                "reported",
-                "compare", "static"}
+                "reported", "compare", "static", "question"}
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
-_LESSON_KEYS = {"title", "source", "summary", "formerly"}
+_LESSON_TEXT = ("title", "name", "tagline", "level", "gpu", "source", "url", "summary")
+_LESSON_KEYS = {*_LESSON_TEXT, "formerly"}
+_LESSON_REQUIRED = ("title",)
+LEVELS = ("introductory", "intermediate", "advanced")
+CURRICULUM_FILE = "curriculum.toml"  # the lessons' order, in the presets folder (not a lesson)
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,7 @@ class Preset:
     reported: tuple[Reported, ...] = ()
     compare: tuple[Comparison, ...] = ()
     static: tuple[tuple[str, object], ...] = ()  # (fact, claimed value), lists as tuples
+    question: Question | None = None  # asked before the step's measurement is shown
 
     @property
     def own_reported(self) -> Reported | None:
@@ -138,6 +153,11 @@ class Lesson:
     source: str  # the tutorial, blog post or paper the lesson follows
     summary: str
     steps: tuple[Step, ...]
+    name: str = ""  # short, beside its steps' titles where steps of several lessons are listed
+    tagline: str = ""  # one line: what it teaches
+    level: str = ""  # one of LEVELS
+    gpu: str = ""  # the GPU its timing claims need
+    url: str = ""  # where to read its source
     formerly: tuple[str, ...] = ()  # ids it had before: old links and class boards name it by them
 
     @property
@@ -163,21 +183,29 @@ def load_file(path: Path) -> Lesson:
     if "id" in lesson:
         raise PresetError(f"{where}: a lesson's id is its file's name ('{path.stem}'), not a key of [lesson].")
     _check_keys(lesson, _LESSON_KEYS, f"{where} [lesson]")
-    if "title" not in lesson:
-        raise PresetError(f"{where}: [lesson] needs 'title'.")
+    missing = [key for key in _LESSON_REQUIRED if not isinstance(lesson.get(key), str) or not lesson[key]]
+    if missing:
+        raise PresetError(f"{where}: [lesson] needs {' and '.join(repr(key) for key in missing)} (text).")
+    wrong = [key for key in _LESSON_TEXT if key in lesson and not isinstance(lesson[key], str)]
+    if wrong:
+        raise PresetError(f"{where}: [lesson] {', '.join(repr(key) for key in wrong)} must be text.")
+    if lesson.get("level", LEVELS[0]) not in LEVELS:
+        raise PresetError(f"{where}: [lesson] level '{lesson['level']}' is not one of {', '.join(LEVELS)}.")
     formerly = lesson.get("formerly", [])
     if not isinstance(formerly, list) or not all(isinstance(name, str) for name in formerly):
         raise PresetError(f"{where}: [lesson] formerly is a list of the ids the lesson had, e.g. [\"old-id\"].")
     steps, previous = [], None
     for number, raw in enumerate(data.get("preset", []), start=1):
-        preset = _load_preset(raw, path.stem, number, where)
+        preset = _load_preset(raw, path.stem, number, where, previous.id if previous else None)
         steps.append(Step(number, preset, previous))
         previous = preset
     return Lesson(path.stem, lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps),
-                  tuple(formerly))
+                  name=lesson.get("name", lesson["title"]), tagline=lesson.get("tagline", ""),
+                  level=lesson.get("level", ""), gpu=lesson.get("gpu", ""), url=lesson.get("url", ""),
+                  formerly=tuple(formerly))
 
 
-def _load_preset(raw: dict, lesson: str, step: int, where: str) -> Preset:
+def _load_preset(raw: dict, lesson: str, step: int, where: str, previous: str | None = None) -> Preset:
     name = raw.get("id", f"#{step}")
     here = f"{where} preset '{name}'"
     _check_keys(raw, _PRESET_KEYS, here)
@@ -207,10 +235,11 @@ def _load_preset(raw: dict, lesson: str, step: int, where: str) -> Preset:
     for key in ("id", "title", "source", "claim", "explanation", "found_by"):
         if key in raw and not isinstance(raw[key], str):
             raise PresetError(f"{here}: '{key}' must be text.")
+    question = load_question(raw["question"], here, raw["id"], previous) if "question" in raw else None
     return Preset(
         id=raw["id"], title=raw["title"], lesson=lesson, step=step, source=raw["source"], spec=spec,
         claim=raw["claim"], explanation=raw.get("explanation", ""), found_by=raw.get("found_by", ""),
-        reported=tuple(reported), compare=compare, static=static,
+        reported=tuple(reported), compare=compare, static=static, question=question,
     )
 
 
@@ -243,14 +272,36 @@ def _check_keys(table: dict, allowed: set, where: str) -> None:
         raise PresetError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
 
 
+def curriculum(directory: Path, ids: list[str]) -> list[str]:
+    """The lessons' ids in the order of ``directory``'s curriculum file (``ids``, the lessons its
+    files hold, in name order, where it has none); each lesson named there once."""
+    path = directory / CURRICULUM_FILE
+    if not path.exists():
+        return ids
+    try:
+        order = tomllib.loads(path.read_text()).get("lessons")
+    except tomllib.TOMLDecodeError as error:
+        raise PresetError(f"{CURRICULUM_FILE}: not valid TOML ({error}).") from None
+    if not isinstance(order, list) or not all(isinstance(i, str) for i in order):
+        raise PresetError(f"{CURRICULUM_FILE}: needs 'lessons' = a list of lesson ids.")
+    twice = sorted({i for i in order if order.count(i) > 1})
+    unknown = [i for i in order if i not in ids]
+    missing = [i for i in ids if i not in order]
+    for problem, names in (("names twice", twice), ("names no lesson file for", unknown), ("leaves out", missing)):
+        if names:
+            raise PresetError(f"{CURRICULUM_FILE} {problem} {', '.join(names)}: name each lesson once.")
+    return order
+
+
 @functools.lru_cache(maxsize=1)
 def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
-    """Every file of ``directory``, in name order (a file may have no presets yet)."""
-    loaded = tuple(load_file(path) for path in sorted(directory.glob("*.toml")))
-    ids = [lesson.id for lesson in loaded]
+    """Every lesson file of ``directory`` (a file may have no presets yet), in the curriculum's order."""
+    by_id = {lesson.id: lesson for lesson in (load_file(path) for path in sorted(directory.glob("*.toml"))
+                                              if path.name != CURRICULUM_FILE)}
+    loaded = tuple(by_id[i] for i in curriculum(directory, list(by_id)))
     for lesson in loaded:
         for old in lesson.formerly:
-            if old in ids or sum(old in other.formerly for other in loaded) > 1:
+            if old in by_id or sum(old in other.formerly for other in loaded) > 1:
                 raise PresetError(f"{lesson.id}.toml: its former id '{old}' names another lesson too.")
     seen: dict[str, str] = {}
     for lesson in loaded:
@@ -265,6 +316,9 @@ def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
                     raise PresetError(
                         f"Preset '{preset.id}' compares itself with '{comparison.other}', which is not another preset."
                     )
+            unknown = [s for s in preset.question.settings if s not in seen] if preset.question else []
+            if unknown:
+                raise PresetError(f"Preset '{preset.id}' asks a question about '{unknown[0]}', which is not a preset.")
     return loaded
 
 
@@ -276,17 +330,15 @@ def get_preset(name: str) -> Preset:
     presets = all_presets()
     if name not in presets:
         close = [p for p in presets if name.lower() in p.lower()][:5]
-        hint = f" Did you mean: {', '.join(close)}?" if close else " List them with: python -m explorer presets"
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise PresetError(f"No preset named '{name}'.{hint}")
     return presets[name]
 
 
-DEFAULT_PRESET = "dw-blog-final-96"  # what a student sees on opening the app without a link
-
-
 def default_preset() -> str:
-    """The preset a student sees on opening the app without a link."""
-    return DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
+    """The preset a student sees on opening the app without a link: the first step of the
+    curriculum's first lesson."""
+    return next(iter(all_presets()))
 
 
 def default_spec() -> Spec:

@@ -7,6 +7,7 @@ import pytest
 
 from explorer.analysis import ncu
 from explorer.cli import main
+from explorer.presets import get_preset
 from explorer.tabs import ANALYSES
 
 NCU_CAPTURE = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()  # of dw-blog-threads-case4
@@ -20,12 +21,22 @@ def recorded_ncu(monkeypatch):
 
 @pytest.mark.parametrize("name", list(ANALYSES))
 def test_every_analysis_is_a_view_in_text_and_json(name, capsys, recorded_ncu):
-    assert main(["show", "dw-blog-threads-case4", "--view", name]) == 0
+    analysis = ANALYSES[name]
+    preset = "dw-blog-threads-case4" if analysis.applies(get_preset("dw-blog-threads-case4").spec.template_def) \
+        else "reduce-3-sequential"  # the tree of a sum only
+    assert main(["show", preset, "--view", name]) == 0
     text = capsys.readouterr().out
     assert text.strip()
-    assert main(["show", "dw-blog-threads-case4", "--view", name, "--json"]) == 0
+    assert main(["show", preset, "--view", name, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["view"] == name and name in data  # None where it does not apply (the tree of a sum only)
+    assert data["view"] == name and data[name] is not None
+
+
+@pytest.mark.parametrize("name,preset", [("tree", "attention-hopper"), ("vthread", "reduce-3-sequential")])
+def test_a_view_of_an_analysis_that_does_not_describe_the_template_says_why(name, preset, capsys):
+    assert main(["show", preset, "--view", name]) == 2
+    why = ANALYSES[name].not_applicable(get_preset(preset).spec.template_def)
+    assert why and capsys.readouterr().err.strip() == f"error: {why}"
 
 
 def test_counters_view_puts_each_counter_beside_the_model(capsys, recorded_ncu):
@@ -43,10 +54,21 @@ def test_counters_view_puts_each_counter_beside_the_model(capsys, recorded_ncu):
 def test_banks_view_json(capsys):
     assert main(["show", "dw-blog-final-96", "--set", "num_thread_y=1", "--set", "num_thread_x=32",
                  "--set", "num_vthread_x=1", "--view", "banks", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)["banks"]
+    everything = json.loads(capsys.readouterr().out)
+    data = everything["banks"]
     loads = [a for a in data["kernels"][0]["accesses"] if a["op"] == "load" and a["buffer"] == "PaddedInput_shared"]
     assert loads and all(a["conflicts"] == 0 for a in loads)
     assert data["assumptions"]
+    (kernel,) = everything["races"]["kernels"]  # the race check beside the bank model
+    assert kernel["races"] == [] and kernel["checked"] == 4 and everything["races"]["assumptions"]
+
+
+def test_banks_view_leads_with_the_race_check(capsys):
+    assert main(["show", "reduce-5-unroll-last-warp", "--view", "banks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["kernel main_kernel: no shared-memory race among 17 accesses checked",
+                         "kernel main_kernel_1: no shared-memory race among 17 accesses checked"]
+    assert lines[-5] == "Race check assumptions:"
 
 
 def test_tiling_and_resources_views_text(capsys):

@@ -7,7 +7,7 @@ import pytest
 
 from explorer import agreement
 from explorer.analysis import diagnosis as dx
-from explorer.analysis.diagnosis import Device, Facts, GlobalFact, SharedFact
+from explorer.analysis.diagnosis import Device, Facts, GlobalFact, RaceFact, SharedFact
 from explorer.analysis.diagnosis.search import _split_moves
 from explorer.analysis.roofline import Ceilings
 from explorer.cli import main
@@ -125,6 +125,38 @@ def test_a_suggestion_lowers_its_finding_and_the_total():
     assert dx.suggest("coalescing", conflicted, candidates) is None  # no such finding
 
 
+RACE = RaceFact("row_max_shared", "thread (0, 0, 0) writes row_max_shared[0] (#5, CUDA line 113) and thread "
+                "(32, 0, 0) reads it (#6, CUDA line 117): no __syncthreads() between them.", (113, 117))
+
+
+def test_a_race_is_a_wrong_result_ranked_before_every_cost():
+    # A register-limited setting with a race: the occupancy finding costs 10 µs, the race nothing, yet leads.
+    f = facts(blocks_per_sm=1, limiter="registers", registers=200, races=(RACE,))
+    found = dx.race_rule(f)
+    assert found.wrong and found.cost_us == 0.0
+    assert found.title == "Shared-memory race on row_max_shared at CUDA lines 113, 117: the result is wrong."
+    assert found.evidence[0] == RACE.sentence and "__syncthreads()" in found.evidence[-1]
+    assert [x.rule for x in dx.ranked(dx.findings_of(f).values(), f.bound_us)] == ["race", "occupancy"]
+    assert dx.estimated_total(f) == dx.estimated_total(facts(blocks_per_sm=1, limiter="registers", registers=200))
+    assert dx.race_rule(facts()) is None
+    text = dx.format_diagnosis(dx.Diagnosis(get_preset("rowwise-softmax-fused").spec, (found,), 10.0, "memory"))
+    assert "1. Shared-memory race on row_max_shared at CUDA lines 113, 117: the result is wrong.\n" in text
+    assert "no single knob move removes it" in text
+
+
+def test_a_setting_with_a_race_is_never_suggested():
+    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    racy_but_fast = facts(races=(RACE,))
+    right_but_slower = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),), blocks=10)
+    spec = get_preset("dw-blog-final-96").spec
+    first, second = spec.with_knobs(unroll=True), spec.with_knobs(num_thread_x=8)
+    candidates = [(first, (("unroll", "false", "true"),), racy_but_fast),
+                  (second, (("num_thread_x", "16", "8"),), right_but_slower)]
+    assert dx.suggest("bank-conflicts", conflicted, candidates) is None  # only the racy one lowers it
+    # A race's suggestion: the neighbour without one, however slow.
+    assert dx.suggest("race", facts(races=(RACE,)), candidates).spec == second
+
+
 def test_neighbours_move_one_knob_to_its_nearest_values():
     spec = get_preset("dw-blog-final-96").spec  # num_thread_x 16 of 1, 2, 4, ..., unroll false
     paths = {moves[0][1][0][:2] + (moves[0][1][0][2],): [m[1][0][2] for m in moves] for moves in dx.neighbours(spec)}
@@ -157,8 +189,8 @@ def test_cli_json_shape(capsys):
     assert data["evidence"] == "static" and data["refused"] is None
     assert set(data["roofline"]) == {"least_us", "bound", "measured_us", "percent_of_roofline"}
     finding = data["findings"][0]
-    assert set(finding) == {"rank", "rule", "title", "evidence", "cost_us", "cost_percent_of_roofline", "cost_rule",
-                            "suggestion"}
+    assert set(finding) == {"rank", "rule", "title", "wrong", "evidence", "cost_us", "cost_percent_of_roofline",
+                            "cost_rule", "suggestion"}
     costs = [f["cost_us"] for f in data["findings"]]
     assert costs == sorted(costs, reverse=True) and [f["rank"] for f in data["findings"]] == list(
         range(1, len(costs) + 1))
@@ -374,26 +406,37 @@ def test_causal_attention_computing_its_masked_scores():
 
 
 def test_16_bit_products_on_cuda_cores():
-    # 1,111 µs at the tensor cores' peak, 15,000 µs at the FP32 peak: 13,889 µs charged.
-    found = dx.cuda_cores_rule(facts(bound_us=1111.0, cuda_core_us=15000.0))
-    assert found.rule == "cuda-cores" and found.cost_us == pytest.approx(13889.0)
-    assert "15,000.0 µs of them at the FP32 peak, against 1,111.0 µs on the tensor cores" in found.evidence[0]
+    # The roofline allows 15,000 µs at the FP32 peak (the units the template multiplies on), 1,111 µs at the
+    # tensor cores': 13,889 µs the tensor cores would save, part of the roofline's time, not added to the estimate.
+    cuda_cores = facts(bound_us=15000.0, tensor_core_us=1111.0)
+    found = dx.cuda_cores_rule(cuda_cores)
+    assert found.rule == "cuda-cores" and found.cost_us == pytest.approx(13889.0) and found.within_roof
+    assert "its roofline allows 15,000.0 µs at the FP32 peak, against 1,111.0 µs on the tensor cores" in \
+        found.evidence[0]
+    assert dx.estimated_total(cuda_cores) == 15000.0
     assert dx.cuda_cores_rule(facts(bound_us=1111.0)) is None  # mma in the kernel, or float32 inputs
-    assert dx.cuda_cores_rule(facts(bound_us=50.0, cuda_core_us=20.0)) is None  # memory-bound: nothing to gain
+    assert dx.cuda_cores_rule(facts(bound_us=50.0, tensor_core_us=50.0)) is None  # memory-bound: nothing to gain
 
 
-def test_cuda_core_time_is_for_16_bit_kernels_without_mma():
+def test_the_roofline_of_a_template_is_the_roof_of_the_units_it_multiplies_on():
     from explorer.analysis.roofline import bound_us, published_ceilings
     from explorer.build import build
+    from explorer.tabs import ANALYSES
 
-    def cuda_core_us(preset):
-        return dx.facts_of(build(get_preset(preset).spec)).cuda_core_us
+    def least_us(preset):
+        built = build(get_preset(preset).spec)
+        found = dx.facts_of(built)
+        # The Roofline tab's static point is the diagnosis's least time: one roof for both.
+        assert ANALYSES["roofline"].analyze(built).current.latency_us == pytest.approx(found.bound_us)
+        return found.bound_us, found.tensor_core_us
 
+    h100 = published_ceilings("sm_90")
     fused = get_preset("attention-cuda-cores-d128").spec.workload
-    assert cuda_core_us("attention-cuda-cores-d128") == pytest.approx(bound_us(published_ceilings("sm_90"),
-                                                                               fused.flops, 0))
-    assert cuda_core_us("attention-mma") is None  # mma.sync
-    assert cuda_core_us("matmul-naive-1024") is None  # float32 inputs: their roof is the CUDA cores'
+    on_cuda_cores = bound_us(h100, fused.flops, fused.compulsory_bytes, ("float32",))
+    on_tensor_cores = bound_us(h100, fused.flops, fused.compulsory_bytes, ("float16",) * 3)
+    assert least_us("attention-cuda-cores-d128") == (pytest.approx(on_cuda_cores), pytest.approx(on_tensor_cores))
+    assert least_us("attention-mma") == (pytest.approx(on_tensor_cores), None)  # mma.sync: the tensor cores' roof
+    assert least_us("matmul-naive-1024")[1] is None  # float32 inputs: their roof is the CUDA cores'
 
 
 def test_masked_work_is_the_three_kernels_causal_only():
@@ -428,8 +471,8 @@ def test_fused_attention_whose_query_tiles_reload_k_and_v():
     large = dataclasses.replace(small, query_rows_per_block=128, kv_loaded_bytes=32 * KV_BYTES)
     assert dx.kv_reuse_rule(dataclasses.replace(large, device=dataclasses.replace(DEVICE, l2_gbps=9000.0))) is None
     assert dx.kv_reuse_rule(large).cost_us == pytest.approx(8_858.370048 - 1111.0)
-    # Products on CUDA cores take 10,000 µs: the loads of the 128-row tiles hide behind them.
-    assert dx.kv_reuse_rule(dataclasses.replace(large, cuda_core_us=10_000.0)) is None
+    # Products on CUDA cores, whose roofline allows 10,000 µs: the loads of the 128-row tiles hide behind them.
+    assert dx.kv_reuse_rule(dataclasses.replace(large, bound_us=10_000.0)) is None
     assert dx.kv_reuse_rule(facts(bound_us=1111.0)) is None  # not a fused attention kernel
     # The K and V of the heads in flight (40 MB) fit in a 50 MB L2 whose bandwidth is not known: the repeats
     # come from there, at a cost no published figure prices, so the rule says nothing rather than overcharge.
@@ -481,7 +524,7 @@ def test_a_tree_after_one_load_per_thread():
     # 16,384 blocks of 256 threads, 8 per SM on 100 SMs: 21 waves, each paying 8 steps of 60 cycles.
     f = facts(blocks=16_384, tree_steps=8, loads_per_thread=1.0)
     found = dx.work_per_thread_rule(f)
-    assert found.title == "Too little work per thread: 1 element before a 8-step tree."
+    assert found.title == "Too little work per thread: 1 element before an 8-step tree."
     assert found.cost_us == pytest.approx(21 * 100 * 8 * 60 / (100 * 2e3))
     assert dx.work_per_thread_rule(facts(blocks=512, tree_steps=8, loads_per_thread=32.0)) is None
     assert dx.work_per_thread_rule(facts(loads_per_thread=1.0)) is None  # no tree

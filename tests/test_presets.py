@@ -1,6 +1,7 @@
 """Every shipped preset loads through its dataclasses and builds CUDA; bad files fail loudly."""
 import pytest
 
+from explorer.analysis.races import analyze_races
 from explorer.build import build
 from explorer.errors import PresetError
 from explorer.presets import all_lessons, all_presets, get_preset, load_file
@@ -14,6 +15,14 @@ def test_every_preset_builds_cuda_source(preset_id):
     b = build(preset.spec, "h100")
     assert "__global__" in b.cuda and b.kernels
     assert preset.claim and preset.source and preset.title
+
+
+@pytest.mark.parametrize("preset_id", PRESET_IDS)
+def test_no_preset_has_a_shared_memory_race(preset_id):
+    # The static race check (explorer/analysis/races.py) finds none in any shipped setting, each of which
+    # computes the right result; tests/test_analysis_races.py shows it finding the races it should.
+    report = analyze_races(build(get_preset(preset_id).spec, "h100"))
+    assert not report.races, [race.sentence() for race in report.races]
 
 
 def test_lessons_have_ordered_steps():
@@ -85,9 +94,10 @@ def test_a_step_s_title_does_not_repeat_its_number():
 
 def test_a_lesson_s_id_is_its_file_s_name_and_its_former_ids_still_name_it(tmp_path):
     from explorer.lessons import current_lesson_id, get_lesson
-    from explorer.presets import PRESET_DIR
+    from explorer.presets import CURRICULUM_FILE, PRESET_DIR
 
-    assert sorted(lesson.id for lesson in all_lessons()) == sorted(path.stem for path in PRESET_DIR.glob("*.toml"))
+    files = sorted(path.stem for path in PRESET_DIR.glob("*.toml") if path.name != CURRICULUM_FILE)
+    assert sorted(lesson.id for lesson in all_lessons()) == files
     # Renamed to their files' names; links and class boards made before name them by their old ids.
     for old, now in (("attention-hopper", "attention_hopper"), ("attention-tensor-cores", "attention_tensor_cores")):
         assert get_lesson(old) is get_lesson(now) and current_lesson_id(old) == now
@@ -105,3 +115,76 @@ def test_a_lesson_file_that_names_its_id_or_lists_former_ids_badly_is_refused(tm
         load_file(path)
     path.write_text('[lesson]\ntitle = "T"\nformerly = ["old"]\n' + GOOD)
     assert load_file(path).formerly == ("old",) and load_file(path).presets[0].lesson == "mine"
+
+
+# -- the curriculum ---------------------------------------------------------------------------
+
+
+def test_the_lessons_come_in_the_curriculums_order_each_once():
+    import tomllib
+
+    from explorer.presets import CURRICULUM_FILE, PRESET_DIR, default_preset
+
+    order = tomllib.loads((PRESET_DIR / CURRICULUM_FILE).read_text())["lessons"]
+    assert [lesson.id for lesson in all_lessons()] == order
+    assert order[0] == "depthwise_blog" and order[-1] == "best"  # the blog first, the search's results last
+    # Without a link, a student starts on the first step of the first lesson (not on step 14 of 19).
+    assert get_preset(default_preset()).step == 1 and get_preset(default_preset()).lesson == order[0]
+    assert list(all_presets())[0] == default_preset()
+
+
+def test_every_shipped_lesson_says_what_the_start_page_lists():
+    from explorer.presets import LEVELS
+
+    for lesson in all_lessons():
+        assert lesson.name and len(lesson.name) <= 32 and lesson.name != lesson.title, lesson.id
+        assert lesson.tagline and "\n" not in lesson.tagline and len(lesson.tagline) <= 130, lesson.id
+        assert lesson.level in LEVELS and lesson.gpu, lesson.id
+        # A template that needs an architecture (wgmma, TMA): the lesson names it as the GPU its timing needs.
+        for arch in {a for p in lesson.presets for a in p.spec.template_def.archs}:
+            assert arch in lesson.gpu, (lesson.id, arch)
+        # Its source by title, never a file name of the seeds it was written from.
+        assert not lesson.source.endswith(".txt"), lesson.id
+
+
+def test_the_depthwise_lesson_names_the_blog_and_links_it():
+    (blog,) = [lesson for lesson in all_lessons() if lesson.id == "depthwise_blog"]
+    assert "“Optimize Deep Learning GPU Operators with TVM: A Depthwise Convolution Example”" in blog.source
+    assert blog.url == ("https://tvm.apache.org/2017/08/22/"
+                        "Optimize-Deep-Learning-GPU-Operators-with-TVM-A-Depthwise-Convolution-Example")
+
+
+def lesson_file(directory, lesson_id: str, extra: str = ""):
+    (directory / f"{lesson_id}.toml").write_text(f'[lesson]\ntitle = "T"\n{extra}'
+                                                 + GOOD.replace('"p"', f'"{lesson_id}-p"'))
+
+
+def test_the_curriculum_orders_a_folders_lessons(tmp_path):
+    for lesson_id in ("a", "b", "c"):
+        lesson_file(tmp_path, lesson_id)
+    assert [lesson.id for lesson in all_lessons.__wrapped__(tmp_path)] == ["a", "b", "c"]  # no curriculum: by name
+    (tmp_path / "curriculum.toml").write_text('lessons = ["c", "a", "b"]\n')
+    assert [lesson.id for lesson in all_lessons.__wrapped__(tmp_path)] == ["c", "a", "b"]
+
+
+@pytest.mark.parametrize("order, message", [
+    ('["a", "b"]', "leaves out c"),
+    ('["a", "b", "c", "a"]', "names twice a"),
+    ('["a", "b", "c", "z"]', "names no lesson file for z"),
+    ('"a, b, c"', "needs 'lessons' = a list of lesson ids"),
+])
+def test_a_curriculum_that_misses_or_repeats_a_lesson_fails_loudly(tmp_path, order, message):
+    for lesson_id in ("a", "b", "c"):
+        lesson_file(tmp_path, lesson_id)
+    (tmp_path / "curriculum.toml").write_text(f"lessons = {order}\n")
+    with pytest.raises(PresetError, match=message):
+        all_lessons.__wrapped__(tmp_path)
+
+
+def test_a_lesson_level_is_one_of_the_levels(tmp_path):
+    lesson_file(tmp_path, "a", 'level = "easy"\n')
+    with pytest.raises(PresetError, match="level 'easy' is not one of introductory, intermediate, advanced"):
+        load_file(tmp_path / "a.toml")
+    lesson_file(tmp_path, "b", "gpu = 80\n")
+    with pytest.raises(PresetError, match="'gpu' must be text"):
+        load_file(tmp_path / "b.toml")

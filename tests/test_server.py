@@ -664,3 +664,4 @@ def test_the_steps_ahead_are_measured_once_the_ceilings_are(monkeypatch):
         assert events == [SPEC.knobs.num_thread_x, "ceilings", 2, 4]  # the first page, the ceilings, the steps
     finally:
         measuring.close()
+

@@ -13,7 +13,7 @@ from app import handle, session
 from explorer.analysis.roofline import ceiling_rows, published_for
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
-from explorer.measure import Remote
+from explorer.measure import QUICK_SETTINGS, Remote, describe_budget
 from explorer.server.api import UNREACHABLE
 from explorer.targets import NAMES, local_gpu_target, resolve_target, target_label
 
@@ -63,7 +63,7 @@ st.markdown(f"Code is generated for **{target_label(target)}**"
 with st.expander("Target details"):
     st.json(target.export())
 
-st.subheader("Remote GPU (TVM RPC)")
+st.header("Remote GPU (TVM RPC)")
 st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.rpc_server`). "
            "Leave empty to measure on this machine's GPU.")
 current = session.remote()
@@ -80,7 +80,7 @@ if address.strip():
 else:
     session.set_remote(None)
 
-st.subheader("This server")
+st.header("This server")
 server = handle.server()
 warm = server.warm_up_state()
 if not warm.done:
@@ -117,10 +117,10 @@ else:
                                         for index, counts in enumerate(measured["gpus"])) + ".")
     st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, "
                f"taken only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no "
-               "GPU time spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 "
-               "repeats) and measured again in full once the GPU is free.")
+               "GPU time spent). While students' measurements wait, a kernel is timed with a short budget "
+               f"({describe_budget(QUICK_SETTINGS)}) and measured again in full once the GPU is free.")
 
-st.subheader("Roofline ceilings")
+st.header("Roofline ceilings")
 try:
     ceilings = server.ceilings() or published_for(target)
 except ExplorerError as e:  # a target without published figures, and nothing measured
@@ -131,14 +131,14 @@ else:
     st.dataframe([{"roof": name, "figure": figure} for name, figure in ceiling_rows(ceilings)], hide_index=True)
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
-st.subheader("Compile backend")
+st.header("Compile backend")
 st.markdown(
     f"- Kernels to run: {'NVRTC' if mode != 'nvcc' else 'nvcc'} through TVM "
     f"(`TVM_CUDA_COMPILE_MODE={mode}`){'' if device.exist else ' — only with a GPU'}.\n"
     f"- Registers and spills (Resources tab): `nvcc -Xptxas -v`, {nvcc_version()}."
 )
 
-st.subheader("Versions")
+st.header("Versions")
 packages = ["apache-tvm", "apache-tvm-ffi", "streamlit", "numpy", "plotly", "pygments"]
 st.dataframe(
     [{"component": "Python", "version": platform.python_version()}]

@@ -3,25 +3,26 @@ import functools
 
 import streamlit as st
 
-from app import class_mode, code_view, diagnosis_panel, latency, panels, session
+from app import class_mode, code_view, diagnosis_panel, latency, panels, session, ui
 from explorer.export import file_name, snippet
 from explorer.highlight import view_text
 from explorer.presets import get_preset
 from explorer.tabs import ANALYSES
 
-code_view.show_css()
 spec = session.sidebar() or session.spec()
 session.sync_url()
 class_mode.show(f"Explorer · {session.preset_id() or 'own setting'}")
 template = spec.template_def
 preset = get_preset(session.preset_id()) if session.preset_id() else None
+held = class_mode.holds_back(spec)  # the class answers a question about this setting: no claim, time or diagnosis yet
 
 st.title(template.title)
 st.caption(f"{spec.workload.label()} · {template.summary}")
-link_error = session.flashed("link_error")
-if link_error:
-    st.error(link_error)
-if preset is not None and preset.spec == spec:
+notice = session.link_notice(spec)
+if notice:
+    element, sentence = notice
+    getattr(st, element)(ui.plain(sentence, limit=600))  # the link's values, shown as text
+if preset is not None and preset.spec == spec and not held:
     with st.container(border=True):
         st.markdown(f"**Step {preset.step}: {preset.title}** — {preset.claim}")
         if preset.explanation:
@@ -54,9 +55,10 @@ if stale:
 
 panels.metrics(built)
 if not stale:
-    diagnosis_panel.panel(built)
+    if not held:
+        diagnosis_panel.panel(built)
     class_mode.record_move(built.spec)
-if measurable and not stale and built.kernels:
+if measurable and not stale and built.kernels and not held:
     latency.latency(built)
 previous = session.previous_try(built.spec) if not stale else None
 left, right = st.columns([3, 1])
@@ -75,8 +77,10 @@ right.download_button(
          "and checks and times the kernel on a GPU.",
 )
 
-analyses = list(ANALYSES.values())
-tabs = st.tabs([*code_view.VIEWS, *(analysis.title for analysis in analyses)], key="ui.view", on_change="rerun")
+analyses = [analysis for analysis in ANALYSES.values() if analysis.applies(built.spec.template_def)]
+labels = [*code_view.VIEWS, *(analysis.title for analysis in analyses)]
+session.keep_widget("ui.view", labels, labels[0])  # a tab of the template before, which this one has not
+tabs = st.tabs(labels, key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
         continue

@@ -2,35 +2,29 @@
 states the tutorial's claim with its numbers, and checks it: static claims on the build
 shown, timing claims on this machine's GPU when there is one.
 
-The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``) through the
-widgets' own query-parameter binding, so a teacher can hand out a link to any step.
+The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``), so a teacher can
+hand out a link to any step; a link to a lesson or a step that does not exist says so.
 """
 import functools
-from urllib.parse import urlencode
 
 import streamlit as st
 
-from app import class_mode, handle, session
+from app import class_mode, handle, questions, session, ui
 from explorer import lesson_reasons as R
 from explorer import lessons as L
-from explorer import style, urlstate
+from explorer import style
 from explorer.errors import ExplorerError
+from explorer.questions import is_right
 from explorer.targets import target_label
+from explorer.units import byte_size, count
 
 MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
-
-
-def in_reading_order(all_lessons) -> dict:
-    """Lessons by id: the first lesson on top, the other lessons, then the schedules a search
-    found (every step has a ``found_by`` command), which build on the other lessons."""
-    def rank(lesson):
-        return all(step.preset.found_by for step in lesson.steps), lesson.id != L.FIRST_LESSON
-
-    return {lesson.id: lesson for lesson in sorted(all_lessons, key=rank)}
+PREDICTIONS = "lessons.predictions"  # preset id -> (the student's prediction, explorer.questions.Answer), this session
+PREDICT = "lessons.predict"  # the "predict first" toggle
 
 
 def restart_lesson() -> None:
-    session.set_widget("step", 1)
+    session.set_widget(session.STEP, 1)
 
 
 def badge(verdict: str, container=st) -> None:
@@ -121,8 +115,8 @@ def show_evidence(step: L.Step, target: str) -> None:
                    help="The most distinct words one bank serves for one warp-wide shared load (1 = none).")
     cols[1].metric("Input loads per output", f"{ev.loads_per_output:.2f}" if ev.loads_per_output is not None else "—",
                    help="Each thread loads its input tile once: smaller is more reuse.")
-    cols[2].metric("Shared memory / block", f"{ev.shared_bytes:,} B")
-    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{ev.blocks_per_sm} blocks/SM", delta_color="off",
+    cols[2].metric("Shared memory / block", byte_size(ev.shared_bytes), help=f"{ev.shared_bytes:,} bytes")
+    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{count(ev.blocks_per_sm, 'block')}/SM", delta_color="off",
                    delta_arrow="off", help=f"Limited by {ev.occupancy_limiter}. Registers are not counted until the "
                                            f"kernel is compiled (Explorer page, Resources tab).")
     if ev.notes:
@@ -144,29 +138,74 @@ def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None
     measured.update({(*device, pid): m for pid, m in found.items()})
 
 
-lessons = in_reading_order(L.lessons())
+def score() -> str:
+    """This session's predictions: how many were right."""
+    made = session.memo(PREDICTIONS)
+    right = sum(is_right(L.all_presets()[pid].question, given, answer) for pid, (given, answer) in made.items())
+    return f"Your predictions this session: {right} right of {len(made)}." if made else "No prediction yet."
+
+
+def predict_first(question: L.Asked) -> bool:
+    """The step's question before its measurement: False while the student has not predicted
+    (the page stops after the step's code), True once the answer is shown."""
+    made = session.memo(PREDICTIONS)
+    with st.container(border=True):
+        st.markdown(":material/psychology: **Predict first**")
+        if question.preset.id in made:
+            given, answer = made[question.preset.id]
+            questions.reveal(question, answer, mine={1: given}, explain=False)
+            return True
+        questions.settings_links(question)
+        given = questions.answer_form(question, f"lessons.predict.{question.preset.id}", label="Lock in my prediction")
+    if given is None:
+        st.caption("The step's claim, figures and latency show once you have predicted.")
+        questions.code_tabs(question.preset.spec, "lessons.question_view")
+        return False
+    made[question.preset.id] = (given, questions.answer_here(question, session.remote()))
+    st.rerun()
+
+
+lessons = {lesson.id: lesson for lesson in L.lessons()}  # in the curriculum's order
 st.title("Lessons")
-if (asked := st.query_params.get("lesson")) and L.current_lesson_id(asked) != asked:  # a link from before a rename
-    st.switch_page("views/lessons.py", query_params={**st.query_params.to_dict(), "lesson": L.current_lesson_id(asked)})
-# The URL holds a bound selectbox's label, so the options are the short lesson ids.
-lesson_id = st.selectbox("Lesson", list(lessons), key="lesson", bind="query-params", on_change=restart_lesson)
+unknown = session.follow_lesson_link({i: len(lesson.steps) for i, lesson in lessons.items()},
+                                     {i: lesson.title for i, lesson in lessons.items()})
+if unknown:
+    st.warning(ui.plain(unknown, limit=400))  # the link's text, shown as text
+lesson_id = st.selectbox("Lesson", list(lessons), key=session.LESSON, on_change=restart_lesson,
+                         format_func=ui.lesson_label)
 lesson = lessons[lesson_id]
-st.markdown(f"**{lesson.title}**")
-st.caption(lesson.summary + (f" — source: {lesson.source}" if lesson.source else ""))
-number = st.pagination(len(lesson.steps), key="step", bind="query-params", max_visible_pages=12)
+source = f"[{lesson.source}]({lesson.url})" if lesson.url else lesson.source
+st.caption(lesson.summary + (f" — source: {source}" if source else ""))
+number = st.pagination(len(lesson.steps), key=session.STEP, max_visible_pages=12)
+session.sync_lesson_url(lesson_id, number)
 step = lesson.step(number)
 class_mode.show(class_mode.lesson_place(lesson_id, number))
 preset = step.preset
 target = session.target()
 
+question = L.asked(preset)
+session.keep_widget(PREDICT, (True, False), False)
+left, right = st.columns([1, 3], vertical_alignment="center")
+predicting = left.toggle("Predict first", key=PREDICT,
+                         help="A step with a question asks it before it shows its claim, figures and latency.")
+if predicting:
+    right.caption(score())
+
 st.header(f"Step {step.number} of {len(lesson.steps)}: {preset.title}")
 st.caption(f"{preset.spec.workload.label()} · {preset.source}")
-explorer_link = "./?" + urlencode(urlstate.to_query(preset.spec, preset.id))
-st.link_button("Open this step in the Explorer", explorer_link, icon=":material/open_in_new:",
+st.link_button("Open this step in the Explorer", ui.explorer_link(preset.spec, preset.id),
+               icon=":material/open_in_new:",
                help="The Explorer with this preset's knobs, in a new tab: move the knobs from there.")
+show_knobs(step)
+if class_mode.holds_back(preset.spec):
+    st.caption("The class is answering a question about this step (above): its claim, figures and latency show "
+               "after the reveal.")
+    questions.code_tabs(preset.spec, "lessons.question_view")
+    st.stop()
+if predicting and question is not None and not predict_first(question):
+    st.stop()
 if preset.explanation:
     st.write(preset.explanation)
-show_knobs(step)
 
 st.subheader("The claim")
 st.info(preset.claim)

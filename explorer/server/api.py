@@ -39,15 +39,19 @@ __all__ = ["UNREACHABLE", "Server", "open_server", "warm_up_early"]
 
 class Server:
     """Everything one process of a class server shares between its sessions. ``measuring``: where
-    its measurements are made (default: in this process)."""
+    its measurements are made (default: in this process); ``share_diagnoses``: a folder where the
+    app processes of one server share their diagnoses (one diagnosis per setting for the server)."""
 
-    def __init__(self, settings: ServerSettings | None = None, measuring: Measuring | None = None):
+    def __init__(self, settings: ServerSettings | None = None, measuring: Measuring | None = None,
+                 share_diagnoses: str | None = None):
         self._settings = settings or ServerSettings()
         self._builds = BuildService(self._settings, here_until_ready=True)
         self._page_runs = PageRuns()
         self._diagnosing = diagnosing_process(self._settings)
         diagnose = functools.partial(diagnose_in, self._diagnosing) if self._settings.diagnose else not_diagnosed
         self._diagnoses = Diagnoses(diagnose)
+        if share_diagnoses is not None:
+            self._diagnoses.share(share_diagnoses)
         self._measuring = measuring if measuring is not None else MeasuringInProcess(self._settings)
         self._steps = WarmUp()  # the pages' steps of the warm-up (the build processes, the steps built ahead)
         self._closing = threading.Event()
@@ -59,12 +63,15 @@ class Server:
         """``spec`` built for ``target`` once for the whole server (raises ExplorerError)."""
         return self._builds.build(spec, target)
 
-    def diagnosis(self, spec: Spec, target: str) -> Future:
-        """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
-        and again once the setting has been measured (then it is placed on the measured roofline);
-        the future's result raises ExplorerError for a setting that cannot be built."""
+    def diagnosis(self, spec: Spec, target: str, measuring: bool = False) -> Future | None:
+        """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session;
+        the future's result raises ExplorerError for a setting that cannot be built. ``measuring``:
+        the asking session measures the setting; then, once the warm-up has ended, the diagnosis
+        waits for the measurement (None meanwhile, MEASURE_WAIT_S at most) and is placed on the
+        measured roofline (explorer.server.diagnosing)."""
         measured = self._measuring.result(spec, target)
-        return self._diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None)
+        return self._diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None,
+                                   measuring and measured is None and self._measuring.warm_up_state().done)
 
     def diagnosis_queue(self, future: Future) -> tuple[int, float]:
         """(diagnoses ahead of ``future``, the one running included; seconds since it was asked for)."""
@@ -195,8 +202,9 @@ def open_server(settings: ServerSettings | None = None) -> Server:
     started one (an app process of a server of several, ``EXPLORER_MEASURING``), else in this process."""
     settings = settings or ServerSettings()
     address = os.environ.get(MEASURING_ADDRESS)
-    if address:
-        return Server(settings, MeasuringOverSocket(address, bytes.fromhex(os.environ[MEASURING_KEY])))
+    if address:  # one diagnosis per setting for the whole server: its app processes share them
+        return Server(settings, MeasuringOverSocket(address, bytes.fromhex(os.environ[MEASURING_KEY])),
+                      share_diagnoses=os.path.join(os.path.dirname(address), "diagnoses"))
     return Server(settings)
 
 

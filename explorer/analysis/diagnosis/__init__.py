@@ -29,7 +29,7 @@ By job:
 """
 from .counters import L2_HIT_RATE, STALL_METRIC, STALLS, counters_of, ncu_metrics, stall_evidence
 from .diagnoser import MIN_SHARE, RANKING_RULE, STATIC_NOTE, TOP, diagnose, diagnose_spec, ranked, refusal
-from .facts import REGISTER_NOTE, Device, Facts, GlobalFact, SharedFact, device_for, facts_of
+from .facts import REGISTER_NOTE, Device, Facts, GlobalFact, RaceFact, SharedFact, device_for, facts_of
 from .findings import Diagnosis, Finding, Rule, Suggestion
 from .report import diagnosis_json, format_diagnosis
 from .rules import RULE_TABLE, RULES, estimated_total, findings_of
@@ -41,6 +41,7 @@ from .rules.kv_reuse import kv_reuse_rule
 from .rules.masked_work import masked_work_rule
 from .rules.parallelism import grid_rule, occupancy_rule
 from .rules.pipeline import pipeline_rule
+from .rules.races import race_rule
 from .rules.re_reads import reread_rule
 from .rules.reuse import reuse_rule
 from .rules.rewrites import rewrite_rule
@@ -51,11 +52,11 @@ from .search import MIN_RELIEF, STEPS_TRIED, SUGGESTION_RULE, Move, analysed_nei
 
 __all__ = [
     "Device", "Diagnosis", "Facts", "Finding", "GlobalFact", "L2_HIT_RATE", "MIN_RELIEF", "MIN_SHARE", "Move",
-    "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "Rule", "STALLS", "STALL_METRIC", "STATIC_NOTE",
-    "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
+    "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "RaceFact", "Rule", "STALLS", "STALL_METRIC",
+    "STATIC_NOTE", "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
     "bank_conflict_rule", "coalescing_rule", "counters_of", "cuda_cores_rule", "device_for", "diagnose",
     "diagnose_spec", "diagnosis_json", "estimated_total", "facts_of", "findings_of", "format_diagnosis",
     "grid_rule", "kernels_rule", "kv_reuse_rule", "masked_work_rule", "ncu_metrics", "neighbours", "occupancy_rule",
-    "pipeline_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule", "stall_evidence",
-    "suggest", "vector_rule", "work_per_thread_rule",
+    "pipeline_rule", "race_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule",
+    "stall_evidence", "suggest", "vector_rule", "work_per_thread_rule",
 ]

@@ -18,17 +18,18 @@ MIN_SHARE = 0.05  # findings costing less than this share of the roofline's leas
 TOP = 4  # findings shown
 
 
-RANKING_RULE = (f"Findings are ranked by their estimated cost in µs, largest first; one costing less than "
-                f"{MIN_SHARE:.0%} of the roofline's least time is not shown. Each cost is the extra time its "
-                "rule's model charges (stated with the finding), a static estimate, not a measurement.")
+RANKING_RULE = (f"A finding that makes the result wrong (a race) comes first. The others are ranked by their "
+                f"estimated cost in µs, largest first; one costing less than {MIN_SHARE:.0%} of the roofline's least "
+                "time is not shown. Each cost is the extra time its rule's model charges (stated with the finding), a "
+                "static estimate, not a measurement.")
 STATIC_NOTE = ("Static evidence only (the build's analyses and the published figures of the target): "
                "no GPU measured this setting.")
 
 
 def ranked(findings: Iterable[Finding], bound: float) -> list[Finding]:
     """The ranking rule (:data:`RANKING_RULE`)."""
-    shown = [found for found in findings if found.cost_us >= MIN_SHARE * bound]
-    return sorted(shown, key=lambda found: -found.cost_us)
+    shown = [found for found in findings if found.wrong or found.cost_us >= MIN_SHARE * bound]
+    return sorted(shown, key=lambda found: (not found.wrong, -found.cost_us))
 
 
 def refusal(spec: Spec, error: ExplorerError) -> Diagnosis:

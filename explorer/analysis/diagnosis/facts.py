@@ -9,7 +9,6 @@ are estimated from the compiled setting's (:data:`REGISTER_NOTE`).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from ...build import Build
@@ -19,11 +18,12 @@ from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
 from ...schedules.attention_mma import AttentionMmaKnobs
 from ...targets import WARP_SIZE, gpu_name
 from ...workloads import numpy_dtype
-from ..accesses import kernel_accesses
+from ..accesses import kernel_accesses, shared_accesses
 from ..banks import analyze_banks
 from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
+from ..races import analyze_races
 from ..resources import analyze_resources, occupancy, sm_limits
-from ..roofline import FP32, Ceilings, bound_us, no_roofline_reason, published_for
+from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_for
 from ..sass import analyze_sass
 from ..tiling import analyze_tiling
 from ..tree import analyze_tree
@@ -57,6 +57,15 @@ class SharedFact:
     max_degree: int  # n-way
     wavefronts: int
     conflicts: int
+
+
+@dataclass(frozen=True)
+class RaceFact:
+    """A pair of shared accesses that race (explorer.analysis.races): its sentence and CUDA lines."""
+
+    storage: str
+    sentence: str
+    lines: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,9 +124,10 @@ class Facts:
     # anyway (both products), and the workload's own FLOPs (the unmasked half).
     masked_flops: float = 0.0
     workload_flops: float = 0.0
-    # 16-bit inputs multiplied without an mma instruction: the least time of the workload's FLOPs at the CUDA
-    # cores' FP32 peak (None where the kernel uses the tensor cores, or the inputs are float32).
-    cuda_core_us: float | None = None
+    # 16-bit inputs multiplied on the CUDA cores (a template without mma, Template.tensor_cores): the roofline's
+    # least time of the same work on the tensor cores, where the ceilings have their peak (None otherwise; the
+    # roofline's own, bound_us, is the CUDA cores' FP32 peak's).
+    tensor_core_us: float | None = None
     compulsory_bytes: int = 0  # the workload's inputs read once and its output written once
     # Attention written as one kernel whose blocks each hold a tile of query rows and walk every key and value
     # tile of their head: the rows a block holds, the bytes of K and V, and those its blocks load together (0
@@ -126,6 +136,7 @@ class Facts:
     kv_bytes: int = 0
     kv_loaded_bytes: int = 0
     kv_in_flight_bytes: int = 0  # K and V of the heads whose blocks are on the GPU at once (0: not known)
+    races: tuple[RaceFact, ...] = ()  # shared-memory races: the kernel's result is wrong
 
     @property
     def warps_per_block(self) -> int:
@@ -187,10 +198,11 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     ceilings = ceilings or published_for(built.target)
     device = device_for(arch, ceilings, workload.compulsory_bytes, sms, gpu_name(built.target))
     memory_us = device.bytes_us(workload.compulsory_bytes)
-    # 16-bit inputs run on the tensor cores: their roof where the ceilings have its peak, else bytes alone.
-    no_compute_roof = no_roofline_reason(workload, ceilings) is not None
-    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes,
-                                                       workload.input_dtypes())
+    # The roof of the units the template multiplies on (compute_types): the tensor cores' for 16-bit inputs
+    # where the ceilings have their peak, else bytes alone; the CUDA cores' FP32 peak for any other template.
+    types = compute_types(built.spec)
+    no_compute_roof = no_roofline_reason(workload, ceilings, types) is not None
+    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes, types)
     bound = "memory" if memory_us >= least else "compute"
     kernel = analyze_resources(built, binary).kernels[0]
     tiling = _tiling(built)
@@ -218,8 +230,9 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
-                 workload.flops, _cuda_core_us(built, ceilings, no_compute_roof), workload.compulsory_bytes,
-                 *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)))
+                 workload.flops, _tensor_core_us(built, ceilings), workload.compulsory_bytes,
+                 *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)),
+                 races=tuple(RaceFact(r.storage, r.sentence(), r.lines) for r in analyze_races(built).races))
 
 
 def _kv_loads(built: Build, resident_blocks: int) -> tuple[int, int, int, int]:
@@ -239,13 +252,14 @@ def _kv_loads(built: Build, resident_blocks: int) -> tuple[int, int, int, int]:
             kv_bytes * in_flight // heads)
 
 
-def _cuda_core_us(built: Build, ceilings: Ceilings, no_compute_roof: bool) -> float | None:
-    """The workload's FLOPs at the FP32 peak, where its 16-bit inputs have the tensor cores' roof
-    but the kernel has no mma instruction (TVM writes each as mma.sync or wgmma in the CUDA)."""
+def _tensor_core_us(built: Build, ceilings: Ceilings) -> float | None:
+    """The roofline's least time of the workload on the tensor cores, where its 16-bit inputs are multiplied
+    on the CUDA cores (Template.tensor_cores) and the ceilings have the tensor cores' peak for them."""
     workload = built.spec.workload
-    if no_compute_roof or set(workload.input_dtypes()) <= {FP32} or re.search(r"\bwgmma\.|\bmma\.sync", built.cuda):
+    types = tuple(workload.input_dtypes())
+    if built.spec.template_def.tensor_cores or set(types) <= {FP32} or no_roofline_reason(workload, ceilings, types):
         return None
-    return bound_us(ceilings, workload.flops, 0)
+    return bound_us(ceilings, workload.flops, workload.compulsory_bytes, types)
 
 
 def _masked_flops(built: Build, globals_) -> float:
@@ -263,7 +277,7 @@ def _staged_steps(built: Build) -> int:
     memory), in the first kernel (one block's). A tree that only adds shared values between its
     barriers stages nothing."""
 
-    kernel = kernel_accesses(built.device_mod)[0]
+    kernel = shared_accesses(built)[0]
     globals_ = kernel_accesses(built.device_mod, GLOBAL_SCOPES)[0]
     loading = {loop.var for access in globals_.accesses if access.op == "load" for loop in access.loops}
     loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
@@ -338,7 +352,7 @@ def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     a barrier and stores at most one element per warp to global memory (a tile of outputs stores
     about one per thread; stores the analysis cannot model say nothing)."""
     first = built.kernels[0]
-    kernel = kernel_accesses(built.device_mod)[0]
+    kernel = shared_accesses(built)[0]
     if not kernel.barrier_loops and not any(a.epoch for a in kernel.accesses):
         return 0
     stored = sum(a.ideal_bytes for a in globals_ if a.op == "store" and a.kernel == first.name)

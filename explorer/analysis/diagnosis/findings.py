@@ -28,11 +28,16 @@ class Finding:
     cost_us: float
     cost_rule: str  # how the cost is estimated
     suggestion: Suggestion | None = None
+    wrong: bool = False  # the kernel computes a wrong result (a race): ranked first, whatever it costs
+    # A cost the roofline's least time already holds (the roof of the units the kernel multiplies on), not
+    # one beyond it: the estimate (rules.estimated_total) leaves it out.
+    within_roof: bool = False
 
 
-def finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cost_rule: str) -> Finding:
+def finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cost_rule: str,
+            wrong: bool = False, within_roof: bool = False) -> Finding:
     """A rule's finding; a cost its model puts below zero counts as none."""
-    return Finding(rule, title, tuple(evidence), max(0.0, cost_us), cost_rule)
+    return Finding(rule, title, tuple(evidence), max(0.0, cost_us), cost_rule, wrong=wrong, within_roof=within_roof)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest all
                    f"and analysed; a finding's suggestion is the neighbour that lowers that finding's cost by at least "
                    f"{MIN_RELIEF:.0%} and has the lowest estimated total (the roofline's least time plus every "
                    "finding's cost), if that total is below this setting's; a setting suggested for a higher-ranked "
-                   "finding is left to it.")
+                   "finding is left to it. A neighbour with a race is never suggested; a race's suggestion is the "
+                   "neighbour without one that has the lowest estimated total.")
 
 
 Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
@@ -89,10 +90,12 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
     total_now = estimated_total(current)
     best = None
     for spec, changes, facts in candidates:
+        if facts.races or spec in taken:  # a setting whose result is wrong is never suggested
+            continue
         found = findings_of(facts).get(rule)
         cost = found.cost_us if found is not None else 0.0
         total = estimated_total(facts)
-        if cost > now.cost_us * (1 - MIN_RELIEF) or total >= total_now or spec in taken:
+        if not now.wrong and (cost > now.cost_us * (1 - MIN_RELIEF) or total >= total_now):
             continue
         if best is None or (total, cost) < (best.total_us, best.cost_us):
             best = Suggestion(spec, changes, cost, total)

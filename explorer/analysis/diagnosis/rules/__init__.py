@@ -17,6 +17,7 @@ from . import (
     masked_work,
     parallelism,
     pipeline,
+    races,
     re_reads,
     reuse,
     rewrites,
@@ -30,6 +31,7 @@ RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
     masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
+    races.RULE,  # a wrong result: ranked first whatever the order (diagnoser.ranked)
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
@@ -43,5 +45,5 @@ def findings_of(f: Facts) -> dict[str, Finding]:
 
 
 def estimated_total(f: Facts) -> float:
-    """The roofline's least time plus every finding's cost: what suggestions are compared by."""
-    return f.bound_us + sum(found.cost_us for found in findings_of(f).values())
+    """The roofline's least time plus every finding's cost beyond it: what suggestions are compared by."""
+    return f.bound_us + sum(found.cost_us for found in findings_of(f).values() if not found.within_roof)
