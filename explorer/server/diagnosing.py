@@ -163,8 +163,7 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
     deadline = time.monotonic() + SHARED_WAIT_S
     while True:
         if os.path.exists(path):
-            with open(path, "rb") as file:
-                return pickle.load(file)  # written by this server's own processes
+            return _read(path)
         try:
             os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
@@ -173,6 +172,8 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
                 continue
             return compute()
         try:
+            if os.path.exists(path):  # written by a process whose claim ended between the look above and this one
+                return _read(path)
             outcome = compute()
             partial = f"{path}.{os.getpid()}"
             with open(partial, "wb") as file:
@@ -182,3 +183,7 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
         finally:
             os.unlink(claim)
 
+
+def _read(path: str):
+    with open(path, "rb") as file:
+        return pickle.load(file)  # written by this server's own processes
