@@ -665,3 +665,49 @@ def test_the_steps_ahead_are_measured_once_the_ceilings_are(monkeypatch):
     finally:
         measuring.close()
 
+
+def test_a_setting_being_measured_is_diagnosed_once_on_its_measurement(monkeypatch):
+    """The session measures the setting: no diagnosis until the measurement (None), then one, placed on
+    it; the measurement again later diagnoses nothing again. A session that does not measure gets its
+    diagnosis at once."""
+    from server_fakes import fake_measurement
+
+    from explorer.server import api
+
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", "1")  # the tests' servers do not diagnose (tests/conftest.py)
+    diagnosed = []
+    monkeypatch.setattr(api, "diagnose_in", lambda process, spec, target, ceilings, measured_us:
+                        diagnosed.append((spec, measured_us)) or f"at {measured_us}")
+    monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", lambda self, target: None)
+    monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)
+    gate = threading.Event()
+    server = stand_in_server(lambda job: gate.wait(10) and fake_measurement(job.spec, 7.0))
+    try:
+        server.start()
+        wait_until(lambda: server.warm_up_state().done)
+        assert server.diagnosis(SPEC, "auto", measuring=True) is None  # its measurement is on its way
+        server.request("alice", SPEC, "auto")
+        assert server.diagnosis(SPEC, "auto", measuring=True) is None
+        gate.set()
+        wait_until(lambda: server.result(SPEC, "auto") is not None)
+        first = server.diagnosis(SPEC, "auto", measuring=True)
+        assert first.result(10) == "at 7.0" and server.diagnosis(SPEC, "auto") is first
+        assert server.diagnosis(spec_x(4), "auto").result(10) == "at None"  # not measured by this session
+        assert diagnosed == [(SPEC, 7.0), (spec_x(4), None)]
+    finally:
+        server.close()
+
+
+def test_the_app_processes_of_a_server_share_their_diagnoses_beside_its_socket(tmp_path, monkeypatch):
+    """An app process of a server of several (the launcher set EXPLORER_MEASURING): its diagnoses go to
+    the server's folder, where the other app processes find them (explorer/server/diagnosing.py)."""
+    from explorer.server.api import open_server
+    from explorer.server.launcher import MEASURING_ADDRESS, MEASURING_KEY
+
+    monkeypatch.setenv(MEASURING_ADDRESS, str(tmp_path / "measuring.sock"))
+    monkeypatch.setenv(MEASURING_KEY, "00" * 16)
+    server = open_server(ServerSettings(build_workers=0))
+    try:
+        assert (tmp_path / "diagnoses").is_dir()
+    finally:
+        server.close()
