@@ -13,6 +13,7 @@ from app import latency
 from explorer import classroom
 from explorer.classroom import rounds
 from explorer.errors import ExplorerError
+from explorer.lessons import current_lesson_id
 
 from . import questions, session
 
@@ -60,7 +61,7 @@ def _banner() -> None:
         return
     if state is None:
         return
-    here = state.kind == "step" and session.place() == lesson_place(state.lesson, state.step)
+    here = state.kind == "step" and session.place() == lesson_place(current_lesson_id(state.lesson), state.step)
     left, right = st.columns([5, 1], vertical_alignment="center")
     left.info(state.banner() + (" (this page)" if here else ""), icon=":material/campaign:")
     # A link, not a jump: a student exploring elsewhere decides when to follow.

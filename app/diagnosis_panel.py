@@ -5,8 +5,8 @@ through the server's one queue as background work (behind every student's own
 measurement), and each shows whether it was faster, and by how much.
 
 A diagnosis builds every neighbouring setting: the server computes it once per setting (after
-the setting's measurement, where it is measured), in a process of its own (explorer.diagnoses),
-while the page polls."""
+the setting's measurement, where it is measured), in a process of its own
+(explorer.server.diagnosing), while the page polls."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -17,7 +17,7 @@ from explorer.analysis.diagnosis import Diagnosis
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
-from . import latency, server, session, ui
+from . import handle, latency, session, ui
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
@@ -26,12 +26,9 @@ SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.Claim
 
 def job(spec: Spec, target: str) -> Future | None:
     """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session;
-    None while the setting's measurement is on its way (where it can be measured): the diagnosis
-    is placed on the measured roofline, so it waits for it (explorer.diagnoses)."""
-    live = server.live()
-    measured = live.result(spec, target)
-    return live.diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None,
-                              measured is None and latency.can_measure() and live.warm.done)
+    None while the setting's measurement is on its way (where this session measures): the
+    diagnosis is placed on the measured roofline, so it waits for it (explorer.server.diagnosing)."""
+    return handle.server().diagnosis(spec, target, measuring=latency.can_measure())
 
 
 def panel(built: Build, preset: str | None = None) -> None:
@@ -45,7 +42,7 @@ def panel(built: Build, preset: str | None = None) -> None:
             _after_the_measurement(built.spec)
             return
         if not future.done():
-            ahead, waited_s = server.live().diagnoses.wait(future)
+            ahead, waited_s = handle.server().diagnosis_queue(future)
             if waited_s < PATIENCE_S:
                 _diagnosing(future)
             else:  # the page stops looking: a class keeps the diagnosing process busy
@@ -73,7 +70,7 @@ def _after_the_measurement(spec: Spec) -> None:
 
 @st.fragment(run_every=POLL_S)
 def _diagnosing(future: Future) -> None:
-    ahead, waited_s = server.live().diagnoses.wait(future)
+    ahead, waited_s = handle.server().diagnosis_queue(future)
     if future.done() or waited_s >= PATIENCE_S:
         st.rerun()
     queue = f" ({ahead} ahead of it)" if ahead else ""
@@ -119,13 +116,13 @@ def _tried(d: Diagnosis) -> dict[Spec, str]:
     """What the server's measurements say of each suggestion so far (none asked for here)."""
     if not latency.can_measure():
         return {}
-    live, target, remote = server.live(), session.target(), session.remote()
-    now = live.result(d.spec, target, remote)
+    server, target, remote = handle.server(), session.target(), session.remote()
+    now = server.result(d.spec, target, remote)
     if not getattr(now, "correct", False):
         return {}
     out = {}
     for spec in _suggested(d):
-        result = live.result(spec, target, remote)
+        result = server.result(spec, target, remote)
         if result is not None:
             out[spec] = verdict(now.median_us, result.median_us if result.correct else None)
     return out
@@ -152,8 +149,8 @@ def _try_button(d: Diagnosis, tried: dict) -> None:
             "Try the suggestions on the GPU", key="ui.diagnosis.try", icon=":material/science:",
             help="Each suggested setting is measured through the server's queue, behind every student's own "
                  "measurement, then shown here as faster or slower than this one."):
-        live, target, remote = server.live(), session.target(), session.remote()
-        asked[d.spec] = [live.request(None, spec, target, remote, background=True) for spec in [d.spec, *pending]]
+        server, target, remote = handle.server(), session.target(), session.remote()
+        asked[d.spec] = [server.request(None, spec, target, remote, background=True) for spec in [d.spec, *pending]]
     jobs = asked.get(d.spec, ())
     if any(not j.done for j in jobs):
         _trying(jobs)

@@ -1,5 +1,5 @@
 """The measured latency of a setting: asked for before the page builds it, measured once per
-setting and device for the whole server (explorer.live), and shown while the page polls for it
+setting and device for the whole server (explorer/server/api.py), and shown while the page polls for it
 (never blocking on the GPU): the current setting's panel, and a side of the vthread comparison."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from explorer import figures, targets
 from explorer.build import Build
 from explorer.measure import QUICK_SETTINGS, describe_budget
 
-from . import server, session, ui
+from . import handle, session, ui
 
 
 def can_measure() -> bool:
@@ -37,7 +37,7 @@ def latency(built: Build) -> None:
         return
     _latency_metrics(result, built.spec)
     st.caption(f"Timed: {result.timing.describe()}.")  # a slow kernel gets few repeats: how far to trust it
-    _versus_pytorch(result, built.spec.workload, server.live())
+    _versus_pytorch(result, built.spec.workload, handle.server())
     st.caption(_measured_when(result, job))
     if getattr(result, "quick", False):
         st.caption(QUICK_NOTE)
@@ -49,8 +49,8 @@ def start_measuring(spec) -> None:
     the measuring worker compiles the kernel while this process lowers it and runs the
     analyses. The worker checks the setting as the build does, so one the app refuses costs
     it only that check."""
-    if server.live().warm.done:
-        server.live().request(session.session_id(), spec, session.target(), session.remote())
+    if handle.server().warm_up_state().done:
+        handle.server().request(session.session_id(), spec, session.target(), session.remote())
 
 
 def side_latency(side) -> None:
@@ -72,13 +72,13 @@ def _finished_job(spec, slot: str):
     """The server's finished measurement job of ``spec`` for this session's ``slot`` (one
     waiting job per slot), or None while the GPU warms up or the job waits or runs (then
     the page says so and polls)."""
-    live = server.live()
-    if not live.warm.done:
-        _warming_up(live)
+    server = handle.server()
+    if not server.warm_up_state().done:
+        _warming_up(server)
         return None
-    job = live.request(slot, spec, session.target(), session.remote())
+    job = server.request(slot, spec, session.target(), session.remote())
     if not job.done:
-        if poll_interval(live.position(job)) == POLL_NEAR_S:
+        if poll_interval(server.position(job)) == POLL_NEAR_S:
             _measuring_near(job)
         else:
             _measuring_far(job)
@@ -107,11 +107,12 @@ def poll_interval(ahead: int | None) -> float:
 
 
 @st.fragment(run_every=WARM_UP_POLL_S)
-def _warming_up(live) -> None:
-    if live.warm.done:
+def _warming_up(server) -> None:
+    warm = server.warm_up_state()
+    if warm.done:
         st.rerun()
-    steps = ", ".join(name for name, _ in live.warm.steps) or "starting"
-    st.info(f"Warming up the GPU… ({steps}; {time.time() - live.warm.started:.0f} s). "
+    steps = ", ".join(name for name, _ in warm.steps) or "starting"
+    st.info(f"Warming up the GPU… ({steps}; {time.time() - warm.started:.0f} s). "
             "The code and the analyses below are ready; the latency follows.", icon=":material/hourglass_top:")
 
 
@@ -128,7 +129,7 @@ def _measuring_far(job) -> None:
 def _measuring(job, polling_every: float) -> None:
     """What a job waiting for the GPU is doing; the whole page again once it is done, or
     once it comes near the front of the queue (to look more often)."""
-    ahead = server.live().position(job)
+    ahead = handle.server().position(job)
     if not job.done and not ahead and _looking_again():
         # Compiling or on the GPU: wait for the end here (at most until the next look) rather
         # than see it a look later. Only when looking again: the page's first run goes on to
@@ -176,13 +177,13 @@ def _latency_metrics(result, spec) -> None:
                    "which a kernel of a few µs cannot hide.")
 
 
-def _versus_pytorch(result, workload, live) -> None:
+def _versus_pytorch(result, workload, server) -> None:
     """PyTorch's time on the same GPU, measured once per workload for the server."""
     if session.remote() is not None:
         return
-    base = live.baseline(workload)
+    base = server.baseline(workload)
     if base is None:
-        _baseline_pending(live, workload)
+        _baseline_pending(server, workload)
     elif base.median_us is not None:
         tvm_us, how = result.versus_pytorch
         st.caption(f"{base.library} on {base.device}: {base.median_us:.2f} µs — this schedule is "
@@ -190,8 +191,8 @@ def _versus_pytorch(result, workload, live) -> None:
 
 
 @st.fragment(run_every=1.0)
-def _baseline_pending(live, workload) -> None:
-    if live.baseline(workload) is not None:
+def _baseline_pending(server, workload) -> None:
+    if server.baseline(workload) is not None:
         st.rerun()
     st.caption("PyTorch's time for this workload is being measured (once for the whole class)…")
 
@@ -203,5 +204,5 @@ def _measured_when(result, job) -> str:
     also = f"; {shared} other session(s) asked for this setting too" if shared > 0 else ""
     gpu = f" (GPU {result.gpu} of the server's)" if getattr(result, "gpu", None) is not None else ""
     return (f"Measured {when} on {result.device}{gpu}{also}. Each setting is measured once for the whole class and "
-            f"again after {server.live().settings.measure_max_age_s / 60:.0f} min.")
+            f"again after {handle.server().measure_max_age_s / 60:.0f} min.")
 

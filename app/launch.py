@@ -7,9 +7,7 @@ analyses on the first page, so the first visitor waits for them; and the measuri
 starts only then. Here the imports come first and the worker warms the GPU while Streamlit
 starts, so the server answers when the first page can be built at once.
 """
-import os
 import sys
-import threading
 
 # TVM's FFI imports PyTorch whenever it is installed; this process never runs a kernel (the
 # measuring worker does, and imports PyTorch itself), so it keeps the seconds and the memory.
@@ -17,23 +15,20 @@ sys.modules.setdefault("torch", None)
 
 from streamlit.web import cli  # noqa: E402
 
-from app import script_runs, server  # noqa: E402  (TVM, the templates, the analyses)
-from explorer import serve  # noqa: E402
+from app import handle, script_runs  # noqa: E402  (TVM, the templates, the analyses)
 from explorer.presets import default_spec  # noqa: E402
-from explorer.warm_up import warm_up_gpu_early  # noqa: E402
+from explorer.server.api import warm_up_early  # noqa: E402
 
 
 def main() -> None:
-    server.log_to_stderr()
+    handle.log_to_stderr()
     script_runs.keep_finished_runs()  # before the first session: its first requests too
-    if not os.environ.get(serve.MEASURING_ADDRESS):  # else the server's measuring service warms the GPU
-        threading.Thread(target=warm_up_gpu_early, args=(default_spec(),), name="gpu-warm-up",
-                         daemon=True).start()
+    warm_up_early(default_spec())  # unless the server's measuring service warms the GPU
     sys.argv[0] = "streamlit"
     try:
         cli.main()
     finally:
-        server.stop()
+        handle.stop()
 
 
 if __name__ == "__main__":

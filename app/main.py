@@ -9,7 +9,7 @@ import time
 import streamlit as st
 
 # `streamlit run` puts only app/ on the path: `app` is the installed package.
-from app import script_runs, server, session, ui
+from app import handle, script_runs, session, ui
 from explorer.errors import ExplorerError
 
 APP_TITLE = "TVM schedule explorer"
@@ -32,7 +32,7 @@ pages = [
     st.Page("views/classroom.py", title="Class", url_path="classroom", visibility="hidden"),
 ]
 try:
-    live = server.live()
+    server = handle.server()
 except ExplorerError as error:  # a server setting (EXPLORER_*) it cannot take: its sentence, no traceback
     st.error(str(error))
     st.stop()
@@ -43,4 +43,4 @@ try:
     ui.setup_page([p.url_path for p in pages])
     page.run()
 finally:
-    live.page_runs.record(time.thread_time() - cpu_started)
+    server.record_page_run(time.thread_time() - cpu_started)

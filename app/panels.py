@@ -1,5 +1,5 @@
 """The Explorer's panels of a build: its launch summary and headline numbers, and a tab per
-analysis (explorer/analyses.py: the tabs' order and titles), drawn by ``explorer.figures``.
+analysis (explorer/tabs.py: the tabs' order and titles), drawn by ``explorer.figures``.
 
 ``PANELS`` holds the analyses with a panel of their own (widgets, several figures, tables), keyed
 by the analysis's name; :func:`default_panel` shows any other: its figure, then its text."""
@@ -11,10 +11,9 @@ import numpy as np
 import streamlit as st
 
 from explorer import figures, targets
-from explorer.analyses import Analysis
 from explorer.analysis import banks, ncu, races, tree
 from explorer.analysis.resources import analyze_resources
-from explorer.analysis.roofline import compute_types, no_roofline_reason, published_ceilings
+from explorer.analysis.roofline import compute_types, no_roofline_reason, published_for
 from explorer.analysis.roofline import roofline as place_on_roofline
 from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, dynamic_shared, resources_line, sass_text
 from explorer.analysis.tiling import analyze_tiling
@@ -22,9 +21,10 @@ from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
 from explorer.analysis.written import analyze_written, is_written
 from explorer.build import Build
 from explorer.errors import ExplorerError
+from explorer.tabs import Analysis
 from explorer.units import byte_size, count
 
-from . import code_view, latency, server, session, ui
+from . import code_view, handle, latency, session, ui
 
 # A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
 MAX_FIGURE_CELLS = 1 << 16
@@ -373,7 +373,7 @@ def roofline(built: Build) -> None:
     (measured by the latency panel, else a static estimate) and this session's tries."""
     measured = _latest_measurement(built)
     try:
-        ceilings = _measured_ceilings() or published_ceilings(str(built.target.attrs.get("arch", "")))
+        ceilings = _measured_ceilings() or published_for(built.target)
         tries = tuple((f"try {i}", t.spec.workload, t.latency_us, compute_types(t.spec))
                       for i, t in enumerate(session.tries(), start=1)
                       if t.latency_us is not None and t.spec != built.spec
@@ -400,14 +400,14 @@ def roofline(built: Build) -> None:
 
 def _latest_measurement(built: Build):
     """The server's correct measurement of this setting (the latency panel's), or None."""
-    result = server.live().result(built.spec, session.target(), session.remote())
+    result = handle.server().result(built.spec, session.target(), session.remote())
     return result if getattr(result, "correct", False) and result.ceilings is not None else None
 
 
 def _measured_ceilings():
     """The ceilings of the local device from any measurement so far (they are measured
     once per device), or None before the first one."""
-    return server.live().latest_ceilings()
+    return handle.server().ceilings()
 
 
 def counters(built: Build) -> None:
@@ -450,7 +450,7 @@ def counters(built: Build) -> None:
             st.caption(f"{ncu.instruction_mix(built, kernel)} {ncu.PTXAS_NOTE}")
 
 
-# The analyses with a panel of their own, by name (explorer/analyses.py); the others get default_panel.
+# The analyses with a panel of their own, by name (explorer/tabs.py); the others get default_panel.
 PANELS = {
     "sass": sass,
     "tiling": tiling,

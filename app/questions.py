@@ -10,14 +10,14 @@ import pandas as pd
 import streamlit as st
 
 from explorer import lessons as L
-from explorer.analyses import ANALYSES
 from explorer.build import Spec
 from explorer.classroom.rounds import Tally
 from explorer.errors import ExplorerError
 from explorer.highlight import view_text
 from explorer.questions import Answer, is_right, speedup_bin
+from explorer.tabs import ANALYSES
 
-from . import code_view, latency, panels, server, session, ui
+from . import code_view, handle, latency, panels, session, ui
 
 # Tabs that show a measured time (the roofline's point, Nsight Compute's counters, the vthread
 # comparison's two latencies): not shown before the answer.
@@ -57,7 +57,7 @@ def settings_links(question: L.Asked) -> None:
 def code_tabs(spec: Spec, key: str) -> None:
     """The step's code views and its static analyses' tabs, none with a measured time."""
     try:
-        built = server.build(spec, session.target())
+        built = handle.build(spec, session.target())
     except ExplorerError as error:
         st.error(str(error))
         return
@@ -80,18 +80,18 @@ def start_measuring(question: L.Asked, remote) -> None:
     that the reveal finds them measured."""
     if not latency.can_measure() and remote is None:
         return
-    live = server.live()
+    server = handle.server()
     for preset in question.settings:
-        live.request(None, preset.spec, session.target(), remote, background=True)
+        server.request(None, preset.spec, session.target(), remote, background=True)
 
 
 def answer_here(question: L.Asked, remote=None) -> Answer:
     """The answer: both settings measured through the server's one queue where this server can
     measure (each checked against NumPy first), else the lesson's recorded figures."""
-    measurer = server.live().measurer(session.target(), remote) if (remote or latency.can_measure()) else None
+    measurer = handle.server().measurer(session.target(), remote) if (remote or latency.can_measure()) else None
     if measurer is None:
         return L.answer_question(question)
-    where = str(remote) if remote is not None else (server.live().gpu_name() or "this server's GPU")
+    where = str(remote) if remote is not None else (handle.server().gpu_name() or "this server's GPU")
     with st.status(f"Measuring the two settings on {where}, each checked against NumPy first…") as status:
         answer = L.answer_question(question, measurer, where)
         status.update(label="Measured" if answer.measured else "Not measured: the lesson's recorded figures answer",

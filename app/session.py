@@ -22,10 +22,11 @@ from explorer import urlstate
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError
 from explorer.knobs import Params
+from explorer.lessons import current_lesson_id
 from explorer.presets import all_presets, default_preset, get_preset
 from explorer.schedules import TEMPLATES, get_template, templates_for, workload_classes
 
-from . import server, ui, widgets
+from . import handle, ui, widgets
 
 HISTORY_LENGTH = 50
 # Tries that keep their whole Build: the last (shown, stale, when the current setting cannot be
@@ -185,6 +186,8 @@ def follow_lesson_link(steps: dict[str, int], titles: dict[str, str]) -> str | N
             return None
         wanted = last
     lesson, text = wanted
+    if lesson is not None:
+        lesson = current_lesson_id(lesson)  # a link from before a lesson's rename
     problems = []
     if lesson is None:
         lesson = st.session_state.get(LESSON, next(iter(steps)))
@@ -409,7 +412,7 @@ def build_current(current: Spec) -> tuple[Build | None, str | None]:
     """Build ``current`` for the session's target: (build, None) or (None, the reason).
     A successful build that differs from the last try is recorded as a new try."""
     try:
-        built = server.build(current, target())
+        built = handle.build(current, target())
     except ExplorerError as e:
         return None, str(e)
     history = tries()

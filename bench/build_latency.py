@@ -92,7 +92,7 @@ def library_times(spec: Spec, knob: str, a, b, runs: int) -> tuple[list[float], 
 def app_times(preset: str, template: str, knob: str, a, b, runs: int) -> tuple[list[float], list[float]]:
     from streamlit.testing.v1 import AppTest
 
-    from app import code_view, server, widgets
+    from app import code_view, handle, widgets
 
     knobs_class = TEMPLATES[template].knobs
     key = f"knob:{template}.{knob}"
@@ -117,7 +117,7 @@ def app_times(preset: str, template: str, knob: str, a, b, runs: int) -> tuple[l
     uncached, cached = [], []
     for i in range(runs):
         build_module._build_cached.cache_clear()
-        server.live().builds.forget()  # the server's builds, shared by its sessions
+        handle.server().forget_builds()  # the server's builds, shared by its sessions
         code_view.highlight.cache_clear()
         uncached.append(move(at, b if i % 2 == 0 else a))
     for i in range(runs):

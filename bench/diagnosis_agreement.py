@@ -3,7 +3,7 @@
     python bench/diagnosis_agreement.py --write            # CPU: lesson agreement (docs/diagnosis.md)
     python bench/diagnosis_agreement.py --try-on-gpu --write
         # GPU: also measure each shipped preset that is not a search's best beside its top
-        # suggestion; the table goes into docs/diagnosis.md and docs/lessons-h100.md
+        # suggestion; the table goes into docs/diagnosis.md and docs/lessons-gpu.md
 
 For each step k → k+1 of every lesson, the diagnosis of step k (static evidence only) is
 asked for its top two suggestions; the step agrees when one of them moves a knob that step
@@ -30,7 +30,7 @@ from explorer.lessons import lessons
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "diagnosis.md"
-LESSONS_DOC = ROOT / "docs" / "lessons-h100.md"
+LESSONS_DOC = ROOT / "docs" / "lessons-gpu.md"
 BEST_LESSON = "best"  # presets/best.toml: each a search's best point
 TOLERANCE = 0.05  # two times within ±5% are the same speed (explorer.lessons.ClaimThresholds)
 NO_GPU_EXIT = 3
@@ -105,7 +105,7 @@ def _knob_steps(grades: list[A.StepGrade]) -> list[A.StepGrade]:
 
 
 def agreement_summary(grades: list[A.StepGrade]) -> list[str]:
-    """The headline and the table per lesson (also docs/lessons-h100.md's)."""
+    """The headline and the table per lesson (also docs/lessons-gpu.md's)."""
     agreeing, graded = A.agreement_share(grades)
     knob_steps = _knob_steps(grades)
     all_agreeing = sum(g.agrees for g in knob_steps)
@@ -183,7 +183,7 @@ def presets_to_try() -> list:
 
 
 def _compile(spec, directory):
-    from explorer.services.compiles import compile_library
+    from explorer.server.compiles import compile_library
 
     result = compile_library(spec, "auto", directory)
     return result if isinstance(result, str) else None

@@ -17,11 +17,12 @@ import time
 from docs_section import write_section
 
 from explorer.errors import ExplorerError
-from explorer.live import Live, ServerSettings
 from explorer.measure import MeasureSettings
 from explorer.measure.measurement import LocalGPU
 from explorer.measure.worker import Trial
 from explorer.presets import get_preset
+from explorer.server.in_process import MeasuringInProcess
+from explorer.server.settings import ServerSettings
 
 PRESETS = ("dw-blog-final-96", "modern-vector-1024", "modern-tensorcore-fp16-4096", "conv2d-modern-async")
 AGREE = 0.03  # identical GPUs should time a kernel within 3% of each other
@@ -40,10 +41,10 @@ def agreement(gpus: list[LocalGPU], presets: tuple[str, ...]) -> list[tuple[str,
 def throughput(gpus: int, presets: tuple[str, ...], variants: int) -> tuple[float, int]:
     """Seconds to measure ``variants`` settings of each preset through a server's queue on ``gpus``
     GPUs (the compile processes compile them first), and the measurements made."""
-    live = Live(ServerSettings(build_workers=0, diagnose=False, gpus=gpus))
-    live.start(get_preset(presets[0]).spec)
-    live.ready.wait()
-    live.compiles.ready.wait(300)
+    measuring = MeasuringInProcess(ServerSettings(build_workers=0, diagnose=False, gpus=gpus))
+    measuring.start(get_preset(presets[0]).spec)
+    measuring.ready.wait()
+    measuring.compiles.ready.wait(300)
     specs = []
     for preset in presets:
         spec = get_preset(preset).spec
@@ -51,15 +52,15 @@ def throughput(gpus: int, presets: tuple[str, ...], variants: int) -> tuple[floa
         specs += [spec] if name is None else [spec.with_knobs(**{name: x}) for x in (1, 2, 4, 8, 16, 32)[:variants]]
     for spec in list(specs):  # compiled first: the timing below is the GPUs'
         try:
-            live.compiles.compile(spec, "auto")
+            measuring.compiles.compile(spec, "auto")
         except ExplorerError:  # a variant the template refuses
             specs.remove(spec)
     start = time.monotonic()
-    jobs = [live.request(f"student {n}", spec, "auto") for n, spec in enumerate(specs)]
+    jobs = [measuring.request(f"student {n}", spec, "auto") for n, spec in enumerate(specs)]
     for job in jobs:
         job.wait()
     seconds = time.monotonic() - start
-    live.close()
+    measuring.close()
     return seconds, len(jobs)
 
 

@@ -1,14 +1,14 @@
 """The knee of one server: the moves per second it sustains before a p95 target breaks.
 
 Reads the JSON reports of ``bench/classroom.py`` for classes of growing size on one lesson family
-(``bench/classroom_h100.sh knee``) and writes one table: each class's intended and delivered moves
+(``bench/classroom_gpu.sh knee``) and writes one table: each class's intended and delivered moves
 per second, its p95 knob → code and knob → latency, the moves that never showed code, what its
 load generator used and what limited the server; then the knee, the most moves per second
 delivered by a class that met both targets. A class whose generator was saturated is listed but
 gives no verdict.
 
     python bench/knee.py RESULTS/knee-30.json RESULTS/knee-50.json ... --family modern \\
-        --machine 'NVIDIA H100 80GB HBM3, 16 cores' --write h100-knee-modern
+        --machine 'NVIDIA H100 80GB HBM3, 16 cores' --write knee-modern
 """
 from __future__ import annotations
 

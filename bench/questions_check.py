@@ -6,7 +6,7 @@ and the verdict. A question whose answer the GPU does not reproduce is to be rew
     python bench/questions_check.py --dry-run        # anywhere: the recorded figures stand in for the GPU
     python bench/questions_check.py --only dw-blog-threads-case2 --out /tmp/questions.md
 
-One process, no streamlit. The settings are timed as bench/lessons_h100.py times the lesson steps:
+One process, no streamlit. The settings are timed as bench/lessons_gpu.py times the lesson steps:
 in explorer.measure's worker process, each kernel checked against NumPy before it is timed (a
 kernel that is wrong, crashes or hangs loses its own number, never the run), each distinct
 setting once. A limit question is checked twice: its fix must be faster than the step beyond the

@@ -1,6 +1,6 @@
 """Does the server's full re-measurement of a setting first timed under load agree with a
 measurement on an idle GPU? On this machine's GPU, through the server's own pipeline
-(``explorer.live.Live``): several sessions ask for the presets at once (the queue is long,
+(``explorer.server.in_process.MeasuringInProcess``): several sessions ask for the presets at once (the queue is long,
 so they are timed with the short budget), the server measures each again in full once the
 GPU is free, and then each preset is measured alone with the full budget.
 
@@ -18,47 +18,47 @@ import time
 
 from docs_section import write_section
 
-from explorer.live import Live
 from explorer.measure import MeasureSettings, measure
 from explorer.presets import get_preset
+from explorer.server.in_process import MeasuringInProcess
 
 PRESETS = ("dw-blog-final-96", "dw-blog-threads-case2", "modern-vector-1024", "modern-async-1024",
            "conv2d-modern-async", "modern-tensorcore-fp16-4096")
 AGREEMENT = 0.03
 
 
-def under_load(live: Live, specs: list, timeout_s: float = 300) -> dict:
+def under_load(measuring: MeasuringInProcess, specs: list, timeout_s: float = 300) -> dict:
     """Each spec asked for by its own session at once: {spec: the first result}."""
-    jobs = {spec: live.request(f"student {i}", spec, "auto") for i, spec in enumerate(specs)}
+    jobs = {spec: measuring.request(f"student {i}", spec, "auto") for i, spec in enumerate(specs)}
     deadline = time.monotonic() + timeout_s
     for job in jobs.values():
         job.wait(max(0.0, deadline - time.monotonic()))
     return {spec: job.result for spec, job in jobs.items()}
 
 
-def wait_idle(live: Live, timeout_s: float = 300) -> None:
+def wait_idle(measuring: MeasuringInProcess, timeout_s: float = 300) -> None:
     """Until the server has nothing left to measure (its full re-measurements done)."""
     deadline = time.monotonic() + timeout_s
-    while not live.scheduler.idle() and time.monotonic() < deadline:
+    while not measuring.scheduler.idle() and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
 def rows(presets: tuple[str, ...]) -> list[dict]:
-    live = Live()
-    live.start()
-    live.ready.wait(300)
+    measuring = MeasuringInProcess()
+    measuring.start()
+    measuring.ready.wait(300)
     specs = [get_preset(p).spec for p in presets]
-    first = under_load(live, specs)
-    wait_idle(live)
+    first = under_load(measuring, specs)
+    wait_idle(measuring)
     table = []
     for preset, spec in zip(presets, specs, strict=True):
-        again = live.result(spec, "auto")
+        again = measuring.result(spec, "auto")
         idle = measure(spec, settings=MeasureSettings())
         quick = first[spec]
         table.append({"preset": preset, "quick": quick.median_us if getattr(quick, "quick", False) else None,
                       "again": again.median_us if again is not None and not again.quick else None,
                       "idle": idle.median_us})
-    live.close()
+    measuring.close()
     return table
 
 

@@ -1,19 +1,19 @@
 """A server worker's memory per new setting, in one process set up as that worker is.
 
-The server's workers (explorer.services.builds, explorer.services.compiles, the diagnosing
-process of explorer.live) each get a stream of settings they have not seen before. This
+The server's workers (explorer.server.builds, explorer.server.compiles, the diagnosing
+process, explorer.server.diagnosing) each get a stream of settings they have not seen before. This
 process starts as the server starts one of them (its pool's initializer), runs that stream
 through it, and samples its resident memory (and glibc's heap: the bytes in use and the
 free bytes it keeps) every ``--every`` settings:
 
-- ``build``: :func:`explorer.services.builds.build_source_only` (source only, the first code
+- ``build``: :func:`explorer.server.builds.build_source_only` (source only, the first code
   views highlighted, the build written to a folder of builds), then the other views
   highlighted, as the app process asks the build pool to;
-- ``compile``: :func:`explorer.services.compiles.compile_library`. Without a GPU, TVM's code
+- ``compile``: :func:`explorer.server.compiles.compile_library`. Without a GPU, TVM's code
   generation makes a source-only module and never calls NVRTC, so here each setting's CUDA
   is also compiled by NVRTC through the registered (disk-cached) ``tvm_callback_cuda_compile``,
   as code generation does on the GPU machine;
-- ``diagnose``: :func:`explorer.diagnoses.diagnose_in_process` (every neighbour built), as the
+- ``diagnose``: :func:`explorer.server.diagnosing.diagnose_in_process` (every neighbour built), as the
   diagnosing pool runs it; ``--keep`` changes its 128 builds kept.
 
 The settings are a walk over ``--lessons``' presets: one knob moved at a time from the last
@@ -96,12 +96,12 @@ def walk(lessons: list[str], seed: int, built: set):
 def setup(kind: str, keep: int | None) -> None:
     """This process as the server starts its worker of ``kind`` (the pool's initializer)."""
     from explorer.build import keep_builds
-    from explorer.live import _background_pool_init
-    from explorer.services.builds import _build_pool_init
-    from explorer.services.compiles import _compile_pool_init
-    from explorer.services.pool import ROOT
+    from explorer.server.builds import _build_pool_init
+    from explorer.server.compiles import _compile_pool_init
+    from explorer.server.diagnosing import _diagnosing_process_init
+    from explorer.server.pool import ROOT
 
-    {"build": _build_pool_init, "compile": _compile_pool_init, "diagnose": _background_pool_init}[kind](ROOT)
+    {"build": _build_pool_init, "compile": _compile_pool_init, "diagnose": _diagnosing_process_init}[kind](ROOT)
     if keep is not None:
         keep_builds(keep)
 
@@ -112,7 +112,7 @@ def worker(kind: str, target: str):
 
     if kind == "build":
         from explorer.highlight import FIRST_VIEWS, VIEW_LANGUAGES, texts_html, views_texts
-        from explorer.services.builds import build_source_only
+        from explorer.server.builds import build_source_only
 
         folder = os.path.join(_SCRATCH, "builds")
         os.makedirs(folder, exist_ok=True)
@@ -133,7 +133,7 @@ def worker(kind: str, target: str):
 
         from explorer.build import build
         from explorer.cuda_compile import _nvrtc_environment
-        from explorer.services.compiles import compile_library
+        from explorer.server.compiles import compile_library
 
         compile_cuda = tvm.get_global_func("tvm_callback_cuda_compile")
         folder = os.path.join(_SCRATCH, "libraries")
@@ -149,8 +149,8 @@ def worker(kind: str, target: str):
             return True
 
         return compiled
-    from explorer.diagnoses import diagnose_in_process
-    from explorer.services.pool import _released
+    from explorer.server.diagnosing import diagnose_in_process
+    from explorer.server.pool import _released
 
     def diagnosed(spec) -> bool:  # as the server's diagnosing pool runs it (release_heap)
         outcome = _released(diagnose_in_process, spec, target)  # a setting that does not build: a refusal

@@ -51,10 +51,7 @@ def settings_to_profile(lesson_ids: list[str] | None, per_step: int) -> list:
 
 
 def _compile(spec, directory: str):
-    try:  # the class server's own compile (its package moved once: either home)
-        from explorer.server.compiles import compile_library
-    except ImportError:
-        from explorer.services.compiles import compile_library
+    from explorer.server.compiles import compile_library  # the class server's own compile
 
     result = compile_library(spec, "auto", directory)
     return result if isinstance(result, str) else None  # an ExplorerError: the setting does not build

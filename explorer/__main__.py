@@ -1,11 +1,11 @@
 """``python -m explorer`` and ``tvm-explorer`` (pyproject.toml's script: this module's ``main``)."""
 import sys
 
-# The class server's launcher imports only what starts and watches the server (explorer/serve.py); every other
+# The class server's launcher imports only what starts and watches the server (explorer/server/launcher.py); every other
 # command, the CLI with the library. Chosen when this module is imported, which both ways of running it do
 # with the command line already in sys.argv.
 if sys.argv[1:2] == ["serve"]:
-    from .serve import main
+    from .server.launcher import main
 else:
     from .cli import main
 

@@ -12,8 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from . import measure, serve, urlstate
-from .analyses import ANALYSES, measured_here
+from . import measure, urlstate
 from .analysis import ncu
 from .analysis.diagnosis import counters_of, diagnose, diagnosis_json, format_diagnosis, ncu_metrics
 from .analysis.ranking import static_score
@@ -27,6 +26,8 @@ from .schedules import TEMPLATES
 from .search import sweep
 from .search.grid import Grid
 from .search.tune import tune
+from .server import launcher
+from .tabs import ANALYSES, measured_here
 
 EXIT_WRONG = 1
 EXIT_NO_DEVICE = 3
@@ -106,7 +107,7 @@ VIEWS: dict[str, Callable] = {}
 
 
 def views() -> dict[str, Callable]:
-    """Every --view: the ones above and one per analysis (explorer/analyses.py)."""
+    """Every --view: the ones above and one per analysis (explorer/tabs.py)."""
     return {**VIEWS, **{name: analysis.view for name, analysis in ANALYSES.items()}}
 
 
@@ -340,8 +341,8 @@ def make_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("-o", "--output", default=None, help="file to write (default PRESET_schedule.py; - for stdout)")
     p.set_defaults(func=cmd_export)
-    p = serve.add_arguments(sub.add_parser("serve", help=serve.HELP))
-    p.set_defaults(func=serve.command)
+    p = launcher.add_arguments(sub.add_parser("serve", help=launcher.HELP))
+    p.set_defaults(func=launcher.command)
     return parser
 
 

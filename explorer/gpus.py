@@ -1,11 +1,14 @@
-"""The GPUs the explorer knows, one entry per CUDA architecture: the one home of every GPU fact
-that the analyses, the diagnosis, the search and the templates read — occupancy limits per SM,
-the shared memory a block may opt in to, the SMs and FP32 lanes of the GPU the architecture
-stands for, and its published peaks. Adding a GPU is one entry of ``GPUS``.
+"""The GPUs the explorer knows: the one home of every GPU fact that the analyses, the diagnosis,
+the search and the templates read. An architecture (``ARCHITECTURES``) has the occupancy limits per
+SM and the shared memory a block may opt in to; a GPU (``GPUS``, by its name within its
+architecture: H100 SXM, H100 PCIe, H200) has its SMs and FP32 lanes and its published peaks.
+Adding a GPU of a known architecture is one entry of ``GPUS``; a new architecture, one entry of
+``ARCHITECTURES`` and its GPUs.
 
-An architecture with a letter (``sm_90a``: the H100's arch-specific features) is its number's
-entry. Figures measured on the machine's own GPU (explorer.measure's ceilings, the device's SM
-count) take precedence over the published ones wherever a GPU is present.
+An architecture with a letter (``sm_90a``: Hopper's arch-specific features) is its number's
+entry; an architecture stands for its first GPU in ``GPUS`` wherever no GPU is named. Figures
+measured on the machine's own GPU (explorer.measure's ceilings, the device's SM count) take
+precedence over the published ones wherever a GPU is present.
 """
 from __future__ import annotations
 
@@ -36,9 +39,8 @@ class SMLimits:
 
 @dataclass(frozen=True)
 class Published:
-    """A vendor's datasheet figures (boost clocks) for the GPU an architecture stands for."""
+    """A vendor's datasheet figures (boost clocks) of one GPU."""
 
-    name: str
     fp32_gflops: float  # dense, on the CUDA cores
     memory: str  # the device memory behind the "HBM" roof
     hbm_gbps: float
@@ -50,13 +52,30 @@ class Published:
 
 
 @dataclass(frozen=True)
-class GPU:
+class Architecture:
     arch: str
     limits: SMLimits | None = None
     max_shared_per_block: int | None = None  # dynamic shared memory a block may opt in to, bytes
-    sms: int | None = None  # of the GPU the published figures are for
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU of an architecture, as its datasheet describes it."""
+
+    name: str  # within its architecture: "H100 SXM", "H100 PCIe", "H200"
+    arch: str
+    sms: int | None = None
     fp32_lanes: int | None = None  # FP32 lanes per SM: peak = SMs × lanes × 2 × clock
     published: Published | None = None
+    device_names: tuple[str, ...] = ()  # what the CUDA driver calls it (``tvm.cuda().device_name``)
+
+    @property
+    def limits(self) -> SMLimits | None:
+        return ARCHITECTURES[self.arch].limits
+
+    @property
+    def max_shared_per_block(self) -> int | None:
+        return ARCHITECTURES[self.arch].max_shared_per_block
 
 
 def _limits(arch, threads, blocks, shared_kb, shared_unit, reserved):
@@ -67,30 +86,48 @@ def _limits(arch, threads, blocks, shared_kb, shared_unit, reserved):
 # Specifications per Compute Capability" (threads, blocks, registers and shared memory per SM; 1 KB
 # reserved per block from 8.0; the opt-in dynamic shared memory per block); the CUDA Occupancy
 # Calculator (cuda_occupancy.h) for the allocation units: registers in units of 256 per warp, shared
-# memory in units of 256 bytes (7.x) or 128 bytes (8.0+). SMs, FP32 lanes and peaks: the vendors'
-# datasheets named in each entry (None of them publishes the L2's bandwidth, so published ceilings
-# have no L2 roof).
-GPUS = {gpu.arch: gpu for gpu in (
-    GPU("sm_70", _limits("sm_70", 2048, 32, 96, 256, 0)),  # V100
-    GPU("sm_75", _limits("sm_75", 1024, 16, 64, 256, 0), sms=40, fp32_lanes=64,
-        published=Published("Tesla T4", 8_100, "GDDR6", 320, 4 * MB, "NVIDIA T4 Tensor Core GPU datasheet",
-                            (("float16", 65_000),))),  # the T4 (Turing) has no bfloat16
-    GPU("sm_80", _limits("sm_80", 2048, 32, 164, 128, 1024), 163 * KB, sms=108, fp32_lanes=64,
-        published=Published("A100 SXM 80GB", 19_500, "HBM2e", 2_039, 40 * MB, "NVIDIA A100 Tensor Core GPU datasheet",
-                            (("bfloat16", 312_000), ("float16", 312_000)))),
-    GPU("sm_86", _limits("sm_86", 1536, 16, 100, 128, 1024), 99 * KB),  # RTX 30, A10
-    GPU("sm_87", _limits("sm_87", 2048, 16, 164, 128, 1024), 163 * KB),  # Jetson Orin
-    GPU("sm_89", _limits("sm_89", 1536, 24, 100, 128, 1024), 99 * KB, sms=128, fp32_lanes=128,
-        published=Published("GeForce RTX 4090", 82_580, "GDDR6X", 1_008, 72 * MB,
-                            "NVIDIA Ada GPU architecture whitepaper", (("bfloat16", 165_200), ("float16", 165_200)))),
-    GPU("sm_90", _limits("sm_90", 2048, 32, 228, 128, 1024), 227 * KB, sms=132, fp32_lanes=128,
-        published=Published("H100 SXM", 67_000, "HBM3", 3_350, 50 * MB, "NVIDIA H100 Tensor Core GPU datasheet",
-                            (("bfloat16", 989_500), ("float16", 989_500)))),
-    GPU("sm_100", max_shared_per_block=227 * KB),
-    GPU("sm_120", max_shared_per_block=99 * KB),
+# memory in units of 256 bytes (7.x) or 128 bytes (8.0+).
+ARCHITECTURES = {entry.arch: entry for entry in (
+    Architecture("sm_70", _limits("sm_70", 2048, 32, 96, 256, 0)),  # V100
+    Architecture("sm_75", _limits("sm_75", 1024, 16, 64, 256, 0)),  # T4
+    Architecture("sm_80", _limits("sm_80", 2048, 32, 164, 128, 1024), 163 * KB),  # A100
+    Architecture("sm_86", _limits("sm_86", 1536, 16, 100, 128, 1024), 99 * KB),  # RTX 30, A10
+    Architecture("sm_87", _limits("sm_87", 2048, 16, 164, 128, 1024), 163 * KB),  # Jetson Orin
+    Architecture("sm_89", _limits("sm_89", 1536, 24, 100, 128, 1024), 99 * KB),  # RTX 40, L4
+    Architecture("sm_90", _limits("sm_90", 2048, 32, 228, 128, 1024), 227 * KB),  # H100, H200
+    Architecture("sm_100", max_shared_per_block=227 * KB),
+    Architecture("sm_120", max_shared_per_block=99 * KB),
+)}
+# SMs, FP32 lanes and peaks: the vendors' datasheets named in each entry (None of them publishes the
+# L2's bandwidth, so published ceilings have no L2 roof). An architecture's first GPU here is the one
+# it stands for where no GPU is named.
+GPUS = {gpu.name: gpu for gpu in (
+    GPU("Tesla T4", "sm_75", 40, 64, Published(8_100, "GDDR6", 320, 4 * MB,
+                                               "NVIDIA T4 Tensor Core GPU datasheet", (("float16", 65_000),)),
+        ("Tesla T4",)),  # the T4 (Turing) has no bfloat16
+    GPU("A100 SXM 80GB", "sm_80", 108, 64, Published(19_500, "HBM2e", 2_039, 40 * MB,
+                                                     "NVIDIA A100 Tensor Core GPU datasheet",
+                                                     (("bfloat16", 312_000), ("float16", 312_000))),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe")),
+    GPU("GeForce RTX 4090", "sm_89", 128, 128, Published(82_580, "GDDR6X", 1_008, 72 * MB,
+                                                         "NVIDIA Ada GPU architecture whitepaper",
+                                                         (("bfloat16", 165_200), ("float16", 165_200))),
+        ("NVIDIA GeForce RTX 4090",)),
+    GPU("H100 SXM", "sm_90", 132, 128, Published(67_000, "HBM3", 3_350, 50 * MB,
+                                                 "NVIDIA H100 Tensor Core GPU datasheet",
+                                                 (("bfloat16", 989_500), ("float16", 989_500))),
+        ("NVIDIA H100 80GB HBM3",)),
+    GPU("H100 PCIe", "sm_90", 114, 128, Published(51_000, "HBM2e", 2_000, 50 * MB,
+                                                  "NVIDIA H100 Tensor Core GPU datasheet",
+                                                  (("bfloat16", 756_500), ("float16", 756_500))),
+        ("NVIDIA H100 PCIe",)),
+    GPU("H200", "sm_90", 132, 128, Published(67_000, "HBM3e", 4_800, 50 * MB,
+                                             "NVIDIA H200 Tensor Core GPU datasheet",
+                                             (("bfloat16", 989_500), ("float16", 989_500))),
+        ("NVIDIA H200",)),
 )}
 # The GPU a machine without one generates code for (explorer.targets: an H100).
-DEFAULT = GPUS["sm_90"]
+DEFAULT = GPUS["H100 SXM"]
 
 
 def base_arch(arch: str | None) -> str | None:
@@ -99,9 +136,19 @@ def base_arch(arch: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def gpu_of(arch: str | None) -> GPU | None:
+def architecture_of(arch: str | None) -> Architecture | None:
     """The entry of ``arch`` (``sm_90a`` is sm_90's), or None."""
-    return GPUS.get(base_arch(arch))
+    return ARCHITECTURES.get(base_arch(arch))
+
+
+def gpu_of(arch: str | None, name: str | None = None) -> GPU | None:
+    """The GPU called ``name`` (its name here, or what the CUDA driver calls it: "NVIDIA H200") among
+    ``arch``'s, else the GPU the architecture stands for (its first), or None where the table has none."""
+    key = base_arch(arch)
+    mine = [gpu for gpu in GPUS.values() if gpu.arch == key]
+    wanted = (name or "").strip().lower()
+    named = [gpu for gpu in mine if wanted in (gpu.name.lower(), *(n.lower() for n in gpu.device_names))]
+    return (named or mine or [None])[0]
 
 
 def nearest_limits(arch: str) -> tuple[SMLimits, str]:
@@ -109,7 +156,7 @@ def nearest_limits(arch: str) -> tuple[SMLimits, str]:
     key = base_arch(arch)
     if key is None:
         raise ExplorerError(f"Occupancy needs a CUDA architecture such as sm_90, not '{arch}'.")
-    known = {gpu.arch: gpu.limits for gpu in GPUS.values() if gpu.limits is not None}
+    known = {entry.arch: entry.limits for entry in ARCHITECTURES.values() if entry.limits is not None}
     if key in known:
         return known[key], ""
     lower = sorted(int(k[3:]) for k in known if int(k[3:]) <= int(key[3:]))
@@ -120,4 +167,5 @@ def nearest_limits(arch: str) -> tuple[SMLimits, str]:
 
 
 def published_gpus() -> dict[str, Published]:
-    return {gpu.arch: gpu.published for gpu in GPUS.values() if gpu.published is not None}
+    """The published figures of every GPU, by the GPU's name."""
+    return {gpu.name: gpu.published for gpu in GPUS.values() if gpu.published is not None}

@@ -157,7 +157,6 @@ class Params:
 
     noun: ClassVar[str] = "Knob"
     error: ClassVar[type] = InvalidKnobs
-    owner: ClassVar[str] = ""  # the template or workload name, for messages
 
     def __post_init__(self):
         for knob in self.fields():
@@ -182,10 +181,8 @@ class Params:
         for knob in cls.fields():
             if knob.name == name:
                 return knob
-        message = (
-            f"'{cls.owner}' has no {cls.noun.lower()} '{name}'; it has: "
-            f"{', '.join(knob.name for knob in cls.fields())}."
-        )
+        noun = cls.noun.lower()
+        message = f"There is no {noun} '{name}'; the {noun}s are: {', '.join(knob.name for knob in cls.fields())}."
         raise InvalidKnobs(message, (name,)) if cls.error is InvalidKnobs else cls.error(message)
 
     @classmethod
@@ -221,5 +218,4 @@ def product(values) -> int:
 
 @dataclass(frozen=True)
 class KnobSet(Params):
-    """Base of every template's knob dataclass. Subclasses are ``@dataclass(frozen=True)``
-    and set ``owner`` to the template name."""
+    """Base of every template's knob dataclass. Subclasses are ``@dataclass(frozen=True)``."""

@@ -4,7 +4,7 @@ it supports, in a sentence or two.
 
 :func:`evidence` is what a build shows without running it; :func:`measure_steps` times
 presets through any ``measure(spec) -> explorer.measure.Measurement`` and keeps, per
-preset, what :func:`reasons` needs. The Lessons page and bench/lessons_h100.py both show
+preset, what :func:`reasons` needs. The Lessons page and bench/lessons_gpu.py both show
 these reasons next to a verdict that is not "reproduced".
 """
 from __future__ import annotations

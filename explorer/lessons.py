@@ -16,7 +16,7 @@ differ from the tutorial's, in explorer.lesson_reasons.
 
 Timings come in as plain data, a mapping ``preset id -> µs`` (measured by
 :func:`measure_presets` through any ``measurer(spec) -> µs``, e.g. explorer.measure's
-``latency_us``), so the Lessons page, bench/lessons_h100.py and the tests share one
+``latency_us``), so the Lessons page, bench/lessons_gpu.py and the tests share one
 judgement.
 """
 from __future__ import annotations
@@ -50,11 +50,21 @@ def lessons() -> tuple[Lesson, ...]:
 
 
 def get_lesson(lesson_id: str) -> Lesson:
+    """The lesson of ``presets/<lesson_id>.toml``, or the one that had that id before (old links, a
+    class board set before a rename)."""
     for lesson in lessons():
-        if lesson.id == lesson_id:
+        if lesson_id == lesson.id or lesson_id in lesson.formerly:
             return lesson
     known = ", ".join(lesson.id for lesson in lessons())
     raise PresetError(f"No lesson named '{lesson_id}'; the lessons are: {known}.")
+
+
+def current_lesson_id(lesson_id: str) -> str:
+    """The id a lesson has now, for one it had before (an old link's ``?lesson=``); any other text as it is."""
+    for lesson in lessons():
+        if lesson_id in lesson.formerly:
+            return lesson.id
+    return lesson_id
 
 
 def lesson_specs() -> tuple[Spec, ...]:

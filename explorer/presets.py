@@ -3,10 +3,9 @@ the knob and workload dataclasses so that an unknown key or a wrong type fails l
 naming the file and the key. A preset is a named setting (template, workload, knobs) with
 the claim it makes; its step is its place in its lesson, in file order.
 
-File layout::
+File layout (``presets/depthwise_blog.toml``: the lesson's id is its file's name)::
 
     [lesson]
-    id = "depthwise_blog"
     title = ".."
     name = "Depthwise convolution (TVM blog)"   # short, where its steps are listed with others (the title if none)
     tagline = "one line: what the lesson teaches"   # the Start page lists each lesson with these three
@@ -14,6 +13,7 @@ File layout::
     gpu = "any NVIDIA GPU"                      # what timing its claims needs (the code views need none)
     source = "Yuwei Hu, “Optimize …”, TVM blog, 2017"   # the tutorial, blog post or paper the lesson follows
     url = "https://tvm.apache.org/2017/08/22/…"         # optional: where to read it
+    formerly = ["old-id"]                       # optional: ids it had, which old links and class boards still name
 
     [[preset]]
     id = "dw-blog-final-96"
@@ -64,8 +64,9 @@ _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "fo
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
-_LESSON_KEYS = {"id", "title", "name", "tagline", "level", "gpu", "source", "url", "summary"}
-_LESSON_REQUIRED = ("id", "title")
+_LESSON_TEXT = ("title", "name", "tagline", "level", "gpu", "source", "url", "summary")
+_LESSON_KEYS = {*_LESSON_TEXT, "formerly"}
+_LESSON_REQUIRED = ("title",)
 LEVELS = ("introductory", "intermediate", "advanced")
 CURRICULUM_FILE = "curriculum.toml"  # the lessons' order, in the presets folder (not a lesson)
 
@@ -147,7 +148,7 @@ def _changed(before, now) -> tuple[str, ...]:
 class Lesson:
     """One file of presets/: the source it follows and its presets as ordered steps."""
 
-    id: str
+    id: str  # its file's name: presets/<id>.toml
     title: str
     source: str  # the tutorial, blog post or paper the lesson follows
     summary: str
@@ -157,6 +158,7 @@ class Lesson:
     level: str = ""  # one of LEVELS
     gpu: str = ""  # the GPU its timing claims need
     url: str = ""  # where to read its source
+    formerly: tuple[str, ...] = ()  # ids it had before: old links and class boards name it by them
 
     @property
     def presets(self) -> tuple[Preset, ...]:
@@ -178,23 +180,29 @@ def load_file(path: Path) -> Lesson:
         raise PresetError(f"{where}: a lesson file's table is [lesson], not [tutorial].")
     _check_keys(data, {"lesson", "preset"}, where)
     lesson = data.get("lesson", {})
+    if "id" in lesson:
+        raise PresetError(f"{where}: a lesson's id is its file's name ('{path.stem}'), not a key of [lesson].")
     _check_keys(lesson, _LESSON_KEYS, f"{where} [lesson]")
     missing = [key for key in _LESSON_REQUIRED if not isinstance(lesson.get(key), str) or not lesson[key]]
     if missing:
         raise PresetError(f"{where}: [lesson] needs {' and '.join(repr(key) for key in missing)} (text).")
-    wrong = [key for key in _LESSON_KEYS if key in lesson and not isinstance(lesson[key], str)]
+    wrong = [key for key in _LESSON_TEXT if key in lesson and not isinstance(lesson[key], str)]
     if wrong:
         raise PresetError(f"{where}: [lesson] {', '.join(repr(key) for key in wrong)} must be text.")
     if lesson.get("level", LEVELS[0]) not in LEVELS:
         raise PresetError(f"{where}: [lesson] level '{lesson['level']}' is not one of {', '.join(LEVELS)}.")
+    formerly = lesson.get("formerly", [])
+    if not isinstance(formerly, list) or not all(isinstance(name, str) for name in formerly):
+        raise PresetError(f"{where}: [lesson] formerly is a list of the ids the lesson had, e.g. [\"old-id\"].")
     steps, previous = [], None
     for number, raw in enumerate(data.get("preset", []), start=1):
-        preset = _load_preset(raw, lesson["id"], number, where, previous.id if previous else None)
+        preset = _load_preset(raw, path.stem, number, where, previous.id if previous else None)
         steps.append(Step(number, preset, previous))
         previous = preset
-    return Lesson(lesson["id"], lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps),
+    return Lesson(path.stem, lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps),
                   name=lesson.get("name", lesson["title"]), tagline=lesson.get("tagline", ""),
-                  level=lesson.get("level", ""), gpu=lesson.get("gpu", ""), url=lesson.get("url", ""))
+                  level=lesson.get("level", ""), gpu=lesson.get("gpu", ""), url=lesson.get("url", ""),
+                  formerly=tuple(formerly))
 
 
 def _load_preset(raw: dict, lesson: str, step: int, where: str, previous: str | None = None) -> Preset:
@@ -291,6 +299,10 @@ def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
     by_id = {lesson.id: lesson for lesson in (load_file(path) for path in sorted(directory.glob("*.toml"))
                                               if path.name != CURRICULUM_FILE)}
     loaded = tuple(by_id[i] for i in curriculum(directory, list(by_id)))
+    for lesson in loaded:
+        for old in lesson.formerly:
+            if old in by_id or sum(old in other.formerly for other in loaded) > 1:
+                raise PresetError(f"{lesson.id}.toml: its former id '{old}' names another lesson too.")
     seen: dict[str, str] = {}
     for lesson in loaded:
         for preset in lesson.presets:

@@ -16,7 +16,7 @@ from tvm.s_tir import SBlockRealize
 from tvm.tirx.analysis import undefined_vars
 
 from .errors import InvalidKnobs, summary_line
-from .gpus import STATIC_SHARED_PER_BLOCK, gpu_of
+from .gpus import STATIC_SHARED_PER_BLOCK, architecture_of
 from .schedules.common import Template
 from .targets import is_cuda
 from .tir_walk import allocations, thread_tag, walk
@@ -141,8 +141,8 @@ def shared_limits(target: tvm.target.Target) -> tuple[int, int]:
     static = int(target.attrs.get("max_shared_memory_per_block", STATIC_SHARED_PER_BLOCK))
     # The dynamic shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
     # TVM's CUDA runtime opts in by itself when a kernel asks for 48 KB or more.
-    gpu = gpu_of(str(target.attrs.get("arch", "")))
-    return static, max(static, (gpu.max_shared_per_block if gpu else None) or static)
+    entry = architecture_of(str(target.attrs.get("arch", "")))
+    return static, max(static, (entry.max_shared_per_block if entry else None) or static)
 
 
 def verify_device(template: Template, device_mod: tvm.IRModule, target: tvm.target.Target) -> None:

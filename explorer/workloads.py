@@ -41,9 +41,6 @@ class Workload(Params):
     output_name: ClassVar[str] = ""
     variants: ClassVar[tuple[str, ...]] = ("default",)
 
-    def __init_subclass__(cls, **options):
-        super().__init_subclass__(**options)
-        cls.owner = cls.kind  # its name in messages is its kind
     # The smallest output scale of the correctness gate (explorer.measure.gate.tolerance): inputs
     # uniform in [-1, 1] make the terms of a sum up to 1 in size, whatever the outputs.
     tolerance_floor: ClassVar[float] = 1.0

@@ -40,13 +40,13 @@ os.environ["EXPLORER_CLASS_DB"] = os.path.join(_CLASS_DIR, "class.sqlite3")
 # The pages' diagnoses (a process per server that builds every neighbour of each setting shown) are
 # off in the servers and app tests here, this process's and those it starts: they kept the cores busy
 # for settings no test asks about. The tests of the diagnosis compute theirs in their own process
-# (diagnoses_in_this_process); tests/test_live.py checks the diagnosing process itself.
+# (diagnoses_in_this_process); tests/test_server.py checks the diagnosing process itself.
 os.environ["EXPLORER_DIAGNOSE"] = "0"
 
-# The app tests' server (app.server.live() in a test process) builds in that process: no build process
+# The app tests' server (app.handle.server() in a test process) builds in that process: no build process
 # to start, no build copied back, and a file's tests share one build per setting with the builds they
 # make themselves. The servers the tests start keep a class server's build processes
-# (test_classroom_bench.server_environment); tests/test_live.py tests the build processes.
+# (test_classroom_bench.server_environment); tests/test_server.py tests the build processes.
 os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 
 # No builds kept on disk: the tests count the builds each server makes, and a folder shared with earlier
@@ -240,6 +240,15 @@ def pytest_runtest_protocol(item, nextitem):
         _stepped_behind.append(os.nice(BEHIND_THE_WAITING))
 
 
+def pytest_sessionfinish(session):
+    """The app tests' server (``app.handle.server()`` of this process) closed when the tests end: its
+    threads (on a GPU, the warm-up measuring every lesson step ahead) end with it, not while the
+    interpreter and pytest's streams are taken down."""
+    handle = sys.modules.get("app.handle")
+    if handle is not None:
+        handle.stop()
+
+
 def pytest_collection_finish(session):
     """Fewer garbage collections in a test process: what the collection imported (TVM, Streamlit, the
     test modules) is frozen out of every later collection, and a collection starts after 10,000
@@ -285,23 +294,23 @@ def run_on_gpu():
 def diagnoses_in_this_process(monkeypatch):
     """The app servers' diagnoses (the server's own and a stand-in GPU's), the same function,
     computed in this process rather than in the server's diagnosing process. That process runs
-    below every other's priority (tests/test_live.py checks it), so while the other tests keep
+    below every other's priority (tests/test_server.py checks it), so while the other tests keep
     the cores busy a test waiting on a diagnosis waits minutes for its turn."""
-    import explorer.live
-    from app import server
-    from explorer.diagnoses import Diagnoses, diagnose_in_process
+    import explorer.server.api
+    from app import handle
+    from explorer.server.diagnosing import Diagnoses, diagnose_in_process
 
-    # The server's own Live first, before Diagnoses is replaced: made here, it would keep one of
+    # The app's own server first, before Diagnoses is replaced: made here, it would keep one of
     # the diagnoses closed below, and every later test of this process would meet it closed.
-    live = server.live()
+    server = handle.server()
     made = [Diagnoses(diagnose_in_process)]
 
     def in_this_process(run):
         made.append(Diagnoses(diagnose_in_process))
         return made[-1]
 
-    monkeypatch.setattr(explorer.live, "Diagnoses", in_this_process)
-    monkeypatch.setattr(live, "diagnoses", made[0])
+    monkeypatch.setattr(explorer.server.api, "Diagnoses", in_this_process)
+    monkeypatch.setattr(server, "_diagnoses", made[0])
     yield
     for diagnoses in made:  # the diagnoses still queued would otherwise run before this process can exit
         diagnoses.close()

@@ -10,12 +10,14 @@ import os
 import time
 
 import tvm
-from live_fakes import fake_measurement
+from server_fakes import fake_measurement
 
-import explorer.live as live
 from explorer.measure import data
 from explorer.measure.settings import MeasureSettings
-from explorer.services.compiles import CompileService
+from explorer.server import in_process, local_gpus
+from explorer.server.api import Server
+from explorer.server.compiles import CompileService
+from explorer.server.in_process import MeasuringInProcess
 
 MEASURE_S = 0.05
 DEVICE = tvm.cpu(0)
@@ -55,14 +57,14 @@ def warm_up(first, target, warm):
 
 
 def install() -> None:
-    live.warm_up_local_gpu, live._measure_job = warm_up, measure
+    in_process.warm_up_local_gpu, local_gpus.measure_job = warm_up, measure
     # No lesson step is built ahead (a hundred builds on a core the test's class needs;
-    # tests/test_live.py tests building ahead): the class here opens one link and moves its knobs.
-    live.Live._build_ahead = lambda self, specs, target: None
-    # Nothing is compiled for a device that runs nothing (tests/test_live_pipeline.py tests the
+    # tests/test_server.py tests building ahead): the class here opens one link and moves its knobs.
+    Server._build_ahead = lambda self, specs, target: None
+    # Nothing is compiled for a device that runs nothing (tests/test_server_pipeline.py tests the
     # compile processes): their start (TVM, the tensor-core intrinsics) and each setting's compile
     # would take a core from the class.
-    live.Live._compile_job = lambda self, job: None
+    CompileService.compile = lambda self, spec, target: None
     CompileService.start = lambda self, warm_specs=(), target="auto": None
-    live.Live._measure_ceilings = lambda self, target: None
-    live.Live.baseline = lambda self, workload: None
+    MeasuringInProcess._measure_ceilings = lambda self, target: None
+    MeasuringInProcess.baseline = lambda self, workload: None

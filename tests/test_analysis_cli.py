@@ -1,14 +1,14 @@
 """`python -m explorer show PRESET --view ANALYSIS [--json]`: every analysis of the registry
-(explorer/analyses.py), and banks, tiling, resources, counters in detail."""
+(explorer/tabs.py), and banks, tiling, resources, counters in detail."""
 import json
 from pathlib import Path
 
 import pytest
 
-from explorer.analyses import ANALYSES
 from explorer.analysis import ncu
 from explorer.cli import main
 from explorer.presets import get_preset
+from explorer.tabs import ANALYSES
 
 NCU_CAPTURE = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()  # of dw-blog-threads-case4
 

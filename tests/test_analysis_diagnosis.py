@@ -419,9 +419,9 @@ def test_16_bit_products_on_cuda_cores():
 
 
 def test_the_roofline_of_a_template_is_the_roof_of_the_units_it_multiplies_on():
-    from explorer.analyses import ANALYSES
     from explorer.analysis.roofline import bound_us, published_ceilings
     from explorer.build import build
+    from explorer.tabs import ANALYSES
 
     def least_us(preset):
         built = build(get_preset(preset).spec)
@@ -612,7 +612,7 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_pa
     import tempfile
 
     import diagnosis_agreement as bench
-    from live_fakes import fake_measurement
+    from server_fakes import fake_measurement
 
     import explorer.measure
 
@@ -629,7 +629,7 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_pa
 
     monkeypatch.setattr(explorer.measure, "measure", stand_in)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (docs/architecture.md, the test suite)
+    monkeypatch.setattr(bench, "START_METHOD", "fork")  # no CUDA here (tests/README.md)
     rows = bench.try_on_gpu(1, __import__("time").time() + 600, lambda text: None)
     assert [r["preset"] for r in rows] == [p.id for p in presets]
     assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])

@@ -6,7 +6,7 @@ from explorer.analysis.banks import LaneMap, analyze_banks
 from explorer.analysis.resources import KernelResources, occupancy
 from explorer.analysis.tiling import analyze_tiling
 from explorer.build import build
-from explorer.gpus import GPUS
+from explorer.gpus import ARCHITECTURES
 from explorer.presets import get_preset
 
 
@@ -141,7 +141,7 @@ def test_log_axes_label_powers_of_ten_only():
 
 def test_occupancy_figure_highlights_the_limiter():
     kernel = KernelResources("k", (1, 1, 1), (256, 1, 1), 256, 4096, 48, 0,
-                             occupancy(GPUS["sm_90"].limits, 256, 4096, 48))
+                             occupancy(ARCHITECTURES["sm_90"].limits, 256, 4096, 48))
     bars = figures.occupancy_figure(kernel).data[0]
     colour = dict(zip(bars.x, bars.marker.color, strict=False))
     assert colour["registers"] == style.LIMITER_COLOURS["registers"]

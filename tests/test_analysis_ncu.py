@@ -111,7 +111,7 @@ def test_raw_page_reads_only_the_metrics_asked_for():
         parse_ncu_csv(text)
 
 
-# -- kernel time per call (bench/measure_h100.py --ncu) ----------------------------------
+# -- kernel time per call (bench/measure_gpu.py --ncu) ----------------------------------
 
 DATA = __import__("pathlib").Path(__file__).parent / "data"
 

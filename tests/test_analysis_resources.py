@@ -11,10 +11,10 @@ from explorer.analysis.resources import (
 from explorer.build import build
 from explorer.cuda_compile import Binary
 from explorer.errors import ExplorerError
-from explorer.gpus import GPUS
+from explorer.gpus import ARCHITECTURES
 from explorer.presets import get_preset
 
-H100 = GPUS["sm_90"].limits
+H100 = ARCHITECTURES["sm_90"].limits
 
 
 def test_registers_limit_a_256_thread_block():
@@ -39,7 +39,7 @@ def test_shared_memory_limits_with_the_reserved_kilobyte():
 def test_block_limit_for_tiny_blocks():
     occ = occupancy(H100, 32, 0, 16)
     assert (occ.blocks_per_sm, occ.limiter) == (32, "blocks")
-    assert occupancy(GPUS["sm_75"].limits, 32, 0, 16).blocks_per_sm == 16
+    assert occupancy(ARCHITECTURES["sm_75"].limits, 32, 0, 16).blocks_per_sm == 16
 
 
 def test_too_many_registers_per_thread_cannot_launch():

@@ -68,7 +68,11 @@ def test_without_a_measurement_the_point_is_a_static_estimate_on_the_roof():
 
 
 def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
-    assert set(published_gpus()) == {"sm_90", "sm_80", "sm_75", "sm_89"}
+    assert set(published_gpus()) == {"H100 SXM", "H100 PCIe", "H200", "A100 SXM 80GB", "Tesla T4", "GeForce RTX 4090"}
+    from explorer.targets import ALIASES, resolve_target
+
+    for alias in ALIASES:  # each short name's architecture has published figures
+        published_ceilings(str(resolve_target(alias).arch))
     h100 = published_ceilings("sm_90a")
     assert (h100.fp32_gflops, h100.hbm_gbps, h100.l2_gbps) == (67_000, 3_350, None) and not h100.measured
     assert "GDDR6" in published_ceilings("sm_75").source  # the T4's "HBM" roof is its GDDR6
@@ -139,12 +143,12 @@ def test_roofline_tab_of_a_tensor_core_step_without_a_gpu_uses_the_published_ten
 
 
 def test_roofline_tab_places_a_hopper_kernel_under_the_measured_tensor_roof(monkeypatch):
-    import live_fakes
-    from live_fakes import fake_measurements, settle
+    import server_fakes
+    from server_fakes import fake_measurements, settle
     from test_app import app, assert_clean
 
     stand_in = Ceilings(60_000.0, 3_000.0, None, 50 << 20, "measured on Fake GPU", (("float16", 900_000.0),))
-    monkeypatch.setattr(live_fakes, "fake_ceilings", lambda workload: stand_in)
+    monkeypatch.setattr(server_fakes, "fake_ceilings", lambda workload: stand_in)
     fake_measurements(monkeypatch, lambda spec: 200.0)
     at = settle(app({"preset": "hopper-ws-fp16-4096"}, view="Roofline").run(timeout=120))
     assert_clean(at)
@@ -158,7 +162,7 @@ def test_roofline_tab_places_a_hopper_kernel_under_the_measured_tensor_roof(monk
 
 
 def test_roofline_tab_places_the_measured_setting_and_the_tries(monkeypatch):
-    from live_fakes import fake_measurements, settle
+    from server_fakes import fake_measurements, settle
     from test_app import THREAD_X, app, assert_clean
 
     fake_measurements(monkeypatch, lambda spec: 800 / spec.knobs.num_thread_x)  # 50 µs, then 100 µs
@@ -300,16 +304,16 @@ def test_device_page_lists_the_published_roofs_without_a_gpu_tensor_cores_includ
 
 
 def test_device_page_says_why_measured_ceilings_have_no_tensor_roof(monkeypatch):
-    from live_fakes import fake_measurements, settle
+    from server_fakes import fake_measurements, settle
     from test_app import app, assert_clean
 
-    from explorer.live import Live
+    from explorer.server.api import Server
 
     a100 = Ceilings(19_000.0, 1_900.0, 5_000.0, 40 << 20, "measured on a stand-in A100",
                     no_tensor_peak="their peak is measured with wgmma, which only Hopper (sm_90) GPUs have "
                                    "(a stand-in A100 is sm_80)")
     fake_measurements(monkeypatch, lambda spec: 10.0)
-    monkeypatch.setattr(Live, "latest_ceilings", lambda self: a100)
+    monkeypatch.setattr(Server, "ceilings", lambda self: a100)
     at = app()
     roofs = _device_page(settle(at))
     assert_clean(at)

@@ -167,7 +167,7 @@ def test_vthread_tab_shows_both_sides(monkeypatch):
 
 
 def test_vthread_tab_measures_both_sides(monkeypatch):
-    from live_fakes import fake_measurements, settle
+    from server_fakes import fake_measurements, settle
 
     fake_measurements(monkeypatch, lambda spec: 100.0 if spec.knobs.num_vthread_x == 4 else 130.0)
     at = settle(vthread_tab("dw-blog-vthread-case2"))

@@ -7,13 +7,11 @@ import threading
 
 import pytest
 import tvm
-from live_fakes import fake_measurements, settle
+from server_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
-import explorer.live
-from app import code_view, latency, panels, server, session, widgets
+from app import code_view, handle, latency, panels, session, widgets
 from explorer import urlstate
-from explorer.analyses import ANALYSES
 from explorer.analysis import races
 from explorer.build import Spec, build
 from explorer.cli import make_parser
@@ -21,6 +19,8 @@ from explorer.errors import ExplorerError
 from explorer.figures import alt, tries_figure
 from explorer.highlight import kernels_only
 from explorer.presets import all_presets, default_preset, get_preset
+from explorer.server.diagnosing import NOT_DIAGNOSED
+from explorer.tabs import ANALYSES
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 60
@@ -68,15 +68,15 @@ def unhighlighted(text: str, language: str, hl_lines=(), first_line: int = 1) ->
 
 @pytest.mark.parametrize("preset", list(all_presets()))
 def test_explorer_page_for_every_preset(preset, monkeypatch):
-    # The CUDA is read from its copy buffer; tests/test_live.py checks its highlighting.
+    # The CUDA is read from its copy buffer; tests/test_server.py checks its highlighting.
     monkeypatch.setattr(code_view, "highlight", unhighlighted)
     at = app({"preset": preset}, view="CUDA").run()
     assert_clean(at)
     spec = get_preset(preset).spec
     assert at.session_state["spec"] == spec
     assert at.title[0].value == spec.template_def.title
-    # The page shows the server's build of the setting (tests/test_live.py checks that build against one made here).
-    assert code_text(at, "cuda") == kernels_only(server.live().builds.build(spec, at.session_state["target"]).cuda)[0]
+    # The page shows the server's build of the setting (tests/test_server.py checks that build against one made here).
+    assert code_text(at, "cuda") == kernels_only(handle.build(spec, at.session_state["target"]).cuda)[0]
     assert param(at, "preset") == preset and param(at, "knob.num_thread_x" if "knob.num_thread_x" in
                                                           at.query_params else "template") is not None
     assert urlstate.from_query({k: param(at, k) for k in at.query_params}) == (spec, preset)
@@ -107,7 +107,7 @@ def test_device_page():
 
 
 # Of these templates, a preset whose cubin other tests compile too (the SASS and Resources tabs read it): on a
-# clean machine one NVRTC compile and one nvdisasm fewer each (docs/architecture.md, the test suite).
+# clean machine one NVRTC compile and one nvdisasm fewer each (tests/README.md).
 COMPILED_ELSEWHERE = {"depthwise_blog": "dw-blog-final-96",  # test_every_analysis_is_a_tab_with_its_panel_and_a_view
                       "conv2d_autotvm": "conv2d-autotvm-resnet-last",  # tests/test_schedule_conv2d.py
                       "conv2d_async": "conv2d-modern-transposed",  # tests/test_schedule_conv2d_async.py (its conv())
@@ -127,7 +127,7 @@ def _first_preset_per_template():
 
 
 def tab_titles(preset: str) -> list[str]:
-    """The analyses' tabs of a preset's template: those that apply to it (explorer/analyses.py)."""
+    """The analyses' tabs of a preset's template: those that apply to it (explorer/tabs.py)."""
     template = get_preset(preset).spec.template_def
     return [analysis.title for analysis in ANALYSES.values() if analysis.applies(template)]
 
@@ -217,21 +217,21 @@ def test_every_panel_of_its_own_belongs_to_an_analysis():
 
 def test_a_server_that_does_not_diagnose_says_so_on_the_page():
     # EXPLORER_DIAGNOSE=0 in the tests (conftest.py): the pages here are not diagnosed.
-    assert not server.live().settings.diagnose
+    assert not handle.server()._settings.diagnose
     at = app({"preset": "dw-blog-final-96"}).run()
     assert_clean(at)
     for _ in range(50):  # the refusal comes back from the diagnoses' thread at once
-        if any(explorer.live.NOT_DIAGNOSED in c.value for c in at.caption):
+        if any(NOT_DIAGNOSED in c.value for c in at.caption):
             break
         at.run()
-    assert f"Diagnosis: {explorer.live.NOT_DIAGNOSED}" in [c.value for c in at.caption]
+    assert f"Diagnosis: {NOT_DIAGNOSED}" in [c.value for c in at.caption]
 
 
 def test_a_server_setting_it_cannot_take_is_its_sentence_on_every_page(monkeypatch):
     def refused():
         raise ExplorerError("EXPLORER_BUILD_WORKERS must be a whole number from 0, not '-1'.")
 
-    monkeypatch.setattr(server, "live", refused)
+    monkeypatch.setattr(handle, "server", refused)
     at = app({"preset": "dw-blog-final-96"}).run()
     assert not at.exception
     assert [e.value for e in at.error] == ["EXPLORER_BUILD_WORKERS must be a whole number from 0, not '-1'."]
@@ -255,7 +255,7 @@ def build_line(at: AppTest) -> str:
 
 def test_invalid_setting_shows_error_and_keeps_last_result_stale():
     at = app({"preset": "dw-blog-final-96"}, view="CUDA").run()
-    built = server.live().builds.build(get_preset("dw-blog-final-96").spec, at.session_state["target"])
+    built = handle.build(get_preset("dw-blog-final-96").spec, at.session_state["target"])
     assert re.fullmatch(r":material/check_circle: Built in \d+ ms — (.*)", build_line(at)).group(1) == \
         panels.launch_summary(built)
     before = code_text(at, "cuda")
@@ -477,7 +477,7 @@ class _Job:
 def test_a_waiting_fragment_waits_for_a_job_near_its_end_only_on_its_own_runs(monkeypatch, ahead, fragment_run,
                                                                                waits):
     job = _Job()
-    monkeypatch.setattr(server.live().scheduler, "position", lambda j: ahead)
+    monkeypatch.setattr(handle.server(), "position", lambda j: ahead)
     context = type("Context", (), {"fragment_ids_this_run": ["latency"] if fragment_run else None})()
     monkeypatch.setattr(latency, "get_script_run_ctx", lambda: context)
     latency._measuring(job, latency.POLL_NEAR_S)
@@ -487,15 +487,15 @@ def test_a_waiting_fragment_waits_for_a_job_near_its_end_only_on_its_own_runs(mo
 def test_a_page_behind_a_long_queue_says_its_place_then_shows_its_latency(monkeypatch):
     gpu_free = threading.Event()
     fake_measurements(monkeypatch, lambda spec: gpu_free.wait(10) and 640 / spec.knobs.num_thread_x)
-    live = server.live()
+    server = handle.server()
     spec = get_preset("dw-blog-final-96").spec
     for x in (1, 2, 4, 8):  # four students' measurements ahead of this page's
-        live.request(f"student {x}", spec.with_knobs(num_thread_x=x), "auto")
+        server.request(f"student {x}", spec.with_knobs(num_thread_x=x), "auto")
     at = app({"preset": "dw-blog-final-96"}).run()
     assert_clean(at)
     waiting = [i.value for i in at.info if i.value.startswith("Waiting for the GPU")]
     assert waiting == ["Waiting for the GPU: 4 measurement(s) ahead of this one (one kernel is timed at a time)."]
-    assert live.position(live.request("test", spec, "auto")) >= latency.FAR_AHEAD  # polled once a second
+    assert server.position(server.request("test", spec, "auto")) >= latency.FAR_AHEAD  # polled once a second
     gpu_free.set()
     settle(at)
     assert next(m for m in at.metric if m.label == "Latency (median)").value == "40.00 µs"
@@ -504,13 +504,13 @@ def test_a_page_behind_a_long_queue_says_its_place_then_shows_its_latency(monkey
 def test_the_measurement_starts_before_the_page_builds_the_setting(monkeypatch):
     measuring = threading.Event()
     fake_measurements(monkeypatch, lambda spec: measuring.set() or 10.0)
-    real_build, measured_first = server.build, []
+    real_build, measured_first = handle.build, []
 
     def build_after_a_measurement_started(spec, target):
         measured_first.append(measuring.wait(10))
         return real_build(spec, target)
 
-    monkeypatch.setattr(server, "build", build_after_a_measurement_started)
+    monkeypatch.setattr(handle, "build", build_after_a_measurement_started)
     at = settle(app({"preset": "dw-blog-final-96"}).run())
     assert_clean(at)
     assert measured_first[0]
@@ -544,16 +544,16 @@ def test_latency_panel_says_the_gpu_is_warming_up(monkeypatch):
         return "Fake GPU"
 
     fake_measurements(monkeypatch, lambda spec: 10.0, warm_up=slow_warm_up)
-    live = server.live()
-    live.warm = type(live.warm)()  # not warm yet
-    live.ready.clear()
-    live.start()
+    measuring = handle.server()._measuring
+    measuring.warm = type(measuring.warm)()  # not warm yet
+    measuring.ready.clear()
+    measuring.start()
     at = app({"preset": "dw-blog-final-96"}).run()
     assert_clean(at)
     assert any("Warming up the GPU" in i.value and "CUDA" in i.value for i in at.info)
     assert "Latency (median)" not in [m.label for m in at.metric]
     release.set()
-    live.ready.wait(30)
+    measuring.ready.wait(30)
     at.run()
     settle(at)
     assert next(m for m in at.metric if m.label == "Latency (median)").value == "10.00 µs"

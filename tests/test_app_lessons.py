@@ -32,3 +32,17 @@ def test_product_text_never_names_how_it_was_made():
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files
              for number, line in enumerate(path.read_text().splitlines(), start=1) if PROCESS_WORDS.search(line)]
     assert not found, found
+
+
+def test_a_link_to_a_lesson_s_former_id_opens_the_lesson_at_its_step():
+    """``?lesson=attention-hopper&step=2`` (the id before it was the file's name) still opens the lesson."""
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=60)
+    at.switch_page("views/lessons.py")
+    at.query_params["lesson"] = "attention-hopper"
+    at.query_params["step"] = "2"
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    lesson = L.get_lesson("attention_hopper")
+    assert at.selectbox(key="lesson").value == "attention_hopper"
+    assert at.header[0].value == f"Step 2 of {len(lesson.steps)}: {lesson.steps[1].preset.title}"
+    assert at.query_params["lesson"] == "attention_hopper"  # the link as it reads now

@@ -26,7 +26,8 @@ import pytest
 from test_classroom_bench import free_port, server_environment, stop_server
 
 from explorer import lessons as L
-from explorer import serve, style
+from explorer import style
+from explorer.server import launcher
 
 # Not marked waits: the server and chromium keep about a core busy for the file's time (conftest.py's LONG).
 
@@ -76,7 +77,7 @@ def streamlit_server(log_path: Path, env: dict | None = None):
         try:
             url = f"http://127.0.0.1:{port}"
             try:
-                serve.wait_healthy(url, proc, timeout_s=START_TIMEOUT_S)
+                launcher.wait_healthy(url, proc, timeout_s=START_TIMEOUT_S)
             except RuntimeError as error:
                 raise RuntimeError(f"streamlit did not start ({error}); see {log_path}") from None
             yield url
@@ -440,7 +441,7 @@ WRITTEN_KERNELS = ("reduce-1-interleaved-divergent", "attention-fused", "attenti
 # What each analysis tab shows once its panel has run (the tabs run lazily: only the open one).
 TAB_MARKERS = {"SASS": "registers/thread", "Tiling": "Block 0 ", "Bank conflicts": "Modelled bank conflicts",
                "Reduction tree": "adds its sums in", "Resources": "Occupancy assumes",
-               "Roofline": "Arithmetic intensity", "Counters": "The counters need"}
+               "Roofline": "Ceilings:", "Counters": "The counters need"}  # the roofline: its notes, under the figure
 # Sentences no page may say: a count with the wrong number or article, a size rounded to nothing, and the
 # false ones the walk of issue 47 found.
 NEVER = (r"\b1 blocks\b", r"\b1 warps\b", r"\ba 8-step\b", r"\b0\.0 KB\b", r"TensorLoad in an index",

@@ -10,10 +10,10 @@ import pytest
 
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
-from explorer.services import build_disk
-from explorer.services.build_disk import build_key, package_fingerprint
-from explorer.services.builds import BuildService
-from explorer.services.settings import ServerSettings
+from explorer.server import build_disk
+from explorer.server.build_disk import build_key, package_fingerprint
+from explorer.server.builds import BuildService
+from explorer.server.settings import ServerSettings
 
 SPEC = get_preset("dw-blog-final-96").spec
 WIDE = SPEC.with_knobs(num_thread_x=64, num_thread_y=32)  # 2048 threads per block: never builds

@@ -5,13 +5,13 @@ from urllib.parse import urlencode
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import diagnosis_panel, server, session
+from app import diagnosis_panel, handle, session
 from explorer import urlstate
 from explorer.classroom import ClassStep, moves
 from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
-from explorer.live import NOT_DIAGNOSED
 from explorer.presets import get_preset
+from explorer.server.diagnosing import NOT_DIAGNOSED
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TOKEN = "class-token-42"
@@ -56,8 +56,8 @@ def test_the_class_page_shows_the_steps_findings_and_what_the_students_moved_nex
     # teacher's page, the step's): each built the setting's neighbours and compiled and disassembled its kernel
     # (NVRTC, nvdisasm) while the test ran. They are answered as by a server that does not diagnose.
     step = get_preset("dw-blog-channel-96").spec
-    diagnose = server.live().diagnoses._run
-    monkeypatch.setattr(server.live().diagnoses, "_run",
+    diagnose = handle.server()._diagnoses._run
+    monkeypatch.setattr(handle.server()._diagnoses, "_run",
                         lambda spec, *rest: diagnose(spec, *rest) if spec == step else ExplorerError(NOT_DIAGNOSED))
     teacher = AppTest.from_file(MAIN, default_timeout=120)
     teacher.switch_page("views/classroom.py").run()

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from test_classroom import STORE_ALONE
 from test_classroom_app import TOKEN, page, unlocked_teacher
 
-from app import latency, server, session
+from app import handle, latency, session
 from explorer import classroom
 from explorer import lessons as L
 from explorer.classroom import presence, rounds, store
@@ -232,9 +232,9 @@ def test_a_round_survives_a_new_store_on_the_same_file(tmp_path):
 
 
 def test_on_a_gpu_the_round_measures_both_settings_through_the_servers_queue(monkeypatch):
-    """A stand-in GPU: the server's measurer (Live.measurer, through its one queue) times the two
+    """A stand-in GPU: the server's measurer (Server.measurer, through its one queue) times the two
     settings, asked for in the background when the round opens; the reveal shows its figures."""
-    live = server.live()
+    server = handle.server()
     asked_for, measured = [], []
     times = {question().settings[0].spec: 3.0, question().settings[1].spec: 6.0}  # step 8 twice as fast here
 
@@ -242,9 +242,9 @@ def test_on_a_gpu_the_round_measures_both_settings_through_the_servers_queue(mon
         return lambda spec: measured.append(spec) or times[spec]
 
     monkeypatch.setattr(latency, "can_measure", lambda: True)
-    monkeypatch.setattr(live, "request", lambda session, spec, *a, **k: asked_for.append((session, spec, k)))
-    monkeypatch.setattr(live, "measurer", measurer)
-    monkeypatch.setattr(live, "gpu_name", lambda: "Test GPU")
+    monkeypatch.setattr(server, "request", lambda session, spec, *a, **k: asked_for.append((session, spec, k)))
+    monkeypatch.setattr(server, "measurer", measurer)
+    monkeypatch.setattr(server, "gpu_name", lambda: "Test GPU")
     teacher = teacher_on_the_step()
     click(teacher, "Put this question to the class")
     assert asked_for == [(None, p.spec, {"background": True}) for p in question().settings]

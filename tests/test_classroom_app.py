@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import class_mode, server, session
+from app import class_mode, handle, session
 from explorer import lessons as L
 from explorer.measure import Measurement, Timing
 from explorer.measure.gate import Check
@@ -116,21 +116,21 @@ def measured(spec, **options) -> Measurement:
 
 def test_a_submission_reaches_the_board_and_an_html_name_is_refused(monkeypatch):
     monkeypatch.setattr(class_mode, "can_submit", lambda: True)
-    monkeypatch.setattr(server, "board_measure", measured)
-    monkeypatch.setattr(server, "board_pytorch", lambda workload: 8.0)
+    monkeypatch.setattr(handle, "board_measure", measured)
+    monkeypatch.setattr(handle, "board_pytorch", lambda workload: 8.0)
     at = page("views/classroom.py")
     at.text_input(key="class.name").input("<b>Eve</b>")
     next(b for b in at.button if b.label.startswith("Submit my current setting")).click().run()
     assert any("not '<'" in e.value for e in at.error)
     right = measured(None)
     wrong = dataclasses.replace(right, check=Check(False, 0.5, 1e-3, 1, (0, 2, 1, 0), 0.25, 0.75), timing=None)
-    monkeypatch.setattr(server, "board_measure", lambda spec, **options: wrong)
+    monkeypatch.setattr(handle, "board_measure", lambda spec, **options: wrong)
     at.text_input(key="class.name").input("Eve")
     next(b for b in at.button if b.label.startswith("Submit my current setting")).click().run()
     assert [e.value for e in at.error] == [f"Not on the board: the kernel's output is {wrong.check.describe()}."]
     assert "wrong at index (0, 2, 1, 0): expected 0.25, got 0.75" in at.error[0].value
     assert len(at.dataframe) == 0  # the board is still empty
-    monkeypatch.setattr(server, "board_measure", measured)
+    monkeypatch.setattr(handle, "board_measure", measured)
     at.text_input(key="class.name").input("Ann Lee")
     next(b for b in at.button if b.label.startswith("Submit my current setting")).click().run()
     assert not at.error and "On the board: 4.00 µs on Test GPU." in [s.value for s in at.success]
@@ -143,10 +143,10 @@ def test_a_submission_reaches_the_board_and_an_html_name_is_refused(monkeypatch)
 
 def test_the_teacher_hides_an_entry_resets_a_board_and_sets_the_class_gpus(monkeypatch):
     monkeypatch.setattr(class_mode, "can_submit", lambda: True)
-    monkeypatch.setattr(server, "board_measure", measured)
+    monkeypatch.setattr(handle, "board_measure", measured)
     # No PyTorch time beside the entries (what this machine's measuring worker answers, without starting it:
     # a process that imports TVM): this test is about the teacher's controls, not the ratio.
-    monkeypatch.setattr(server, "board_pytorch", lambda workload: None)
+    monkeypatch.setattr(handle, "board_pytorch", lambda workload: None)
     student = page("views/classroom.py")
     for name in ("Ann", "Bo"):
         student.text_input(key="class.name").input(name)

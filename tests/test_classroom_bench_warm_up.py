@@ -3,7 +3,7 @@ through fragment reruns while the GPU warms up, and the latency still reaches it
 import os
 import shutil
 
-import classroom  # bench/classroom.py (pytest's pythonpath)
+import classroom  # bench/ (pytest's pythonpath)
 import pytest
 from test_classroom_bench import ROOT, start_server, stop_server
 

@@ -1,5 +1,5 @@
 """Remote measurement end to end on loopback, with target llvm: a TVM RPC tracker started here
-and two servers started with ``python -m explorer.measure.server`` under one key. Kernels are
+and two servers started with ``python -m explorer.measure.rpc_server`` under one key. Kernels are
 built here, uploaded, loaded, checked and timed on a server; a kernel that segfaults ends only
 its session and the server keeps serving; both servers get work and give the same results, and
 killing one in the middle of a measurement loses no request (the session is run again on the
@@ -21,7 +21,7 @@ from tvm.rpc.tracker import PopenTrackerServerState, Tracker
 from explorer.classroom import Store, submit
 from explorer.measure import KernelCrashed, MeasureSettings, NoDevice, Remote, RemoteError, measure, measure_module
 from explorer.measure import remote as remote_module
-from explorer.measure import server as server_module
+from explorer.measure import rpc_server as server_module
 from explorer.measure.remote import last_attempts, last_server, measure_remote, server_count
 from explorer.measure.worker import Trial
 from explorer.presets import get_preset
@@ -45,7 +45,7 @@ def start_server(tracker_port: int, first_port: int) -> subprocess.Popen:
     # runs its CPU kernel (a second of CPU each, 11 of them). With one they are spawned, as a GPU server's must be.
     sessions = {} if tvm.cuda(0).exist else {server_module.SESSIONS: "fork"}
     return subprocess.Popen(
-        [sys.executable, "-m", "explorer.measure.server", "--tracker", f"127.0.0.1:{tracker_port}", "--key", KEY,
+        [sys.executable, "-m", "explorer.measure.rpc_server", "--tracker", f"127.0.0.1:{tracker_port}", "--key", KEY,
          "--host", "127.0.0.1", "--port", str(first_port), "--port-end", str(first_port + 49), "--silent"],
         cwd=ROOT, start_new_session=True,  # its own process group: the server and its session processes
         env={**os.environ, **sessions})

@@ -10,9 +10,9 @@ import pytest
 from explorer import build as build_module
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
-from explorer.services import build_disk
-from explorer.services.builds import build_source_only
-from explorer.services.compiles import COMPILE_LOG, compile_library
+from explorer.server import build_disk
+from explorer.server.builds import build_source_only
+from explorer.server.compiles import COMPILE_LOG, compile_library
 
 SPEC = get_preset("modern-async-1024").spec
 
@@ -100,7 +100,7 @@ def test_a_kept_tensor_core_build_is_generated_in_a_process_that_never_scheduled
     build_source_only(get_preset(spec_id).spec, "h100", keep_at=kept_at, keep_at_most=10)
     script = ("import sys\n"
               "from explorer.presets import get_preset\n"
-              "from explorer.services.compiles import compile_library\n"
+              "from explorer.server.compiles import compile_library\n"
               "assert 'tvm.s_tir.tensor_intrin.cuda' not in sys.modules\n"
               f"print(compile_library(get_preset({spec_id!r}).spec, 'h100', {str(tmp_path / 'libraries')!r}, "
               f"{kept_at!r}))\n")
@@ -171,7 +171,7 @@ def test_a_build_process_pickles_a_build_once_for_the_disk_and_the_app(tmp_path,
     made = []
     real = build_disk.pickled
     monkeypatch.setattr(build_disk, "pickled", lambda outcome: made.append(outcome) or real(outcome))
-    monkeypatch.setattr("explorer.services.builds.pickled", build_disk.pickled)
+    monkeypatch.setattr("explorer.server.builds.pickled", build_disk.pickled)
     sent = build_source_only(SPEC, "h100", ("cuda",), keep_at=kept_at, keep_at_most=10, as_bytes=True)
     assert isinstance(sent, bytes) and len(made) == 1
     with open(kept_at, "rb") as kept:

@@ -37,7 +37,7 @@ def test_raw_page_units_are_scaled_to_ns_and_bytes():
 
 
 def _model(occupancy=50.0, bound_us=5.0):
-    # The as-compiled model's totals for (32, 1) (docs/bank-conflicts-h100.md).
+    # The as-compiled model's totals for (32, 1) (docs/bank-conflicts-gpu.md).
     banks = KernelBanks("main_kernel", (1, 32, 1), (1, 256, 1), (), BankTotals(25_344, 51_456, 0),
                         BankTotals(9_728, 9_728, 0))
     return ncu.StaticModel(banks, "as-compiled", occupancy, 2_106_368, bound_us, "published figures for a test")

@@ -1,4 +1,4 @@
-"""The server's diagnoses (explorer.diagnoses): one per setting for every session, one at a
+"""The server's diagnoses (explorer.server.diagnosing): one per setting for every session, one at a
 time, settings left behind dropped before they start, a refusal raised to the caller."""
 import hashlib
 import threading
@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from explorer import diagnoses
-from explorer.diagnoses import WAITING, Diagnoses
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
+from explorer.server import diagnosing
+from explorer.server.diagnosing import WAITING, Diagnoses
 
 SPEC = get_preset("dw-blog-final-96").spec
 
@@ -78,7 +78,7 @@ def test_a_setting_is_diagnosed_once_after_its_measurement(monkeypatch):
         assert first.result(10) == "at 10.0"
         assert service.get(SPEC, "auto", full) is first and service.get(SPEC, "auto") is first
         assert runs == [10.0]
-        monkeypatch.setattr(diagnoses, "MEASURE_WAIT_S", 0.0)  # a measurement that never comes
+        monkeypatch.setattr(diagnosing, "MEASURE_WAIT_S", 0.0)  # a measurement that never comes
         assert service.get(spec_x(4), "auto", None, True).result(10) == "at None"
     finally:
         service.close()
@@ -103,7 +103,7 @@ def test_app_processes_sharing_a_folder_diagnose_a_setting_once(tmp_path, monkey
         both = [service.get(spec_x(8), "auto") for service in (first, second)]
         assert [f.result(10) for f in both] == ["diagnosis of 8"] * 2 and runs.count(spec_x(8)) == 1
         # A process that died while diagnosing left its claim: waited for SHARED_WAIT_S, then diagnosed here.
-        monkeypatch.setattr(diagnoses, "SHARED_WAIT_S", 0.3)
+        monkeypatch.setattr(diagnosing, "SHARED_WAIT_S", 0.3)
         name = hashlib.sha256(repr((spec_x(4), "auto")).encode()).hexdigest() + ".pickle.lock"
         (tmp_path / "diagnoses" / name).write_text("")  # another process's claim, never released
         assert second.get(spec_x(4), "auto").result(10) == "diagnosis of 4" and runs.count(spec_x(4)) == 1

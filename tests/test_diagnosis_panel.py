@@ -5,7 +5,7 @@ import time
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from live_fakes import fake_measurements, settle
+from server_fakes import fake_measurements, settle
 from streamlit.testing.v1 import AppTest
 
 from app import diagnosis_panel
@@ -90,11 +90,11 @@ def test_verdict_sentences():
 def test_a_diagnosis_that_does_not_come_in_time_says_why_and_the_page_stops_looking(monkeypatch):
     from concurrent.futures import Future
 
-    from app import server
+    from app import handle
 
     never = Future()  # the diagnosing process is busy with the class's other settings
-    monkeypatch.setattr(server.live().diagnoses, "get", lambda *args: never)
-    monkeypatch.setattr(server.live().diagnoses, "wait", lambda future: (3, 31.0))
+    monkeypatch.setattr(handle.server(), "diagnosis", lambda *args, **kwargs: never)
+    monkeypatch.setattr(handle.server(), "diagnosis_queue", lambda future: (3, 31.0))
     monkeypatch.setattr(diagnosis_panel, "PATIENCE_S", 30.0)
     at = AppTest.from_file(MAIN, default_timeout=120)
     at.query_params.update({"preset": PRESET})

@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Function-local imports of project modules that must stay local, each with its reason.
 # (Third-party imports are not checked: torch, for one, is imported where a kernel is timed.)
 LOCAL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
+# What the app may import of the class server: its API (and the package, which Python imports first).
+SERVER_API = {"explorer.server", "explorer.server.api"}
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -82,6 +84,30 @@ def test_the_analyses_never_import_links_or_lessons(found):
     assert upward == []
 
 
+def test_the_app_reaches_the_server_through_its_api_only(found):
+    """The app asks the class server through explorer/server/api.py and reaches into none of its parts
+    (the build processes, the queue, the measuring service...): what the server is made of can change
+    without a page noticing."""
+    reaching = [f"{i.importer}:{i.line} imports {i.imported}" for i in found
+                if i.importer.split(".")[0] == "app" and i.imported.startswith("explorer.server")
+                and i.imported not in SERVER_API]
+    assert reaching == []
+    assert any(i.importer == "app.handle" and i.imported == "explorer.server.api" for i in found)
+
+
+def test_the_server_is_one_folder_and_imports_nothing_above_it(found):
+    """The class server's modules live in explorer/server/; none of them imports the app, the CLI or the
+    teaching data's pages, and nothing below it in the library imports the server."""
+    server = {i.importer for i in found if i.importer.startswith("explorer.server")}
+    assert {"explorer.server.api", "explorer.server.in_process", "explorer.server.over_socket",
+            "explorer.server.service", "explorer.server.launcher", "explorer.server.scheduler"} <= server
+    upward = [f"{i.importer}:{i.line} imports {i.imported}" for i in found
+              if i.importer.startswith("explorer.server") and i.imported.split(".")[0] == "app"
+              or i.imported.startswith("explorer.server") and i.importer.startswith(
+                  ("explorer.measure", "explorer.analysis", "explorer.build", "explorer.schedules"))]
+    assert upward == []
+
+
 def test_no_project_module_is_imported_inside_a_function(found):
     local = [f"{i.importer}:{i.line} imports {i.imported}" for i in found
              if i.local and (i.importer, i.imported) not in LOCAL_IMPORTS_ALLOWED]
@@ -124,9 +150,10 @@ def test_docs_imports_md_is_the_current_drawing(found):
         "regenerate it: python -m explorer.devtools.import_graph > docs/imports.md")
 
 
-def test_the_architecture_page_names_files_that_exist():
-    """docs/architecture.md sends a newcomer to files by path: each must be there."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
+@pytest.mark.parametrize("page", ["docs/architecture.md", "tests/README.md"])
+def test_the_architecture_pages_name_files_that_exist(page):
+    """docs/architecture.md and the test suite's page send a newcomer to files by path: each must be there."""
+    text = (ROOT / page).read_text()
     named = set(re.findall(r"`((?:explorer|app|tests|bench|presets|docs)/[\w/.]+)`", text))
-    assert len(named) > 15
+    assert len(named) > 5
     assert sorted(path for path in named if not (ROOT / path).exists()) == []

@@ -41,7 +41,7 @@ def test_out_of_domain_values_name_the_knob(changes, knob):
 
 
 def test_unknown_knob_is_rejected_with_the_list_of_knobs():
-    with pytest.raises(InvalidKnobs, match="has no knob 'threads'.*num_thread_x"):
+    with pytest.raises(InvalidKnobs, match="There is no knob 'threads'; the knobs are: .*num_thread_x"):
         DepthwiseBlogKnobs.from_mapping({"threads": 8})
 
 

@@ -92,7 +92,7 @@ def test_without_a_measurement_the_reason_is_the_error():
 
 
 def test_measure_steps_keeps_the_record_and_the_evidence():
-    from live_fakes import fake_measurement
+    from server_fakes import fake_measurement
 
     by_spec = {CASE2.spec: 4.0, CASE1.spec: None}  # None: a wrong result
     done = []

@@ -165,7 +165,6 @@ def test_measure_presets_measures_each_spec_once_and_keeps_errors():
 # -- the preset format's comparison keys -------------------------------------------------
 
 BASE = """[lesson]
-id = "t"
 title = "T"
 
 [[preset]]
@@ -293,14 +292,14 @@ def test_every_step_explains_itself_and_every_figure_names_its_hardware():
             assert figure.hardware and figure.value_us and figure.value_us > 0, (preset.id, figure)
 
 
-# -- bench/lessons_h100.py's document, from hand-made measurements ------------------------
+# -- bench/lessons_gpu.py's document, from hand-made measurements ------------------------
 
 
 def bench_module():
     import importlib.util
 
-    path = __import__("pathlib").Path(__file__).resolve().parent.parent / "bench" / "lessons_h100.py"
-    spec = importlib.util.spec_from_file_location("lessons_h100", path)
+    path = __import__("pathlib").Path(__file__).resolve().parent.parent / "bench" / "lessons_gpu.py"
+    spec = importlib.util.spec_from_file_location("lessons_gpu", path)
     module = importlib.util.module_from_spec(spec)
     __import__("sys").modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -313,7 +312,7 @@ def test_the_h100_document_states_each_claim_with_both_numbers_and_a_verdict():
              "dw-blog-threads-case4": 20.0}
     measured = {pid: R.MeasuredStep(pid, us, 100.0, 30.0, 2.0, "", R.evidence(build(get_preset(pid).spec, "h100")))
                 for pid, us in times.items()}
-    header = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-21", "command": "python bench/lessons_h100.py",
+    header = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-21", "command": "python bench/lessons_gpu.py",
               "elapsed_s": 60.0, "tvm": "0.27.0.post1", "target": "sm_90a", "repeats": 20, "min_repeat_ms": 1,
               "torch": "PyTorch 2.11"}
     text = bench.render([L.get_lesson("depthwise_blog")], measured, {}, 132, header, "h100")
@@ -386,7 +385,7 @@ def test_a_claim_this_gpu_does_not_reproduce_says_why_it_may_differ(monkeypatch)
 def stand_in_gpu(monkeypatch, fake_us):
     """A server whose GPU ("Fake GPU") takes the given µs for each named preset (the page
     measures through the server's one queue)."""
-    from live_fakes import fake_measurements
+    from server_fakes import fake_measurements
 
     by_spec = {get_preset(pid).spec: us for pid, us in fake_us.items()}
     fake_measurements(monkeypatch, lambda spec: by_spec[spec])

@@ -13,11 +13,11 @@ import pytest
 from test_app import app, assert_clean
 
 from app import code_view, panels
-from explorer import analyses
-from explorer.analyses import Analysis
+from explorer import tabs
 from explorer.build import build
 from explorer.cli import main
 from explorer.presets import get_preset
+from explorer.tabs import Analysis
 
 # -- what a contributor writes -------------------------------------------------------------
 
@@ -44,8 +44,8 @@ PRESET = "dw-blog-final-96"
 
 @pytest.fixture
 def registered(monkeypatch):
-    """The one entry a contributor adds to explorer/analyses.py, for this test only."""
-    monkeypatch.setitem(analyses.ANALYSES, BLOCKS.name, BLOCKS)
+    """The one entry a contributor adds to explorer/tabs.py, for this test only."""
+    monkeypatch.setitem(tabs.ANALYSES, BLOCKS.name, BLOCKS)
 
 
 def expected_blocks() -> dict[str, int]:
@@ -72,7 +72,7 @@ def test_the_explorer_shows_it_in_a_tab_of_its_own(registered):
     assert_clean(at)
     titles = [t.label for t in at.tabs][len(code_view.VIEWS):]
     template = get_preset(PRESET).spec.template_def  # every analysis that describes it: the new one too
-    assert titles[-1] == "Blocks" and len(titles) == sum(a.applies(template) for a in analyses.ANALYSES.values())
+    assert titles[-1] == "Blocks" and len(titles) == sum(a.applies(template) for a in tabs.ANALYSES.values())
     tab = at.tabs[len(code_view.VIEWS) + len(titles) - 1]
     (kernel, blocks), = expected_blocks().items()
     assert [c.value for c in tab.code] == [f"{kernel}: {blocks:,} blocks"]

@@ -25,7 +25,7 @@ from explorer.cli import main
 from explorer.export import snippet
 from explorer.knobs import KnobSet, knob
 from explorer.schedules.common import Template, bind, new_schedule, schedule_errors
-from explorer.services.builds import BuildService
+from explorer.server.builds import BuildService
 from explorer.workloads import DTYPE, Workload
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
@@ -81,7 +81,6 @@ class MaxPool1d(Workload):
 
 @dataclass(frozen=True)
 class MaxPool1dKnobs(KnobSet):
-    owner: ClassVar[str] = "max_pool1d_flat"
 
     threads: int = knob(128, "Threads per CUDA block.", choices=(32, 64, 128, 256))
     outputs_per_thread: int = knob(1, "Consecutive outputs computed by one thread.", choices=(1, 2, 4))

@@ -1,4 +1,4 @@
-"""Structure: the app measures only through the server's ``Live`` (explorer/live.py), and only
+"""Structure: the app measures only through the class server (explorer/server/api.py), and only
 the measurement module drives the measuring worker. A page that called ``explorer.measure``
 itself would time kernels in a second queue beside the class's, re-measure what the class
 just measured, and be invisible to the Device page."""
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# What times a kernel or starts the worker: the app reaches these through server.live() only.
+# What times a kernel or starts the worker: the app reaches these through handle.server() only.
 MEASURING = {"measure", "measure_module", "baseline", "latency_us", "gpu_measurer", "local_gpu", "warm_up",
              "ceilings", "measure_remote", "measure_for_board", "pytorch_for_board", "LocalWorker"}
 
@@ -31,7 +31,7 @@ def measuring_uses(path: Path) -> list[str]:
     return sorted(uses)
 
 
-def test_no_page_measures_except_through_live():
+def test_no_page_measures_except_through_the_server():
     offenders = {str(path.relative_to(ROOT)): uses for path in sorted((ROOT / "app").rglob("*.py"))
                  if (uses := measuring_uses(path))}
     assert offenders == {}

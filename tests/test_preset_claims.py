@@ -2,7 +2,7 @@
 lesson step says about shared memory, bank conflicts, per-thread tiles, kernels and
 global-memory traffic. Each claim's numbers are derived by hand in the comments, then
 every preset's ``static`` table is checked the way the Lessons page checks it. (Timing
-claims are measured by bench/lessons_h100.py on a GPU.)"""
+claims are measured by bench/lessons_gpu.py on a GPU.)"""
 import pytest
 
 from explorer.analysis.banks import analyze_banks

@@ -33,7 +33,7 @@ def test_lessons_have_ordered_steps():
 
 def write(tmp_path, text):
     path = tmp_path / "bad.toml"
-    path.write_text('[lesson]\nid = "t"\ntitle = "T"\n' + text)
+    path.write_text('[lesson]\ntitle = "T"\n' + text)
     return path
 
 
@@ -92,6 +92,31 @@ def test_a_step_s_title_does_not_repeat_its_number():
     assert numbered == []
 
 
+def test_a_lesson_s_id_is_its_file_s_name_and_its_former_ids_still_name_it(tmp_path):
+    from explorer.lessons import current_lesson_id, get_lesson
+    from explorer.presets import CURRICULUM_FILE, PRESET_DIR
+
+    files = sorted(path.stem for path in PRESET_DIR.glob("*.toml") if path.name != CURRICULUM_FILE)
+    assert sorted(lesson.id for lesson in all_lessons()) == files
+    # Renamed to their files' names; links and class boards made before name them by their old ids.
+    for old, now in (("attention-hopper", "attention_hopper"), ("attention-tensor-cores", "attention_tensor_cores")):
+        assert get_lesson(old) is get_lesson(now) and current_lesson_id(old) == now
+        assert {p.lesson for p in get_lesson(old).presets} == {now}
+    assert current_lesson_id("depthwise_blog") == "depthwise_blog" and current_lesson_id("nope") == "nope"
+
+
+def test_a_lesson_file_that_names_its_id_or_lists_former_ids_badly_is_refused(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('[lesson]\nid = "other"\ntitle = "T"\n' + GOOD)
+    with pytest.raises(PresetError, match=r"mine.toml: a lesson's id is its file's name \('mine'\)"):
+        load_file(path)
+    path.write_text('[lesson]\ntitle = "T"\nformerly = "old"\n' + GOOD)
+    with pytest.raises(PresetError, match="formerly is a list of the ids the lesson had"):
+        load_file(path)
+    path.write_text('[lesson]\ntitle = "T"\nformerly = ["old"]\n' + GOOD)
+    assert load_file(path).formerly == ("old",) and load_file(path).presets[0].lesson == "mine"
+
+
 # -- the curriculum ---------------------------------------------------------------------------
 
 
@@ -130,7 +155,7 @@ def test_the_depthwise_lesson_names_the_blog_and_links_it():
 
 
 def lesson_file(directory, lesson_id: str, extra: str = ""):
-    (directory / f"{lesson_id}.toml").write_text(f'[lesson]\nid = "{lesson_id}"\ntitle = "T"\n{extra}'
+    (directory / f"{lesson_id}.toml").write_text(f'[lesson]\ntitle = "T"\n{extra}'
                                                  + GOOD.replace('"p"', f'"{lesson_id}-p"'))
 
 

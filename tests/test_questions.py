@@ -24,7 +24,6 @@ from explorer.questions import (
 
 TWO_STEPS = """
 [lesson]
-id = "t"
 title = "T"
 
 [[preset]]

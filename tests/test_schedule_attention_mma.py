@@ -186,7 +186,7 @@ def test_export_parses_back_to_the_same_module(tmp_path):
     tvm.ir.assert_structural_equal(module.Kernel, build(spec).schedule_mod)
 
 
-LESSON = [p for p in all_presets().values() if p.lesson == "attention-tensor-cores"]
+LESSON = [p for p in all_presets().values() if p.lesson == "attention_tensor_cores"]
 
 
 def test_the_lesson_goes_from_cuda_cores_to_mma_causal_and_not():

@@ -106,7 +106,7 @@ def test_split_knob_values_are_written_with_x():
     "items, message",
     [
         (["num_thread_x=3"], "not allowed"),
-        (["no_such_knob=1"], "has no knob 'no_such_knob'"),
+        (["no_such_knob=1"], "There is no knob 'no_such_knob'"),
         (["num_thread_x"], "knob=v1,v2"),
         (["num_thread_x="], "knob=v1,v2"),
         (["num_thread_x=8", "num_thread_x=16"], "appears twice"),
@@ -432,7 +432,7 @@ def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
     args = argparse.Namespace(sample=None, rounds=2)
     block = preset_block(plan, spec, 98.76, "NVIDIA H100 80GB HBM3", 1234, args)
     path = tmp_path / "best.toml"
-    path.write_text('[lesson]\nid = "best"\ntitle = "Best"\n\n' + block)
+    path.write_text('[lesson]\ntitle = "Best"\n\n' + block)
     (preset,) = load_file(path).presets
     assert preset.id == "best-conv2d-resnet-last" and preset.spec == spec
     assert preset.found_by == "python bench/search_best.py conv2d-resnet-last"
@@ -478,3 +478,71 @@ def test_a_sweep_on_the_gpu_times_every_valid_point_and_ranks_by_latency():
     assert len(ranked) + len(result.skipped()) == 4 and ranked
     assert all(p.latency_us > 0 for p in ranked)
     assert [p.latency_us for p in ranked] == sorted(p.latency_us for p in ranked)
+
+
+# -- one way to measure a sweep's points --------------------------------------------------------
+
+
+def test_the_cli_and_the_sweep_page_measure_a_point_the_same_way(monkeypatch):
+    """``python -m explorer sweep`` (gpu_measurer, in its own process) and the Sweep page (the server's
+    measurer, through the class's queue) time each point with SWEEP_SETTINGS, through sweep_measurer;
+    a wrong kernel gets no latency either way."""
+    from server_fakes import fake_measurement
+
+    from explorer.measure import SWEEP_SETTINGS, WrongResult, measurer
+    from explorer.server.api import Server
+    from explorer.server.in_process import MeasuringInProcess
+    from explorer.server.settings import ServerSettings
+
+    asked = []
+
+    def measure_here(spec, **options):  # explorer.measure.measure, as the CLI's process calls it
+        asked.append(("cli", options["settings"]))
+        return fake_measurement(spec, None if spec.knobs.num_thread_x == 4 else 7.0)
+
+    monkeypatch.setattr(measurer, "local_gpu", lambda: "Fake GPU")
+    monkeypatch.setattr(measurer, "measure", measure_here)
+    on_the_cli = measurer.gpu_measurer("auto")
+    timed_jobs = []
+
+    def gpu(job):  # the server's GPU: the settings each job is timed with
+        timed_jobs.append(job)
+        asked.append(("page", job.settings))
+        return fake_measurement(job.spec, None if job.spec.knobs.num_thread_x == 4 else 7.0)
+
+    settings = ServerSettings(build_workers=0)
+    measuring = MeasuringInProcess(settings, measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Fake GPU")
+    measuring.ready.set()
+    measuring.warm.finish("Fake GPU")
+    server = Server(settings, measuring)
+    try:
+        on_the_page = server.measurer("auto")
+        for latency_us in (on_the_cli, on_the_page):
+            assert latency_us(SMALL.with_knobs(num_thread_x=8)) == 7.0
+            with pytest.raises(WrongResult, match="a wrong kernel gets no latency"):
+                latency_us(SMALL.with_knobs(num_thread_x=4))
+        assert asked == [("cli", SWEEP_SETTINGS)] * 2 + [("page", SWEEP_SETTINGS)] * 2
+        # The sweep's measurement is kept apart from the students': a page asking for the setting gets
+        # it timed with the server's own budget.
+        assert server.result(SMALL.with_knobs(num_thread_x=8), "auto") is None
+        assert server.measure_now(SMALL.with_knobs(num_thread_x=8)).median_us == 7.0
+        assert timed_jobs[-1].settings is None and not timed_jobs[-1].quick
+    finally:
+        server.close()
+
+
+def test_without_a_gpu_or_a_tracker_the_sweep_page_ranks_by_the_static_analyses():
+    from explorer.server.api import Server
+    from explorer.server.in_process import MeasuringInProcess
+    from explorer.server.settings import ServerSettings
+
+    settings = ServerSettings(build_workers=0)
+    measuring = MeasuringInProcess(settings, measure_fn=lambda job: pytest.fail("measured"),
+                                   warm_up_fn=lambda first, target, warm: "Fake GPU")
+    measuring.warm.fail("No GPU on this machine: code and diagrams only.")
+    measuring.ready.set()
+    server = Server(settings, measuring)
+    try:
+        assert server.measurer("auto") is None
+    finally:
+        server.close()

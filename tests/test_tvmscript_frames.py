@@ -55,7 +55,7 @@ def test_a_setting_scheduled_again_is_not_parsed_again(monkeypatch):
         parses.append(plan)
         return matmul_hopper.kernel(plan)
 
-    monkeypatch.setattr(matmul_hopper, "parsed_kernel", parsed_once_per_plan(counted))
+    monkeypatch.setattr(matmul_hopper.schedule, "parsed", parsed_once_per_plan(counted))
     first = matmul_hopper.schedule(spec.workload, spec.knobs)
     again = matmul_hopper.schedule(spec.workload, spec.knobs)
     assert len(parses) == 1 and first.mod is not again.mod  # a module of its own, around the one PrimFunc
@@ -70,3 +70,22 @@ def test_an_exported_tensor_core_script_tells_inspect_about_the_import_frames_be
     told = script.index('inspect.modulesbyfile.setdefault(_frame_file, "")')
     assert told < script.index("import tvm.s_tir.tensor_intrin.cuda") < script.index("_bfloat16('mma_f16f16f32')")
     assert "inspect.modulesbyfile" not in snippet(get_preset("best-matmul-1024").spec)  # only where it imports them
+
+
+def test_the_written_templates_share_one_schedule_and_one_shared_memory_check():
+    """A template is scheduled (schedule steps on the workload's te.compute) or written (a kernel for a plan of
+    its knobs): the written ones schedule through WrittenKernel and refuse tiles past the shared memory a block
+    may opt in to with check_shared's one sentence."""
+    from explorer.errors import InvalidKnobs
+    from explorer.schedules import TEMPLATES
+    from explorer.schedules.written import WrittenKernel, check_shared
+
+    written = {name for name, template in TEMPLATES.items() if isinstance(template.apply, WrittenKernel)}
+    assert written == {"reduce_tree", "attention_fused", "attention_mma", "attention_hopper", "matmul_hopper"}
+    check_shared(232_448, "The tiles", "use smaller tiles", ("block",))  # all that an sm_90 block may have
+    with pytest.raises(InvalidKnobs, match=r"^The tiles need 232,449 bytes of shared memory, more than the 232,448 a "
+                                           r"block may use on the H100 SXM: use smaller tiles\.$") as refused:
+        check_shared(232_449, "The tiles", "use smaller tiles", ("block",))
+    assert refused.value.knobs == ("block",)
+    with pytest.raises(InvalidKnobs, match="more than the 166,912 a block may use on the A100 SXM 80GB"):
+        check_shared(200_000, "The Q, K and V tiles", "use smaller tiles", ("block_q",), "sm_80")

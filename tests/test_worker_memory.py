@@ -7,9 +7,9 @@ import psutil
 import pytest
 
 from explorer import highlight as highlight_module
-from explorer.services import pool as pool_module
-from explorer.services.pool import ProcessPool, release_free_heap
-from explorer.services.settings import ServerSettings
+from explorer.server import pool as pool_module
+from explorer.server.pool import ProcessPool, release_free_heap
+from explorer.server.settings import ServerSettings
 
 MIB = 2**20
 

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app import class_mode, diagnosis_panel, questions, server, session, ui
+from app import class_mode, diagnosis_panel, handle, questions, session, ui
 from explorer import classroom
 from explorer import lessons as L
 from explorer.classroom import rounds
@@ -222,7 +222,7 @@ def step_diagnosis(state: classroom.ClassStep) -> None:
         else:
             st.caption("No student has moved a knob away from this step yet.")
         try:
-            built = server.build(spec, session.target())
+            built = handle.build(spec, session.target())
         except ExplorerError as error:
             st.caption(str(error))
             return
@@ -306,7 +306,7 @@ def submit_form(store: classroom.Store) -> None:
         try:
             entry = classroom.submit(
                 store, st.session_state.get("class.name", ""), spec, target=session.target(), remote=remote,
-                measure=server.board_measure, pytorch=server.board_pytorch,
+                measure=handle.board_measure, pytorch=handle.board_pytorch,
                 on_wait=lambda ahead: status.update(label=f"Waiting for the GPU: {ahead} measurement(s) ahead…"))
         except ExplorerError as error:
             refused = str(error)

@@ -4,7 +4,7 @@ import dataclasses
 
 import streamlit as st
 
-from app import code_view, panels, server, session, ui
+from app import code_view, handle, panels, session, ui
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
 
@@ -48,7 +48,7 @@ with col_b:
 results = {}
 for name, spec, column in (("A", spec_a, col_a), ("B", spec_b, col_b)):
     try:
-        results[name] = server.build(spec, session.target())
+        results[name] = handle.build(spec, session.target())
     except ExplorerError as e:
         column.error(f"{name} cannot be built: {e}")
 if len(results) < 2:

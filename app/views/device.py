@@ -9,13 +9,13 @@ from importlib import metadata
 import streamlit as st
 import tvm
 
-from app import server, session
-from explorer.analysis.roofline import ceiling_rows, published_ceilings
+from app import handle, session
+from explorer.analysis.roofline import ceiling_rows, published_for
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import QUICK_SETTINGS, Remote, describe_budget
-from explorer.measuring import UNREACHABLE
-from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
+from explorer.server.api import UNREACHABLE
+from explorer.targets import NAMES, local_gpu_target, resolve_target, target_label
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,7 +44,7 @@ else:
     st.info("**No GPU: code and diagrams only.** CUDA is generated for the target below without compiling it; "
             "kernels run and are timed on a machine with an NVIDIA GPU.")
 
-names = ["auto", *ALIASES]
+names = ["auto", *NAMES]
 session.seed_widget("ui.target", session.target())
 choice = st.selectbox(
     "Target", names if session.target() in names else [*names, session.target()], key="ui.target",
@@ -64,7 +64,7 @@ with st.expander("Target details"):
     st.json(target.export())
 
 st.header("Remote GPU (TVM RPC)")
-st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.server`). "
+st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.rpc_server`). "
            "Leave empty to measure on this machine's GPU.")
 current = session.remote()
 cols = st.columns([2, 1])
@@ -81,8 +81,8 @@ else:
     session.set_remote(None)
 
 st.header("This server")
-live = server.live()
-warm = live.warm
+server = handle.server()
+warm = server.warm_up_state()
 if not warm.done:
     st.info("Warming up the GPU… " + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
 elif warm.error:
@@ -90,7 +90,7 @@ elif warm.error:
 else:
     st.caption(f"GPU warm since {time.strftime('%H:%M:%S', time.localtime(warm.started))}: "
                + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
-stats = live.stats()
+stats = server.stats()
 builds, measured, pages = stats["builds"], stats.get("measurements"), stats["pages"]
 cols = st.columns(5)
 cols[0].metric("Builds cached", f"{builds['entries']} / {builds['capacity']}",
@@ -122,7 +122,7 @@ else:
 
 st.header("Roofline ceilings")
 try:
-    ceilings = live.latest_ceilings() or published_ceilings(str(target.attrs.get("arch", "")))
+    ceilings = server.ceilings() or published_for(target)
 except ExplorerError as e:  # a target without published figures, and nothing measured
     st.caption(str(e))
 else:

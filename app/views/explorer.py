@@ -4,10 +4,10 @@ import functools
 import streamlit as st
 
 from app import class_mode, code_view, diagnosis_panel, latency, panels, session, ui
-from explorer.analyses import ANALYSES
 from explorer.export import file_name, snippet
 from explorer.highlight import view_text
 from explorer.presets import get_preset
+from explorer.tabs import ANALYSES
 
 spec = session.sidebar() or session.spec()
 session.sync_url()

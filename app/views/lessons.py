@@ -9,7 +9,7 @@ import functools
 
 import streamlit as st
 
-from app import class_mode, questions, server, session, ui
+from app import class_mode, handle, questions, session, ui
 from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer import style
@@ -107,7 +107,7 @@ def show_timing(step: L.Step, checks: tuple[L.ComparisonCheck, ...], measured: d
 
 
 def show_evidence(step: L.Step, target: str) -> None:
-    built = server.build(step.preset.spec, target)
+    built = handle.build(step.preset.spec, target)
     ev = R.evidence(built)
     st.markdown(f"**Static evidence** for {target_label(built.target)} (no kernel run)")
     cols = st.columns(4)
@@ -131,7 +131,7 @@ def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None
             if (*device, p.id) not in measured or measured[(*device, p.id)].median_us is None]
     with st.status(f"Measuring {len(todo)} kernel(s), each checked against NumPy first…") as status:
         found = R.measure_steps(
-            todo, measure_spec, functools.partial(server.build, target=target),
+            todo, measure_spec, functools.partial(handle.build, target=target),
             on_done=lambda p, us, error: status.write(f"{p.title}: " + (f"{us:.2f} µs" if us is not None else error)))
         timed = sum(m.median_us is not None for m in found.values())
         status.update(label=f"Measured {timed} kernel(s)", state="complete" if timed == len(found) else "error")
@@ -218,12 +218,12 @@ try:
     show_static(statics)
     # Through the server's one measuring queue: a step a student just measured is not timed again.
     remote = session.remote()
-    where = str(remote) if remote is not None else (server.live().gpu_name() or "")
+    where = str(remote) if remote is not None else (handle.server().gpu_name() or "")
     device = (where, target)
     if where and L.presets_to_time([preset]) and st.button(
             "Measure on this GPU", type="primary", icon=":material/timer:",
             help="This step and the steps it is compared with: each kernel is checked against NumPy, then timed."):
-        measure_step(step, device, functools.partial(server.live().measure_now, target=target, remote=remote),
+        measure_step(step, device, functools.partial(handle.server().measure_now, target=target, remote=remote),
                      target)
     found = {pid: m for (*d, pid), m in session.memo(MEASURED).items() if tuple(d) == device}
     times = {pid: m.median_us for pid, m in found.items() if m.median_us is not None}

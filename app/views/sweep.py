@@ -6,7 +6,7 @@ import functools
 
 import streamlit as st
 
-from app import server, session, ui, widgets
+from app import handle, session, ui, widgets
 from explorer.analysis.ranking import static_score
 from explorer.errors import ExplorerError
 from explorer.export import file_name
@@ -99,7 +99,7 @@ def show_result(result) -> None:
 
 def tune_section(spec) -> None:
     st.header("Tune with MetaSchedule")
-    has_gpu = server.live().gpu_name() is not None
+    has_gpu = handle.server().gpu_name() is not None
     timed = "timed on this machine's GPU" if has_gpu else "timed on a GPU, which this machine does not have"
     st.caption(f"TVM's own search over its schedule space for {spec.workload.label()}, with a trial budget; "
                f"candidates are ranked with the '{tune.cost_model_name()}' cost model and {timed}.")
@@ -129,7 +129,7 @@ def tune_section(spec) -> None:
     ui.chart(tuning_figure(result.history, result.budget), "tune-progress")
     hand, tuned = st.columns(2)
     try:
-        hand_trace = server.build(spec, session.target()).trace
+        hand_trace = handle.build(spec, session.target()).trace
     except ExplorerError as e:
         hand_trace = f"# the sidebar's setting cannot be built: {e}"
     hand.markdown(f"**Hand schedule** · {spec.template}")
@@ -146,7 +146,7 @@ session.sync_url()
 st.title("Sweep")
 st.caption(f"{spec.template_def.title} · {spec.workload.label()}")
 grid = grid_inputs(spec)
-measurer = server.live().measurer(session.target(), session.remote())
+measurer = handle.server().measurer(session.target(), session.remote())
 if grid is not None:
     sample = None
     if grid.size > MAX_APP_POINTS:

@@ -52,9 +52,9 @@ def _start() -> None:
         return {"all": len(manager.list_sessions()), "active": len(manager.list_active_sessions())}
 
     def build_cache():
-        from app import server
+        from app import handle
 
-        return server.live().builds.stats()
+        return handle.server().stats()["builds"]
 
     def sample(objects: bool) -> dict:
         heap = libc.mallinfo2()

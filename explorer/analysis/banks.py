@@ -56,7 +56,7 @@ ASSUMPTIONS = (
     "This counts the TIR's accesses. The CUDA compiler also unrolls loops, keeps a loaded value in a register "
     "across unrolled iterations, hoists loop-invariant loads and merges neighbouring accesses into 8/16-byte "
     "ones; here only identical loads in one loop body (no barrier or store between) are counted once. "
-    "explorer.analysis.compiled models the instructions nvcc emits (bench/bank_conflicts_h100.py).",
+    "explorer.analysis.compiled models the instructions nvcc emits (bench/bank_conflicts_gpu.py).",
 )
 
 

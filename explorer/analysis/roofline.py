@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import ExplorerError
 from ..gpus import MB, gpu_of, published_gpus
+from ..targets import gpu_name
 
 MEASURED = "measured"
 PUBLISHED = "published"
@@ -85,15 +86,23 @@ class Ceilings:
         return {**asdict(self), "tensor_gflops": dict(self.tensor_gflops)}
 
 
-def published_ceilings(arch: str) -> Ceilings:
-    """The published figures for a CUDA architecture (``sm_90a`` uses sm_90's)."""
-    entry = gpu_of(arch)
-    gpu = entry.published if entry else None
-    if gpu is None:
+def published_ceilings(arch: str, gpu: str | None = None) -> Ceilings:
+    """The published figures of the GPU called ``gpu`` within a CUDA architecture (``sm_90a`` is
+    sm_90's), else of the GPU the architecture stands for (explorer/gpus.py)."""
+    entry = gpu_of(arch, gpu)
+    figures = entry.published if entry else None
+    if figures is None:
         raise ExplorerError(f"No published figures for {arch or 'this target'}; the table covers "
-                            f"{', '.join(f'{a} ({g.name})' for a, g in published_gpus().items())}. Measure on a GPU.")
-    return Ceilings(gpu.fp32_gflops, gpu.hbm_gbps, None, gpu.l2_bytes,
-                    f"{PUBLISHED} figures for {gpu.name}, {gpu.memory} ({gpu.reference})", gpu.tensor_gflops)
+                            f"{', '.join(published_gpus())}. Measure on a GPU.")
+    return Ceilings(figures.fp32_gflops, figures.hbm_gbps, None, figures.l2_bytes,
+                    f"{PUBLISHED} figures for {entry.name}, {figures.memory} ({figures.reference})",
+                    figures.tensor_gflops)
+
+
+def published_for(target) -> Ceilings:
+    """The published figures of the GPU ``target`` names (a tvm.target.Target: its architecture and
+    "model", explorer.targets.gpu_name), else of the GPU its architecture stands for."""
+    return published_ceilings(str(target.attrs.get("arch", "")), gpu_name(target))
 
 
 def compute_types(spec) -> tuple[str, ...]:

@@ -55,7 +55,7 @@ def validate_name(name: str) -> str:
 
 def measure_for_board(spec: Spec, *, target: str = "auto", remote=None, on_wait=None):
     """The one call through which the board measures outside a server (a server's board
-    measures through its ``Live``). On this machine's GPU in its turn, ``on_wait(ahead)``
+    measures through its ``Server``). On this machine's GPU in its turn, ``on_wait(ahead)``
     told how many of this process's calls are ahead; through a tracker, on a GPU server it
     hands out (waiting there while every one is busy), retried on another if one dies."""
     return measure(spec, target=target, remote=remote, on_wait=on_wait)

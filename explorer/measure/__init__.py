@@ -13,11 +13,13 @@ latency, and it is measured the same way as what it is compared with.
 - Isolation (``worker.py``): kernels run in TVM's ``PopenWorker`` process, never in the
   caller's; a crash or a hang restarts it and raises KernelCrashed / KernelTimeout.
 - One kernel at a time per GPU (``LocalGPU.turn``); a server's measurements wait in one queue
-  per device, the scheduler's (``scheduler.py``: one job per setting, target and device).
+  per device, its scheduler's (explorer/server/scheduler.py: one job per setting, target and device).
 - Remote GPUs (``remote.py``): ``remote=Remote.parse("HOST:PORT", "KEY")`` goes through
-  TVM's RPC tracker; ``python -m explorer.measure.server`` starts a GPU server.
-- Ranking many settings (``measurer.py``): :func:`gpu_measurer` gives a search its
-  ``spec -> µs`` with lighter settings (``SWEEP_SETTINGS``), or None without a GPU.
+  TVM's RPC tracker; ``python -m explorer.measure.rpc_server`` starts a GPU's RPC server.
+- Ranking many settings (``measurer.py``): :func:`sweep_measurer` gives a search its
+  ``spec -> µs`` with lighter settings (``SWEEP_SETTINGS``) through a measuring function (this
+  module's :func:`measure`, or a server's queue); :func:`gpu_measurer` is it in this process, or
+  None without a GPU.
 - The PyTorch baseline (``baseline.py``): :func:`baseline`, CUDA graphs, TF32 off. TVM
   kernels are also replayed from CUDA graphs (``graphs.py``) when PyTorch is there, so that
   the comparison is like with like (``Measurement.versus_pytorch``).
@@ -49,7 +51,7 @@ from .measurement import (
                      shutdown,
                      warm_up,
 )
-from .measurer import SWEEP_SETTINGS, gpu_measurer
+from .measurer import SWEEP_SETTINGS, gpu_measurer, sweep_measurer
 from .remote import Remote
 from .settings import QUICK_SETTINGS, MeasureSettings, describe_budget
 from .timing import Timing
@@ -61,4 +63,5 @@ __all__ = [
     "WrongResult",
     "baseline", "latency_us", "local_gpu", "measure", "measure_module", "shutdown", "warm_up",
     "ceilings", "ceilings_error", "SWEEP_SETTINGS", "QUICK_SETTINGS", "describe_budget", "gpu_measurer",
+    "sweep_measurer",
 ]

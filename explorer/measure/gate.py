@@ -68,7 +68,7 @@ def wrong_elements(error: np.ndarray, tol: float) -> np.ndarray:
     return ~(error <= tol)
 
 
-FORMULA = (relative_tolerance, tolerance, errors, wrong_elements)
+FORMULA = (relative_tolerance, tolerance, tolerance_at, errors, wrong_elements)
 
 
 def compare(output: np.ndarray, reference: np.ndarray, reduction_length: int, floor: float = 1.0) -> Check:

@@ -192,7 +192,7 @@ def measure(spec: Spec, *, target: str | None = None, remote: Remote | None = No
     it. ``target`` is a target name ("auto": the GPU it runs on); ``remote`` a tracker and
     key; ``on_wait(ahead)`` is told how many of this process's calls are ahead when the local
     GPU is busy (a remote request waits at the tracker, untold); ``library`` the kernel
-    already compiled (``explorer/services/compiles.py``), which the local worker loads
+    already compiled (``explorer/server/compiles.py``), which the local worker loads
     instead of compiling it."""
     return _measure(Trial(spec, spec.workload, target, settings or MeasureSettings(), library), remote, on_wait)
 
@@ -284,8 +284,8 @@ class LocalGPU:
     """A GPU of this machine as a process sees it: the measuring worker (kernels never run in
     the caller's process), its turn (two kernels are never timed on it at once), its name and
     its roofline ceilings, each found once. A process has one per GPU it measures on: the
-    CLI's and a bench script's ``LOCAL_GPU``; a server's ``Live`` one per GPU, fed by the
-    scheduler's line of the machine's GPUs (explorer/measure/scheduler.py), the one queue a
+    CLI's and a bench script's ``LOCAL_GPU``; a server's one per GPU (explorer/server/local_gpus.py), fed by the
+    scheduler's line of the machine's GPUs (explorer/server/scheduler.py), the one queue a
     server's measurements wait in."""
 
     def __init__(self, gpu: str | None = None):

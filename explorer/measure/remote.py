@@ -16,7 +16,7 @@ whichever server the tracker hands out next, so no request is lost when a machin
 A module built on a machine without a GPU carries CUDA *source* only; the server compiles
 it when it loads the module, through TVM's ``tvm_callback_cuda_compile`` (NVRTC via
 ``cuda-bindings``, or nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``). Start servers with
-``python -m explorer.measure.server`` so that the pip NVRTC is found (see explorer/cuda_env.py).
+``python -m explorer.measure.rpc_server`` so that the pip NVRTC is found (see explorer/cuda_env.py).
 Exporting needs a C compiler (``cc``) here to link the host code; the ``llvm`` target is
 only for a server of the same CPU architecture (the tests use one on loopback).
 """
@@ -169,7 +169,7 @@ def _session(remote: Remote, timeout_s: float):
     if f"server:{remote.key}" not in servers:
         raise NoDevice(
             f"No server with key '{remote.key}' is registered at the tracker {remote.host}:{remote.port}; start one "
-            f"on the GPU machine: python -m explorer.measure.server --tracker {remote.host}:{remote.port} "
+            f"on the GPU machine: python -m explorer.measure.rpc_server --tracker {remote.host}:{remote.port} "
             f"--key {remote.key}"
         )
     error = None

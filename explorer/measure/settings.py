@@ -13,7 +13,6 @@ MIN_REPEATS = 2
 class MeasureSettings(Params):
     noun: ClassVar[str] = "Measurement setting"
     error: ClassVar[type] = InvalidMeasureSettings
-    owner: ClassVar[str] = "measure"
 
     # A correct classroom kernel runs in microseconds to milliseconds; ten seconds is
     # far past any of them and short enough that a hung kernel does not stall the queue.

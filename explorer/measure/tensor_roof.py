@@ -30,7 +30,7 @@ STEPS = 4  # wgmma instructions per commit group (a 64-deep reduction, as a GEMM
 ACCUMULATORS = WGMMA_M * WGMMA_N // 128  # float32 per thread
 SWIZZLE_128B = 3
 TILE_ROW_BYTES = 128  # one swizzled row: 64 16-bit elements
-SMS = GPUS["sm_90"].sms  # blocks: one per SM of an H100 SXM
+SMS = GPUS["H100 SXM"].sms  # blocks: one per SM of an H100 SXM
 HOPPER = "9.0"  # compute capability: wgmma exists on sm_90a only
 # An ``Executable`` (host and device code) -> its ``main`` runnable on the measured device:
 # jitted here, or exported and uploaded to a remote server.

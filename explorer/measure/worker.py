@@ -280,7 +280,7 @@ class _Phases:
 
 def _log_run(started_ns: int, trial: Trial, phases_ms: dict, facts: dict) -> None:
     """One line per measurement: ``pid start_ns end_ns template workload [gpu=N] | phase=ms ... |
-    fact=value ...`` (bench/worker_phases.py and bench/classroom.py read it: :func:`read_run_line`)."""
+    fact=value ...`` (bench/worker_phases.py and bench/classroom_logs.py read it: :func:`read_run_line`)."""
     label = trial.kernel.template if isinstance(trial.kernel, Spec) else "module"
     phases = " ".join(f"{name.replace(' ', '_')}={ms:.2f}" for name, ms in phases_ms.items())
     told = " ".join(f"{name}={value}" for name, value in facts.items())

@@ -57,10 +57,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
 
-import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
@@ -69,17 +66,13 @@ from ..knobs import KnobSet, knob
 from ..targets import BANK_BYTES, FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention, numpy_dtype
 from .common import Template
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel, check_shared
 
 MAX_THREADS = 1024
-# Beyond what a block may allocate statically ("shared"), and for float tiles, the tiles are one dynamic
-# allocation ("shared.dyn"), up to what a block may opt in to.
-MAX_SHARED_BYTES = DEFAULT.max_shared_per_block
 
 
 @dataclass(frozen=True)
 class AttentionFusedKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_fused"
 
     block_q: int = knob(64, "Query rows one CUDA block owns (blockIdx.x tiles): read once into shared memory, "
                         "reused for every key tile.", choices=(16, 32, 64, 128))
@@ -231,17 +224,11 @@ def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
         raise InvalidKnobs(f"block_q / rows_per_thread × threads_per_row = {plan.threads} threads per block, more "
                            f"than the {MAX_THREADS} a CUDA block may have.",
                            ("block_q", "rows_per_thread", "threads_per_row"))
-    if plan.shared_bytes > MAX_SHARED_BYTES:
-        raise InvalidKnobs(f"The Q, K, V and P tiles take {plan.shared_bytes:,} bytes of shared memory, more than "
-                           f"the {MAX_SHARED_BYTES:,} a block may use on the {DEFAULT.published.name}: use smaller "
-                           f"tiles or float16 tiles (float_tiles = false).", ("block_q", "block_kv", "float_tiles"))
+    # Beyond what a block may allocate statically ("shared"), and for float tiles, the tiles are one dynamic
+    # allocation ("shared.dyn"), up to what a block may opt in to.
+    check_shared(plan.shared_bytes, "The Q, K, V and P tiles", "use smaller tiles or float16 tiles (float_tiles = "
+                 "false)", ("block_q", "block_kv", "float_tiles"), DEFAULT.arch)
     return plan
-
-
-def schedule(workload: Attention, k: AttentionFusedKnobs) -> Schedule:
-    """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -427,6 +414,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="attention_fused",
     title="Attention — one kernel with the online softmax (FlashAttention on CUDA cores)",
@@ -442,6 +432,3 @@ TEMPLATE = Template(
     # pipeline keeps them as written.
     pipeline="tirx",
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

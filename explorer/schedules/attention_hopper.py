@@ -52,10 +52,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
 
-import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
@@ -69,7 +66,6 @@ from .hopper import (
     ELEMENT_BYTES,
     PACK_TWO,
     PRODUCER_REGISTERS,
-    SHARED_LIMIT,
     SUPPORTED_DTYPES,
     SWIZZLES,
     TMA_LOAD,
@@ -80,7 +76,7 @@ from .hopper import (
     mn_major_offset,
     tensor_map_2d,
 )
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel, check_shared
 
 SWIZZLE_CODE, ROW_BYTES = SWIZZLES["128B"]  # a head of 64 halves is one 128-byte swizzled row
 ATOM = ROW_BYTES // ELEMENT_BYTES  # elements per swizzled row: TMA copies tiles in columns this wide
@@ -100,7 +96,6 @@ KEEP = {dtype: (f"keep_register_{suffix}", f"__device__ __forceinline__ void kee
 
 @dataclass(frozen=True)
 class AttentionHopperKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_hopper"
 
     block_kv: int = knob(128, "Keys (and values) per step of the loop: the N of the Q·Kᵀ wgmma, and block_kv / 2 "
                          "float32 scores per consumer thread.", choices=(64, 128))
@@ -185,17 +180,9 @@ def check_knobs(workload: Attention, k: AttentionHopperKnobs) -> Plan:
                            f"probabilities and outputs (block_kv / 2 + block_kv / 4 + head_dim / 2), more than the "
                            f"{MAX_FRAGMENT_REGISTERS} that leave room for the rest: use a smaller block_kv.",
                            ("block_kv",))
-    if plan.shared_bytes > SHARED_LIMIT:
-        raise InvalidKnobs(f"The Q tile and {k.stages} stages of K and V tiles need {plan.shared_bytes:,} bytes of "
-                           f"shared memory, more than the {SHARED_LIMIT:,} a block may use on the H100: use fewer "
-                           f"stages or a smaller block_kv.", ("stages", "block_kv", "consumers"))
+    check_shared(plan.shared_bytes, f"The Q tile and {k.stages} stages of K and V tiles",
+                 "use fewer stages or a smaller block_kv", ("stages", "block_kv", "consumers"))
     return plan
-
-
-def schedule(workload: Attention, k: AttentionHopperKnobs) -> Schedule:
-    """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -455,6 +442,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="attention_hopper",
     title="Attention — Hopper tensor cores (TMA + mbarrier pipeline + wgmma, warp-specialized)",
@@ -471,6 +461,3 @@ TEMPLATE = Template(
     archs=("sm_90a",),
     tensor_cores=True,
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

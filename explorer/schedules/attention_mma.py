@@ -34,34 +34,26 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
 
-import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
-from ..gpus import GPUS
 from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
 from .attention_fused import check_whole_tiles, key_tiles
 from .common import Template
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel, check_shared
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
 VECTOR = 8  # halves per 16-byte copy
 PAD_HALVES = 8  # 16 bytes: consecutive rows start 4 banks apart
-# Dynamic shared memory a block may use on every GPU with mma.sync's m16n8k16 (sm_80 and later: 163 KB
-# on sm_80, 227 KB on sm_90): the smallest, sm_80's.
-MAX_SHARED_BYTES = GPUS["sm_80"].max_shared_per_block
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
 LDMATRIX_TRANS = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"  # each lane gets a column pair, not a row pair
 
 
 @dataclass(frozen=True)
 class AttentionMmaKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_mma"
 
     block_q: int = knob(128, "Query rows one CUDA block owns (blockIdx.x tiles), split evenly over its warps.",
                         choices=(64, 128))
@@ -115,15 +107,10 @@ def check_knobs(workload: Attention, k: AttentionMmaKnobs) -> Plan:
     if plan.rows_per_warp not in (MMA_M, 2 * MMA_M):
         raise InvalidKnobs(f"block_q / warps = {plan.rows_per_warp} query rows per warp: this kernel gives a warp "
                            f"one or two 16-row mma tiles (16 or 32 rows).", ("block_q", "warps"))
-    if plan.shared_bytes > MAX_SHARED_BYTES:
-        raise InvalidKnobs(f"The Q, K and V tiles take {plan.shared_bytes:,} bytes of shared memory, more than the "
-                           f"{MAX_SHARED_BYTES:,} a block may have: use smaller tiles.", ("block_q", "block_kv"))
+    # Dynamic shared memory a block may use on every GPU with mma.sync's m16n8k16 (sm_80 and later: 163 KB on
+    # sm_80, 227 KB on sm_90): the smallest, sm_80's.
+    check_shared(plan.shared_bytes, "The Q, K and V tiles", "use smaller tiles", ("block_q", "block_kv"), "sm_80")
     return plan
-
-
-def schedule(workload: Attention, k: AttentionMmaKnobs) -> Schedule:
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -299,6 +286,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="attention_mma",
     title="Attention — tensor cores (mma.sync) with the online softmax (FlashAttention-2's layout)",
@@ -313,6 +303,3 @@ TEMPLATE = Template(
     pipeline="tirx",
     tensor_cores=True,
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

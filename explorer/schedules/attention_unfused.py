@@ -21,7 +21,6 @@ half's work too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -39,7 +38,6 @@ WORD = 4  # bytes: a shared-memory bank's width
 
 @dataclass(frozen=True)
 class AttentionUnfusedKnobs(KnobSet):
-    owner: ClassVar[str] = "attention_unfused"
 
     score_tile: int = knob(64, "Rows and columns of S one CUDA block computes in the first kernel.", choices=TILES)
     output_rows: int = knob(64, "Rows of O one CUDA block computes in the third kernel (all head_dim columns).",

@@ -15,7 +15,6 @@ The defaults are v5, the blog's fastest schedule.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -29,7 +28,6 @@ FORMULATIONS = {"filter_reduction": "default", "full_reduction": "full_reduction
 
 @dataclass(frozen=True)
 class Conv1dKnobs(KnobSet):
-    owner: ClassVar[str] = "conv1d"
 
     formulation: str = knob("filter_reduction", "How each output is summed: over the N filter taps (the blog's v1 "
                             "rewrite) or over all M+N-1 input positions, most of them zero (the naive baseline).",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -26,7 +25,6 @@ REDUCTION_SPLIT = "(outer: one shared-memory load each, middle: one register loa
 
 @dataclass(frozen=True)
 class Conv2dAutoTVMKnobs(KnobSet):
-    owner: ClassVar[str] = "conv2d_autotvm"
 
     tile_f: tuple = knob((64, 2, 4, 1), f"Output channels split {SPATIAL_SPLIT}; threads go to threadIdx.z.",
                          split_of="out_channels")

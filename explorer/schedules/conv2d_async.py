@@ -19,7 +19,6 @@ dynamically so a block may opt in to more than 48 KB.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -45,7 +44,6 @@ from .common import (
 
 @dataclass(frozen=True)
 class Conv2dAsyncKnobs(KnobSet):
-    owner: ClassVar[str] = "conv2d_async"
 
     block_f: int = knob(64, "Output channels computed by one CUDA block (over the whole output plane).",
                         choices=(4, 8, 16, 32, 64, 128))

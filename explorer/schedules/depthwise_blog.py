@@ -8,7 +8,6 @@ CUDA block per whole channel (the blog's first step).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -20,7 +19,6 @@ POWERS = (1, 2, 4, 8, 16, 32, 64)
 
 @dataclass(frozen=True)
 class DepthwiseBlogKnobs(KnobSet):
-    owner: ClassVar[str] = "depthwise_blog"
 
     blocking_h: int = knob(32, "Output rows per CUDA block; 0 = the whole channel (one block per channel).",
                            choices=(0, 4, 8, 16, 32, 64))

@@ -21,7 +21,6 @@ the number at fault.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -38,7 +37,6 @@ AXES = (("c", "threadIdx.z", "channels"), ("h", "threadIdx.y", "rows"), ("w", "t
 
 @dataclass(frozen=True)
 class DepthwiseD2lKnobs(KnobSet):
-    owner: ClassVar[str] = "depthwise_d2l"
 
     schedule: str = knob("tiled", "tiled: d2l's tiled schedule (every knob below applies); default: d2l's "
                          "bind-only schedule (rows to blockIdx.x, columns to threadIdx.x, one kernel launch per "

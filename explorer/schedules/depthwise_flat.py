@@ -11,7 +11,6 @@ per-thread register window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..knobs import KnobSet, knob
 from ..workloads import DepthwiseConv2d
@@ -20,7 +19,6 @@ from .common import Template, bind, new_schedule, schedule_errors
 
 @dataclass(frozen=True)
 class DepthwiseFlatKnobs(KnobSet):
-    owner: ClassVar[str] = "depthwise_flat"
 
     threads: int = knob(128, "Threads per CUDA block (threadIdx.x); blocks are cut from the flattened output.",
                         choices=(32, 64, 128, 256, 512, 1024))

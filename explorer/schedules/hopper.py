@@ -10,15 +10,12 @@ starts on a 1024-byte boundary (8 rows) and a wgmma descriptor may start anywher
 """
 from __future__ import annotations
 
-from ..gpus import GPUS
-
 SUPPORTED_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 ELEMENT_BYTES = 2
 WARPGROUP = 128  # threads that issue one wgmma together: 4 warps
 WGMMA_M, WGMMA_K = 64, 16  # rows and reduction of one wgmma instruction (16-bit inputs)
 # Swizzle knob value -> (CUtensorMapSwizzle / wgmma descriptor code, bytes of a swizzled row).
 SWIZZLES = {"128B": (3, 128), "64B": (2, 64), "32B": (1, 32)}
-SHARED_LIMIT = GPUS["sm_90"].max_shared_per_block  # dynamic shared memory a block may opt in to on the H100
 PRODUCER_REGISTERS = 40  # setmaxnreg: what the copying warpgroup keeps
 # ... and what the multiplying ones get: at least what the compiler gave every thread (up to 255 for
 # 256 threads, 168 for 384), and all together within the SM's 64 K registers.

@@ -14,7 +14,6 @@ The naive kernel — one output per thread, every operand read from global memor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -28,7 +27,6 @@ VTHREADS = (1, 2, 4, 8)
 
 @dataclass(frozen=True)
 class MatmulKnobs(KnobSet):
-    owner: ClassVar[str] = "matmul"
 
     block_m: int = knob(64, "Rows of C computed by one CUDA block (blockIdx.y tiles).", choices=BLOCK_TILES)
     block_n: int = knob(64, "Columns of C computed by one CUDA block (blockIdx.x tiles).", choices=BLOCK_TILES)

@@ -26,7 +26,6 @@ when M × N alone gives too few to fill the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -55,7 +54,6 @@ TILES = (8, 16, 32, 64, 128, 256)
 
 @dataclass(frozen=True)
 class MatmulAsyncKnobs(KnobSet):
-    owner: ClassVar[str] = "matmul_async"
 
     block_m: int = knob(128, "Rows of C computed by one CUDA block.", choices=TILES)
     block_n: int = knob(128, "Columns of C computed by one CUDA block.", choices=TILES)

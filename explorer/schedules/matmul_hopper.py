@@ -43,10 +43,8 @@ clusters and multicast on sm_90 and later.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
@@ -60,7 +58,6 @@ from .hopper import (
     ELEMENT_BYTES,
     PACK_TWO,
     PRODUCER_REGISTERS,
-    SHARED_LIMIT,
     SUPPORTED_DTYPES,
     SWIZZLES,
     TMA_LOAD,
@@ -71,10 +68,10 @@ from .hopper import (
     mn_major_offset,
     tensor_map_2d,
 )
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel, check_shared
 
 MAX_ACCUMULATORS = 128  # float32 accumulators per thread that leave registers for the rest (255 at most)
-PERSISTENT_BLOCKS = GPUS["sm_90"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
+PERSISTENT_BLOCKS = GPUS["H100 SXM"].sms  # the H100 SXM's SMs: one block each when tiles are persistent
 RASTER_GROUP = 8  # rows of tiles visited together, so that concurrent blocks share tiles in L2
 TMA_MULTICAST = TMA_LOAD + ".multicast::cluster"  # the same copy, written into every CTA of ctaMask
 CLUSTER_MASK = 0b11  # ctaMask of a multicast: both CTAs of a cluster of two
@@ -83,7 +80,6 @@ SWIZZLE_ATOM_ROWS = 8  # the swizzle pattern repeats every 8 rows: a copy must s
 
 @dataclass(frozen=True)
 class MatmulHopperKnobs(KnobSet):
-    owner: ClassVar[str] = "matmul_hopper"
 
     block_m: int = knob(128, "Rows of C computed by one CUDA block (consumers × 64 × wgmma tiles).",
                         choices=(64, 128, 256))
@@ -193,10 +189,8 @@ def check_knobs(workload: Matmul, k: MatmulHopperKnobs) -> Plan:
         raise InvalidKnobs(f"Each consumer thread would hold {plan.accumulators} float32 accumulators, more than "
                            f"the {MAX_ACCUMULATORS} that leave registers for addresses and loop counters: use "
                            f"more consumers or a smaller block tile.", ("block_m", "block_n", "consumers"))
-    if plan.shared_bytes > SHARED_LIMIT:
-        raise InvalidKnobs(f"{k.stages} stages of {plan.stage_bytes:,}-byte buffers need {plan.shared_bytes:,} "
-                           f"bytes of shared memory, more than the {SHARED_LIMIT:,} a block may use on the "
-                           f"H100: use fewer stages or smaller tiles.", ("stages", "block_m", "block_n", "block_k"))
+    check_shared(plan.shared_bytes, f"{k.stages} stages of {plan.stage_bytes:,}-byte buffers",
+                 "use fewer stages or smaller tiles", ("stages", "block_m", "block_n", "block_k"))
     if k.cluster > 1:
         check_cluster(k, plan)
     return plan
@@ -226,12 +220,6 @@ def tile_origin(tile, tiles_m: int, tiles_n: int):
     group = tile // (RASTER_GROUP * tiles_n)
     rows = tvm.tirx.min(tiles_m - group * RASTER_GROUP, RASTER_GROUP)
     return group * RASTER_GROUP + tile % (RASTER_GROUP * tiles_n) % rows, tile % (RASTER_GROUP * tiles_n) // rows
-
-
-def schedule(workload: Matmul, k: MatmulHopperKnobs) -> Schedule:
-    """The kernel as a module (a Schedule with an empty trace: it is written, not scheduled)."""
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
@@ -426,6 +414,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="matmul_hopper",
     title="Matmul — Hopper tensor cores (TMA + mbarrier pipeline + wgmma, warp-specialized; fp16/bf16)",
@@ -443,6 +434,3 @@ TEMPLATE = Template(
     archs=("sm_90a",),
     tensor_cores=True,
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

@@ -12,7 +12,6 @@ elements so that the eight 16-byte rows an ``ldmatrix`` reads fall in different 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -38,7 +37,6 @@ TILES = (16, 32, 64, 128, 256)
 
 @dataclass(frozen=True)
 class MatmulTensorCoreKnobs(KnobSet):
-    owner: ClassVar[str] = "matmul_tensorcore"
 
     block_m: int = knob(128, "Rows of C computed by one CUDA block.", choices=TILES)
     block_n: int = knob(128, "Columns of C computed by one CUDA block.", choices=TILES)

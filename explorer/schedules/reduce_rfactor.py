@@ -19,7 +19,6 @@ they all add into one accumulator.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
@@ -29,7 +28,6 @@ from .common import Template, bind, new_schedule, schedule_errors
 
 @dataclass(frozen=True)
 class ReduceRfactorKnobs(KnobSet):
-    owner: ClassVar[str] = "reduce_rfactor"
 
     threads: int = knob(256, "Threads per block: the reduction loop bound to threadIdx.x (TVM adds their sums "
                         "with warp shuffles and shared memory).", choices=(32, 64, 128, 256, 512, 1024))

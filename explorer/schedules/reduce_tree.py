@@ -46,10 +46,7 @@ the loop in its IR), so the loop counter, the shifts and the comparison with the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-import tvm
-from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from ..errors import InvalidKnobs
@@ -57,7 +54,7 @@ from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import DTYPE, SUM_MAX_RUN, Sum
 from .common import Template
-from .parsing import parsed_once_per_plan
+from .written import WrittenKernel
 
 ADDRESSING = ("interleaved_divergent", "interleaved_strided", "sequential")
 LAST_WARP = ("tree", "unrolled", "shuffle")
@@ -65,7 +62,6 @@ LAST_WARP = ("tree", "unrolled", "shuffle")
 
 @dataclass(frozen=True)
 class ReduceTreeKnobs(KnobSet):
-    owner: ClassVar[str] = "reduce_tree"
 
     addressing: str = knob("sequential", "Which thread adds which pair at each tree step: interleaved_divergent "
                            "(if tid % 2s == 0: divergent warps), interleaved_strided (index 2·s·tid: bank "
@@ -119,12 +115,6 @@ def check_knobs(workload: Sum, k: ReduceTreeKnobs) -> Plan:
                            f"with the run): use more threads or a different elements_per_thread.",
                            ("elements_per_thread", "threads"))
     return plan
-
-
-def schedule(workload: Sum, k: ReduceTreeKnobs) -> Schedule:
-    """The kernels as a module (a Schedule with an empty trace: they are written, not scheduled)."""
-    plan = check_knobs(workload, k)
-    return Schedule(tvm.IRModule({"main": parsed_kernel(plan)}))
 
 
 def tree_steps(threads: int, addressing: str, last_warp: str) -> tuple[int, ...]:
@@ -223,6 +213,9 @@ def kernel(p: Plan):  # noqa: PLR0915 - two kernels, read top to bottom
     return main
 
 
+# Written, not scheduled: the plan's kernel, parsed once per plan (explorer/schedules/written.py).
+schedule = WrittenKernel(check_knobs, kernel)
+
 TEMPLATE = Template(
     name="reduce_tree",
     title="Sum — the shared-memory tree, written as a kernel (Harris's reduction kernels 1–7)",
@@ -239,6 +232,3 @@ TEMPLATE = Template(
     # steps included, which the TIRx pipeline keeps as written.
     pipeline="tirx",
 )
-
-
-parsed_kernel = parsed_once_per_plan(kernel)  # its T.inline calls ask inspect for the stack each

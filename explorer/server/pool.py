@@ -57,7 +57,10 @@ class ProcessPool:
     def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
         """Start the processes now (each imports TVM and what ``warm_specs``' templates need,
         seconds) rather than on a student's first knob change."""
-        pool = self._executor()
+        try:
+            pool = self._executor()
+        except ExplorerError:  # closed before it started
+            return
         # Each process warms the templates in its own order, so that where they compile
         # (the compile pool) each compiles a different one first and finds most of the
         # others' binaries on disk.
@@ -91,6 +94,8 @@ class ProcessPool:
         from tvm.support.popen_pool import PopenPoolExecutor
 
         with self._pool_lock:
+            if self._closed:  # a call after close() starts no process again
+                raise ExplorerError("The server is stopping; this was not done.")
             if self._pool is None:
                 if self._environment is not None:
                     os.environ.update(self._environment())  # the children inherit it

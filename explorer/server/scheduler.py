@@ -5,7 +5,7 @@ only takes one caller at a time (``LocalGPU.turn``) and a tracker hands a reques
 server (``remote.measure_remote``). A job becomes the worker's :class:`~.worker.Trial` when it
 runs.
 
-A job's way: *compiling* (``compile_fn``, in a thread of a pool as large as the compile
+A job's way: *compiling* (``compile_fn(spec, target)``, in a thread of a pool as large as the compile
 processes behind it, so a class's compiles run side by side and a compile that fails costs
 the device nothing) → *waiting* in its device's line → *running* (``measure_fn``, one job
 per device at a time, or one per GPU server behind a tracker) → *done*.
@@ -23,8 +23,14 @@ While other students' jobs wait or compile, a job is timed with the short budget
 nothing else to do, the setting is measured again with the full budget and that result
 replaces the quick one.
 
+A job asked for with settings of its own (a sweep's points: ``settings``) is timed with them
+exactly, never quickly nor again in full, and kept apart from the setting's measurement with the
+server's own budget, which a student's page shows.
+
 The device's capacity (a network call to the tracker) is asked outside the lock, so a slow
-tracker never holds up another session's request.
+tracker never holds up another session's request. :meth:`Scheduler.close` ends every job that
+has not started with a sentence, so that nothing waits for it, and :meth:`Scheduler.join` waits
+for the threads to end.
 """
 from __future__ import annotations
 
@@ -38,8 +44,9 @@ from dataclasses import dataclass, field
 
 from ..build import Spec
 from ..errors import ExplorerError
+from ..measure.remote import Remote, server_count
+from ..measure.settings import MeasureSettings
 from ..processes import log_line
-from .remote import Remote, server_count
 
 LOCAL = "local"
 # Where each finished job's times are logged (when it was asked for, compiled, started and done),
@@ -49,10 +56,18 @@ JOB_LOG = "EXPLORER_JOB_LOG"
 # it is timed with the short budget.
 QUICK_WHEN_WAITING = 2
 
+CLOSED = "The server closed before this measurement ran."
+
 # job -> Measurement (or anything the measuring function returns); raises ExplorerError.
 MeasureFn = Callable[["Job"], object]
-# job -> what the measuring function needs compiled (e.g. a library's path); raises ExplorerError.
-CompileFn = Callable[["Job"], object]
+# (spec, target) -> what the measuring function needs compiled (e.g. a library's path); raises ExplorerError.
+CompileFn = Callable[[Spec, str], object]
+
+
+def job_key(spec: Spec, target: str, remote: Remote | None = None, settings: MeasureSettings | None = None) -> tuple:
+    """The key of ``spec``'s job on its device: one job and one result per key for the whole server."""
+    device = remote.name if remote is not None else LOCAL
+    return (spec, target, device) if settings is None else (spec, target, device, settings)
 
 
 @dataclass(eq=False)
@@ -65,6 +80,7 @@ class Job:
     remote: Remote | None
     sessions: set = field(default_factory=set)
     background: bool = False  # nobody waits for it: the device takes it only when idle
+    settings: MeasureSettings | None = None  # timed with these (a sweep's); None: the server's own budget
     state: str = "waiting"  # (compiling →) waiting → running → done
     compiled: object = None  # what the compile stage returned, for the measuring function
     quick: bool = False  # timed with the short budget because others waited
@@ -115,6 +131,7 @@ class Scheduler:
         self._local_gpus = local_gpus  # jobs the local device runs at once: one per GPU of the machine
         self._compile_fn = compile_fn
         self._compiler = ThreadPoolExecutor(compile_workers, thread_name_prefix="compile") if compile_fn else None
+        self._job_threads: set[threading.Thread] = set()  # jobs running beside others (a tracker's servers)
         self.max_age_s = max_age_s
         self.capacity = capacity
         self._ready = ready  # set once the device is warm; jobs wait for it
@@ -130,15 +147,20 @@ class Scheduler:
     # -- asking --------------------------------------------------------------------------
 
     def request(self, session: Hashable, spec: Spec, target: str, remote: Remote | None = None, *,
-                background: bool = False) -> Job:
+                background: bool = False, settings: MeasureSettings | None = None) -> Job:
         """The job that answers ``session``'s wish to see ``spec`` measured: a fresh result,
         the same setting's job already under way, or a new job, replacing this session's older
         job that has not started. A ``background`` request (``session`` None: the server's own)
         runs only when no student's job waits; a student's request for the same setting makes
-        it a student's job."""
-        device = remote.name if remote is not None else LOCAL
-        key = (spec, target, device)
+        it a student's job. ``settings``: timed with these, apart from the server's own budget.
+        After :meth:`close`, a new job ends at once with the sentence CLOSED."""
+        key = job_key(spec, target, remote, settings)
         with self._changed:
+            if self._closed and key not in self._results:
+                job = Job(key, spec, target, remote, settings=settings)
+                job.error, job.state, job.finished_at = CLOSED, "done", time.time()
+                job.done_event.set()
+                return job
             done = self._results.get(key)
             if done is not None and done.age_s() <= self.max_age_s:
                 self._results.move_to_end(key)
@@ -146,7 +168,7 @@ class Scheduler:
                 return done
             job = self._jobs.get(key)
             if job is None:
-                job = self._new_job(key, spec, target, remote, background)
+                job = self._new_job(key, spec, target, remote, background, settings)
             elif job.background and not background:
                 self._promote(job)
             if session is not None:
@@ -157,10 +179,10 @@ class Scheduler:
             return job
 
     def result(self, spec: Spec, target: str, remote: Remote | None = None):
-        """The measurement of ``spec`` already taken (whatever its age), or None; asks for nothing."""
-        device = remote.name if remote is not None else LOCAL
+        """The measurement of ``spec`` with the server's own budget already taken (whatever its age),
+        or None; asks for nothing."""
         with self._changed:
-            job = self._results.get((spec, target, device))
+            job = self._results.get(job_key(spec, target, remote))
         return job.result if job is not None and job.error is None else None
 
     def find(self, key: tuple) -> Job | None:
@@ -217,16 +239,45 @@ class Scheduler:
         return self._compiler is not None
 
     def close(self) -> None:
-        with self._changed:  # a closed scheduler's lines stop: no later job (a re-measurement) takes a GPU
+        """Start no more jobs (no later job, such as a re-measurement, takes a GPU) and end every job
+        that has not started with the sentence CLOSED, so that whoever waits for one stops waiting.
+        Jobs running finish; :meth:`join` waits for them."""
+        with self._changed:
             self._closed = True
+            ended = [job for job in self._jobs.values() if job.state in ("compiling", "waiting")]
+            for job in ended:
+                job.error, job.state, job.finished_at = CLOSED, "done", time.time()
+                del self._jobs[job.key]
+            for line in self._lines.values():
+                line.waiting.clear()
+                line.background.clear()
+                line.again.clear()
+            self._waiting_of.clear()
             self._changed.notify_all()
+        for job in ended:
+            job.done_event.set()
         if self._compiler is not None:
             self._compiler.shutdown(wait=False, cancel_futures=True)
 
+    def join(self, timeout: float) -> list[threading.Thread]:
+        """After :meth:`close`: wait up to ``timeout`` s for the devices' lines and the jobs running on
+        them to end (and the compile threads, once what they wait for has stopped); the threads still
+        running after it."""
+        deadline = time.monotonic() + timeout
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=True)
+        with self._changed:
+            threads = [line.thread for line in self._lines.values() if line.thread is not None]
+            threads += list(self._job_threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread for thread in threads if thread.is_alive()]
+
     # -- bookkeeping (called with the lock held) ----------------------------------------------
 
-    def _new_job(self, key: tuple, spec: Spec, target: str, remote: Remote | None, background: bool) -> Job:
-        job = Job(key, spec, target, remote, background=background)
+    def _new_job(self, key: tuple, spec: Spec, target: str, remote: Remote | None, background: bool,
+                 settings: MeasureSettings | None) -> Job:
+        job = Job(key, spec, target, remote, background=background, settings=settings)
         self._jobs[key] = job
         line = self._line(key[2], remote)
         if self._compiler is not None and remote is None:  # a remote server compiles what it measures
@@ -267,17 +318,17 @@ class Scheduler:
 
     def _compile(self, line: _Line, job: Job) -> None:
         with self._changed:
-            if job.state == "dropped":  # its student moved on while it waited for a compile thread
+            if job.state != "compiling":  # dropped (its student moved on) or closed while it waited for a thread
                 self._changed.notify_all()
                 return
         try:
-            compiled, error = self._compile_fn(job), None
+            compiled, error = self._compile_fn(job.spec, job.target), None
         except ExplorerError as failure:
             compiled, error = None, str(failure)
         except Exception as failure:  # a bug must not stop the class's queue
             compiled, error = None, f"Compiling the kernel failed unexpectedly: {type(failure).__name__}: {failure}"
         with self._changed:
-            if job.state == "dropped":
+            if job.state != "compiling":  # dropped meanwhile, or ended by close()
                 self._changed.notify_all()  # the device may take a background job now
                 return
             if error is not None:
@@ -301,8 +352,9 @@ class Scheduler:
         return line
 
     def _dispatch(self, line: _Line) -> None:
-        if self._ready is not None:
-            self._ready.wait()
+        while self._ready is not None and not self._ready.wait(0.2):
+            if self._closed:
+                return
         while True:
             places = max(1, line.capacity())  # a network call through a tracker: never under the lock
             with self._changed:
@@ -320,7 +372,10 @@ class Scheduler:
                     if self._waiting_of.get(session) is job:
                         del self._waiting_of[session]
             if places > 1:
-                threading.Thread(target=self._run, args=(line, job), name="measure-job", daemon=True).start()
+                thread = threading.Thread(target=self._run, args=(line, job), name="measure-job", daemon=True)
+                with self._changed:
+                    self._job_threads.add(thread)
+                thread.start()
             else:
                 self._run(line, job)
 
@@ -335,7 +390,8 @@ class Scheduler:
                         for job in self._jobs.values())
         if line.waiting:
             job = line.waiting.popleft()
-            job.quick = len(line.waiting) + compiling >= QUICK_WHEN_WAITING  # students' jobs behind it
+            # Students' jobs behind it: the short budget, unless it was asked for with settings of its own.
+            job.quick = job.settings is None and len(line.waiting) + compiling >= QUICK_WHEN_WAITING
             return job
         if compiling:
             return None
@@ -361,6 +417,7 @@ class Scheduler:
             error = f"The measurement failed unexpectedly: {type(failure).__name__}: {failure}"
         with self._changed:
             self._finish_locked(line, job, error=error, ran=True)
+            self._job_threads.discard(threading.current_thread())
         job.done_event.set()
 
     def _finish_locked(self, line: _Line, job: Job, error: str | None, ran: bool) -> None:

@@ -1,4 +1,4 @@
-"""``python -m explorer.measure.server --tracker HOST:PORT --key KEY``: a GPU server for
+"""``python -m explorer.measure.rpc_server --tracker HOST:PORT --key KEY``: the RPC server of a GPU, for
 remote measurements (run it on the machine with the GPU).
 
 It is TVM's RPC server (``tvm.rpc.Server``'s listen loop, in this process; sessions in spawned
@@ -47,7 +47,7 @@ def keep_serving_after_crashes() -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m explorer.measure.server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m explorer.measure.rpc_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the RPC tracker to register with")
     parser.add_argument("--key", required=True, help="the device key clients ask the tracker for, e.g. h100")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on")

@@ -3,20 +3,20 @@
 # each table written into docs/benchmarks.md (section classroom-<label>). From the repository
 # root, with the project importable (installed, or on PYTHONPATH):
 #
-#   bash bench/classroom_h100.sh modern RESULTS   # fresh server: the teacher's first page, 30 students on the
+#   bash bench/classroom_gpu.sh modern RESULTS   # fresh server: the teacher's first page, 30 students on the
 #                                                 # modern lessons for 5 min (with a py-spy profile), then
 #                                                 # 30 students opening one link at once, then one student
-#   bash bench/classroom_h100.sh large RESULTS    # fresh server: STUDENTS (100) on the 2017 depthwise lesson
-#   bash bench/classroom_h100.sh class RESULTS    # fresh server: STUDENTS (100) on the modern lessons and Hopper's
+#   bash bench/classroom_gpu.sh large RESULTS    # fresh server: STUDENTS (100) on the 2017 depthwise lesson
+#   bash bench/classroom_gpu.sh class RESULTS    # fresh server: STUDENTS (100) on the modern lessons and Hopper's
 #                                                 # for 5 min, students connecting the moment it answers, with a
 #                                                 # py-spy profile of one app process and one build, compile and
 #                                                 # diagnose worker each mid-run
-#   bash bench/classroom_h100.sh first RESULTS    # fresh server: the teacher's first page only, with every
+#   bash bench/classroom_gpu.sh first RESULTS    # fresh server: the teacher's first page only, with every
 #                                                 # process of the server sampled by py-spy from its start
-#   bash bench/classroom_h100.sh knee RESULTS     # one fresh server: classes of SIZES students (30 50 100 150),
+#   bash bench/classroom_gpu.sh knee RESULTS     # one fresh server: classes of SIZES students (30 50 100 150),
 #                                                 # LONG_S each, one after the other, on FAMILY (modern: the
 #                                                 # class phase's lessons; depthwise: the large phase's), then
-#                                                 # bench/knee.py's table (section h100-knee-FAMILY); WARM_S=S
+#                                                 # bench/knee.py's table (section knee-FAMILY); WARM_S=S
 #                                                 # plays S seconds of 30 students first, not counted
 #
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
@@ -38,9 +38,12 @@ url=http://127.0.0.1:$port
 export EXPLORER_RUN_LOG=$results/kernel-runs-$phase.log  # the measuring worker logs each kernel run here
 export EXPLORER_JOB_LOG=$results/jobs-$phase.log  # the scheduler logs each measurement's stages here
 export EXPLORER_COMPILE_LOG=$results/compiles-$phase.log  # the compile processes log each compile's stages here
+# The machine each table names (a table's label does not): the GPU and the cores, unless MACHINE says otherwise.
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+machine=${MACHINE:-"${gpu_name:-$(hostname)}, $(nproc) cores"}
 bench() {
   python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" \
-    --compile-log "$EXPLORER_COMPILE_LOG" --machine "${MACHINE:-$(hostname)}" \
+    --compile-log "$EXPLORER_COMPILE_LOG" --machine "$machine" \
     ${INTENDED_REPLY:+--intended-reply "$INTENDED_REPLY"} "$@"
   local status=$?
   if [ $status -eq 3 ]; then
@@ -60,25 +63,25 @@ fi
 
 if [ "$phase" = first ]; then
   bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 \
-        --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write h100-first-page
+        --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write first-page
   sleep 25  # the rest of the warm-up, into the server's log and the profile
 elif [ "$phase" = modern ]; then
   # The teacher's first page, the moment the fresh server answers.
   bench --wait-for-server 120 --students 1 --seconds 20 --links dw-blog-final-96 \
-        --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write h100-first-page
+        --goal open_to_code.p50=2 --goal open_to_latency.p50=5 --json "$results/first-page.json" --write first-page
   server=$(pgrep -f "app.launch run|streamlit run" | head -1)
   if command -v py-spy >/dev/null; then  # the (first) app process under 30 students, a minute mid-run
     (sleep $((long / 3)); py-spy record --pid "$server" --duration $((long / 5)) --rate 100 --gil --nonblocking --format raw \
        --output "$results/py-spy-30-modern.txt" >"$results/py-spy.log" 2>&1) &
   fi
   bench --students 30 --seconds $long --think-time 5 --lesson matmul_modern --lesson conv2d_modern --processes 3 \
-        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/modern-30.json" --write h100-modern-30
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/modern-30.json" --write modern-30
   bench --students 30 --seconds 25 --same-link --links modern-tensorcore-fp16-4096 --processes 3 \
         --goal open_to_code.p95=2 --goal open_to_latency.p95=3 --json "$results/same-link-30.json" \
-        --write h100-same-link-30
+        --write same-link-30
   bench --students 1 --seconds 45 --think-time 3 --revisit-every 3 \
         --goal knob_to_latency_new.p50=0.5 --goal knob_to_latency_revisit.p50=0.05 \
-        --json "$results/one-student.json" --write h100-one-student
+        --json "$results/one-student.json" --write one-student
 elif [ "$phase" = class ]; then
   students=${STUDENTS:-100}
   if [ -n "${KILL_GPU:-}" ]; then  # a GPU's measuring worker dies mid-run: its jobs must finish on the other GPU
@@ -105,7 +108,7 @@ elif [ "$phase" = class ]; then
   bench --wait-for-server 180 --students "$students" --seconds $long --think-time 5 --processes $((students / 10)) \
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
-        --write "h100-class-$students-modern${TAG:+-$TAG}"
+        --write "class-$students-modern${TAG:+-$TAG}"
 elif [ "$phase" = knee ]; then
   family=${FAMILY:-modern}
   lessons=()
@@ -123,12 +126,12 @@ elif [ "$phase" = knee ]; then
     reports+=("$results/knee-$family-$students.json")
     wait_s=0
   done
-  python bench/knee.py "${reports[@]}" --family "$family" --machine "${MACHINE:-$(hostname)}" \
-    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long WARM_S=${WARM_S:-0} bash bench/classroom_h100.sh knee RESULTS" \
-    --write "h100-knee-$family"
+  python bench/knee.py "${reports[@]}" --family "$family" --machine "$machine" \
+    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long WARM_S=${WARM_S:-0} bash bench/classroom_gpu.sh knee RESULTS" \
+    --write "knee-$family"
 else
   students=${STUDENTS:-100}
   bench --wait-for-server 120 --students "$students" --seconds $long --think-time 5 --processes $((students / 20)) \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/large-$students.json" \
-        --write "h100-depthwise-$students"
+        --write "depthwise-$students"
 fi

@@ -46,7 +46,7 @@ class ServerSettings:
     library_dir: str = field(default_factory=lambda: os.environ.get(
         "EXPLORER_LIBRARY_DIR", os.path.join(tempfile.gettempdir(), "explorer-kernel-libraries")))
     # A build's other code views (lowered TIR, CUDA) highlighted ahead, in a free build process, so that
-    # opening their tab is instant. A class server turns it off (explorer.serve): under 100 students it
+    # opening their tab is instant. A class server turns it off (explorer.server.launcher): under 100 students it
     # took 43% of the build processes' time (py-spy on the H100), for tabs most pages never open; a page
     # that opens one highlights it itself.
     highlight_ahead: bool = field(default_factory=lambda: _env_flag("EXPLORER_HIGHLIGHT_AHEAD", True))

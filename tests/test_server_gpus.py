@@ -6,29 +6,31 @@ import threading
 import time
 
 import pytest
-from live_fakes import fake_measurement
+from server_fakes import fake_measurement
 
-import explorer.live as live_module
-from explorer.live import Live, ServerSettings
 from explorer.measure import KernelCrashed
 from explorer.measure.worker import VISIBLE, _PinnedWorker
 from explorer.presets import get_preset
+from explorer.server import local_gpus
+from explorer.server.in_process import MeasuringInProcess
+from explorer.server.settings import ServerSettings
 
 SPEC = get_preset("dw-blog-final-96").spec
 SETTINGS = [SPEC.with_knobs(num_thread_x=x) for x in (1, 2, 4, 8, 16, 32)]
 
 
-def server(gpus: int, measure, monkeypatch) -> Live:
-    monkeypatch.setattr(live_module, "_measure_job", measure)
-    live = Live(ServerSettings(build_workers=0, diagnose=False, gpus=gpus), compile_fn=lambda job: None,
-                warm_up_fn=lambda first, target, warm: "Stand-in GPU")
-    live.ready.set()
-    live.warm.finish("Stand-in GPU")
-    return live
+def server(gpus: int, measure, monkeypatch) -> MeasuringInProcess:
+    monkeypatch.setattr(local_gpus, "measure_job", measure)
+    measuring = MeasuringInProcess(ServerSettings(build_workers=0, diagnose=False, gpus=gpus),
+                                   compile_fn=lambda spec, target: None,
+                                   warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    measuring.ready.set()
+    measuring.warm.finish("Stand-in GPU")
+    return measuring
 
 
-def results(live: Live, specs) -> list:
-    jobs = [live.request(f"student {n}", spec, "auto") for n, spec in enumerate(specs)]
+def results(measuring: MeasuringInProcess, specs) -> list:
+    jobs = [measuring.request(f"student {n}", spec, "auto") for n, spec in enumerate(specs)]
     assert all(job.wait(30) for job in jobs)
     assert [job.error for job in jobs] == [None] * len(jobs)
     return [job.result for job in jobs]
@@ -44,50 +46,51 @@ def test_jobs_run_on_every_gpu_and_never_two_on_one(monkeypatch):
             runs.append((gpu, started, time.monotonic()))
         return fake_measurement(job.spec, 5.0)
 
-    live = server(2, measure, monkeypatch)
+    measuring = server(2, measure, monkeypatch)
     try:
-        measured = results(live, SETTINGS)
-        assert len(live.gpus) == 2 and {gpu for gpu, _, _ in runs} == set(live.gpus)
-        for gpu in live.gpus:  # one kernel at a time on each GPU
+        measured = results(measuring, SETTINGS)
+        assert len(measuring.gpus) == 2 and {gpu for gpu, _, _ in runs} == set(measuring.gpus.all)
+        for gpu in measuring.gpus.all:  # one kernel at a time on each GPU
             mine = sorted((start, end) for g, start, end in runs if g is gpu)
             assert all(later[0] >= earlier[1] for earlier, later in zip(mine, mine[1:], strict=False))
         assert any(a[1] < b[2] and b[1] < a[2] for a in runs for b in runs if a[0] is not b[0])  # both at once
         assert sorted({m.gpu for m in measured}) == ["0", "1"]
-        assert [c["measured"] for c in live.gpu_counts] == [sum(g is gpu for g, _, _ in runs) for gpu in live.gpus]
+        counted = [sum(g is gpu for g, _, _ in runs) for gpu in measuring.gpus.all]
+        assert [c["measured"] for c in measuring.gpus.counts] == counted
     finally:
-        live.close()
+        measuring.close()
 
 
 def test_a_job_whose_worker_died_goes_to_the_other_gpu(monkeypatch):
     died = []
 
     def measure(job, gpu):
-        if gpu is live.gpus[1] and not died:
+        if gpu is measuring.gpus.all[1] and not died:
             died.append(job.spec)
             raise KernelCrashed("The kernel crashed the measuring process.")
         time.sleep(0.05)
         return fake_measurement(job.spec, 5.0)
 
-    live = server(2, measure, monkeypatch)
+    measuring = server(2, measure, monkeypatch)
     try:
-        measured = results(live, SETTINGS[:4])
+        measured = results(measuring, SETTINGS[:4])
         assert died and all(m.correct for m in measured)
-        assert live.gpu_counts[1]["crashed"] == 1 and sum(c["measured"] for c in live.gpu_counts) == 4
+        assert measuring.gpus.counts[1]["crashed"] == 1 and sum(c["measured"] for c in measuring.gpus.counts) == 4
     finally:
-        live.close()
+        measuring.close()
 
 
 def test_with_one_gpu_a_crash_is_the_measurement_s_answer(monkeypatch):
     def measure(job, gpu):
         raise KernelCrashed("The kernel crashed the measuring process.")
 
-    live = server(1, measure, monkeypatch)
+    measuring = server(1, measure, monkeypatch)
     try:
-        job = live.request("a student", SPEC, "auto")
+        job = measuring.request("a student", SPEC, "auto")
         assert job.wait(30) and job.error == "The kernel crashed the measuring process."
-        assert live.gpu_counts == [{"measured": 0, "crashed": 1}] and live.gpus[0].gpu is None
+        assert measuring.gpus.counts == [{"measured": 0, "crashed": 1}] and measuring.gpus.all[0].gpu is None
     finally:
-        live.close()
+        measuring.close()
 
 
 @pytest.mark.parametrize(("seen", "index", "child"), [(None, "1", "1"), ("2,3", "1", "3"), ("5", "0", "5")])

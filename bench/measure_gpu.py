@@ -2,11 +2,11 @@
 PyTorch baseline and the roofline bound per workload, knob change -> measured latency,
 and (``--ncu``) Nsight Compute's ``gpu__time_duration.sum`` for the same kernels.
 
-    python bench/measure_h100.py --out OUT [--ncu] [--presets ID ...] [--write-docs]
-    python bench/measure_h100.py --from-json OUT/measure_h100.json --write-docs   # re-render
+    python bench/measure_gpu.py --out OUT [--ncu] [--presets ID ...] [--write-docs]
+    python bench/measure_gpu.py --from-json OUT/measure_gpu.json --write-docs   # re-render
 
-Writes ``OUT/measure_h100.md`` (tables) and ``OUT/measure_h100.json`` (every figure);
-``--write-docs`` also writes them as the ``measure-h100`` section of docs/benchmarks.md.
+Writes ``OUT/measure_gpu.md`` (tables) and ``OUT/measure_gpu.json`` (every figure);
+``--write-docs`` also writes them as the ``measure-gpu`` section of docs/benchmarks.md.
 Needs no streamlit or plotly (the GPU test machine has neither).
 
 - Presets: ``explorer.measure.measure`` (checked against NumPy, then TVM's time_evaluator
@@ -34,7 +34,7 @@ from pathlib import Path
 
 # A fresh CUDA binary cache (explorer/cuda_compile.py), read at import and inherited by the
 # measuring worker: every compile counted below really happens.
-os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-h100-cuda-")
+os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-gpu-cuda-")
 
 from ceilings import ceilings_first
 from result_files import RESULTS
@@ -43,7 +43,7 @@ from explorer.errors import ExplorerError, InvalidKnobs
 from explorer.measure import MeasureSettings, baseline, local_gpu, measure, shutdown
 from explorer.presets import all_presets, get_preset
 
-SECTION = "measure-h100"
+SECTION = "measure-gpu"
 # Long enough kernels that launch gaps are small against them, plus the blog's final one.
 NCU_PRESETS = ("conv2d-autotvm-resnet-last", "conv2d-autotvm-fallback", "matmul-tiled-1024", "matmul-naive-1024",
                "dw-blog-final-96")
@@ -269,7 +269,7 @@ def main() -> int:
         ids = args.presets or list(all_presets())
         settings = MeasureSettings()
         results = {
-            "command": "python bench/measure_h100.py " + " ".join(sys.argv[1:]),
+            "command": "python bench/measure_gpu.py " + " ".join(sys.argv[1:]),
             "environment": environment(),
             "settings": {"repeats": settings.repeats, "min_repeat_ms": settings.min_repeat_us / 1000,
                          "seed": settings.seed},
@@ -281,10 +281,10 @@ def main() -> int:
         if args.ncu:
             results["ncu"] = compare_with_ncu(results["presets"], [p for p in NCU_PRESETS if p in ids])
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "measure_h100.json").write_text(json.dumps(results, indent=2, default=str))
+        (args.out / "measure_gpu.json").write_text(json.dumps(results, indent=2, default=str))
     text = markdown(results)
     if not args.from_json:
-        (args.out / "measure_h100.md").write_text(text)
+        (args.out / "measure_gpu.md").write_text(text)
     print(text)
     if args.write_docs:
         from docs_section import write_section

@@ -1,7 +1,8 @@
-"""The live loop shared by a server's sessions: single-flight caches, builds in a process
-pool (source only), and the measurement scheduler's per-session slots, with stand-in
-measurers (no GPU). A test that is not about the build processes runs without them
-(build_workers=0): each would import TVM, a second of CPU."""
+"""The class server shared by a process's sessions (explorer/server/): single-flight caches, builds
+in a process pool (source only), the measurement scheduler's per-session slots, the warm-up and a
+server's close, with stand-in measurers (no GPU). A test that is not about the build processes runs
+without them (build_workers=0): each would import TVM, a second of CPU."""
+import logging
 import os
 import re
 import threading
@@ -15,12 +16,14 @@ import pytest
 from explorer.build import build
 from explorer.cuda_env import SOURCE_ONLY
 from explorer.errors import ExplorerError
-from explorer.live import NOT_DIAGNOSED, Live
-from explorer.measure.scheduler import Scheduler
 from explorer.presets import get_preset
-from explorer.services.builds import BuildService
-from explorer.services.settings import COMPILE_NICENESS, DIAGNOSE_NICENESS, ServerSettings
-from explorer.services.single_flight import SingleFlight
+from explorer.server.api import Server
+from explorer.server.builds import BuildService
+from explorer.server.diagnosing import NOT_DIAGNOSED
+from explorer.server.in_process import MeasuringInProcess
+from explorer.server.scheduler import Scheduler
+from explorer.server.settings import COMPILE_NICENESS, DIAGNOSE_NICENESS, ServerSettings
+from explorer.server.single_flight import SingleFlight
 
 SPEC = get_preset("dw-blog-final-96").spec
 
@@ -172,7 +175,7 @@ def test_the_other_views_are_highlighted_in_the_background_only_where_a_process_
     service._highlight_the_rest(built)
     assert submitted == [["cuda", "lowered"]] and set(built.views_html) == set(VIEW_LANGUAGES)
     assert service._busy == 1  # the highlighting's own call counted while it ran, and no longer
-    # A class server does not highlight ahead at all (explorer.serve's class_environment).
+    # A class server does not highlight ahead at all (explorer.server.launcher's class_environment).
     quiet = BuildService(ServerSettings(build_workers=2, highlight_ahead=False))
     quiet._executor = Executor
     quiet._highlight_the_rest(build(spec_x(4), "auto"))
@@ -185,7 +188,7 @@ def test_a_pool_serves_once_its_first_process_is_warm_each_warming_in_its_own_or
     others' binaries on disk."""
     from concurrent.futures import Future
 
-    from explorer.services.pool import ProcessPool
+    from explorer.server.pool import ProcessPool
 
     warm_ups = []
 
@@ -350,21 +353,26 @@ def test_jobs_wait_for_the_warm_up():
     assert job.wait(10) and job.result == "ok"
 
 
-def test_live_without_a_gpu_says_so_and_measures_nothing():
-    live = Live(ServerSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
-                warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
+def no_gpu(first, target, warm):
+    raise ExplorerError("No GPU here.")
+
+
+def test_measuring_without_a_gpu_says_so_and_measures_nothing():
+    measuring = MeasuringInProcess(ServerSettings(build_workers=0),
+                                   measure_fn=lambda job: pytest.fail("measured without a GPU"), warm_up_fn=no_gpu)
     try:
-        live.start(SPEC)
-        assert live.ready.wait(60)
-        assert live.warm.done and live.warm.error == "No GPU here." and not live.warm.gpu
-        assert live.scheduler.stats()["waiting"] == 0
+        measuring.start(SPEC)
+        assert measuring.ready.wait(60)
+        warm = measuring.warm_up_state()
+        assert warm.done and warm.error == "No GPU here." and not warm.gpu and measuring.gpu_name() is None
+        assert measuring.scheduler.stats()["waiting"] == 0
     finally:
-        live.close()
+        measuring.close()
 
 
 def test_a_tracker_key_with_two_servers_measures_two_at_once(monkeypatch):
     from explorer.measure import Remote
-    from explorer.measure import scheduler as scheduler_module
+    from explorer.server import scheduler as scheduler_module
 
     monkeypatch.setattr(scheduler_module, "server_count", lambda remote: 2)
     both_running = threading.Barrier(2, timeout=10)
@@ -376,43 +384,53 @@ def test_a_tracker_key_with_two_servers_measures_two_at_once(monkeypatch):
     assert [job.result for job in jobs] == ["ok", "ok"]  # neither waited for the other to finish
 
 
+def stand_in_server(measure_fn, warm_up_fn=lambda first, target, warm: "Stand-in GPU", **settings) -> Server:
+    """A server whose GPU is ``measure_fn`` (no ceilings, no PyTorch), building in this process."""
+    settings = ServerSettings(**{"build_workers": 0, **settings})
+    return Server(settings, MeasuringInProcess(settings, measure_fn=measure_fn, warm_up_fn=warm_up_fn))
+
+
+def steps_of(server: Server) -> list[str]:
+    return [name for name, _ in server.warm_up_state().steps]
+
+
 def test_a_gpu_server_builds_lesson_steps_ahead_and_measures_them_between_students(monkeypatch):
-    monkeypatch.setattr(Live, "_measure_ceilings", lambda self, target: None)
-    monkeypatch.setattr(Live, "baseline", lambda self, workload: None)
+    monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", lambda self, target: None)
+    monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)
     gpu = StandInGPU()  # each measurement held until the test releases it
-    live = Live(ServerSettings(build_workers=0), measure_fn=gpu, warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    server = stand_in_server(gpu)
     ahead = tuple(spec_x(x) for x in (4, 8, 16))
     try:
-        live.start(None, build_ahead=ahead, measure_ahead=ahead)
+        server.start(None, build_ahead=ahead, measure_ahead=ahead)
         wait_until(lambda: gpu.order == [4], timeout=120)  # the builds come first, then one measurement
-        assert ("3 lesson steps built" in [name for name, _ in live.warm.steps])
-        assert all(live.builds._cache.peek((spec, "auto")) is not None for spec in ahead)
-        alice = live.scheduler.request("alice", spec_x(32), "auto")
+        assert "3 lesson steps built" in steps_of(server)
+        assert all(server._builds._cache.peek((spec, "auto")) is not None for spec in ahead)
+        alice = server.request("alice", spec_x(32), "auto")
         gpu.gate.release()  # the step ahead finishes; alice waits behind no other step
         wait_until(lambda: gpu.order == [4, 32])
-        bob = live.scheduler.request("bob", spec_x(2), "auto")  # while alice's runs: still before the next step
+        bob = server.request("bob", spec_x(2), "auto")  # while alice's runs: still before the next step
         gpu.gate.release()
         assert alice.wait(10) and alice.result == "32 µs"
         wait_until(lambda: gpu.order == [4, 32, 2])
         for _ in range(3):
             gpu.gate.release()
         assert bob.wait(10)
-        wait_until(lambda: "3 lesson steps measured" in [name for name, _ in live.warm.steps])
+        wait_until(lambda: "3 lesson steps measured" in steps_of(server))
         assert gpu.order == [4, 32, 2, 8, 16] and not gpu.overlap
     finally:
-        live.close()
+        server.close()
 
 
 def test_without_a_gpu_nothing_is_built_or_measured_ahead():
-    live = Live(ServerSettings(build_workers=0), measure_fn=lambda job: pytest.fail("measured without a GPU"),
-                warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
+    server = stand_in_server(lambda job: pytest.fail("measured without a GPU"), no_gpu)
     try:
-        live._start(None, "auto", build_ahead=(SPEC,), measure_ahead=(SPEC,))
-        steps = [name for name, _ in live.warm.steps]
-        assert live.builds.stats()["misses"] == 0 and "no GPU" in steps
+        server.start(None, build_ahead=(SPEC,), measure_ahead=(SPEC,))
+        server._starting.join(60)
+        steps = steps_of(server)
+        assert server.stats()["builds"]["misses"] == 0 and "no GPU" in steps
         assert not any("lesson steps" in name or "compile" in name for name in steps)
     finally:
-        live.close()
+        server.close()
 
 
 def test_until_its_processes_are_ready_a_server_builds_in_its_own_process(service):
@@ -441,7 +459,7 @@ def test_a_build_service_without_the_option_always_uses_its_processes(service):
 
 
 def test_page_runs_keep_the_cpu_of_the_latest_runs():
-    from explorer.page_runs import PageRuns
+    from explorer.server.page_runs import PageRuns
 
     runs = PageRuns(window=20)
     assert runs.stats() == {"runs": 0, "p50_ms": None, "p95_ms": None}
@@ -453,24 +471,24 @@ def test_page_runs_keep_the_cpu_of_the_latest_runs():
 
 
 def test_the_diagnosing_process_runs_behind_the_pages_builds():
-    live = Live(ServerSettings(build_workers=0, diagnose=True))
+    server = Server(ServerSettings(build_workers=0, diagnose=True))
     try:
-        niceness = live.diagnosing.run(os.nice, 0)  # os.nice(0) returns the process's niceness
+        niceness = server._diagnosing.run(os.nice, 0)  # os.nice(0) returns the process's niceness
         assert niceness == min(19, os.nice(0) + DIAGNOSE_NICENESS)  # behind the compiles too
         assert DIAGNOSE_NICENESS > COMPILE_NICENESS > 0
     finally:
-        live.close()
+        server.close()
 
 
 def test_a_server_told_not_to_diagnose_says_so_and_starts_no_diagnosing_process(monkeypatch):
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "0")
-    live = Live(ServerSettings(build_workers=0))
+    server = Server(ServerSettings(build_workers=0))
     try:
         with pytest.raises(ExplorerError, match=re.escape(NOT_DIAGNOSED)):
-            live.diagnoses.get(get_preset("dw-blog-final-96").spec, "auto").result(10)
-        assert live.diagnosing._pool is None  # never started
+            server.diagnosis(get_preset("dw-blog-final-96").spec, "auto").result(10)
+        assert server._diagnosing._pool is None  # never started
     finally:
-        live.close()
+        server.close()
 
 
 @pytest.mark.parametrize("text,expected", [("", True), ("1", True), ("0", False)])
@@ -499,14 +517,15 @@ def test_without_build_processes_every_build_is_made_in_the_servers_own_process(
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_the_warm_up_names_build_processes_only_where_there_are_some(workers, service):
-    live = Live(ServerSettings(build_workers=workers), measure_fn=lambda job: 1.0,
-                warm_up_fn=lambda first, target, warm: (_ for _ in ()).throw(ExplorerError("No GPU here.")))
+    server = stand_in_server(lambda job: 1.0, no_gpu, build_workers=workers)
     try:
-        with in_the_modules_process(live.builds, service) if workers else nullcontext():
-            live._start(None, "auto")
-        assert ("build processes" in [name for name, _ in live.warm.steps]) is bool(workers)
+        with in_the_modules_process(server._builds, service) if workers else nullcontext():
+            server.start(None)
+            server._starting.join(60)
+        assert ("build processes" in steps_of(server)) is bool(workers)
+        assert "no GPU" in steps_of(server)  # the pages' steps beside the GPU's
     finally:
-        live.close()
+        server.close()
 
 
 def test_explorer_build_workers_may_be_0_and_the_compile_workers_may_not(monkeypatch):
@@ -527,7 +546,7 @@ def test_the_compile_processes_wait_for_the_first_page_only_while_no_student_wai
     is done, or a student's measurement waits (the worker would compile each itself), or the limit."""
     from types import SimpleNamespace
 
-    from explorer import live as live_module
+    from explorer.server import in_process
 
     first = threading.Event()  # the first page's job
     waiting = {"waiting": 0}
@@ -535,9 +554,10 @@ def test_the_compile_processes_wait_for_the_first_page_only_while_no_student_wai
 
     def returns(limit_s: float) -> str | None:
         """Why the wait ended (None: still waiting after 10 s)."""
-        monkeypatch.setattr(live_module, "FIRST_MEASUREMENT_WAIT_S", limit_s)
+        monkeypatch.setattr(in_process, "FIRST_MEASUREMENT_WAIT_S", limit_s)
         reason = []
-        thread = threading.Thread(target=lambda: reason.append(Live._wait_first(server, first, poll_s=0.01)))
+        thread = threading.Thread(target=lambda: reason.append(
+            MeasuringInProcess._wait_first(server, first, poll_s=0.01)))
         thread.start()
         thread.join(10)
         return reason[0] if reason else None
@@ -549,9 +569,145 @@ def test_the_compile_processes_wait_for_the_first_page_only_while_no_student_wai
     first.set()
     assert returns(3600) == "the first page measured"
     first.clear()
-    thread = threading.Thread(target=Live._wait_first, args=(server, first), kwargs={"poll_s": 0.01})
+    thread = threading.Thread(target=MeasuringInProcess._wait_first, args=(server, first), kwargs={"poll_s": 0.01})
     thread.start()
     thread.join(0.3)
     assert thread.is_alive()  # and otherwise it waits
     first.set()
     thread.join(10)
+
+
+# -- a server that ends cleanly ----------------------------------------------------------------
+
+
+def test_a_closed_server_has_ended_its_threads_and_logs_nothing_after(monkeypatch):
+    """close() while the server measures the lesson steps ahead (each 0.2 s on a stand-in GPU, 10 s
+    for all): its threads end before close() returns, with nothing logged after it (on the H200 the
+    warm-up thread logged "105 lesson steps measured" after its test had closed the log's stream),
+    and a measurement waited for ends with a sentence rather than waiting for ever."""
+    from explorer.measure import MeasureError
+    from explorer.server import api, in_process
+    from explorer.server.scheduler import CLOSED
+
+    monkeypatch.setattr(in_process, "CLOSE_WAIT_S", 1)  # what a call on the GPU may hold close() up
+    monkeypatch.setattr(api, "CLOSE_WAIT_S", 1)
+    monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", lambda self, target: None)
+    monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    logger = logging.getLogger("explorer")
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    logger.addHandler(handler)
+    before = set(threading.enumerate())
+    gpu = StandInGPU()
+    server = stand_in_server(gpu)
+    try:
+        ahead = tuple(spec_x(x) for x in (1, 2, 4, 8, 16, 32)) + tuple(SPEC.with_knobs(num_thread_y=y)
+                                                                     for y in (1, 2, 4, 8))
+        server.start(SPEC, measure_ahead=ahead)
+        wait_until(lambda: gpu.running.is_set(), timeout=60)
+        gpu.gate.release()
+        wait_until(lambda: len(gpu.order) >= 2)  # measuring the steps ahead
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(pytest.raises(MeasureError, server.measure_now,
+                                                                             spec_x(64))))
+        waiter.start()
+        wait_until(lambda: server.stats()["measurements"]["waiting"] >= 1)
+        finishing = threading.Timer(0.3, gpu.gate.release)  # the kernel on the GPU finishes as close() waits
+        finishing.start()
+        server.close()
+        closed = len(records)
+        left = [t.name for t in set(threading.enumerate()) - before - {finishing, waiter} if t.is_alive()]
+        waiter.join(5)
+        time.sleep(1)
+    finally:
+        logger.removeHandler(handler)
+        for _ in range(20):
+            gpu.gate.release()
+    assert left == []
+    assert [record.getMessage() for record in records[closed:]] == []
+    assert not any("lesson steps measured" in record.getMessage() for record in records)
+    assert waited and CLOSED in str(waited[0].value)
+
+
+def test_the_server_shows_its_api_and_none_of_its_parts():
+    """What the app may ask of a server (explorer/server/api.py); its parts (the build pool, the diagnoses, the
+    measuring) are its own."""
+    server = stand_in_server(lambda job: 1.0)
+    try:
+        assert [name for name in vars(server) if not name.startswith("_")] == []
+        assert {name for name in dir(Server) if not name.startswith("_")} == {
+            "build", "diagnosis", "diagnosis_queue", "record_page_run", "forget_builds",
+            "request", "measure_now", "measurer", "result", "position", "baseline", "baseline_now", "ceilings",
+            "warm_up_state", "gpu_name", "measure_max_age_s", "stats", "start", "close"}
+    finally:
+        server.close()
+
+
+def test_the_steps_ahead_are_measured_once_the_ceilings_are(monkeypatch):
+    """Each measurement of a step ahead carries the roofline's ceilings: they are measured first."""
+    events = []
+
+    def ceilings(self, target):
+        time.sleep(0.3)  # a few seconds on a GPU
+        events.append("ceilings")
+
+    monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", ceilings)
+    monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)
+    measuring = MeasuringInProcess(ServerSettings(build_workers=0),
+                                   measure_fn=lambda job: events.append(job.spec.knobs.num_thread_x) or 1.0,
+                                   warm_up_fn=lambda first, target, warm: "Stand-in GPU")
+    try:
+        measuring.start(SPEC)
+        measuring.measure_ahead((spec_x(2), spec_x(4)))
+        assert events == [SPEC.knobs.num_thread_x, "ceilings", 2, 4]  # the first page, the ceilings, the steps
+    finally:
+        measuring.close()
+
+
+def test_a_setting_being_measured_is_diagnosed_once_on_its_measurement(monkeypatch):
+    """The session measures the setting: no diagnosis until the measurement (None), then one, placed on
+    it; the measurement again later diagnoses nothing again. A session that does not measure gets its
+    diagnosis at once."""
+    from server_fakes import fake_measurement
+
+    from explorer.server import api
+
+    monkeypatch.setenv("EXPLORER_DIAGNOSE", "1")  # the tests' servers do not diagnose (tests/conftest.py)
+    diagnosed = []
+    monkeypatch.setattr(api, "diagnose_in", lambda process, spec, target, ceilings, measured_us:
+                        diagnosed.append((spec, measured_us)) or f"at {measured_us}")
+    monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", lambda self, target: None)
+    monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)
+    gate = threading.Event()
+    server = stand_in_server(lambda job: gate.wait(10) and fake_measurement(job.spec, 7.0))
+    try:
+        server.start()
+        wait_until(lambda: server.warm_up_state().done)
+        assert server.diagnosis(SPEC, "auto", measuring=True) is None  # its measurement is on its way
+        server.request("alice", SPEC, "auto")
+        assert server.diagnosis(SPEC, "auto", measuring=True) is None
+        gate.set()
+        wait_until(lambda: server.result(SPEC, "auto") is not None)
+        first = server.diagnosis(SPEC, "auto", measuring=True)
+        assert first.result(10) == "at 7.0" and server.diagnosis(SPEC, "auto") is first
+        assert server.diagnosis(spec_x(4), "auto").result(10) == "at None"  # not measured by this session
+        assert diagnosed == [(SPEC, 7.0), (spec_x(4), None)]
+    finally:
+        server.close()
+
+
+def test_the_app_processes_of_a_server_share_their_diagnoses_beside_its_socket(tmp_path, monkeypatch):
+    """An app process of a server of several (the launcher set EXPLORER_MEASURING): its diagnoses go to
+    the server's folder, where the other app processes find them (explorer/server/diagnosing.py)."""
+    from explorer.server.api import open_server
+    from explorer.server.launcher import MEASURING_ADDRESS, MEASURING_KEY
+
+    monkeypatch.setenv(MEASURING_ADDRESS, str(tmp_path / "measuring.sock"))
+    monkeypatch.setenv(MEASURING_KEY, "00" * 16)
+    server = open_server(ServerSettings(build_workers=0))
+    try:
+        assert (tmp_path / "diagnoses").is_dir()
+    finally:
+        server.close()

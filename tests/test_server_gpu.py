@@ -1,4 +1,4 @@
-"""The live loop on a real GPU: the app's processes generate source only, the measuring
+"""The class server on a real GPU: the app's processes generate source only, the measuring
 worker compiles and times, warm-up first."""
 import time
 
@@ -7,8 +7,9 @@ import tvm
 
 from explorer.build import build
 from explorer.cuda_env import SOURCE_ONLY
-from explorer.live import Live, ServerSettings
 from explorer.presets import get_preset
+from explorer.server.api import Server
+from explorer.server.settings import ServerSettings
 
 pytestmark = pytest.mark.gpu
 SPEC = get_preset("dw-blog-final-96").spec
@@ -34,16 +35,20 @@ def test_source_only_codegen_never_compiles(monkeypatch):
         tvm.register_global_func("tvm_callback_cuda_compile", real, override=True)
 
 
-def test_live_warms_up_then_measures_a_correct_kernel():
-    live = Live(ServerSettings(build_workers=2))
+def test_a_server_warms_up_then_measures_a_correct_kernel():
+    server = Server(ServerSettings(build_workers=2))
     try:
-        live.start(SPEC)
-        assert live.ready.wait(180) and live.warm.gpu, live.warm.error
+        server.start(SPEC)
+        deadline = time.monotonic() + 180
+        while not server.warm_up_state().done and time.monotonic() < deadline:
+            time.sleep(0.1)
+        warm = server.warm_up_state()
+        assert warm.gpu, warm.error
         start = time.perf_counter()
-        job = live.scheduler.request("student", SPEC.with_knobs(num_thread_x=8), "auto")
+        job = server.request("student", SPEC.with_knobs(num_thread_x=8), "auto")
         assert job.wait(120)
         assert job.error is None and job.result.correct and job.result.median_us > 0
-        print(f"warm knob change measured in {time.perf_counter() - start:.3f} s; warm-up {live.warm.steps}")
+        print(f"warm knob change measured in {time.perf_counter() - start:.3f} s; warm-up {warm.steps}")
     finally:
-        live.close()
+        server.close()
 

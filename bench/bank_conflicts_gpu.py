@@ -1,7 +1,7 @@
 """Bank-conflict model vs Nsight Compute on a GPU: the 2017 blog's thread settings.
 
-    python bench/bank_conflicts_h100.py               # on the GPU machine, with ncu: writes docs/bank-conflicts-h100.md
-    python bench/bank_conflicts_h100.py --model-only  # any machine: print the two models, no ncu
+    python bench/bank_conflicts_gpu.py               # on the GPU machine, with ncu: writes docs/bank-conflicts-gpu.md
+    python bench/bank_conflicts_gpu.py --model-only  # any machine: print the two models, no ncu
 
 Depthwise conv2d [1,256,32,32] 3×3, blocking 32×32, threads (y, x) = (32, 1), (1, 32),
 (8, 8), (4, 32), and (8, 16) with vthreads (1, 2). For each setting, three views of the
@@ -47,8 +47,8 @@ from explorer.build import Spec, build
 from explorer.schedules.depthwise_blog import DepthwiseBlogKnobs
 from explorer.workloads import DepthwiseConv2d
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "bank-conflicts-h100.md"
-COMMAND = "python bench/bank_conflicts_h100.py"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "bank-conflicts-gpu.md"
+COMMAND = "python bench/bank_conflicts_gpu.py"
 WORKLOAD = DepthwiseConv2d(batch=1, channels=256, height=32, width=32)
 SETTINGS = (  # (threads y, threads x, vthreads y, vthreads x)
     (32, 1, 1, 1),

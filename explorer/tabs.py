@@ -1,4 +1,4 @@
-"""The analyses of a build, one entry each, in the order of the Explorer's tabs.
+"""The Explorer's tabs and the command line's views: one entry per analysis of a build, in the order of the tabs.
 
 An entry names its analysis (``python -m explorer show --view NAME``, and the key of its panel
 in ``app/panels.py``), its tab's title, how it reads a build, its text for the terminal, its
@@ -21,7 +21,7 @@ from .analysis import ncu, vthread
 from .analysis.banks import analyze_banks, format_report
 from .analysis.races import analyze_races, format_races
 from .analysis.resources import analyze_resources, format_resources
-from .analysis.roofline import compute_types, format_roofline, published_ceilings, roofline
+from .analysis.roofline import compute_types, format_roofline, published_for, roofline
 from .analysis.sass import analyze_sass, compile_binary, format_sass
 from .analysis.tiling import analyze_tiling, format_tiling
 from .analysis.tree import analyze_tree, format_tree, tree_not_applicable
@@ -94,7 +94,7 @@ def _banks_view(spec: Spec, args) -> tuple[str, dict]:
 
 def _static_roofline(built: Build):
     """The workload under the target's published roofs, placed on the roof (not measured)."""
-    return roofline(built.spec.workload, published_ceilings(str(built.target.arch)), types=compute_types(built.spec))
+    return roofline(built.spec.workload, published_for(built.target), types=compute_types(built.spec))
 
 
 def _roofline_view(spec: Spec, args) -> tuple[str, dict]:
@@ -103,8 +103,7 @@ def _roofline_view(spec: Spec, args) -> tuple[str, dict]:
     if measured is not None and measured.correct and measured.ceilings is not None:
         r = roofline(spec.workload, measured.ceilings, measured.median_us, types=compute_types(spec))
     else:
-        r = roofline(spec.workload, published_ceilings(str(resolve_target(args.target).arch)),
-                     types=compute_types(spec))
+        r = roofline(spec.workload, published_for(resolve_target(args.target)), types=compute_types(spec))
     return format_roofline(r), {"roofline": r.to_dict()}
 
 
