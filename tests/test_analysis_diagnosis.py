@@ -112,7 +112,8 @@ def test_ranking_is_by_cost_and_drops_the_negligible():
 
 
 def test_a_suggestion_lowers_its_finding_and_the_total():
-    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    # 3.1 million extra wavefronts: 15.5 µs at one a cycle on 100 SMs at 2 GHz, beside the roofline's 10 µs.
+    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 3_200_000, 3_100_000),))
     worse_elsewhere = facts(shared=(), blocks=10)  # no conflicts, but an idle GPU
     better = facts(shared=(SharedFact("S[tx * 33]", "load", 1, 1000, 0),))
     spec = get_preset("dw-blog-final-96").spec
@@ -123,6 +124,22 @@ def test_a_suggestion_lowers_its_finding_and_the_total():
     assert chosen.spec == second and chosen.describe() == "num_thread_x 16 → 8" and chosen.cost_us == 0
     assert dx.suggest("bank-conflicts", conflicted, candidates, taken=[second]) is None
     assert dx.suggest("coalescing", conflicted, candidates) is None  # no such finding
+
+
+def test_a_move_estimated_faster_by_less_than_the_models_error_is_not_suggested():
+    # 0.155 µs of conflicts on a 10 µs roofline: removing them is 1.5% faster, within the model's error.
+    slight = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    spec = get_preset("dw-blog-final-96").spec.with_knobs(num_thread_x=8)
+    candidates = [(spec, (("num_thread_x", "16", "8"),), facts())]
+    assert dx.calibration.speedup_error() > 0.02
+    assert dx.suggest("bank-conflicts", slight, candidates) is None
+    limit = dx.near_limit(slight, candidates)
+    assert limit.startswith("No setting one knob away is estimated faster by more than the model's error")
+    assert "within that error of the roofline's least time, 10.00 µs, set by" in limit
+    # Far above the roofline and no move that helps: the largest finding holds it.
+    stuck = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 3_200_000, 3_100_000),))
+    assert "its largest cost, bank-conflicts (15.50 µs), holds it above" in dx.near_limit(stuck, [(spec, (), stuck)])
+    assert dx.near_limit(stuck, candidates) is None  # the neighbour without conflicts is 2.5 times faster
 
 
 def test_neighbours_move_one_knob_to_its_nearest_values():
@@ -153,7 +170,7 @@ def test_cli_json_shape(capsys):
     assert main(["show", "reduce-1-interleaved-divergent", "--view", "diagnosis", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["diagnosis"]
     assert set(data) == {"knobs", "evidence", "refused", "roofline", "estimate_us", "neighbours_tried", "findings",
-                         "ranking_rule", "suggestion_rule", "notes"}
+                         "ranking_rule", "suggestion_rule", "limit", "limit_rule", "notes"}
     assert data["evidence"] == "static" and data["refused"] is None
     assert set(data["roofline"]) == {"least_us", "bound", "measured_us", "percent_of_roofline"}
     finding = data["findings"][0]

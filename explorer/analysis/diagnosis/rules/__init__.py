@@ -9,17 +9,23 @@ from ..facts import Facts
 from ..findings import Finding, Rule
 from . import (
     bank_conflicts,
+    barriers,
     coalescing,
     cuda_cores,
     divergence,
     kernels,
     kv_reuse,
     masked_work,
+    mma_sync,
     parallelism,
     pipeline,
+    producer,
     re_reads,
+    rescale,
     reuse,
     rewrites,
+    ring_depth,
+    softmax,
     spills,
     vector_width,
     work_per_thread,
@@ -30,6 +36,7 @@ RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
     masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
+    barriers.RULE, softmax.RULE, rescale.RULE, ring_depth.RULE, producer.RULE, mma_sync.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
