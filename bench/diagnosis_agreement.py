@@ -86,6 +86,9 @@ def _findings(g: A.StepGrade) -> str:
 def explanation(g: A.StepGrade) -> str:
     """Why a graded step disagrees, read from the grade: what the diagnosis ranks first and
     what it suggests instead of the step's knobs."""
+    if g.near_limit:
+        return ("the diagnosis says no one-knob move is estimated faster by more than the model's error (near its "
+                "limit), and the tutorial claims this step faster")
     if not g.suggestions:
         return ("the diagnosis finds no single-knob move that lowers "
                 "its static estimate, so it suggests nothing")
@@ -148,7 +151,8 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | top two suggestions at the step "
               "before | agrees |", "| --- | ---: | --- | --- | --- |"]
     for g in knob_steps:
-        verdict = (f"yes (#{g.agreeing})" if g.agrees else "no") + ("" if g.graded else f"; not graded: {g.not_graded}")
+        verdict = ("yes (near its limit)" if g.agrees_near_limit else f"yes (#{g.agreeing})" if g.agrees else "no") \
+            + ("" if g.graded else f"; not graded: {g.not_graded}")
         lines.append(f"| {g.lesson} | {g.step} {g.after} | {_changes(g.changes)} | "
                      f"{'; '.join(g.suggestions) or '—'} | {verdict} |")
     lines += ["", "## Disagreements among the graded steps", ""]

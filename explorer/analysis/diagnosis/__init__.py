@@ -15,10 +15,11 @@ the model's held-out error (:mod:`.calibration`), no move is suggested and the d
 
 **Suggestions** (:data:`SUGGESTION_RULE`): every neighbouring setting, one knob moved to
 its nearest allowed value that builds (:func:`neighbours`), is built and reduced to Facts. A finding's suggestion is
-the neighbour that lowers that finding's own cost by at least ``MIN_RELIEF`` and has the
-lowest estimated total (the roofline's least time plus every finding's cost), provided that
-total is below the current setting's. The estimate is a static model, not a time: the app
-and ``--try-on-gpu`` measure the suggestions where there is a GPU.
+the neighbour that lowers that finding's own cost the most (by at least ``MIN_RELIEF``; among
+equals, the lowest estimated total: the roofline's least time plus every finding's cost),
+provided that total is below the current setting's by more than the model's error. The
+estimate is a static model, not a time: the app and ``--try-on-gpu`` measure the suggestions
+where there is a GPU.
 
 By job:
 
@@ -54,7 +55,9 @@ from .rules.bank_conflicts import bank_conflict_rule
 from .rules.barriers import barrier_rule
 from .rules.coalescing import coalescing_rule
 from .rules.cuda_cores import cuda_cores_rule
+from .rules.issue import issue_rule
 from .rules.kernels import kernels_rule
+from .rules.kv_global import kv_global_rule
 from .rules.kv_reuse import kv_reuse_rule
 from .rules.masked_work import masked_work_rule
 from .rules.mma_sync import mma_sync_rule
@@ -71,12 +74,12 @@ from .rules.spills import spill_rule
 from .rules.vector_width import vector_rule
 from .rules.work_per_thread import work_per_thread_rule
 from .search import MIN_RELIEF, STEPS_TRIED, SUGGESTION_RULE, Move, analysed_neighbours, neighbours, suggest
-from .tiles import TileLoop
+from .tiles import FmaLoop, TileLoop
 
 __all__ = [
     "Device", "Diagnosis", "Facts", "Finding", "GlobalFact", "L2_HIT_RATE", "LIMIT_RULE", "MIN_RELIEF", "MIN_SHARE",
     "Move", "TileLoop", "barrier_rule", "mma_sync_rule", "near_limit", "producer_rule", "rescale_rule", "ring_rule",
-    "softmax_rule", "calibration",
+    "softmax_rule", "calibration", "issue_rule", "kv_global_rule", "FmaLoop",
     "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "Rule", "STALLS", "STALL_METRIC", "STATIC_NOTE",
     "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
     "bank_conflict_rule", "coalescing_rule", "counters_of", "cuda_cores_rule", "device_for", "diagnose",

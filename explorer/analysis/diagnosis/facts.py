@@ -28,7 +28,7 @@ from ..sass import analyze_sass
 from ..tiling import analyze_tiling
 from ..tree import BARRIERS, LOOP, analyze_tree
 from . import calibration
-from .tiles import TileLoop, tile_loop
+from .tiles import FmaLoop, TileLoop, fma_loop, tile_loop
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,7 @@ class Facts:
     # block-wide __syncthreads(), where that warp alone could go on with warp-synchronous steps or shuffles.
     warp_only_barriers: int = 0
     loop: TileLoop | None = None  # the tile loop of a kernel that multiplies on the tensor cores (.tiles)
+    fma_loop: FmaLoop | None = None  # the inner loops of fused attention on the CUDA cores (.tiles)
     roof: str = ""  # what sets the roofline's least time, in words: a bandwidth or a compute peak
 
     @property
@@ -231,7 +232,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
                  workload.flops, _cuda_core_us(built, ceilings, no_compute_roof), workload.compulsory_bytes,
                  *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)))
-    return replace(facts, warp_only_barriers=_warp_only_barriers(built), loop=loop,
+    return replace(facts, warp_only_barriers=_warp_only_barriers(built), loop=loop, fma_loop=fma_loop(built, ceilings),
                    roof=_roof(ceilings, device, workload.flops, facts.bound_us, facts.bound))
 
 

@@ -17,12 +17,12 @@ from .rules import RULES, estimated_total, findings_of
 MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this share
 
 SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest allowed value that builds) is built "
-                   f"and analysed; a finding's suggestion is the neighbour that lowers that finding's cost by at least "
-                   f"{MIN_RELIEF:.0%} and has the lowest estimated total (the roofline's least time plus every "
-                   "finding's cost), if that total is below this setting's by more than the model's error "
-                   "(calibration); a setting suggested for a higher-ranked finding is left to it. A neighbour that "
-                   "does not lower the estimate because its move raises another finding is tried again with a knob "
-                   "that relieves that finding moved as well.")
+                   "and analysed; a finding's suggestion is the neighbour that lowers that finding's cost the most "
+                   f"(by at least {MIN_RELIEF:.0%}; among equals, the lowest estimated total: the roofline's least "
+                   "time plus every finding's cost), provided its total is below this setting's by more than the "
+                   "model's error (calibration); a setting suggested for a higher-ranked finding is left to it. A "
+                   "neighbour that does not lower the estimate because its move raises another finding is tried "
+                   "again with a knob that relieves that finding moved as well.")
 
 
 Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
@@ -97,7 +97,7 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
         total = estimated_total(facts)
         if cost > now.cost_us * (1 - MIN_RELIEF) or total * (1 + speedup_error()) >= total_now or spec in taken:
             continue
-        if best is None or (total, cost) < (best.total_us, best.cost_us):
+        if best is None or (cost, total) < (best.cost_us, best.total_us):
             best = Suggestion(spec, changes, cost, total)
     return best
 

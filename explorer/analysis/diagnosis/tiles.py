@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...build import Build
-from ...schedules import attention_hopper, attention_mma, matmul_hopper
+from ...schedules import attention_fused, attention_hopper, attention_mma, matmul_hopper
 from ...schedules.attention_fused import key_tiles
+from ...targets import WARP_SIZE
 from ..roofline import Ceilings
 
 ELEMENT_BYTES = 2  # the tensor cores' 16-bit inputs
@@ -83,6 +84,51 @@ def tile_loop(built: Build, ceilings: Ceilings) -> TileLoop | None:
                         2 * knobs.block_m * knobs.block_n * knobs.block_k, plan.stage_bytes, knobs.stages,
                         knobs.warp_specialize, knobs.consumers, fragments=plan.accumulators, peak_gflops=peak)
     return None
+
+
+@dataclass(frozen=True)
+class FmaLoop:
+    """Fused attention on the CUDA cores (attention_fused): per step of its loop over key tiles, each
+    thread's multiply-adds, the other instructions of its inner loops (loads and conversions to float32)
+    and, where each thread reads K from global memory itself, the L1 wavefronts of those loads."""
+
+    steps: int  # key tiles walked, all blocks together
+    threads: int  # per block
+    fmas: int  # per thread and step: both products
+    others: int  # per thread and step: the inner loops' loads and conversions
+    k_wavefronts: int  # per warp and step: L1 wavefronts of K's loads from global memory (0: K in shared)
+    fp32_gflops: float  # the CUDA cores' peak the multiply-adds run at
+
+    @property
+    def fma_us(self) -> float:
+        """The loop's multiply-adds at the FP32 peak, every SM busy."""
+        return self.steps * self.threads * self.fmas * 2 / (self.fp32_gflops * 1e3)
+
+    @property
+    def wavefronts(self) -> int:
+        """L1 wavefronts of K's loads from global memory, all blocks together."""
+        return self.steps * -(-self.threads // WARP_SIZE) * self.k_wavefronts
+
+
+def fma_loop(built: Build, ceilings: Ceilings) -> FmaLoop | None:
+    """The inner loops of attention_fused (its kernel's steps 1 and 3, per thread and key tile), else None.
+    Step 1, per VEC columns of head_dim: rows_per_thread loads of Q and keys loads of K; step 3, per VEC
+    keys: rows_per_thread loads of P, and per key its columns' loads of V. A 16-bit element is converted to
+    float32 each time it is used, unless float_tiles converted it into shared memory. Without kv_shared the
+    lanes of a row read threads_per_row different rows of K at once: as many L1 wavefronts per load."""
+    knobs, workload = built.spec.knobs, built.spec.workload
+    if not isinstance(knobs, attention_fused.AttentionFusedKnobs):
+        return None
+    plan = attention_fused.check_knobs(workload, knobs)
+    rows, keys, columns = knobs.rows_per_thread, plan.keys_per_thread, plan.columns_per_thread
+    d, kv, vec = workload.head_dim, knobs.block_kv, knobs.vector
+    converted_q, converted_kv = not knobs.float_tiles, not (knobs.float_tiles and knobs.kv_shared)
+    scores = d // vec * (rows + keys) + d * (rows * converted_q + keys * converted_kv)
+    output = kv // vec * rows + kv * columns * (1 + converted_kv)
+    k_wavefronts = 0 if knobs.kv_shared else keys * (d // vec) * min(knobs.threads_per_row, WARP_SIZE)
+    return FmaLoop(_attention_steps(workload, knobs.block_q, kv), plan.threads,
+                   rows * keys * d + rows * columns * kv, scores + output, k_wavefronts,
+                   ceilings.fp32_gflops)
 
 
 def _attention_steps(workload, block_q: int, block_kv: int) -> int:

@@ -13,7 +13,9 @@ from . import (
     coalescing,
     cuda_cores,
     divergence,
+    issue,
     kernels,
+    kv_global,
     kv_reuse,
     masked_work,
     mma_sync,
@@ -36,7 +38,8 @@ RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
     masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
-    barriers.RULE, softmax.RULE, rescale.RULE, ring_depth.RULE, producer.RULE, mma_sync.RULE,
+    barriers.RULE, softmax.RULE, rescale.RULE, ring_depth.RULE, producer.RULE, mma_sync.RULE, issue.RULE,
+    kv_global.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the
