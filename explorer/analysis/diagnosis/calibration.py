@@ -22,10 +22,10 @@ ASSUMED_SPEEDUP_ERROR = 0.1  # before any calibration: a move must be estimated 
 
 
 @functools.cache
-def table(path: Path = PATH) -> dict:
-    """The calibration as written (an empty table where there is none)."""
+def table() -> dict:
+    """The calibration as written at :data:`PATH` (an empty table where there is none), read once."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(PATH.read_text())
     except (OSError, ValueError):
         return {}
 

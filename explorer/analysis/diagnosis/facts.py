@@ -202,7 +202,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     no_compute_roof = no_roofline_reason(workload, ceilings) is not None
     least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes,
                                                        workload.input_dtypes())
-    bound = "memory" if memory_us >= least else "compute"
+    bound = "memory" if memory_us >= least * (1 - 1e-12) else "compute"  # equal, but for rounding: memory
     kernel = analyze_resources(built, binary).kernels[0]
     tiling = _tiling(built)
     registers = kernel.registers if isinstance(kernel.registers, int) else None
