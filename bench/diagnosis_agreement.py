@@ -26,8 +26,17 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from calibrate_diagnosis import format_table
+
 from explorer import agreement as A
-from explorer.analysis.diagnosis import RANKING_RULE, RULE_TABLE, SUGGESTION_RULE, diagnose_spec
+from explorer.analysis.diagnosis import (
+    LIMIT_RULE,
+    RANKING_RULE,
+    RULE_TABLE,
+    SUGGESTION_RULE,
+    calibration,
+    diagnose_spec,
+)
 from explorer.lessons import lessons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,10 +126,12 @@ def agreement_summary(grades: list[A.StepGrade]) -> list[str]:
     per_lesson = defaultdict(list)
     for g in grades:
         per_lesson[g.lesson].append(g)
+    strict = sum(g.agreeing is not None for g in grades if g.graded)
     lines = [
         f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).** Counting also the steps a "
         f"search found for another workload and those the tutorial marks slower: {all_agreeing} of "
-        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}).",
+        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}). Counting only a suggestion that "
+        f"moves the step's knob (no near-limit verdict): {strict} of {graded} ({strict / graded:.0%}).",
         "",
         "| lesson | steps | graded | agree | share |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -142,7 +153,10 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
         "or in the same direction; a split's factors towards its inner or outer levels). A step is graded when it "
         "keeps the template and changes a knob, the tutorial does not mark it slower than an earlier step (it shows "
         "a slower setting on purpose), and it is not a search's best for another workload (a preset with a "
-        "`found_by` command, searched for its own shape rather than made from the step before).",
+        "`found_by` command, searched for its own shape rather than made from the step before). A step the tutorial "
+        "does not claim faster than the step before (it claims it no slower or as fast, or makes no claim against "
+        "it) is no advice that a move pays: it also agrees when the diagnosis says that no one-knob move is "
+        "estimated faster by more than the model's error (the setting is near its limit).",
         "",
         f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
@@ -166,10 +180,21 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for g in grades:
         if not g.graded:
             lines.append(f"- {g.lesson} step {g.step} ({g.after}): {g.not_graded}.")
-    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}", "",
+    lines += ["", "## Calibration", "", *calibration_lines()]
+    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}",
+              f"- Near its limit: {LIMIT_RULE}", "",
               "| finding | what it looks for | its cost |", "| --- | --- | --- |",
               *(f"| {name} | {what} | {cost} |" for name, what, cost in RULE_TABLE), ""]
     return "\n".join(lines)
+
+
+def calibration_lines() -> list[str]:
+    """The calibration table the diagnosis reads (bench/calibrate_diagnosis.py wrote it), or why none."""
+    table = calibration.table()
+    if not table:
+        return ["No calibration table: the rules' constants are their models' assumptions "
+                "(`python bench/calibrate_diagnosis.py --measure --write` on a GPU, or `--recorded --write`)."]
+    return format_table(table).splitlines()
 
 
 # -- the GPU half ----------------------------------------------------------------------------

@@ -6,8 +6,10 @@ Each rule's cost is its model's sentence (``*_COST`` in its module) with the mod
 the calibration scales a rule's cost by the factor that fits the measurements best (a linear
 model's constant fitted: 60 cycles a tree step × 2.2 is 132 cycles a step), and states the error
 of the estimated speedups of one-knob moves on settings the fit did not see (held out). That
-error, :func:`speedup_error`, is the margin by which a neighbour must be estimated faster before
-the diagnosis suggests it (:mod:`.diagnoser`: otherwise the setting is near its limit).
+error, :func:`speedup_error` (of the moves that mostly change one rule's cost, where enough were
+measured), is the margin by which a neighbour must be estimated faster before the diagnosis
+suggests it for that rule's finding (:mod:`.diagnoser`: where no neighbour beats the error of
+every move, the setting is near its limit).
 Without the file, or for a rule it does not name, the constants are the models' own assumptions
 (scale 1) and the margin is :data:`ASSUMED_SPEEDUP_ERROR`.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 
 PATH = Path(__file__).resolve().parent / "calibration.json"
 ASSUMED_SPEEDUP_ERROR = 0.1  # before any calibration: a move must be estimated 10% faster
+MIN_PAIRS = 10  # measured one-knob moves of a rule that its own speedup error needs
 
 
 @functools.cache
@@ -35,9 +38,15 @@ def scale(rule: str) -> float:
     return float(table().get("rules", {}).get(rule, {}).get("scale", 1.0))
 
 
-def speedup_error() -> float:
-    """The held-out error of the estimated speedup of a one-knob move (a share: 0.1 is ±10%)."""
-    return float(table().get("speedup_error", ASSUMED_SPEEDUP_ERROR))
+def speedup_error(rule: str | None = None) -> float:
+    """The held-out error of the estimated speedup of a one-knob move (a share: 0.1 is ±10%): of the
+    moves whose largest change is in ``rule``'s cost, where the calibration measured at least
+    :data:`MIN_PAIRS` of them, else of every move."""
+    t = table()
+    of_rule = t.get("rules", {}).get(rule, {}) if rule else {}
+    if of_rule.get("pair_error") is not None and of_rule.get("held_out_pairs", 0) >= MIN_PAIRS:
+        return float(of_rule["pair_error"])
+    return float(t.get("speedup_error", ASSUMED_SPEEDUP_ERROR))
 
 
 def l2_gbps(arch: str) -> float | None:

@@ -20,9 +20,9 @@ SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest all
                    "and analysed; a finding's suggestion is the neighbour that lowers that finding's cost the most "
                    f"(by at least {MIN_RELIEF:.0%}; among equals, the lowest estimated total: the roofline's least "
                    "time plus every finding's cost), provided its total is below this setting's by more than the "
-                   "model's error (calibration); a setting suggested for a higher-ranked finding is left to it. A "
-                   "neighbour that does not lower the estimate because its move raises another finding is tried "
-                   "again with a knob that relieves that finding moved as well.")
+                   "model's error for that finding's rule (calibration); a setting suggested for a higher-ranked "
+                   "finding is left to it. A neighbour that does not lower the estimate because its move raises "
+                   "another finding is tried again with a knob that relieves that finding moved as well.")
 
 
 Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
@@ -95,7 +95,8 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
         found = findings_of(facts).get(rule)
         cost = found.cost_us if found is not None else 0.0
         total = estimated_total(facts)
-        if cost > now.cost_us * (1 - MIN_RELIEF) or total * (1 + speedup_error()) >= total_now or spec in taken:
+        faster = total * (1 + speedup_error(rule)) < total_now  # by more than the model's error for this rule
+        if cost > now.cost_us * (1 - MIN_RELIEF) or not faster or spec in taken:
             continue
         if best is None or (cost, total) < (best.cost_us, best.total_us):
             best = Suggestion(spec, changes, cost, total)
