@@ -45,6 +45,7 @@ SCALES = np.concatenate([[0.0], np.geomspace(0.05, 20, 61)])  # the scales the f
 SEARCHED_ON = "nvidia-h100-80gb-hbm3"  # the GPU slug of the recorded searches (bench/result_files.py)
 PER_SEARCH = 24  # settings taken from each recorded search: its best, the best's neighbours, then others
 MEASURE_REPEATS = 10
+UNSEEN = "(no finding moves)"  # a pair of settings whose estimates are equal: the model sees no move
 NO_GPU_EXIT = 3
 
 
@@ -278,13 +279,14 @@ def held_out(t: Table, samples: list[Sample]) -> dict:
         scaled[part] = t.costs[part] * scales
     error = np.abs(np.log(estimate / t.measured))
     pair_errors: dict[str, list[float]] = {}
-    every_pair = []
+    every_pair = []  # the moves whose speedup the model estimates: some finding's cost moves
     for i, j in pairs_of(samples):
         wrong = abs(math.log(estimate[i] / estimate[j]) - math.log(t.measured[i] / t.measured[j]))
         moved = np.abs(scaled[i] - scaled[j])
-        rule = t.rules[int(np.argmax(moved))] if moved.max() > 0 else "(no finding moves)"
+        rule = t.rules[int(np.argmax(moved))] if moved.max() > 0 else UNSEEN
         pair_errors.setdefault(rule, []).append(wrong)
-        every_pair.append(wrong)
+        if rule != UNSEEN:
+            every_pair.append(wrong)
     per_rule = {}
     for r, name in enumerate(t.rules):
         fired = t.costs[:, r] > 0
@@ -292,8 +294,10 @@ def held_out(t: Table, samples: list[Sample]) -> dict:
                           "held_out_error": _share(np.median(error[fired])) if fired.any() else None,
                           "held_out_pairs": len(pair_errors.get(name, [])),
                           "pair_error": _share(np.median(pair_errors[name])) if name in pair_errors else None}
+    unseen = pair_errors.get(UNSEEN, [])
     return {"settings_error": _share(np.median(error)), "pairs": len(every_pair),
-            "speedup_error": _share(np.median(every_pair)) if every_pair else None, "rules": per_rule}
+            "speedup_error": _share(np.median(every_pair)) if every_pair else None, "rules": per_rule,
+            "unseen_pairs": len(unseen), "unseen_error": _share(np.median(unseen)) if unseen else None}
 
 
 def _share(log_error: float) -> float:
@@ -311,12 +315,15 @@ def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> d
     for r, name in enumerate(t.rules):
         rules[name] = {"scale": round(float(scales[r]), 4), "settings": int(fires[r]),
                        "fitted": bool(fires[r] >= MIN_SETTINGS), **errors["rules"][name]}
-    sources = sorted({s.source for s in samples})
+    searches = {s.source for s in samples if s.source.startswith("bench/results/search/")}
+    sources = sorted({s.source for s in samples} - searches) + (
+        [f"{len(searches)} searches in bench/results/search/"] if searches else [])
     return {
         "machine": about["machine"], "date": about["date"], "command": command,
         "measured_by": sources, "settings": len(samples), "pairs": errors["pairs"],
         "speedup_error": errors["speedup_error"] if errors["speedup_error"] is not None else ASSUMED_SPEEDUP_ERROR,
-        "settings_error": errors["settings_error"],
+        "settings_error": errors["settings_error"], "unseen_pairs": errors["unseen_pairs"],
+        "unseen_error": errors["unseen_error"],
         "before": {"settings_error": _share(np.median(np.abs(np.log(t.estimate(np.ones(len(t.rules))) /
                                                                     t.measured))))},
         "devices": {"sm_90": {"l2_gbps": about["l2_gbps"], "from": about.get("l2_from", "")}}
@@ -334,6 +341,20 @@ def views_of(specs: list, target: str, workers: int) -> list[dict | None]:
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_source_only) as pool:
         return list(pool.map(costs_of, specs, [target] * len(specs), chunksize=4))
+
+
+def cached_views(samples: list[Sample], target: str, workers: int, cache: Path | None) -> list[dict | None]:
+    """The settings' static views, from ``cache`` where it holds them (to refit without recomputing them:
+    they change with the rules, not with the fit), the rest computed and added to it."""
+    def key(spec) -> str:
+        return f"{spec.template} {spec.workload!r} {sorted(spec.knobs.to_strings().items())}"
+
+    known = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    missing = [s.spec for s in samples if key(s.spec) not in known]
+    known |= dict(zip(map(key, missing), views_of(missing, target, workers), strict=True)) if missing else {}
+    if cache is not None:
+        cache.write_text(json.dumps(known))
+    return [known[key(s.spec)] for s in samples]
 
 
 def measure_now(specs: list, workers: int, deadline: float, progress) -> tuple[list[Sample], dict]:
@@ -382,6 +403,11 @@ def main(argv=None) -> int:
                         help="--measure stops timing this long after the start and fits what it has")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--out", type=Path, default=None, help="where to write the table (default: the diagnosis's)")
+    parser.add_argument("--views-cache", type=Path, default=None,
+                        help="keep the settings' static views in this file and reuse them (to refit after changing "
+                             "the fit, not the rules)")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="fit to this many of the settings only, every n-th (a quick look at the fit)")
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     started = time.time()
@@ -407,8 +433,10 @@ def main(argv=None) -> int:
                                      started + 60 * args.max_minutes, progress)
     else:
         samples, about = recorded_samples()
+    if args.sample:
+        samples = samples[::max(1, len(samples) // args.sample)]
     progress(f"{len(samples)} measured settings; their static diagnoses…")
-    views = views_of([s.spec for s in samples], about["target"], args.workers)
+    views = cached_views(samples, about["target"], args.workers, args.views_cache)
     t, kept = table_of(samples, views, rules)
     result = calibration(t, kept, about, command)
     result["seconds"] = round(time.time() - started)
@@ -427,7 +455,10 @@ def format_table(c: dict) -> str:
              f"{', '.join(c['measured_by'])}) with `{c['command']}`. Held out by workload in {FOLDS} folds: the "
              f"median error of a setting's estimate is ±{c['settings_error']:.0%} (±{before:.0%} with the models' "
              f"constants as assumed); of a one-knob move's estimated speedup ±{c['speedup_error']:.0%} over "
-             f"{c['pairs']} measured pairs: the margin a suggestion must beat.", "",
+             f"{c['pairs']} measured pairs whose estimates differ: the margin a suggestion must beat. The model "
+             f"sees no change in {c['unseen_pairs']} more pairs"
+             + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else "."),
+             "",
              "| rule | settings | scale | held-out error | one-knob pairs | their speedup error |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, r in c["rules"].items():

@@ -72,13 +72,27 @@ def diagnosing(workers: int) -> ProcessPoolExecutor:
     return processes(workers, _source_only)
 
 
-def grade(workers: int, progress) -> list[A.StepGrade]:
-    """Every lesson step, graded; the graded steps' diagnoses run in ``workers`` processes."""
+def diagnosed(specs, workers: int, known: dict | None = None) -> dict:
+    """``known`` with the diagnoses of the other ``specs``, made in ``workers`` processes."""
+    known = dict(known or {})
+    wanted = [spec for spec in dict.fromkeys(specs) if spec not in known]
+    if wanted:
+        with diagnosing(workers) as pool:
+            known |= dict(zip(wanted, pool.map(_diagnosis, wanted), strict=True))
+    return known
+
+
+def graded_specs() -> list:
+    """The settings whose diagnoses the grades read: each knob step's step before."""
+    return [step.previous.spec for lesson in lessons() for step in lesson.steps[1:]
+            if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
+
+
+def grade(workers: int, progress, known: dict | None = None) -> list[A.StepGrade]:
+    """Every lesson step, graded; the graded steps' diagnoses (those not ``known``) run in ``workers``
+    processes."""
     steps = [(lesson, step) for lesson in lessons() for step in lesson.steps[1:]]
-    wanted = list(dict.fromkeys(step.previous.spec for _, step in steps
-                                if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)))
-    with diagnosing(workers) as pool:
-        diagnoses = dict(zip(wanted, pool.map(_diagnosis, wanted), strict=True))
+    diagnoses = diagnosed(graded_specs(), workers, known)
     grades = [A.grade_step(lesson.id, step, diagnoses.get(step.previous.spec)) for lesson, step in steps]
     for g in grades:
         if g.graded:
@@ -227,7 +241,7 @@ def _near_neighbours(spec) -> list[list]:
     return [[moved for moved, _ in path] for path in neighbours(spec)]
 
 
-def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
+def try_on_gpu(workers: int, deadline: float, progress, known: dict | None = None) -> list[dict]:
     """Each preset beside its top suggestion, measured on the local GPU (10 repeats); where the
     diagnosis suggests nothing (near its limit), beside every neighbour it would have tried, to check
     that none is faster. Presets and their suggestions are measured first, then the neighbours, until
@@ -235,8 +249,8 @@ def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
     from explorer.measure import MeasureSettings, measure
 
     presets = presets_to_try()
-    with diagnosing(workers) as pool:
-        diagnoses = list(pool.map(_diagnosis, [p.spec for p in presets]))
+    known = diagnosed([p.spec for p in presets], workers, known)
+    diagnoses = [known[p.spec] for p in presets]
     tops = [d.suggestions(1) for d in diagnoses]
     progress(f"diagnosed {len(presets)} presets")
     first = list(dict.fromkeys(spec for p, top in zip(presets, tops, strict=True)
@@ -361,7 +375,10 @@ def main(argv=None) -> int:
             print("error: --try-on-gpu needs a local CUDA GPU.", file=sys.stderr)
             return NO_GPU_EXIT
     started = time.time()
-    grades = grade(args.workers, progress)
+    known = None
+    if args.try_on_gpu:  # the presets' diagnoses and the grades' together, in one pool
+        known = diagnosed(graded_specs() + [p.spec for p in presets_to_try()], args.workers)
+    grades = grade(args.workers, progress, known)
     text = agreement_text(grades, time.time() - started)
     section = ""
     if args.try_on_gpu:
@@ -370,7 +387,7 @@ def main(argv=None) -> int:
         device = tvm.cuda(0).device_name
         begun = time.time()
         command = "python bench/diagnosis_agreement.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress)
+        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress, known)
         section = gpu_text(rows, device, time.time() - begun, command)
         text += "\n" + section
     elif args.write:  # the GPU's table of the last --try-on-gpu run stays, with its own date and command

@@ -40,6 +40,9 @@ def occupancy_rule(f: Facts) -> Finding | None:
                 f"{f.limiter}: {f.warps_per_sm} warps per SM (of {LATENCY_HIDING_WARPS} taken as enough)."]
     if f.registers is not None:
         evidence.append(f"{f.registers} registers per thread; {f.shared_bytes:,} B of shared memory per block.")
+    if f.loop is not None and f.loop.fragments:
+        evidence.append(f"The tile loop's accumulators and fragments take {f.loop.fragments} registers per thread: "
+                        "fewer rows per warp or a smaller key tile take fewer, and more blocks fit.")
     if "achieved_occupancy" in f.counters:
         evidence.append(f"Nsight Compute: achieved occupancy {f.counters['achieved_occupancy']:.0f}%.")
     evidence += stall_evidence(f, "long_scoreboard")
