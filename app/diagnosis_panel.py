@@ -6,8 +6,9 @@ measurement), and each shows whether it was faster, and by how much; one measure
 moves after the others, so the next suggestion leads. Where no move is estimated faster by
 more than the model's error, the panel says the setting is near its limit instead.
 
-A diagnosis builds every neighbouring setting: the server computes it once per setting, in
-a process of its own (explorer.diagnoses), while the page polls."""
+A diagnosis builds every neighbouring setting: the server computes it once per setting (after
+the setting's measurement, where it is measured), in a process of its own (explorer.diagnoses),
+while the page polls."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -27,12 +28,14 @@ PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosi
 SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.ClaimThresholds)
 
 
-def job(spec: Spec, target: str) -> Future:
-    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session,
-    and again once the setting has been measured (then it is placed on the measured roofline)."""
+def job(spec: Spec, target: str) -> Future | None:
+    """The server's diagnosis of ``spec`` for ``target``: started once, shared by every session;
+    None while the setting's measurement is on its way (where it can be measured): the diagnosis
+    is placed on the measured roofline, so it waits for it (explorer.diagnoses)."""
     live = server.live()
     measured = live.result(spec, target)
-    return live.diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None)
+    return live.diagnoses.get(spec, target, measured if getattr(measured, "correct", False) else None,
+                              measured is None and latency.can_measure() and live.warm.done)
 
 
 def panel(built: Build, preset: str | None = None) -> None:
@@ -42,6 +45,9 @@ def panel(built: Build, preset: str | None = None) -> None:
         return
     with st.container(border=True):
         future = job(built.spec, session.target())
+        if future is None:
+            _after_the_measurement(built.spec)
+            return
         if not future.done():
             ahead, waited_s = server.live().diagnoses.wait(future)
             if waited_s < PATIENCE_S:
@@ -60,6 +66,13 @@ def panel(built: Build, preset: str | None = None) -> None:
             st.caption(f"Diagnosis failed: {summary_line(error)}")
             return
         show(diagnosis, preset or session.preset_id())
+
+
+@st.fragment(run_every=POLL_S)
+def _after_the_measurement(spec: Spec) -> None:
+    if job(spec, session.target()) is not None:
+        st.rerun()
+    st.caption("Diagnosis: after this setting's measurement, so that it is placed on the measured roofline…")
 
 
 @st.fragment(run_every=POLL_S)
@@ -85,10 +98,13 @@ def show(d: Diagnosis, preset: str | None = None) -> None:
     for rank, found in enumerate(ordered(d, tried), start=1):
         left, right = st.columns([4, 1], vertical_alignment="center")
         share = f", {100 * found.cost_us / d.bound_us:.0f}% of the roofline's time" if d.bound_us else ""
-        left.markdown(f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
+        left.markdown(f"{rank}. :red[**{found.title}**]" if found.wrong else
+                      f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
         s = found.suggestion
         if s is None:
-            if d.limit is None:
+            if found.wrong:
+                left.caption("No single knob move removes it.")
+            elif d.limit is None:
                 left.caption("No single knob move lowers this by more than the model's error.")
         else:
             left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."

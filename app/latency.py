@@ -10,6 +10,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer import figures, targets
 from explorer.build import Build
+from explorer.measure import QUICK_SETTINGS, describe_budget
 
 from . import server, session
 
@@ -35,6 +36,7 @@ def latency(built: Build) -> None:
         st.error(result.summary())
         return
     _latency_metrics(result, built.spec)
+    st.caption(f"Timed: {result.timing.describe()}.")  # a slow kernel gets few repeats: how far to trust it
     _versus_pytorch(result, built.spec.workload, server.live())
     st.caption(_measured_when(result, job))
     if getattr(result, "quick", False):
@@ -84,9 +86,9 @@ def _finished_job(spec, slot: str):
     return job
 
 
-QUICK_NOTE = ("Timed with a short budget (5 repeats, 3 for a kernel of 2 ms or more, no CUDA graph) while other "
-              "students' measurements waited; the server measures it again in full once the GPU is free, and the next "
-              "look at this setting shows that.")
+QUICK_NOTE = (f"Timed with a short budget ({describe_budget(QUICK_SETTINGS)}) while other students' measurements "
+              "waited; the server measures it again in full once the GPU is free, and the next look at this setting "
+              "shows that.")
 
 # While a measurement waits, a fragment reruns to show its place and then the latency:
 # often near the front of the queue (short next to a warm measurement), once a second

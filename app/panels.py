@@ -12,7 +12,7 @@ import streamlit as st
 
 from explorer import figures, targets
 from explorer.analyses import Analysis
-from explorer.analysis import banks, ncu, tree
+from explorer.analysis import banks, ncu, races, tree
 from explorer.analysis.resources import analyze_resources
 from explorer.analysis.roofline import no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
@@ -177,8 +177,30 @@ def tiling(built: Build) -> None:
         st.caption(" ".join(t.notes))
 
 
+RACES_SHOWN = 4  # races written out in the tab (the rest counted)
+
+
+def race_check(built: Build) -> None:
+    """The static race check above the bank model: a race makes the result wrong, whatever its speed."""
+    report = races.analyze_races(built)
+    found = report.races
+    if found:
+        lines = [f"- {race.kernel}: {race.sentence()}" for race in found[:RACES_SHOWN]]
+        if len(found) > RACES_SHOWN:
+            lines.append(f"- … and {len(found) - RACES_SHOWN} more pairs of accesses.")
+        st.error("**Shared-memory race: this kernel's result is wrong.** A thread writes a location another thread "
+                 "reads or writes with nothing ordering them: a __syncthreads() between them (a __syncwarp() for "
+                 "lanes of one warp) is missing.\n" + "\n".join(lines), icon=":material/error:")
+    elif any(k.checked for k in report.kernels):
+        st.caption(f"Race check: no shared-memory race among "
+                   f"{sum(k.checked for k in report.kernels):,} accesses checked.")
+    if report.unchecked:
+        st.caption(" ".join(report.unchecked))
+
+
 def bank_conflicts(built: Build) -> None:
-    """The shared-memory bank-conflict model: every access, and one warp's lanes → banks."""
+    """The race check, then the shared-memory bank-conflict model: every access, and one warp's lanes → banks."""
+    race_check(built)
     report = banks.analyze_banks(built)
     accesses = [(k, a) for k in report.kernels for a in k.accesses]
     if not accesses:
@@ -206,7 +228,8 @@ def bank_conflicts(built: Build) -> None:
         for k, a in accesses
     ], hide_index=True)
     with st.expander("What the model assumes"):
-        st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes)))
+        st.markdown("\n".join(f"- {line}" for line in (*report.assumptions, *report.notes,
+                                                          *races.analyze_races(built).assumptions)))
 
 
 def reduction_tree(built: Build) -> None:

@@ -68,6 +68,7 @@ from app.widgets import format_value
 from explorer.build import scheduled
 from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
+from explorer.measure.worker import read_run_line
 from explorer.presets import get_preset
 from explorer.serve import wait_healthy
 from explorer.services.compiles import COMPILE_LOG_CUBINS, COMPILE_LOG_TIMES
@@ -627,16 +628,15 @@ def overlapping_runs(log_path: str, since_ns: int) -> tuple[int, int]:
 
 def run_phases(log_path: str, since_ns: int) -> dict[str, float]:
     """Mean milliseconds per kernel run of each phase the measuring workers logged since ``since_ns``
-    (load, upload, check and time, graph: a phase a run skipped counts 0)."""
+    (load, data, copy, check, time, graph: a phase a run skipped counts 0; bench/worker_phases.py
+    has their medians per template)."""
     totals, runs = collections.Counter(), 0
     for line in Path(log_path).read_text().splitlines():
-        head, _, phases = line.partition("|")
-        if int(head.split()[1]) < since_ns:
+        run = read_run_line(line)
+        if run.start_ns < since_ns:
             continue
         runs += 1
-        for phase in phases.split():
-            name, _, ms = phase.partition("=")
-            totals[name] += float(ms)
+        totals.update(run.phases_ms)
     return {name: total / runs for name, total in totals.items()} if runs else {}
 
 

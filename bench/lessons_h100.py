@@ -208,7 +208,7 @@ def main(argv=None) -> int:
         "device": device, "date": datetime.date.today().isoformat(), "elapsed_s": time.perf_counter() - start,
         "command": "python " + " ".join(shlex.quote(a) for a in ["bench/lessons_h100.py", *(argv or sys.argv[1:])]),
         "tvm": metadata.version("apache-tvm"), "target": args.target or arch, "repeats": settings.repeats,
-        "min_repeat_ms": settings.min_repeat_ms, "torch": _torch_version() if torch_us else "not measured",
+        "min_repeat_ms": settings.min_repeat_us / 1000, "torch": _torch_version() if torch_us else "not measured",
     }
     text = render(lessons, measured, torch_us, R.local_sm_count(), header, args.target)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -271,7 +271,8 @@ def main() -> int:
         results = {
             "command": "python bench/measure_h100.py " + " ".join(sys.argv[1:]),
             "environment": environment(),
-            "settings": {"repeats": settings.repeats, "min_repeat_ms": settings.min_repeat_ms, "seed": settings.seed},
+            "settings": {"repeats": settings.repeats, "min_repeat_ms": settings.min_repeat_us / 1000,
+                         "seed": settings.seed},
             "presets": measure_presets(ids, settings),
             "baselines": [] if args.no_baseline else measure_baselines(ids, settings),
             "knob_changes": time_knob_changes(ids, settings, args.knob_changes),

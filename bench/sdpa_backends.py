@@ -24,9 +24,9 @@ from result_files import RESULTS, gpu_slug
 
 from explorer.benchmarks import BENCHMARKS
 from explorer.measure import MeasureSettings
+from explorer.measure.data import workload_data
 from explorer.measure.gate import compare
 from explorer.measure.graphs import cuda_torch, time_cuda_graph, torch_tensor
-from explorer.measure.worker import workload_data
 
 BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from . import figures, measure
 from .analysis import ncu, vthread
 from .analysis.banks import analyze_banks, format_report
+from .analysis.races import analyze_races, format_races
 from .analysis.resources import analyze_resources, format_resources
 from .analysis.roofline import format_roofline, published_ceilings, roofline
 from .analysis.sass import analyze_sass, compile_binary, format_sass
@@ -65,9 +66,12 @@ def measured_here(spec: Spec):
 
 
 def _banks_view(spec: Spec, args) -> tuple[str, dict]:
-    """The bank model; with --ncu, beside the same kernels measured by Nsight Compute on this machine's GPU."""
-    report = analyze_banks(build(spec, args.target))
-    text, data = format_report(report), {"banks": report.to_dict()}
+    """The race check, then the bank model; with --ncu, beside the same kernels measured by Nsight Compute
+    on this machine's GPU."""
+    built = build(spec, args.target)
+    report, races = analyze_banks(built), analyze_races(built)
+    text = f"{format_races(races, assumptions=False)}\n\n{format_report(report)}\n{format_races(races, races=False)}"
+    data = {"banks": report.to_dict(), "races": races.to_dict()}
     if args.ncu:
         rows = ncu.compare(report, ncu.profile(spec))
         text += "\n\nNsight Compute (this GPU):\n" + ncu.format_comparison(rows)

@@ -32,6 +32,9 @@ RELATIONS = {
 }
 # The relations whose bar is the lessons' noise band rather than a ratio a claim states.
 NOISE_BAND_RELATIONS = ("same_speed", "no_slower")
+# The noise band: two times within ±5% count as the same speed. The median of a GPU timing
+# moves by 1–3% from run to run, so a smaller difference says nothing about the schedule.
+SAME_SPEED = 0.05
 
 
 def first_input(built: Build):

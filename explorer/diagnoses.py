@@ -4,10 +4,21 @@ A diagnosis builds and analyses every neighbouring setting (seconds of CPU): it 
 in a process of its own (``Live.diagnosing``), so the app's one process, which runs every
 student's page, only receives the result, and the pages' builds never queue behind it. One
 runs at a time; a setting the class has moved on from is dropped before it starts.
+
+Once per setting: where the setting is being measured, its diagnosis waits for the measurement
+(at most ``MEASURE_WAIT_S``) and is placed on it; a later measurement of the setting (the full
+one after a quick one, or one after the results' age) does not diagnose it again. (It was
+diagnosed up to three times: before its measurement, on the quick one, on the full one.) On a
+server of several app processes each has its diagnoses, and they share them on disk
+(:meth:`Diagnoses.share`, a folder of that server's): the first process to diagnose a setting
+does, the others read it (each of four app processes diagnosed every lesson step).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
+import pickle
 import threading
 import time
 from collections import OrderedDict
@@ -20,6 +31,13 @@ from .errors import ExplorerError
 
 KEEP = 256  # diagnoses kept for the whole server (a few KB each)
 WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
+# A setting's measurement that has not come after this long (a long queue, a kernel that crashed)
+# is not waited for: the diagnosis is static.
+MEASURE_WAIT_S = 15.0
+# Another app process's diagnosis of a setting, waited for this long before diagnosing it here (it
+# takes seconds; a process that died while diagnosing leaves its claim behind).
+SHARED_WAIT_S = 60.0
+SHARED_POLL_S = 0.2
 
 
 def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
@@ -31,26 +49,32 @@ def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: flo
 
 
 class Diagnoses:
-    """Diagnoses by (spec, target, measured µs): ``run(spec, target, ceilings, measured_us)``
-    computes one (:func:`diagnose_in_process` in the diagnosing process, or a stand-in in tests)."""
+    """Diagnoses by (spec, target): ``run(spec, target, ceilings, measured_us)`` computes one
+    (:func:`diagnose_in_process` in the diagnosing process, or a stand-in in tests)."""
 
     def __init__(self, run: Callable[..., Diagnosis | ExplorerError]):
         self._run = run
         self._jobs: OrderedDict[tuple, Future] = OrderedDict()
+        self._measuring: OrderedDict[tuple, float] = OrderedDict()  # when each waited for its measurement first
+        self._shared: str | None = None  # the folder the server's app processes share their diagnoses in
         self._asked: dict[Future, tuple[int, float]] = {}  # each future's turn and when it was asked for
         self._turns = itertools.count()
         self._lock = threading.Lock()
         self._one_at_a_time = ThreadPoolExecutor(1, thread_name_prefix="diagnosis")
 
-    def get(self, spec: Spec, target: str, measured=None) -> Future:
+    def get(self, spec: Spec, target: str, measured=None, measuring: bool = False) -> Future | None:
         """The diagnosis of ``spec`` (placed on ``measured``'s roofline, a correct measurement,
         where given): started once and shared; the future's result raises an ExplorerError
-        for a setting that cannot be built."""
+        for a setting that cannot be built. None while ``measuring`` (the setting's measurement
+        is on its way) and not for longer than MEASURE_WAIT_S: the diagnosis waits for it."""
         measured_us = measured.median_us if measured is not None else None
-        key = (spec, target, measured_us)
+        key = (spec, target)
         with self._lock:
             future = self._jobs.get(key)
             if future is None or future.cancelled():
+                if measured is None and measuring and not self._waited_enough(key):
+                    return None
+                self._measuring.pop(key, None)
                 ceilings = measured.ceilings if measured is not None else None
                 future = self._jobs[key] = self._one_at_a_time.submit(self._diagnose, spec, target, ceilings,
                                                                       measured_us)
@@ -63,6 +87,14 @@ class Diagnoses:
             self._jobs.move_to_end(key)
             return future
 
+    def _waited_enough(self, key: tuple) -> bool:
+        now = time.monotonic()
+        first = self._measuring.setdefault(key, now)
+        self._measuring.move_to_end(key)
+        while len(self._measuring) > KEEP:
+            self._measuring.popitem(last=False)
+        return now - first >= MEASURE_WAIT_S
+
     def wait(self, future: Future) -> tuple[int, float]:
         """(diagnoses ahead of ``future``, the one running included; seconds since it was asked for)."""
         with self._lock:
@@ -70,11 +102,47 @@ class Diagnoses:
             ahead = sum(1 for other, (t, _) in self._asked.items() if t < turn and not other.done())
         return ahead, time.monotonic() - asked
 
+    def share(self, directory: str) -> None:
+        """Share the diagnoses with the server's other app processes through ``directory`` (a
+        folder of that server's, made here if need be; only this user's processes write there)."""
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._shared = directory
+
     def _diagnose(self, spec: Spec, target: str, ceilings, measured_us) -> Diagnosis:
-        outcome = self._run(spec, target, ceilings, measured_us)
+        run = lambda: self._run(spec, target, ceilings, measured_us)  # noqa: E731
+        outcome = run() if self._shared is None else shared(self._shared, (spec, target), run)
         if isinstance(outcome, ExplorerError):
             raise outcome
         return outcome
 
     def close(self) -> None:
         self._one_at_a_time.shutdown(wait=False, cancel_futures=True)
+
+
+def shared(directory: str, key: tuple, compute: Callable[[], object]):
+    """``compute()``'s outcome for ``key``, computed once by the processes that share ``directory``:
+    read from its file where one wrote it; else claimed (a lock file) and computed here, or, while
+    another process holds the claim, waited for (SHARED_WAIT_S at most, then computed here)."""
+    path = os.path.join(directory, hashlib.sha256(repr(key).encode()).hexdigest() + ".pickle")
+    claim = path + ".lock"
+    deadline = time.monotonic() + SHARED_WAIT_S
+    while True:
+        if os.path.exists(path):
+            with open(path, "rb") as file:
+                return pickle.load(file)  # written by this server's own processes
+        try:
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if time.monotonic() < deadline:
+                time.sleep(SHARED_POLL_S)
+                continue
+            return compute()
+        try:
+            outcome = compute()
+            partial = f"{path}.{os.getpid()}"
+            with open(partial, "wb") as file:
+                pickle.dump(outcome, file)
+            os.replace(partial, path)  # whole or absent to the other processes
+            return outcome
+        finally:
+            os.unlink(claim)

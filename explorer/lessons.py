@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .build import Spec, build
-from .claims import FACTS, RELATIONS
+from .claims import FACTS, RELATIONS, SAME_SPEED
 from .errors import ExplorerError, PresetError
 from .presets import Comparison, Lesson, Preset, Step, all_lessons, all_presets
+from .questions import DIRECTIONS, KINDS, RULE_NAMES, Answer, Question, answer_from, direction_of, recorded_answer
 
 FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: where the Lessons page and a class start
 REPRODUCED = "reproduced"
@@ -40,9 +41,7 @@ NEEDS_GPU = "needs a GPU"
 class ClaimThresholds:
     """How strictly a measured comparison must match the tutorial's."""
 
-    # Two times within ±5% count as the same speed: the median of a GPU timing moves by
-    # 1–3% from run to run, so a smaller difference says nothing about the schedule.
-    tolerance: float = 0.05
+    tolerance: float = SAME_SPEED  # the noise band (explorer.claims)
 
 
 def lessons() -> tuple[Lesson, ...]:
@@ -133,10 +132,12 @@ class ComparisonCheck:
         """The claim in words: "Step 8 is faster than step 7: Threads 8×32 on 32×32 …"."""
         words = RELATIONS[self.comparison.expect]
         bound = f", by at least ×{self.comparison.at_least:g}" if self.comparison.at_least else ""
-        other = self.other
-        where = (f"step {other.step}" if other.lesson == this.lesson
-                 else f"the {other.lesson} lesson's step {other.step}")
-        return f"Step {this.step} is {words} {where}{bound}: {other.title}."
+        return f"Step {this.step} is {words} {step_name(this, self.other)}{bound}: {self.other.title}."
+
+
+def step_name(this: Preset, other: Preset) -> str:
+    """How ``this`` step names ``other``: "step 4", or "the matmul lesson's step 2"."""
+    return f"step {other.step}" if other.lesson == this.lesson else f"the {other.lesson} lesson's step {other.step}"
 
 
 def check_comparison(
@@ -228,6 +229,89 @@ def measure_presets(
         if on_done is not None:
             on_done(preset, value, error)
     return times, errors
+
+
+# -- questions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A step's question (explorer.questions) with the presets its answer is about."""
+
+    preset: Preset  # the step that asks it
+    question: Question
+    settings: tuple[Preset, Preset]  # in the order of question.settings
+
+    @property
+    def text(self) -> str:
+        if self.question.text:
+            return self.question.text
+        other = self.settings[1]
+        return KINDS[self.question.kind].format(step=self.preset.step,
+                                                other=f"{step_name(self.preset, other)} ({other.title})")
+
+    def choices(self) -> dict[str, str]:
+        """Each choice's key and its words (empty for speedup, which takes a number)."""
+        kind = self.question.kind
+        if kind == "direction":
+            return dict(DIRECTIONS)
+        if kind == "pick":
+            return {key: f"{key.upper()}: {p.title}" for key, p in zip("ab", self.settings, strict=True)}
+        return {rule: f"{rule} — {RULE_NAMES[rule]}" for rule in self.question.choices}
+
+    def words(self, value) -> str:
+        """An answer (a choice's key or a speedup) in words."""
+        if self.question.kind == "speedup":
+            return f"×{float(value):.3g} faster"
+        return self.choices().get(value, str(value))
+
+    def figures(self, answer: Answer) -> str:
+        """The two times behind ``answer``, in words."""
+        (a, b), (first, second) = answer.us, self.settings
+        if self.question.kind == "pick":
+            return f"A {a:,.2f} µs, B {b:,.2f} µs: A is {speed_words(answer.ratio)}, {answer.source()}"
+        other = step_name(self.preset, second)
+        if self.question.kind != "limit":
+            return (f"{other} {b:,.2f} µs → step {first.step} {a:,.2f} µs: {speed_words(answer.ratio)}, "
+                    f"{answer.source()}")
+        line = f"step {first.step} {a:,.2f} µs → its fix, {other}, {b:,.2f} µs: {speed_words(1 / answer.ratio)}"
+        if not answer.confirmed:
+            line += " (the fix is not faster here, so these figures do not confirm the lesson's answer)"
+        return f"{line}, {answer.source()}"
+
+
+def speed_words(ratio: float) -> str:
+    """A ratio of times (the other's over this one's) in words: "×2.50 faster", "×1.25 slower",
+    "about the same (×0.98)"."""
+    words = direction_of(ratio)
+    if words == "same":
+        return f"about the same (×{ratio:.2f})"
+    return f"×{ratio:.2f} faster" if words == "faster" else f"×{1 / ratio:.2f} slower"
+
+
+def asked(preset: Preset) -> Asked | None:
+    """The question ``preset``'s step asks, or None."""
+    if preset.question is None:
+        return None
+    table = all_presets()
+    return Asked(preset, preset.question, tuple(table[s] for s in preset.question.settings))
+
+
+def questions() -> tuple[Asked, ...]:
+    """Every shipped question, in lesson order."""
+    return tuple(q for lesson in lessons() for step in lesson.steps if (q := asked(step.preset)) is not None)
+
+
+def answer_question(question: Asked, measurer: Callable[[Spec], float] | None = None, where: str = "") -> Answer:
+    """The answer measured with ``measurer(spec) -> µs`` (on ``where``), or, without one or when a
+    measurement fails, the lesson's recorded figures (saying why)."""
+    if measurer is None:
+        return recorded_answer(question.question)
+    times, errors = measure_presets(question.settings, measurer)
+    first, second = (p.id for p in question.settings)
+    if first in times and second in times:
+        return answer_from(question.question, (times[first], times[second]), where, True)
+    return recorded_answer(question.question, note=errors.get(first) or errors.get(second, ""))
 
 
 # -- static facts -----------------------------------------------------------------------

@@ -208,6 +208,8 @@ class SharedLive(Live):
         self._lock = threading.Lock()
         self._warm: WarmUp | None = None
         super().__init__(settings, measuring=False)
+        # One diagnosis per setting for the whole server: its app processes share them (explorer/diagnoses.py).
+        self.diagnoses.share(os.path.join(os.path.dirname(address), "diagnoses"))
 
     # -- the service ---------------------------------------------------------------------
 

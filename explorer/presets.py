@@ -32,7 +32,8 @@ times; ``more_gflops``/``fewer_gflops`` compare FLOP rates, for claims across wo
 optionally ``at_least`` = the smallest ratio that counts (e.g. 10 for "an order of
 magnitude"; not for ``same_speed`` and ``no_slower``, whose bar is the noise band).
 ``static`` makes a structural claim checkable: facts (explorer.claims.FACTS, computed from
-the build) and the values the claim states.
+the build) and the values the claim states. A ``[preset.question]`` table, after the preset's
+own keys, is the question the step asks before its measurement (explorer.questions).
 """
 from __future__ import annotations
 
@@ -44,13 +45,13 @@ from pathlib import Path
 from .build import Spec
 from .claims import FACTS, NOISE_BAND_RELATIONS, RELATIONS
 from .errors import ExplorerError, PresetError
+from .questions import Question, load_question
 from .schedules import get_template, workload_from_mapping
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "found_by", "workload", "knobs",
-                "reported",
-                "compare", "static"}
+                "reported", "compare", "static", "question"}
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
@@ -94,6 +95,7 @@ class Preset:
     reported: tuple[Reported, ...] = ()
     compare: tuple[Comparison, ...] = ()
     static: tuple[tuple[str, object], ...] = ()  # (fact, claimed value), lists as tuples
+    question: Question | None = None  # asked before the step's measurement is shown
 
     @property
     def own_reported(self) -> Reported | None:
@@ -164,13 +166,13 @@ def load_file(path: Path) -> Lesson:
         raise PresetError(f"{where}: [lesson] needs 'id' and 'title'.")
     steps, previous = [], None
     for number, raw in enumerate(data.get("preset", []), start=1):
-        preset = _load_preset(raw, lesson["id"], number, where)
+        preset = _load_preset(raw, lesson["id"], number, where, previous.id if previous else None)
         steps.append(Step(number, preset, previous))
         previous = preset
     return Lesson(lesson["id"], lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps))
 
 
-def _load_preset(raw: dict, lesson: str, step: int, where: str) -> Preset:
+def _load_preset(raw: dict, lesson: str, step: int, where: str, previous: str | None = None) -> Preset:
     name = raw.get("id", f"#{step}")
     here = f"{where} preset '{name}'"
     _check_keys(raw, _PRESET_KEYS, here)
@@ -200,10 +202,11 @@ def _load_preset(raw: dict, lesson: str, step: int, where: str) -> Preset:
     for key in ("id", "title", "source", "claim", "explanation", "found_by"):
         if key in raw and not isinstance(raw[key], str):
             raise PresetError(f"{here}: '{key}' must be text.")
+    question = load_question(raw["question"], here, raw["id"], previous) if "question" in raw else None
     return Preset(
         id=raw["id"], title=raw["title"], lesson=lesson, step=step, source=raw["source"], spec=spec,
         claim=raw["claim"], explanation=raw.get("explanation", ""), found_by=raw.get("found_by", ""),
-        reported=tuple(reported), compare=compare, static=static,
+        reported=tuple(reported), compare=compare, static=static, question=question,
     )
 
 
@@ -253,6 +256,9 @@ def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
                     raise PresetError(
                         f"Preset '{preset.id}' compares itself with '{comparison.other}', which is not another preset."
                     )
+            unknown = [s for s in preset.question.settings if s not in seen] if preset.question else []
+            if unknown:
+                raise PresetError(f"Preset '{preset.id}' asks a question about '{unknown[0]}', which is not a preset.")
     return loaded
 
 

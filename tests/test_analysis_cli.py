@@ -43,10 +43,21 @@ def test_counters_view_puts_each_counter_beside_the_model(capsys, recorded_ncu):
 def test_banks_view_json(capsys):
     assert main(["show", "dw-blog-final-96", "--set", "num_thread_y=1", "--set", "num_thread_x=32",
                  "--set", "num_vthread_x=1", "--view", "banks", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)["banks"]
+    everything = json.loads(capsys.readouterr().out)
+    data = everything["banks"]
     loads = [a for a in data["kernels"][0]["accesses"] if a["op"] == "load" and a["buffer"] == "PaddedInput_shared"]
     assert loads and all(a["conflicts"] == 0 for a in loads)
     assert data["assumptions"]
+    (kernel,) = everything["races"]["kernels"]  # the race check beside the bank model
+    assert kernel["races"] == [] and kernel["checked"] == 4 and everything["races"]["assumptions"]
+
+
+def test_banks_view_leads_with_the_race_check(capsys):
+    assert main(["show", "reduce-5-unroll-last-warp", "--view", "banks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["kernel main_kernel: no shared-memory race among 17 accesses checked",
+                         "kernel main_kernel_1: no shared-memory race among 17 accesses checked"]
+    assert lines[-5] == "Race check assumptions:"
 
 
 def test_tiling_and_resources_views_text(capsys):

@@ -7,7 +7,7 @@ import pytest
 
 from explorer import agreement
 from explorer.analysis import diagnosis as dx
-from explorer.analysis.diagnosis import Device, Facts, GlobalFact, SharedFact
+from explorer.analysis.diagnosis import Device, Facts, GlobalFact, RaceFact, SharedFact
 from explorer.analysis.diagnosis.search import _split_moves
 from explorer.analysis.roofline import Ceilings
 from explorer.cli import main
@@ -142,6 +142,38 @@ def test_a_move_estimated_faster_by_less_than_the_models_error_is_not_suggested(
     assert dx.near_limit(stuck, candidates) is None  # the neighbour without conflicts is 2.5 times faster
 
 
+RACE = RaceFact("row_max_shared", "thread (0, 0, 0) writes row_max_shared[0] (#5, CUDA line 113) and thread "
+                "(32, 0, 0) reads it (#6, CUDA line 117): no __syncthreads() between them.", (113, 117))
+
+
+def test_a_race_is_a_wrong_result_ranked_before_every_cost():
+    # A register-limited setting with a race: the occupancy finding costs 10 µs, the race nothing, yet leads.
+    f = facts(blocks_per_sm=1, limiter="registers", registers=200, races=(RACE,))
+    found = dx.race_rule(f)
+    assert found.wrong and found.cost_us == 0.0
+    assert found.title == "Shared-memory race on row_max_shared at CUDA lines 113, 117: the result is wrong."
+    assert found.evidence[0] == RACE.sentence and "__syncthreads()" in found.evidence[-1]
+    assert [x.rule for x in dx.ranked(dx.findings_of(f).values(), f.bound_us)] == ["race", "occupancy"]
+    assert dx.estimated_total(f) == dx.estimated_total(facts(blocks_per_sm=1, limiter="registers", registers=200))
+    assert dx.race_rule(facts()) is None
+    text = dx.format_diagnosis(dx.Diagnosis(get_preset("rowwise-softmax-fused").spec, (found,), 10.0, "memory"))
+    assert "1. Shared-memory race on row_max_shared at CUDA lines 113, 117: the result is wrong.\n" in text
+    assert "no single knob move removes it" in text
+
+
+def test_a_setting_with_a_race_is_never_suggested():
+    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    racy_but_fast = facts(races=(RACE,))
+    right_but_slower = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),), blocks=10)
+    spec = get_preset("dw-blog-final-96").spec
+    first, second = spec.with_knobs(unroll=True), spec.with_knobs(num_thread_x=8)
+    candidates = [(first, (("unroll", "false", "true"),), racy_but_fast),
+                  (second, (("num_thread_x", "16", "8"),), right_but_slower)]
+    assert dx.suggest("bank-conflicts", conflicted, candidates) is None  # only the racy one lowers it
+    # A race's suggestion: the neighbour without one, however slow.
+    assert dx.suggest("race", facts(races=(RACE,)), candidates).spec == second
+
+
 def test_neighbours_move_one_knob_to_its_nearest_values():
     spec = get_preset("dw-blog-final-96").spec  # num_thread_x 16 of 1, 2, 4, ..., unroll false
     paths = {moves[0][1][0][:2] + (moves[0][1][0][2],): [m[1][0][2] for m in moves] for moves in dx.neighbours(spec)}
@@ -174,8 +206,8 @@ def test_cli_json_shape(capsys):
     assert data["evidence"] == "static" and data["refused"] is None
     assert set(data["roofline"]) == {"least_us", "bound", "measured_us", "percent_of_roofline"}
     finding = data["findings"][0]
-    assert set(finding) == {"rank", "rule", "title", "evidence", "cost_us", "cost_percent_of_roofline", "cost_rule",
-                            "suggestion"}
+    assert set(finding) == {"rank", "rule", "title", "wrong", "evidence", "cost_us", "cost_percent_of_roofline",
+                            "cost_rule", "suggestion"}
     costs = [f["cost_us"] for f in data["findings"]]
     assert costs == sorted(costs, reverse=True) and [f["rank"] for f in data["findings"]] == list(
         range(1, len(costs) + 1))

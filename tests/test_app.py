@@ -14,6 +14,7 @@ import explorer.live
 from app import code_view, latency, panels, server, session, widgets
 from explorer import urlstate
 from explorer.analyses import ANALYSES
+from explorer.analysis import races
 from explorer.build import build
 from explorer.cli import make_parser
 from explorer.errors import ExplorerError
@@ -150,6 +151,20 @@ def test_every_analysis_is_a_tab_with_its_panel_and_a_view(name):
     assert titles == [a.title for a in ANALYSES.values()]
     tab = at.tabs[len(code_view.VIEWS) + titles.index(analysis.title)]
     assert len(tab.children) > 0
+
+
+def test_the_bank_conflicts_tab_leads_with_a_race(monkeypatch):
+    """A race the check finds (one made up here: no shipped setting has one) heads the tab, with its lines."""
+    write = races.RaceAccess(5, "store", "row_max_shared", "row_max_shared[threadIdx_y]", 113, (0, 0, 0), {})
+    read = races.RaceAccess(6, "load", "row_max_shared", "row_max_shared[threadIdx_y]", 117, (32, 0, 0), {})
+    race = races.Race("main_kernel", "row_max_shared", write, read, False, 0, (0, 0, 0), 2, False)
+    report = races.RaceReport((races.KernelRaces("main_kernel", (race,), 9),))
+    monkeypatch.setattr(races, "analyze_races", lambda built: report)
+    at = app({"preset": "dw-blog-final-96"}, view="Bank conflicts").run()
+    assert not at.exception
+    (error,) = at.error
+    assert "this kernel's result is wrong" in error.value and race.sentence() in error.value
+    assert "CUDA line 113" in race.sentence() and "CUDA line 117" in race.sentence()
 
 
 def test_every_panel_of_its_own_belongs_to_an_analysis():
@@ -451,6 +466,9 @@ def test_latency_panel_says_when_a_measurement_was_quick(monkeypatch):
     at = settle(app({"preset": "dw-blog-final-96"}).run())
     assert_clean(at)
     assert latency.QUICK_NOTE in [c.value for c in at.caption]
+    # The repeats and their spread: the fake GPU's three repeats of 100 launches.
+    assert "Timed: 3 timed repeats (100 launches each): min 10.00, max 10.00 µs, 0.0% apart." in \
+        [c.value for c in at.caption]
 
 
 def test_latency_panel_shows_a_wrong_result(monkeypatch):

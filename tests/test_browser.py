@@ -3,8 +3,9 @@
 Moves a thread-count slider with the keyboard and checks that the CUDA view changes; in class
 mode, the teacher unlocks the Class page and puts the class on a step, and a student's open
 Lessons page shows the banner by itself, without a click, and stays where the student is (the
-time from the teacher's click to the student's banner goes to test-output/class-banner.txt).
-Saves screenshots under test-output/.
+time from the teacher's click to the student's banner goes to test-output/class-banner.txt); a
+question round: the teacher puts a step's question to the class, two students see it by
+themselves, answer, and see the answer the teacher reveals. Saves screenshots under test-output/.
 
 Skipped only where chromium or Playwright is genuinely missing on a developer machine;
 under CI (the ``CI`` environment variable, set by .ci/run) a missing browser is a failure.
@@ -206,3 +207,54 @@ def test_the_teachers_step_reaches_an_open_student_page_by_itself(server, tabs, 
         f"lessons?lesson={lesson.id}&step=3")
     student.screenshot(path=OUTPUT / "browser-class-banner.png", full_page=True)
     (OUTPUT / "class-banner.txt").write_text(f"teacher's click to the student's banner: {seconds:.2f} s\n")
+
+
+def test_a_question_round_with_a_teacher_and_two_students(server, tabs, page):
+    """The teacher puts step 2's question to the class; two students on another step see it come by
+    itself, answer, and see the answer the teacher reveals (no GPU here: the lesson's recorded figures).
+    The teacher's view goes to test-output/browser-class-round-teacher.png (docs/screenshots/ has one)."""
+    lesson = L.lessons()[0]  # the Class page's first lesson; its step 2 asks "faster, about the same or slower?"
+    question = L.asked(lesson.step(2).preset)
+    students = [new_page(tabs, 1200, 900) for _ in range(2)]
+    for student in students:
+        student.goto(f"{server}/lessons?lesson={lesson.id}&step=1")
+        student.get_by_role("heading", name="Lessons").wait_for()
+
+    from playwright.sync_api import expect
+
+    teacher = page
+    if not teacher.url.startswith(server):  # this test alone
+        teacher.goto(server)
+    teacher.get_by_role("link", name="Class").click()
+    unlock = teacher.get_by_role("button", name="Unlock the teacher controls")
+    step = teacher.get_by_label("Step", exact=True)
+    unlock.or_(step).first.wait_for()
+    if unlock.count():  # the teacher of the test above is unlocked already
+        teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
+        unlock.click()
+    step.fill("2")
+    step.press("Enter")
+    teacher.get_by_role("button", name="Put this question to the class").click()
+    teacher.get_by_text("Answered, first vote").wait_for()
+
+    for student, given in zip(students, ("slower", "faster"), strict=True):
+        student.get_by_text("Question for the class").wait_for(timeout=BANNER_WAIT_MS)  # no reload, no click
+        student.get_by_test_id("stRadio").get_by_text(given, exact=True).click()
+        student.get_by_role("button", name="Answer", exact=True).click()
+        student.get_by_text(re.compile(f"Your answer: {given}")).wait_for()
+    answered = teacher.get_by_test_id("stMetric").filter(has_text="Answered, first vote")
+    expect(answered.get_by_test_id("stMetricValue")).to_have_text("2", timeout=BANNER_WAIT_MS)  # by itself
+
+    teacher.get_by_role("button", name="Reveal the answer").click()
+    answer = re.compile(r"Answer: slower — ")
+    teacher.get_by_text(answer).wait_for()
+    assert question.question.answer == "slower"
+    for student, given, verdict in zip(students, ("slower", "faster"), ("right", "not this time"), strict=True):
+        student.get_by_text(answer).wait_for(timeout=BANNER_WAIT_MS)
+        expect(student.get_by_text(f"You answered {given}.")).to_contain_text(verdict)  # the badge beside it
+    teacher.get_by_text("Round").first.scroll_into_view_if_needed()
+    teacher.screenshot(path=OUTPUT / "browser-class-round-teacher.png")
+    teacher.get_by_role("button", name="End the round").click()
+    for student in students:
+        student.get_by_text("Question for the class").wait_for(state="detached", timeout=BANNER_WAIT_MS)
+        student.close()

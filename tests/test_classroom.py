@@ -250,11 +250,13 @@ def test_an_older_schema_is_migrated_with_its_entries(tmp_path):
     old = Store(path)
     submit(old, "Ann", SPEC, measure=measured_as(timed(7.0)), with_pytorch=False)
     with old.connection() as conn:  # back to schema 1, as a file written before the class's GPUs setting
-        conn.execute("DROP TABLE class_settings")
+        for table in ("class_settings", "votes", "rounds"):
+            conn.execute(f"DROP TABLE {table}")
         conn.execute("UPDATE schema_version SET version = 1")
     store = Store(path)
-    assert store.schema_version() == len(MIGRATIONS) == 2
+    assert store.schema_version() == len(MIGRATIONS) == 3
     assert [e.name for e in store.entries()] == ["Ann"]
+    assert store.open_round("lesson", 2, "preset").state == "voting"  # schema 3's rounds
     set_class_remote(store, "10.0.0.5:9190", "h100")
     assert class_remote(Store(path)) == Remote("10.0.0.5", 9190, "h100")
     with pytest.raises(RemoteError, match="HOST:PORT"):

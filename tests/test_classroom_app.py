@@ -179,7 +179,7 @@ def test_the_banners_of_many_sessions_share_one_read_of_the_class_step(monkeypat
     store = class_mode.store()
     real = store.class_step
     monkeypatch.setattr(store, "class_step", lambda: reads.append(1) or real())
-    monkeypatch.setattr(store, "_shared_step", (__import__("time").monotonic(), real()))  # read just now
+    monkeypatch.setitem(store._shared, "step", (__import__("time").monotonic(), real()))  # read just now
     students = [page("views/lessons.py") for _ in range(3)]
     assert all(banner(s) and banner(s)[0].startswith("The class is on step 1") for s in students)
     assert reads == []  # served from the server's one read of the last second

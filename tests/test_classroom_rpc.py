@@ -36,7 +36,7 @@ FAST = MeasureSettings(repeats=3, time_limit_s=10, roofline=False)
 WITH_ROOFLINE = MeasureSettings(repeats=3, time_limit_s=5)  # and the remote device's ceilings, measured there
 # 1.5 s and more of timing on the server (a budget past the ten repeats): a server killed 0.5 s
 # after both sessions opened is killed inside its run; each second of it is a core kept busy
-SLOW = MeasureSettings(repeats=10, min_repeat_ms=150, time_limit_s=60, roofline=False, timing_budget_ms=60_000)
+SLOW = MeasureSettings(repeats=10, min_repeat_us=150_000, time_limit_s=60, roofline=False, timing_budget_ms=60_000)
 BIG = Matmul(m=128, n=128, k=128)  # long enough per launch for the repeat time to be met
 
 

@@ -1,9 +1,12 @@
 """The server's diagnoses (explorer.diagnoses): one per setting for every session, one at a
 time, settings left behind dropped before they start, a refusal raised to the caller."""
+import hashlib
 import threading
+from types import SimpleNamespace
 
 import pytest
 
+from explorer import diagnoses
 from explorer.diagnoses import WAITING, Diagnoses
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
@@ -60,3 +63,50 @@ def test_a_waiting_diagnosis_knows_how_many_are_ahead_and_since_when():
         assert third.result(10) == "done" and service.wait(third)[0] == 0
     finally:
         service.close()
+
+
+def test_a_setting_is_diagnosed_once_after_its_measurement(monkeypatch):
+    """Its measurement on its way, the diagnosis waits for it and is placed on it; the full
+    measurement after a quick one diagnoses nothing again; a measurement that does not come in
+    MEASURE_WAIT_S is not waited for."""
+    runs = []
+    service = Diagnoses(lambda spec, target, ceilings, measured_us: runs.append(measured_us) or f"at {measured_us}")
+    quick, full = (SimpleNamespace(median_us=us, ceilings=None) for us in (10.0, 9.6))
+    try:
+        assert service.get(SPEC, "auto", None, True) is None  # measuring: nothing started yet
+        first = service.get(SPEC, "auto", quick)
+        assert first.result(10) == "at 10.0"
+        assert service.get(SPEC, "auto", full) is first and service.get(SPEC, "auto") is first
+        assert runs == [10.0]
+        monkeypatch.setattr(diagnoses, "MEASURE_WAIT_S", 0.0)  # a measurement that never comes
+        assert service.get(spec_x(4), "auto", None, True).result(10) == "at None"
+    finally:
+        service.close()
+
+
+def test_app_processes_sharing_a_folder_diagnose_a_setting_once(tmp_path, monkeypatch):
+    """Two app processes' diagnoses (two services here) on one folder: the first diagnoses, the
+    second reads its diagnosis; a claim another process left behind is waited for, then not."""
+    runs = []
+
+    def run(spec, target, ceilings, measured_us):
+        runs.append(spec)
+        return f"diagnosis of {spec.knobs.num_thread_x}"
+
+    first, second = Diagnoses(run), Diagnoses(run)
+    try:
+        for service in (first, second):
+            service.share(str(tmp_path / "diagnoses"))
+        assert first.get(SPEC, "auto").result(10) == "diagnosis of 16"
+        assert second.get(SPEC, "auto").result(10) == "diagnosis of 16" and runs == [SPEC]
+        # Both at once: one diagnoses, the other waits for its file.
+        both = [service.get(spec_x(8), "auto") for service in (first, second)]
+        assert [f.result(10) for f in both] == ["diagnosis of 8"] * 2 and runs.count(spec_x(8)) == 1
+        # A process that died while diagnosing left its claim: waited for SHARED_WAIT_S, then diagnosed here.
+        monkeypatch.setattr(diagnoses, "SHARED_WAIT_S", 0.3)
+        name = hashlib.sha256(repr((spec_x(4), "auto")).encode()).hexdigest() + ".pickle.lock"
+        (tmp_path / "diagnoses" / name).write_text("")  # another process's claim, never released
+        assert second.get(spec_x(4), "auto").result(10) == "diagnosis of 4" and runs.count(spec_x(4)) == 1
+    finally:
+        first.close()
+        second.close()

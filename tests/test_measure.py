@@ -106,10 +106,10 @@ def test_timing_statistics_in_microseconds():
 
 
 def test_launches_per_repeat_fill_the_minimum_repeat_time():
-    assert launches_for(5e-6, 1) == 200  # 200 × 5 µs = 1 ms
-    assert launches_for(3e-6, 1) == 334  # rounded up: at least 1 ms
-    assert launches_for(2e-3, 1) == 1  # one launch already lasts longer
-    assert launches_for(0.0, 1) == 100_000  # an empty kernel: capped
+    assert launches_for(5e-6, 1e-3) == 200  # 200 × 5 µs = 1 ms
+    assert launches_for(3e-6, 1e-3) == 334  # rounded up: at least 1 ms
+    assert launches_for(2e-3, 1e-3) == 1  # one launch already lasts longer
+    assert launches_for(0.0, 1e-3) == 100_000  # an empty kernel: capped
 
 
 # -- record ----------------------------------------------------------------------------
@@ -419,13 +419,14 @@ def test_a_pip_cuda_root_without_libcudacxx_is_not_one(tmp_path):
 def test_the_timed_repeats_fit_the_timing_budget():
     from explorer.measure.settings import QUICK_SETTINGS, repeats_within
 
-    full = MeasureSettings()  # 20 repeats within 2 s
+    full = MeasureSettings()  # 20 repeats within 100 ms
     assert repeats_within(0.001, full) == 20  # a 1 ms repeat: all twenty
-    assert repeats_within(0.3, full) == 6  # 2 s / 0.3 s
-    assert repeats_within(1.0, full) == repeats_within(10.0, full) == 3  # never fewer than three
-    assert repeats_within(10.0, MeasureSettings(repeats=2)) == 2  # nor more than asked for
-    assert repeats_within(0.001, QUICK_SETTINGS) == 5 and repeats_within(0.1, QUICK_SETTINGS) == 3
-    assert repeats_within(0.002, QUICK_SETTINGS) == 3  # 5 ms of a 2 ms kernel: the probe's three
+    assert repeats_within(0.03, full) == 3  # 100 ms / 30 ms
+    assert repeats_within(1.0, full) == repeats_within(10.0, full) == 2  # never fewer than two
+    assert repeats_within(10.0, MeasureSettings(repeats=1)) == 1  # nor more than asked for
+    # The short budget: 3 repeats of 0.5 ms within 2 ms, two of a kernel of a millisecond or more.
+    assert repeats_within(0.0005, QUICK_SETTINGS) == 3
+    assert repeats_within(0.001, QUICK_SETTINGS) == repeats_within(0.1, QUICK_SETTINGS) == 2
 
 
 def test_a_cold_l2_flush_writes_four_l2s_or_256_mib_where_the_l2_is_unknown():
@@ -447,33 +448,75 @@ class _StandInEvaluated:
         return lambda *args: type("Result", (), {"results": (self.per_launch_s,) * options["repeat"]})()
 
 
-def test_a_slow_kernels_probe_counts_as_timed_repeats():
-    """A kernel of 2 ms launches once per repeat, as its probe did: the probe's three repeats
-    are timed ones, and only the rest are launched (each evaluator call adds a warm-up launch)."""
+def test_a_slow_kernel_is_timed_after_its_check_with_nothing_else():
+    """A kernel whose check took 2.1 ms (the launch and the wait for it) is a slow one: one launch a
+    repeat, two within the short budget, no probe. With a timer of single launches (the GPU's, with
+    PyTorch) it is not even given the evaluator's warm-up launch; without the check's time (the
+    ceilings' kernels) a probe of one launch is its first repeat."""
     from explorer.measure.settings import QUICK_SETTINGS
     from explorer.measure.timing import time_function
 
     module = _StandInEvaluated(2e-3)
-    quick = time_function(module, _StandInH100(), [], QUICK_SETTINGS)
-    assert module.asked == [{"number": 1, "repeat": 3}]  # 5 ms of repeats: the probe's three
-    assert quick.launches_per_repeat == 1 and quick.samples_us == (2000.0,) * 3
+    quick = time_function(module, _StandInH100(), [], QUICK_SETTINGS, first_s=2.1e-3)
+    assert module.asked == [{"number": 1, "repeat": 2}]
+    assert quick.launches_per_repeat == 1 and quick.samples_us == (2000.0,) * 2
+
+    module, asked = _StandInEvaluated(2e-3), []
+    timed = time_function(module, _StandInH100(), [], QUICK_SETTINGS, first_s=2.1e-3,
+                          time_launches=lambda repeats: asked.append(repeats) or Timing((2000.0,) * repeats, 1))
+    assert module.asked == [] and asked == [2] and timed.samples_us == (2000.0,) * 2
 
     module = _StandInEvaluated(2e-3)
-    full = time_function(module, _StandInH100(), [], MeasureSettings())  # 20 repeats fit 2 s
-    assert module.asked == [{"number": 1, "repeat": 3}, {"number": 1, "repeat": 17}]
+    full = time_function(module, _StandInH100(), [], MeasureSettings())  # 20 repeats fit 100 ms
+    assert module.asked == [{"number": 1, "repeat": 1}, {"number": 1, "repeat": 19}]
     assert full.samples_us == (2000.0,) * 20
 
 
-def test_a_fast_kernels_probes_size_its_repeats_and_are_not_timed_repeats():
-    """10 µs a launch: probes of 1 and 10 launches (100 µs, PROBE_S), then repeats of 100
-    launches (1 ms each)."""
+def test_a_fast_kernel_whose_check_was_slow_is_probed_after_all():
+    """10 µs a launch, but the check's launch took 3 ms (its module loaded): the two single launches
+    say so, and the kernel is timed as a fast one: a probe of ten launches (PROBE_S), then three
+    repeats of 50 (0.5 ms)."""
+    from explorer.measure.settings import QUICK_SETTINGS
+    from explorer.measure.timing import time_function
+
+    module = _StandInEvaluated(1e-5)
+    timing = time_function(module, _StandInH100(), [], QUICK_SETTINGS, first_s=3e-3)
+    assert module.asked == [{"number": 1, "repeat": 2}, {"number": 10, "repeat": 1}, {"number": 50, "repeat": 3}]
+    assert timing.launches_per_repeat == 50 and len(timing.samples_us) == 3
+
+
+def test_a_fast_kernels_probes_go_straight_to_a_repeat_which_counts():
+    """10 µs a launch: a probe of one launch (10 µs, short of PROBE_S), then one of a repeat's worth
+    (50 launches, 0.5 ms: the short budget's repeat, timed already), then the other two repeats. The
+    check's 30 µs bound the first probe to three launches; the full budget's repeat is 1 ms."""
     from explorer.measure.settings import QUICK_SETTINGS
     from explorer.measure.timing import time_function
 
     module = _StandInEvaluated(1e-5)
     timing = time_function(module, _StandInH100(), [], QUICK_SETTINGS)
-    assert module.asked == [{"number": 1, "repeat": 3}, {"number": 10, "repeat": 3}, {"number": 100, "repeat": 5}]
-    assert timing.launches_per_repeat == 100 and len(timing.samples_us) == 5
+    assert module.asked == [{"number": 1, "repeat": 1}, {"number": 50, "repeat": 1}, {"number": 50, "repeat": 2}]
+    assert timing.launches_per_repeat == 50 and len(timing.samples_us) == 3
+
+    module = _StandInEvaluated(1e-5)
+    time_function(module, _StandInH100(), [], QUICK_SETTINGS, first_s=30e-6)
+    assert module.asked == [{"number": 3, "repeat": 1}, {"number": 50, "repeat": 1}, {"number": 50, "repeat": 2}]
+
+    module = _StandInEvaluated(1e-5)
+    full = time_function(module, _StandInH100(), [], MeasureSettings())
+    assert module.asked == [{"number": 1, "repeat": 1}, {"number": 100, "repeat": 1}, {"number": 100, "repeat": 19}]
+    assert full.launches_per_repeat == 100 and len(full.samples_us) == 20
+
+
+def test_a_probe_short_of_a_repeat_only_sizes_the_repeats():
+    """300 µs a launch: its one-launch probe (300 µs) is past PROBE_S but short of the short
+    budget's 0.5 ms repeat: repeats of two launches, all three launched."""
+    from explorer.measure.settings import QUICK_SETTINGS
+    from explorer.measure.timing import time_function
+
+    module = _StandInEvaluated(3e-4)
+    timing = time_function(module, _StandInH100(), [], QUICK_SETTINGS, first_s=3.5e-4)
+    assert module.asked == [{"number": 1, "repeat": 1}, {"number": 2, "repeat": 3}]
+    assert timing.launches_per_repeat == 2 and len(timing.samples_us) == 3
 
 
 class _StandInH100:
@@ -551,6 +594,45 @@ def test_no_collection_runs_while_a_cuda_graph_is_captured(monkeypatch):
     assert gc.isenabled()
     gc.collect()
     assert during[-2:] == ["freed", "freed"]  # collected once the capture is over
+
+
+def test_a_slow_kernels_launches_are_timed_back_to_back_between_events(monkeypatch):
+    """time_launches (stand-in torch, no GPU): the GPU kept busy, then an event, and a launch and an
+    event for each repeat, all on PyTorch's stream with TVM launching there; one wait at the end;
+    each repeat the time between two events."""
+    import contextlib
+    import types
+
+    from explorer.measure import graphs
+
+    done, clock = [], iter(range(0, 100, 3))  # each event recorded 3 ms after the one before
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = next(clock)
+            done.append("event")
+
+        def synchronize(self):
+            done.append("wait")
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    @contextlib.contextmanager
+    def torch_stream():
+        done.append("torch stream")
+        yield
+        done.append("own stream")
+
+    cuda = types.SimpleNamespace(Event=Event, is_available=lambda: True, _sleep=lambda cycles: done.append("busy"))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "tvm_ffi", types.SimpleNamespace(use_torch_stream=torch_stream))
+    timing = graphs.time_launches(lambda: done.append("launch"), 2)
+    assert done == ["torch stream", "busy", "event", "launch", "event", "launch", "event", "own stream", "wait"]
+    assert timing.samples_us == (3000.0, 3000.0) and timing.launches_per_repeat == 1
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's memory maps (Linux)")

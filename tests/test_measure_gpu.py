@@ -7,6 +7,7 @@ import tvm
 from tvm.script import tirx as T
 
 from explorer.measure import (
+    QUICK_SETTINGS,
     KernelCrashed,
     MeasureSettings,
     baseline,
@@ -17,6 +18,8 @@ from explorer.measure import (
     measure_module,
     shutdown,
 )
+from explorer.measure.measurement import LOCAL_GPU
+from explorer.measure.worker import data_counts
 from explorer.presets import get_preset
 from explorer.schedules import workload_classes
 from explorer.workloads import Conv1d, Conv2d, DepthwiseConv2d, Matmul
@@ -112,3 +115,25 @@ def test_a_cold_l2_times_single_launches_that_read_from_device_memory():
     assert cold.graph_us > warm.graph_us
     torch_cold = baseline(spec.workload, settings=MeasureSettings(repeats=5, cold_l2=True))
     assert torch_cold.check.correct and torch_cold.timing.launches_per_repeat == 1
+
+
+def test_a_workloads_inputs_are_drawn_on_the_gpu_once_for_all_its_settings():
+    pytest.importorskip("torch")
+    spec = get_preset("dw-blog-final-96").spec
+    for changed in (spec, spec.with_knobs(num_thread_x=8, num_vthread_x=4), spec):
+        assert measure(changed, settings=QUICK_SETTINGS).correct
+    told = LOCAL_GPU.worker.call(data_counts, timeout=60)
+    label = spec.workload.label()
+    assert told[("inputs", label)] == 1 and told[("references", label)] == 1
+    assert ("uploads", label) not in told and ("remade", label) not in told  # nothing came from the host
+
+
+def test_a_slow_kernel_gets_few_single_launches_after_its_check():
+    """Attention three kernels at a time (~16 ms on the H100): two launches with the short budget,
+    as few as the full budget holds, each alone, and the two medians agree."""
+    pytest.importorskip("torch")
+    spec = get_preset("attention-unfused").spec
+    quick, full = measure(spec, settings=QUICK_SETTINGS), measure(spec, settings=MeasureSettings())
+    assert quick.correct and quick.timing.launches_per_repeat == 1 and len(quick.timing.samples_us) == 2
+    assert full.timing.launches_per_repeat == 1 and 2 <= len(full.timing.samples_us) < 20
+    assert abs(quick.median_us - full.median_us) < 0.05 * full.median_us

@@ -91,6 +91,32 @@ def test_each_run_gets_its_own_copy_of_the_inputs_and_an_unwritten_output():
     assert measure_module(correct_module(), WORKLOAD, target="llvm", settings=FAST).correct
 
 
+def zeros_module(workload):
+    """A kernel of ``workload``'s arguments that writes zeros: wrong."""
+    inputs = [te.placeholder(shape, name=f"x{i}") for i, shape in enumerate(workload.input_shapes())]
+    out = te.compute(workload.output_shape(), lambda *index: tirx.const(0.0, "float32"), name="out")
+    return tvm.IRModule({"main": te.create_prim_func([*inputs, out])})
+
+
+def test_inputs_and_the_reference_are_put_on_the_device_once_per_workload():
+    """Settings of one workload, a wrong one among them, and another workload in between: the
+    worker made each workload's inputs and reference once (on this CPU: one upload each), and
+    kept them across a wrong kernel."""
+    from explorer.measure.measurement import LOCAL_GPU
+    from explorer.measure.worker import data_counts
+
+    first, second = Matmul(m=8, n=8, k=12), Matmul(m=8, n=8, k=13)
+    kernels = [(first, tvm.IRModule({"main": first.prim_func()})), (first, zeros_module(first)),
+               (second, tvm.IRModule({"main": second.prim_func()})), (first, tvm.IRModule({"main": first.prim_func()}))]
+    assert [measure_module(kernel, workload, target="llvm", settings=FAST).correct
+            for workload, kernel in kernels] == [True, False, True, True]
+    told = LOCAL_GPU.worker.call(data_counts, timeout=60)
+    for workload in (first, second):
+        label = workload.label()
+        assert {what: told.get((what, label)) for what in ("inputs", "uploads", "references", "remade")} == \
+            {"inputs": 1, "uploads": 1, "references": 1, "remade": None}
+
+
 def test_correct_kernel_is_checked_then_timed():
     from explorer.measure import ceilings
 
@@ -100,7 +126,7 @@ def test_correct_kernel_is_checked_then_timed():
     assert m.device == "CPU" and '"llvm"' in m.target
     t = m.timing
     assert len(t.samples_us) == 3 and t.min_us <= t.median_us <= t.max_us
-    # Launches per repeat are sized for min_repeat_ms = 1 ms (half of it, on a busy CI machine).
+    # Launches per repeat are sized for min_repeat_us = 1000 µs (half of it, on a busy CI machine).
     assert t.launches_per_repeat * t.min_us >= 1000 * 0.5
     # The CPU's ceilings, measured above in the worker (sized for a few cores): a roofline placement.
     assert m.ceilings is not None and m.ceilings.source == "measured on CPU"

@@ -1,6 +1,7 @@
 """Every shipped preset loads through its dataclasses and builds CUDA; bad files fail loudly."""
 import pytest
 
+from explorer.analysis.races import analyze_races
 from explorer.build import build
 from explorer.errors import PresetError
 from explorer.presets import all_lessons, all_presets, get_preset, load_file
@@ -14,6 +15,14 @@ def test_every_preset_builds_cuda_source(preset_id):
     b = build(preset.spec, "h100")
     assert "__global__" in b.cuda and b.kernels
     assert preset.claim and preset.source and preset.title
+
+
+@pytest.mark.parametrize("preset_id", PRESET_IDS)
+def test_no_preset_has_a_shared_memory_race(preset_id):
+    # The static race check (explorer/analysis/races.py) finds none in any shipped setting, each of which
+    # computes the right result; tests/test_analysis_races.py shows it finding the races it should.
+    report = analyze_races(build(get_preset(preset_id).spec, "h100"))
+    assert not report.races, [race.sentence() for race in report.races]
 
 
 def test_lessons_have_ordered_steps():

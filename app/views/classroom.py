@@ -1,5 +1,8 @@
-"""Class: the teacher puts the class on a lesson step or a setting and sees who is where;
-every student submits schedules to a leaderboard per workload that lasts across restarts.
+"""Class: the teacher puts the class on a lesson step or a setting and sees who is where, puts a
+step's question to the class (the students answer on their own pages, the teacher sees the
+answers come in, may hold a second vote after the discussion, then reveals the answer measured
+on the GPU) and, after class, sees which questions the class got most wrong; every student
+submits schedules to a leaderboard per workload that lasts across restarts.
 
 The teacher's token is typed here, compared in constant time, and remembered in this
 session's state only: it is never written into the URL."""
@@ -8,14 +11,18 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app import class_mode, diagnosis_panel, server, session
+from app import class_mode, diagnosis_panel, questions, server, session
 from explorer import classroom, urlstate
 from explorer import lessons as L
+from explorer.classroom import rounds
 from explorer.errors import ExplorerError
 from explorer.measure.remote import server_count
 from explorer.presets import get_preset
 
 STUDENTS_REFRESH_S = 2.0
+VOTES_REFRESH_S = 1.0  # the teacher sees the answers come in
+STATES = {rounds.VOTING: "voting", rounds.CLOSED: "vote closed: the class discusses",
+          rounds.REVEALED: "answer revealed", rounds.ENDED: "ended"}
 
 
 def unlock() -> None:
@@ -68,10 +75,133 @@ def teacher_controls(store: classroom.Store) -> None:
         store.clear_class_step()
     state = store.class_step()
     st.markdown(f"Now: **{state.banner()}**" if state else "Now: no step set; students explore freely.")
+    round_controls(store, lesson, number)
     if state is not None:
         step_diagnosis(state)
     students()
+    after_class(store)
     class_gpus(store)
+
+
+def round_controls(store: classroom.Store, lesson, number: int) -> None:
+    """Put the chosen step's question to the class, and move the round along."""
+    st.markdown("**Question round**")
+    current = store.current_round()
+    step = lesson.step(number)
+    question = L.asked(step.preset)
+    if current is None or current.preset != step.preset.id:
+        if question is None:
+            asking = ", ".join(str(s.number) for s in lesson.steps if s.preset.question) or "none"
+            st.caption(f"Step {number} asks no question; the steps of this lesson that do: {asking}.")
+        else:
+            st.markdown(f"Step {number} asks: *{question.text}*")
+            if st.button("Put this question to the class", type="primary", icon=":material/quiz:",
+                         help="The class goes to this step; every student page shows the question, and the step's "
+                              "latency waits for your reveal."):
+                rounds.open_question(store, question)
+                questions.start_measuring(question, class_remote(store))
+                st.rerun()
+    if current is not None:
+        round_view(store, current)
+
+
+def class_remote(store: classroom.Store):
+    """Where the class's measurements run: this session's tracker, the class's, or this server."""
+    return session.remote() or classroom.class_remote(store)
+
+
+def round_view(store: classroom.Store, round_: classroom.Round) -> None:
+    try:
+        question = rounds.question_of(round_)
+    except ExplorerError as error:
+        st.caption(str(error))
+        return
+    vote = " (second vote)" if round_.vote == 2 else ""
+    with st.container(border=True):
+        st.markdown(f"Round {round_.id} · step {round_.step} · {STATES[round_.state]}{vote}: **{question.text}**")
+        buttons = st.columns(3)
+        try:
+            if round_.state == rounds.VOTING and buttons[0].button("Close the vote", icon=":material/lock:",
+                                                                   width="stretch"):
+                rounds.close_voting(store, round_)
+                st.rerun()
+            if (round_.state == rounds.CLOSED and round_.vote == 1
+                    and buttons[0].button("Second vote", icon=":material/replay:", width="stretch",
+                                          help="After the discussion: every student answers again; the first "
+                                               "vote's answers are kept.")):
+                rounds.second_vote(store, round_)
+                st.rerun()
+            if round_.state in (rounds.VOTING, rounds.CLOSED) and buttons[1].button(
+                    "Reveal the answer", type="primary", icon=":material/visibility:", width="stretch",
+                    help="Closes the vote, measures the two settings on the class's GPU (the lesson's recorded "
+                         "figures without one) and shows every student the answer."):
+                rounds.reveal(store, round_, questions.answer_here(question, class_remote(store)))
+                st.rerun()
+            if buttons[2].button("End the round", icon=":material/stop_circle:", width="stretch",
+                                 help="The question leaves the students' pages; its answers stay for the view "
+                                      "after class."):
+                rounds.end(store, round_)
+                st.rerun()
+        except rounds.RoundRefused as error:
+            st.error(str(error))
+        if round_.state == rounds.REVEALED:
+            answer = rounds.answer_of(round_)
+            second = rounds.tally(store, round_, 2, answer) if round_.vote == 2 else None
+            questions.reveal(question, answer, rounds.tally(store, round_, 1, answer), second, ask=False)
+        else:
+            votes_coming_in(store, round_.id)
+
+
+@st.fragment(run_every=VOTES_REFRESH_S)
+def votes_coming_in(store: classroom.Store, round_id: int) -> None:
+    """How many students answered and what, while the round is open (the answer not shown)."""
+    round_ = store.round(round_id)
+    if round_ is None:
+        return
+    question = rounds.question_of(round_)
+    connected = sum(classroom.presence.students().values())
+    first = rounds.tally(store, round_, 1)
+    second = rounds.tally(store, round_, 2) if round_.vote == 2 else None
+    cols = st.columns(2)
+    cols[0].metric("Answered, first vote", first.answered, help=f"Of {connected} student session(s) connected now.")
+    if second is not None:
+        cols[1].metric("Answered, second vote", second.answered, help=f"Of {connected} student session(s) connected.")
+    questions.counts_table(question, first, second)
+
+
+def after_class(store: classroom.Store) -> None:
+    """Per revealed question: how many predicted right before and after the discussion, the
+    questions the class got most wrong first; every answer as CSV."""
+    results = rounds.summary(store)
+    with st.expander(f"After class: how the class predicted ({len(results)} question(s) revealed)"):
+        if not results:
+            st.caption("No answer revealed yet.")
+        else:
+            st.dataframe(pd.DataFrame([after_class_row(r) for r in results]), hide_index=True, column_config={
+                "right, first vote": st.column_config.ProgressColumn(min_value=0, max_value=1, format="percent"),
+                "right, second vote": st.column_config.ProgressColumn(min_value=0, max_value=1, format="percent"),
+            })
+            st.caption("Most wrong first (the first vote's share of right answers). Students are browser sessions; "
+                       "no name is kept.")
+        st.download_button("Export every answer (CSV)", data=lambda: rounds.csv_text(store),
+                           file_name="class-answers.csv", mime="text/csv", on_click="ignore",
+                           icon=":material/download:")
+
+
+def after_class_row(result: rounds.Result) -> dict:
+    def share(tally):
+        return tally.right / tally.answered if tally and tally.answered else None
+
+    answer = rounds.answer_of(result.round)
+    second = result.second
+    return {
+        "question": f"{result.round.lesson} · step {result.round.step}: {result.question.text}",
+        "answer": result.question.words(answer.value),
+        "first vote": f"{result.first.right} of {result.first.answered}",
+        "right, first vote": share(result.first),
+        "second vote": f"{second.right} of {second.answered}" if second else "—",
+        "right, second vote": share(second),
+    }
 
 
 def step_diagnosis(state: classroom.ClassStep) -> None:
@@ -79,6 +209,9 @@ def step_diagnosis(state: classroom.ClassStep) -> None:
     students moved next from it."""
     spec = classroom.moves.class_spec(state)
     if spec is None:
+        return
+    if class_mode.holds_back(spec):
+        st.caption("What limits this step shows after the reveal: the class is answering a question about it.")
         return
     with st.expander("What limits this step, and what the students moved next", expanded=True):
         moved = classroom.moves.most_moved(state)

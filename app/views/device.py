@@ -13,7 +13,7 @@ from app import server, session
 from explorer.analysis.roofline import ceiling_rows, published_ceilings
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
-from explorer.measure import Remote
+from explorer.measure import QUICK_SETTINGS, Remote, describe_budget
 from explorer.measuring import UNREACHABLE
 from explorer.targets import ALIASES, local_gpu_target, resolve_target, target_label
 
@@ -117,8 +117,8 @@ else:
                                         for index, counts in enumerate(measured["gpus"])) + ".")
     st.caption(f"Server's own work: {measured['background']} measurement(s) ahead of the class or again in full, "
                f"taken only while no student waits; {measured['compile_failures']} setting(s) failed to compile (no "
-               "GPU time spent). While students' measurements wait, a kernel is timed with a short budget (at most 5 "
-               "repeats) and measured again in full once the GPU is free.")
+               "GPU time spent). While students' measurements wait, a kernel is timed with a short budget "
+               f"({describe_budget(QUICK_SETTINGS)}) and measured again in full once the GPU is free.")
 
 st.subheader("Roofline ceilings")
 try:

@@ -15,13 +15,14 @@ session.sync_url()
 class_mode.show(f"Explorer · {session.preset_id() or 'own setting'}")
 template = spec.template_def
 preset = get_preset(session.preset_id()) if session.preset_id() else None
+held = class_mode.holds_back(spec)  # the class answers a question about this setting: no claim, time or diagnosis yet
 
 st.title(template.title)
 st.caption(f"{spec.workload.label()} · {template.summary}")
 link_error = session.flashed("link_error")
 if link_error:
     st.error(link_error)
-if preset is not None and preset.spec == spec:
+if preset is not None and preset.spec == spec and not held:
     with st.container(border=True):
         st.markdown(f"**Step {preset.step}: {preset.title}** — {preset.claim}")
         if preset.explanation:
@@ -54,9 +55,10 @@ if stale:
 
 panels.metrics(built)
 if not stale:
-    diagnosis_panel.panel(built)
+    if not held:
+        diagnosis_panel.panel(built)
     class_mode.record_move(built.spec)
-if measurable and not stale and built.kernels:
+if measurable and not stale and built.kernels and not held:
     latency.latency(built)
 previous = session.previous_try(built.spec) if not stale else None
 left, right = st.columns([3, 1])

@@ -6,18 +6,20 @@ The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``) thro
 widgets' own query-parameter binding, so a teacher can hand out a link to any step.
 """
 import functools
-from urllib.parse import urlencode
 
 import streamlit as st
 
-from app import class_mode, server, session
+from app import class_mode, questions, server, session
 from explorer import lesson_reasons as R
 from explorer import lessons as L
-from explorer import style, urlstate
+from explorer import style
 from explorer.errors import ExplorerError
+from explorer.questions import is_right
 from explorer.targets import target_label
 
 MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
+PREDICTIONS = "lessons.predictions"  # preset id -> (the student's prediction, explorer.questions.Answer), this session
+PREDICT = "lessons.predict"  # the "predict first" toggle
 
 
 def in_reading_order(all_lessons) -> dict:
@@ -144,6 +146,33 @@ def measure_step(step: L.Step, device: tuple, measure_spec, target: str) -> None
     measured.update({(*device, pid): m for pid, m in found.items()})
 
 
+def score() -> str:
+    """This session's predictions: how many were right."""
+    made = session.memo(PREDICTIONS)
+    right = sum(is_right(L.all_presets()[pid].question, given, answer) for pid, (given, answer) in made.items())
+    return f"Your predictions this session: {right} right of {len(made)}." if made else "No prediction yet."
+
+
+def predict_first(question: L.Asked) -> bool:
+    """The step's question before its measurement: False while the student has not predicted
+    (the page stops after the step's code), True once the answer is shown."""
+    made = session.memo(PREDICTIONS)
+    with st.container(border=True):
+        st.markdown(":material/psychology: **Predict first**")
+        if question.preset.id in made:
+            given, answer = made[question.preset.id]
+            questions.reveal(question, answer, mine={1: given}, explain=False)
+            return True
+        questions.settings_links(question)
+        given = questions.answer_form(question, f"lessons.predict.{question.preset.id}", label="Lock in my prediction")
+    if given is None:
+        st.caption("The step's claim, figures and latency show once you have predicted.")
+        questions.code_tabs(question.preset.spec, "lessons.question_view")
+        return False
+    made[question.preset.id] = (given, questions.answer_here(question, session.remote()))
+    st.rerun()
+
+
 lessons = in_reading_order(L.lessons())
 st.title("Lessons")
 # The URL holds a bound selectbox's label, so the options are the short lesson ids.
@@ -157,14 +186,28 @@ class_mode.show(class_mode.lesson_place(lesson_id, number))
 preset = step.preset
 target = session.target()
 
+question = L.asked(preset)
+session.keep_widget(PREDICT, (True, False), False)
+left, right = st.columns([1, 3], vertical_alignment="center")
+predicting = left.toggle("Predict first", key=PREDICT,
+                         help="A step with a question asks it before it shows its claim, figures and latency.")
+if predicting:
+    right.caption(score())
+
 st.header(f"Step {step.number} of {len(lesson.steps)}: {preset.title}")
 st.caption(f"{preset.spec.workload.label()} · {preset.source}")
-explorer_link = "./?" + urlencode(urlstate.to_query(preset.spec, preset.id))
-st.link_button("Open this step in the Explorer", explorer_link, icon=":material/open_in_new:",
+st.link_button("Open this step in the Explorer", questions.explorer_link(preset), icon=":material/open_in_new:",
                help="The Explorer with this preset's knobs, in a new tab: move the knobs from there.")
+show_knobs(step)
+if class_mode.holds_back(preset.spec):
+    st.caption("The class is answering a question about this step (above): its claim, figures and latency show "
+               "after the reveal.")
+    questions.code_tabs(preset.spec, "lessons.question_view")
+    st.stop()
+if predicting and question is not None and not predict_first(question):
+    st.stop()
 if preset.explanation:
     st.write(preset.explanation)
-show_knobs(step)
 
 st.subheader("The claim")
 st.info(preset.claim)

@@ -2,6 +2,8 @@
 
 - :mod:`.banks` — shared-memory bank conflicts of every shared load/store, from the
   lowered device TIR, in Nsight Compute's units.
+- :mod:`.races` — shared-memory races: a location one thread writes and another touches with
+  no barrier between them (no __syncwarp() for two lanes of one warp), with their CUDA lines.
 - :mod:`.tiling` — which block/vthread/thread/iteration computes each output, and the
   input footprint (with halo) of a block and a thread.
 - :mod:`.tree` — the written sum's shared-memory tree per step: active and idle threads, idle

@@ -9,6 +9,7 @@ kernel (before the CUDA compiler's own optimisations, which the bank model discu
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import tvm
@@ -28,6 +29,10 @@ AXES = "xyz"
 SHARED_ADDRESS_CALLS = {"tirx.ptx.ldmatrix": ("load", 4), "tirx.ptx.cp_async_cg": ("store", 0),
                         "tirx.ptx.cp_async_ca": ("store", 0)}
 LANE_BYTES = 16
+# Barriers: every thread of the block waits for every other ("block"), or the lanes of a warp for one another
+# ("warp", __syncwarp). tvm_storage_sync's argument names the memory: "warp" is __syncwarp.
+EXTERN_BARRIERS = {"__syncthreads": "block", "__syncwarp": "warp"}
+TIRX_BARRIERS = {"cta_sync": "block", "warp_sync": "warp"}  # TIRx's own (T.cuda.cta_sync())
 
 
 def _addressed(address):
@@ -81,6 +86,16 @@ class SharedAccess:
     text: str
     duplicate_of: int | None = None  # an identical earlier load the compiler reuses
     epoch: int = 0  # barriers (tvm_storage_sync) before it in program order
+    # For the race check (explorer.analysis.races): the shared allocation it touches (index into
+    # KernelAccesses.storages, -1 when not found), the block and warp barriers a thread has passed when it
+    # makes the access in the first iteration of every loop (KernelAccesses.phase_strides adds the rest), and
+    # its place among the kernel's accesses and async copies (program order), and the statement it is in
+    # (counted in program order: the CUDA writes a statement on a line, or on a few).
+    storage: int = -1
+    phase: int = 0
+    warp_phase: int = 0
+    order: int = 0
+    statement: int = 0
 
     @property
     def access_bytes(self) -> int:
@@ -94,6 +109,45 @@ class KernelAccesses:
     bindings: dict = field(default_factory=dict)  # let-bound Var -> expression
     unsupported: list[str] = field(default_factory=list)  # why some accesses were skipped
     barrier_loops: set = field(default_factory=set)  # loop variables whose body has a barrier
+    # For the race check: loop variable -> (block barriers, warp barriers) one iteration of its body passes
+    # (loops with none are left out); the shared allocations in program order; the cp.async copies
+    # (cp_async_raw), which write shared memory but are not among the bank model's accesses; why the
+    # barriers cannot be counted (a barrier under a condition, mbarriers); and, by storage, the calls its
+    # address is handed to that read or write it unseen (TVM's legacy ldmatrix).
+    phase_strides: dict = field(default_factory=dict)
+    storages: list[Storage] = field(default_factory=list)
+    copies: list[SharedAccess] = field(default_factory=list)
+    unordered: list[str] = field(default_factory=list)
+    handed: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One shared-memory allocation of a kernel (views of it, as the dynamic shared memory's, share it)."""
+
+    name: str
+    scope: str
+    volatile: bool  # TVM's "tirx.volatile" annotation: CUDA reads and writes it through a volatile pointer
+
+
+def barrier_kind(call) -> str | None:
+    """"block" for a __syncthreads(), "warp" for a __syncwarp(), None for any other call."""
+    name = op_name(call)
+    if name == "tvm_storage_sync":
+        scope = call.args[0].value if call.args and isinstance(call.args[0], tvm.ir.expr.StringImm) else "shared"
+        return "warp" if scope == "warp" else "block"
+    if name in TIRX_BARRIERS:
+        return TIRX_BARRIERS[name]
+    if name in ("call_extern", "call_pure_extern") and call.args and isinstance(call.args[0], tvm.ir.expr.StringImm):
+        return EXTERN_BARRIERS.get(call.args[0].value)
+    return None
+
+
+def _barriers_in(stmt) -> bool:
+    """Whether ``stmt`` holds a block barrier."""
+    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call):
+        return barrier_kind(stmt.value) == "block"
+    return any(_barriers_in(c) for c in children(stmt))
 
 
 def kernel_accesses(device_mod: tvm.IRModule, scopes: tuple[str, ...] = SHARED_SCOPES) -> list[KernelAccesses]:
@@ -105,6 +159,13 @@ def kernel_accesses(device_mod: tvm.IRModule, scopes: tuple[str, ...] = SHARED_S
         collector.stmt(func.body, (), ())
         out.append(collector.result())
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def shared_accesses(built) -> tuple[KernelAccesses, ...]:
+    """:func:`kernel_accesses` of a build's device module (shared memory), once per build: the bank
+    model, the race check and the diagnosis's facts read the same."""
+    return tuple(kernel_accesses(built.device_mod))
 
 
 def loop_heights(body) -> dict:
@@ -129,6 +190,15 @@ class _Collector:
         self.heights = heights
         self.epoch = 0
         self.barrier_loops: set = set()
+        self.phase = 0  # block barriers passed so far (a loop's counted for all its iterations once it ends)
+        self.warp_phase = 0  # block and warp barriers passed
+        self.phase_strides: dict = {}
+        self.storages: list[Storage] = []
+        self.storage_of: dict = {}  # Buffer (an allocation or a view of one) -> index into storages
+        self.copies: list[SharedAccess] = []
+        self.unordered: list[str] = []
+        self.handed: dict = {}  # storage -> names of the calls its address is handed to
+        self.statement = 0
         self.threads: dict = {}
         self.blocks: dict = {}
         self.extents: dict = {}
@@ -143,7 +213,8 @@ class _Collector:
     def result(self) -> KernelAccesses:
         dims = lambda kind: tuple(self.extents.get(f"{kind}.{a}", 1) for a in AXES)  # noqa: E731
         launch = Launch(self.kernel, dict(self.threads), dict(self.blocks), dims("threadIdx"), dims("blockIdx"))
-        return KernelAccesses(launch, self.accesses, self.bindings, self.unsupported, self.barrier_loops)
+        return KernelAccesses(launch, self.accesses, self.bindings, self.unsupported, self.barrier_loops,
+                              self.phase_strides, self.storages, self.copies, self.unordered, self.handed)
 
     # -- statements ------------------------------------------------------------------
     def stmt(self, s, loops: tuple, guards: tuple) -> None:
@@ -161,12 +232,21 @@ class _Collector:
                 s.step is not None and not (isinstance(s.step, tirx.IntImm) and int(s.step) == 1)
             ):
                 self.unsupported.append(f"loop '{s.loop_var.name}' has a non-constant range")
+                if _barriers_in(s.body):  # taken to run at least once: what follows it is past a barrier
+                    self.phase += 1
+                    self.warp_phase += 1
                 return
             self.region = {}
             loop = Loop(s.loop_var, int(s.min), int(s.extent), self.heights.get(s.loop_var, 1))
+            phase, warp_phase = self.phase, self.warp_phase
             self.stmt(s.body, loops + (loop,), guards)
+            stride = (self.phase - phase, self.warp_phase - warp_phase)
+            if any(stride):
+                self.phase_strides[s.loop_var] = stride
+                self.phase, self.warp_phase = phase + stride[0] * loop.extent, warp_phase + stride[1] * loop.extent
             self.region = {}
         elif isinstance(s, tirx.IfThenElse):
+            self.statement += 1
             self.expr(s.condition, loops, guards)
             self.region = {}
             self.stmt(s.then_case, loops, guards + ((s.condition, True),))
@@ -175,9 +255,11 @@ class _Collector:
                 self.stmt(s.else_case, loops, guards + ((s.condition, False),))
                 self.region = {}
         elif isinstance(s, tirx.Bind):
+            self.statement += 1
             self.bindings[s.var] = s.value
             self.expr(s.value, loops, guards)
         elif isinstance(s, tirx.BufferStore):
+            self.statement += 1
             self.expr(s.value, loops, guards)
             for index in s.indices:
                 self.expr(index, loops, guards)
@@ -185,16 +267,41 @@ class _Collector:
                 self.record("store", s.buffer, s.indices, loops, guards)
                 self.region = {k: v for k, v in self.region.items() if k[0] != str(s.buffer.name)}
         elif isinstance(s, tirx.Evaluate):
+            self.statement += 1
             self.expr(s.value, loops, guards)
             if isinstance(s.value, tvm.ir.Call) and op_name(s.value) == "tvm_storage_sync":
                 self.region = {}
                 self.epoch += 1
                 self.barrier_loops.update(l.var for l in loops)
+            kind = barrier_kind(s.value) if isinstance(s.value, tvm.ir.Call) else None
+            if kind == "block":
+                self.phase += 1
+                if guards:
+                    self._unordered("a __syncthreads() under a condition, which not every thread may reach")
+            if kind is not None:
+                self.warp_phase += 1
+        elif isinstance(s, tirx.AllocBuffer):
+            if s.buffer.scope() in SHARED_SCOPES:
+                self.storage_of[s.buffer] = len(self.storages)
+                self.storages.append(Storage(str(s.buffer.name), s.buffer.scope(),
+                                             bool(s.annotations.get("tirx.volatile", False))))
+            for child in children(s):
+                self.stmt(child, loops, guards)
+        elif isinstance(s, tirx.DeclBuffer):
+            data = s.data  # buffer_data(allocation) for a view of a shared allocation
+            if isinstance(data, tvm.ir.Call) and data.args and data.args[0] in self.storage_of:
+                self.storage_of[s.buffer] = self.storage_of[data.args[0]]
+            for child in children(s):
+                self.stmt(child, loops, guards)
         else:
             for child in children(s):
                 self.stmt(child, loops, guards)
 
     # -- expressions -----------------------------------------------------------------
+    def _unordered(self, why: str) -> None:
+        if why not in self.unordered:
+            self.unordered.append(why)
+
     def expr(self, e, loops: tuple, guards: tuple) -> None:
         if isinstance(e, BufferLoad):
             for index in e.indices:
@@ -218,10 +325,21 @@ class _Collector:
             element_bytes = max(1, tvm.DataType(str(target.source.dtype)).bits // 8)
             self.record(op, target.source, target.indices, loops, guards, lanes=LANE_BYTES // element_bytes)
             return
-        if isinstance(e, tvm.ir.Call) and op_name(e) == "address_of":  # an address, not an access
+        name = op_name(e) if isinstance(e, tvm.ir.Call) else ""
+        if "mbarrier" in name:
+            self._unordered("mbarriers (TMA copies, wgmma), whose waits order shared memory between the threads "
+                            "that arrive and those that wait")
+        if name == "cp_async_raw":  # (dst, offset, src, offset, bytes): a write of shared memory
+            self._copy(e, loops, guards)
+            for arg in e.args[1:]:
+                self.expr(arg, loops, guards)
+            return
+        if name == "address_of":  # an address, not an access
             for index in e.args[0].indices if isinstance(e.args[0], BufferLoad) else ():
                 self.expr(index, loops, guards)
             return
+        if name and name not in ("buffer_data", "if_then_else"):
+            self._handed(e, name)
         if isinstance(e, tvm.ir.Call) and op_name(e) == "if_then_else":
             cond, then, other = e.args
             self.expr(cond, loops, guards)
@@ -239,6 +357,30 @@ class _Collector:
         for child in expr_children(e):
             self.expr(child, loops, guards)
 
+    def _handed(self, call, name: str) -> None:
+        """Note the shared allocations whose address ``call`` takes: it reads or writes them in ways the
+        accesses here do not show (TVM's legacy ldmatrix, a tensor-core fragment's load)."""
+        for arg in call.args:
+            target = _addressed(arg)
+            buffer = target.source if target is not None else (
+                arg.args[0] if isinstance(arg, tvm.ir.Call) and op_name(arg) == "buffer_data" and arg.args else None)
+            if buffer is not None and buffer in self.storage_of:
+                self.handed.setdefault(self.storage_of[buffer], set()).add(name)
+
+    def _copy(self, call, loops: tuple, guards: tuple) -> None:
+        """A cp.async copy into shared memory: written at the address it is given (the race check's)."""
+        dst, offset, size = call.args[0], call.args[1], call.args[4]
+        buffer = dst.args[0] if isinstance(dst, tvm.ir.Call) and dst.args else None
+        if buffer is None or buffer not in self.storage_of or not isinstance(size, tirx.IntImm):
+            return
+        element_bytes = max(1, tvm.DataType(str(call.ty)).bits // 8)
+        lanes = max(1, int(size.value) // element_bytes)
+        order = len(self.accesses) + len(self.copies)
+        self.copies.append(SharedAccess(len(self.copies) + 1, self.kernel, str(buffer.name), "copy", offset, lanes,
+                                        element_bytes, loops, guards, f"cp.async {buffer.name}[{offset}]",
+                                        epoch=self.epoch, storage=self.storage_of[buffer], phase=self.phase,
+                                        warp_phase=self.warp_phase, order=order, statement=self.statement))
+
     def record(self, op: str, buffer, indices, loops: tuple, guards: tuple, lanes: int | None = None) -> None:
         index, vector_lanes = _flat_index(buffer, indices)
         lanes = lanes or vector_lanes
@@ -255,7 +397,8 @@ class _Collector:
                 self.region[key] = len(self.accesses) + 1
         self.accesses.append(
             SharedAccess(len(self.accesses) + 1, self.kernel, str(buffer.name), op, index, lanes, element_bytes,
-                         loops, guards, text, duplicate_of, self.epoch)
+                         loops, guards, text, duplicate_of, self.epoch, self.storage_of.get(buffer, -1), self.phase,
+                         self.warp_phase, len(self.accesses) + len(self.copies), self.statement)
         )
 
 

@@ -29,7 +29,7 @@ from tvm_ffi import StructuralKey
 from ..build import LaunchShape
 from ..errors import ExplorerError
 from ..targets import BANK_BYTES, BANKS, WARP_SIZE
-from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, kernel_accesses
+from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, shared_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 
 WAVEFRONT_BYTES = BANKS * BANK_BYTES  # 128 bytes served per wavefront
@@ -379,7 +379,7 @@ def analyze_banks(built, row_budget: int = ROW_BUDGET) -> BankReport:
     """The bank-conflict report of a :class:`~explorer.build.Build` (cached per build)."""
     if built.device_mod is None:
         return BankReport((), notes=("A CPU build has no shared memory.",))
-    kernels = tuple(analyze_kernel(k, row_budget) for k in kernel_accesses(built.device_mod))
+    kernels = tuple(analyze_kernel(k, row_budget) for k in shared_accesses(built))
     sampled = [f"{k.kernel} #{a.number}" for k in kernels for a in k.accesses if a.sampled]
     notes = ()
     if sampled:
@@ -390,7 +390,7 @@ def analyze_banks(built, row_budget: int = ROW_BUDGET) -> BankReport:
 
 def lane_map(built, kernel: str, number: int, warp: int = 0, iteration: dict | None = None) -> LaneMap:
     """The lane → bank map of one access for a chosen warp and iteration."""
-    for k in kernel_accesses(built.device_mod):
+    for k in shared_accesses(built):
         if k.launch.kernel == kernel:
             for access in k.accesses:
                 if access.number == number:

@@ -1,5 +1,5 @@
 """The class's lasting state in one SQLite file: the step the class is on, the leaderboard's
-entries, and PyTorch's time per workload and device.
+entries, PyTorch's time per workload and device, and the question rounds with their votes.
 
 Every server thread (a Streamlit session) gets its own connection to the same file. WAL
 mode lets readers go on while one writer commits; writers wait for each other
@@ -47,6 +47,23 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 2: the class's GPUs (an RPC tracker and key), set by the teacher for every session.
     "CREATE TABLE class_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # 3: question rounds (a lesson step's question put to the class) and each student session's
+    # answer per vote (1: alone, 2: after the discussion), no names; ``answer`` is the revealed
+    # answer (explorer.questions.Answer as JSON).
+    """
+    CREATE TABLE rounds (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        lesson TEXT NOT NULL, step INTEGER NOT NULL, preset TEXT NOT NULL,
+        vote INTEGER NOT NULL DEFAULT 1 CHECK (vote IN (1, 2)),
+        state TEXT NOT NULL CHECK (state IN ('voting', 'closed', 'revealed', 'ended')),
+        opened REAL NOT NULL, answer TEXT
+    );
+    CREATE TABLE votes (
+        round INTEGER NOT NULL REFERENCES rounds (id), vote INTEGER NOT NULL, session TEXT NOT NULL,
+        answer TEXT NOT NULL, at REAL NOT NULL,
+        PRIMARY KEY (round, vote, session)
+    );
+    """,
 )
 
 
@@ -91,6 +108,34 @@ class Entry:
         return self.graph_us if self.graph_us is not None else self.median_us
 
 
+@dataclass(frozen=True)
+class Round:
+    """A lesson step's question put to the class (explorer.classroom.rounds moves it along)."""
+
+    id: int
+    lesson: str
+    step: int
+    preset: str  # the step's preset, which carries the question
+    vote: int  # 1: the students answer alone; 2: again, after the discussion
+    state: str  # "voting", "closed", "revealed" or "ended"
+    opened: float
+    answer: str | None  # the revealed answer (explorer.questions.Answer as JSON), None before
+
+    @property
+    def key(self) -> tuple:
+        """What a page showing the round must follow: a new round, vote or state."""
+        return (self.id, self.vote, self.state)
+
+
+@dataclass(frozen=True)
+class Vote:
+    session: str  # the student's browser session (no name)
+    vote: int
+    answer: str
+    at: float
+
+
+_ROUND_COLUMNS = "id, lesson, step, preset, vote, state, opened, answer"
 _ENTRY_COLUMNS = ("id, name, workload, template, knobs, query, target, device, server, graph_us, median_us, created, "
                   "hidden")
 
@@ -107,7 +152,7 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._shared_lock = threading.Lock()
-        self._shared_step: tuple[float, ClassStep | None] | None = None  # (read at, step)
+        self._shared: dict[str, tuple[float, object]] = {}  # what the banners read: name -> (read at, value)
         self._migrate()
 
     # -- connections and schema ---------------------------------------------------------
@@ -161,11 +206,14 @@ class Store:
     def shared_class_step(self, max_age_s: float = SHARED_READ_S) -> ClassStep | None:
         """The class step as this process read it at most ``max_age_s`` ago: the banners of
         all sessions share one read (another server process's change shows within that)."""
+        return self._shared_read("step", self.class_step, max_age_s)
+
+    def _shared_read(self, name: str, read, max_age_s: float):
         with self._shared_lock:
             now = time.monotonic()
-            if self._shared_step is None or now - self._shared_step[0] >= max_age_s:
-                self._shared_step = (now, self.class_step())
-            return self._shared_step[1]
+            if name not in self._shared or now - self._shared[name][0] >= max_age_s:
+                self._shared[name] = (now, read())
+            return self._shared[name][1]
 
     def set_class_step(self, kind: str, title: str, link: str, lesson: str | None = None,
                        step: int | None = None) -> ClassStep:
@@ -182,8 +230,11 @@ class Store:
         self._forget_shared_step()
 
     def _forget_shared_step(self) -> None:
+        self._forget_shared("step")
+
+    def _forget_shared(self, name: str) -> None:
         with self._shared_lock:
-            self._shared_step = None
+            self._shared.pop(name, None)
 
     def setting(self, name: str) -> str | None:
         row = self.connection().execute("SELECT value FROM class_settings WHERE name = ?", (name,)).fetchone()
@@ -237,6 +288,63 @@ class Store:
         """Remove every entry of ``workload``; returns how many."""
         with self.connection() as conn:
             return conn.execute("DELETE FROM entries WHERE workload = ?", (workload,)).rowcount
+
+    # -- question rounds and votes ----------------------------------------------------------
+
+    def open_round(self, lesson: str, step: int, preset: str) -> Round:
+        """A new round on ``preset``'s question, its first vote open; the round before ends."""
+        opened = time.time()
+        with self.connection() as conn:
+            conn.execute("UPDATE rounds SET state = 'ended' WHERE state != 'ended'")
+            cursor = conn.execute("INSERT INTO rounds (lesson, step, preset, vote, state, opened) "
+                                  "VALUES (?, ?, ?, 1, 'voting', ?)", (lesson, step, preset, opened))
+        self._forget_shared("round")
+        return Round(cursor.lastrowid, lesson, step, preset, 1, "voting", opened, None)
+
+    def round(self, round_id: int) -> Round | None:
+        row = self.connection().execute(f"SELECT {_ROUND_COLUMNS} FROM rounds WHERE id = ?", (round_id,)).fetchone()
+        return Round(*row) if row else None
+
+    def current_round(self) -> Round | None:
+        """The latest round that has not ended, or None."""
+        row = self.connection().execute(
+            f"SELECT {_ROUND_COLUMNS} FROM rounds WHERE state != 'ended' ORDER BY id DESC LIMIT 1").fetchone()
+        return Round(*row) if row else None
+
+    def shared_round(self, max_age_s: float = SHARED_READ_S) -> Round | None:
+        """The current round as this process read it at most ``max_age_s`` ago (as the class step)."""
+        return self._shared_read("round", self.current_round, max_age_s)
+
+    def rounds(self) -> list[Round]:
+        return [Round(*row) for row in self.connection().execute(f"SELECT {_ROUND_COLUMNS} FROM rounds ORDER BY id")]
+
+    def move_round(self, round_id: int, from_states: tuple[str, ...], state: str, vote: int | None = None,
+                   answer: str | None = None) -> bool:
+        """Move round ``round_id`` to ``state`` (and ``vote``, ``answer`` where given) if it is in
+        one of ``from_states``; whether it moved (another teacher's click may have come first)."""
+        marks = ", ".join("?" for _ in from_states)
+        with self.connection() as conn:
+            moved = conn.execute(
+                f"UPDATE rounds SET state = ?, vote = COALESCE(?, vote), answer = COALESCE(?, answer) "
+                f"WHERE id = ? AND state IN ({marks})", (state, vote, answer, round_id, *from_states)).rowcount == 1
+        self._forget_shared("round")
+        return moved
+
+    def cast_vote(self, round_id: int, vote: int, session: str, answer: str) -> bool:
+        """Record (or change) ``session``'s answer in vote ``vote`` of the round, only while that
+        vote is open; whether it was recorded."""
+        with self.connection() as conn:
+            return conn.execute(
+                "INSERT OR REPLACE INTO votes SELECT ?, ?, ?, ?, ? WHERE EXISTS "
+                "(SELECT 1 FROM rounds WHERE id = ? AND vote = ? AND state = 'voting')",
+                (round_id, vote, session, answer, time.time(), round_id, vote)).rowcount == 1
+
+    def votes(self, round_id: int, vote: int | None = None) -> list[Vote]:
+        """The round's answers (of one vote, or both), oldest first."""
+        rows = self.connection().execute(
+            "SELECT session, vote, answer, at FROM votes WHERE round = ? AND (? IS NULL OR vote = ?) ORDER BY at",
+            (round_id, vote, vote))
+        return [Vote(*row) for row in rows]
 
     # -- PyTorch per workload and device -------------------------------------------------
 

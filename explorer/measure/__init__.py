@@ -7,6 +7,9 @@ latency, and it is measured the same way as what it is compared with.
   roofline (``ceilings.py``: the device's FP32 peak, HBM/L2 bandwidth and, on Hopper, the
   tensor cores' peak per 16-bit type, measured once). A wrong
   kernel gets the first wrong index instead of a latency.
+- Each workload's data (``data.py``): seeded inputs, the NaN-filled output and the float64
+  reference, made once per workload where the kernels run (on a GPU with PyTorch, drawn there)
+  and kept (an LRU within a share of the device's memory); each run gets device copies.
 - Isolation (``worker.py``): kernels run in TVM's ``PopenWorker`` process, never in the
   caller's; a crash or a hang restarts it and raises KernelCrashed / KernelTimeout.
 - One kernel at a time per GPU (``LocalGPU.turn``); a server's measurements wait in one queue
@@ -48,7 +51,7 @@ from .measurement import (
 )
 from .measurer import SWEEP_SETTINGS, gpu_measurer
 from .remote import Remote
-from .settings import QUICK_SETTINGS, MeasureSettings
+from .settings import QUICK_SETTINGS, MeasureSettings, describe_budget
 from .timing import Timing
 from .worker import NO_GPU
 
@@ -57,5 +60,5 @@ __all__ = [
     "MeasureError", "MeasureSettings", "Measurement", "NO_GPU", "NoDevice", "Remote", "RemoteError", "Timing",
     "WrongResult",
     "baseline", "latency_us", "local_gpu", "measure", "measure_module", "shutdown", "warm_up",
-    "ceilings", "ceilings_error", "SWEEP_SETTINGS", "QUICK_SETTINGS", "gpu_measurer",
+    "ceilings", "ceilings_error", "SWEEP_SETTINGS", "QUICK_SETTINGS", "describe_budget", "gpu_measurer",
 ]

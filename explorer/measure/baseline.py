@@ -1,6 +1,7 @@
 """The fair baseline: the same workload in PyTorch (cuDNN / cuBLAS), measured like TVM's.
 
-Fair means: the same inputs and the same NumPy check as the TVM kernel; float32 with TF32
+Fair means: the same inputs and the same check as the TVM kernel (the worker's kept data of the
+workload, ``data.py``); float32 with TF32
 off (TF32 would round the inputs to 10-bit mantissas); cuDNN's autotuner on
 (``cudnn.benchmark``), so PyTorch runs the fastest algorithm it has; and timed with CUDA
 graphs (``graphs.py``): each PyTorch call from Python costs 20-60 µs of host time, more than
@@ -19,14 +20,16 @@ import json
 import sys
 from dataclasses import dataclass
 
+import tvm
+
 from ..schedules import workload_from_mapping
 from ..workloads import Workload
 from .errors import BaselineUnavailable
-from .gate import Check, compare
+from .gate import Check
 from .graphs import cuda_torch, time_cuda_graph, torch_tensor
 from .settings import MeasureSettings
 from .timing import Timing
-from .worker import workload_data
+from .worker import KEPT
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,15 @@ def torch_baseline(workload: Workload, settings: MeasureSettings) -> BaselineRun
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
-    inputs, reference = workload_data(workload, settings.seed)
-    op = workload.torch_op([torch_tensor(x).cuda() for x in inputs])
+    kept, _ = KEPT.get(workload, settings.seed, tvm.cuda(0))
+    # The kept inputs themselves: a PyTorch op writes none of its inputs.
+    op = workload.torch_op([torch.from_dlpack(x) for x in kept.pristine[:-1]])
     if op is None:
         raise BaselineUnavailable(f"There is no PyTorch baseline for {workload.title}.")
     output = op()
     torch.cuda.synchronize()
-    # fp16/bf16 matmuls return C in the input type; the check reads it as float32.
-    check = compare(output.float().cpu().numpy(), reference, workload.reduction_length(), workload.tolerance_floor)
+    # fp16/bf16 matmuls return C in the input type, as the kernels' output is.
+    check = kept.check(output.reshape(workload.output_shape()))
     timing = time_cuda_graph(op, settings) if check.correct else None
     library = f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
     return BaselineRun(library, torch.cuda.get_device_name(0), check, timing)

@@ -16,7 +16,7 @@ beat it on its own resource:
   the ceilings say why they have no tensor-core peak.
 
 They are timed like a workload kernel (``time_function``: back to back, repeats of
-≥ ``min_repeat_ms``), once per device: the worker caches them.
+≥ ``min_repeat_us``), once per device: the worker caches them.
 """
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ kernel is also timed that way: ``tvm_ffi.use_torch_stream`` makes TVM launch on 
 current stream, which inside ``torch.cuda.graph`` is the capturing one, so TVM's launches
 are captured like PyTorch's.
 
+A slow kernel (a millisecond or more) is timed there too, one launch a repeat with CUDA events
+between back-to-back launches (:func:`time_launches`): no warm-up launch and no wait between
+repeats, so the GPU holds it for little more than its launches.
+
 Runs in the measuring worker; imports torch only when called.
 """
 from __future__ import annotations
@@ -18,13 +22,15 @@ import math
 from collections.abc import Callable
 
 from .errors import BaselineUnavailable, MeasureError
-from .gate import compare
 from .settings import MeasureSettings, repeats_within
 from .timing import Timing, flush_bytes, launches_for
 
 # Ops captured in one graph; a repeat replays the graph as often as it needs.
 MAX_OPS_PER_GRAPH = 100
 PROBE_OPS = 10
+# Cycles the GPU spins before the first timed launch of time_launches (~50 µs at 2 GHz): the host's
+# first launch reaches it while it still spins.
+BUSY_CYCLES = 100_000
 
 
 def cuda_torch():
@@ -50,13 +56,12 @@ def torch_tensor(array):
     return torch.from_numpy(array)
 
 
-def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
-                   settings: MeasureSettings | None = None, check_output=None, floor: float = 1.0) -> Timing:
+def time_tvm_graph(module, args, settings: MeasureSettings | None = None, check=None) -> Timing:
     """``module["main"](*args)`` (TVM tensors on the local GPU) timed by :func:`time_cuda_graph`.
 
-    With a ``reference``, the output is first set to NaN and one captured launch replayed
-    and checked, so a capture that recorded nothing (a launch on another stream) cannot
-    pass as a fast kernel."""
+    With ``check`` (the output, a PyTorch tensor -> its Check), the output is first set to NaN and
+    one captured launch replayed and checked, so a capture that recorded nothing (a launch on
+    another stream) cannot pass as a fast kernel."""
     settings = settings or MeasureSettings()
     import tvm_ffi
 
@@ -68,20 +73,40 @@ def time_tvm_graph(module, args, reference=None, reduction_length: int = 1,
         with tvm_ffi.use_torch_stream():
             main(*tensors)
 
-    if reference is not None:
+    if check is not None:
         tensors[-1].fill_(float("nan"))
         _capture(launch, 1)  # replays once
-        check = (check_output(tensors[-1]) if check_output is not None
-                 else compare(tensors[-1].cpu().numpy(), reference, reduction_length, floor))
-        if not check.correct:
-            raise MeasureError(f"Replayed from a CUDA graph, the kernel's output is {check.describe()}; "
+        checked = check(tensors[-1])
+        if not checked.correct:
+            raise MeasureError(f"Replayed from a CUDA graph, the kernel's output is {checked.describe()}; "
                                "the graph timing is not trusted.")
     return time_cuda_graph(launch, settings)
 
 
+def time_launches(launch: Callable, repeats: int) -> Timing:
+    """``repeats`` single launches on PyTorch's stream (TVM launches there inside
+    ``tvm_ffi.use_torch_stream``), back to back with CUDA events between them, and no warm-up:
+    for a kernel of a millisecond or more whose check's launch was one (timing.time_function). The
+    GPU is kept busy while the first event is recorded, so the first repeat does not time the
+    host's first launch either."""
+    import tvm_ffi
+
+    torch = cuda_torch()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 1)]
+    with tvm_ffi.use_torch_stream():
+        if hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(BUSY_CYCLES)
+        events[0].record()
+        for event in events[1:]:
+            launch()
+            event.record()
+    events[-1].synchronize()
+    return Timing(tuple(start.elapsed_time(end) * 1e3 for start, end in zip(events, events[1:], strict=False)), 1)
+
+
 def time_cuda_graph(op: Callable, settings: MeasureSettings) -> Timing:
     """Per-op device time: ops captured back to back in one CUDA graph, the graph replayed
-    until a repeat lasts ``settings.min_repeat_ms``; CUDA events around each repeat (with
+    until a repeat lasts ``settings.min_repeat_us``; CUDA events around each repeat (with
     ``settings.cold_l2``, :func:`time_cold_graph`)."""
     import torch
 
@@ -95,7 +120,7 @@ def time_cuda_graph(op: Callable, settings: MeasureSettings) -> Timing:
     if settings.cold_l2:
         return time_cold_graph(op, settings)
     probe_ms = _time_graph(_capture(op, PROBE_OPS), 1)[0] / PROBE_OPS
-    per_repeat = launches_for(probe_ms * 1e-3, settings.min_repeat_ms)
+    per_repeat = launches_for(probe_ms * 1e-3, settings.min_repeat_s)
     ops_per_graph = min(per_repeat, MAX_OPS_PER_GRAPH)
     replays = math.ceil(per_repeat / ops_per_graph)
     graph = _capture(op, ops_per_graph)

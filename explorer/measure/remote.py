@@ -40,9 +40,10 @@ from ..build import Spec, build
 from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from .ceilings import CEILING_SETTINGS, measure_ceilings
+from .data import workload_data
 from .errors import KernelCrashed, KernelTimeout, MeasureError, NoDevice, RemoteError
-from .timing import KernelRun, device_args, run_checked
-from .worker import Trial, workload_data
+from .timing import KernelRun, device_args, host_check, run_checked
+from .worker import Trial
 
 # Upload, NVRTC at load and the ceilings' kernels (on a Hopper GPU two wgmma chains more), on
 # top of the kernel's own time limit: a hung remote kernel is given up after time_limit_s + this.
@@ -136,8 +137,9 @@ def _run_in_session(session, trial: Trial, remote: Remote) -> KernelRun | Measur
         module = _upload(session, host_module, "kernel.so")
         compile_ms = (time.perf_counter() - start) * 1e3
         args = device_args(inputs, reference, trial.workload.output_dtype(), device)
-        check, timing = run_checked(module, device, args, reference, trial.workload.reduction_length(),
-                                    trial.settings, floor=trial.workload.tolerance_floor)
+        check, timing = run_checked(module, device, args, trial.settings,
+                                    host_check(reference, trial.workload.reduction_length(),
+                                               trial.workload.tolerance_floor))
         ceilings = None
         name = device.device_name if target.kind.name == "cuda" else "CPU"
         if timing is not None and trial.settings.roofline:

@@ -7,6 +7,7 @@ from typing import ClassVar
 from ..knobs import Params, knob
 from .errors import InvalidMeasureSettings
 
+MIN_REPEATS = 2
 
 @dataclass(frozen=True)
 class MeasureSettings(Params):
@@ -20,13 +21,13 @@ class MeasureSettings(Params):
                              low=1, high=600)
     # The median of 20 repeats is stable to about 1% on an idle GPU.
     repeats: int = knob(20, "Timed repeats; the median, min, max and spread are over these.", low=1, high=1000)
-    # At >= 1 ms per repeat, event-timer resolution (~µs) and per-repeat sync cost vanish.
-    min_repeat_ms: int = knob(1, "Each repeat launches the kernel enough times to last at least this long.",
-                              low=1, high=1000)
-    # A slow kernel's run-to-run spread is small next to its time: a few repeats give a
-    # stable median, and twenty of a 100 ms kernel would hold a class's GPU for seconds.
-    timing_budget_ms: int = knob(2000, "The timed repeats stop once they would take longer than this (at least "
-                                 "3 repeats are timed).", low=1, high=600_000)
+    # At >= 1 ms per repeat, event-timer resolution (~µs) and the first launch's wait for the host vanish.
+    min_repeat_us: int = knob(1000, "Each repeat launches the kernel enough times to last at least this many µs.",
+                              low=10, high=1_000_000)
+    # A slow kernel's run-to-run spread is small next to its time: a few repeats give a stable
+    # median (the spread is shown), and twenty of a 100 ms kernel would hold a class's GPU for seconds.
+    timing_budget_ms: int = knob(100, "The timed repeats stop once they would take longer than this (at least "
+                                 f"{MIN_REPEATS} repeats are timed).", low=1, high=600_000)
     seed: int = knob(0, "Seed of the random inputs (uniform in [-1, 1]).", low=0, high=2**31 - 1)
     roofline: bool = knob(True, "Also place the kernel on the roofline: the device's compute peaks and bandwidth "
                        "ceilings, measured once per device.")
@@ -39,17 +40,20 @@ class MeasureSettings(Params):
     cuda_graph: bool = knob(True, "Also time the kernel replayed from a CUDA graph, as the PyTorch baseline is, so "
                             "that neither side pays a launch from the host.")
 
+    @property
+    def min_repeat_s(self) -> float:
+        return self.min_repeat_us * 1e-6
+
 
 # A kernel this long pays no visible launch cost (a launch is a few µs): a CUDA graph's
 # replay would time it again for nothing.
 GRAPH_UP_TO_US = 500.0
-MIN_REPEATS = 3
 
-# While other students' measurements wait: 5 repeats of a fast kernel (each >= 1 ms of
-# launches), 3 of a kernel of 2 ms or more (the probe's: time_function), a median within a
-# few percent, and no replay from a CUDA graph (a quarter of a measurement's time on the GPU
-# in a class of 100 on the H100); the server measures the setting again in full when idle.
-QUICK_SETTINGS = MeasureSettings(repeats=5, timing_budget_ms=5, cuda_graph=False)
+# While other students' measurements wait: 3 repeats of >= 0.5 ms of launches (2 of a kernel of a
+# millisecond or more, timed after the check's launch with nothing else), a median within a few
+# percent, and no replay from a CUDA graph; the GPU holds such a measurement about 3 ms plus 3 of
+# the kernel's launches, and the server measures the setting again in full when idle.
+QUICK_SETTINGS = MeasureSettings(repeats=3, min_repeat_us=500, timing_budget_ms=2, cuda_graph=False)
 
 
 def repeats_within(repeat_s: float, settings: MeasureSettings) -> int:
@@ -57,3 +61,10 @@ def repeats_within(repeat_s: float, settings: MeasureSettings) -> int:
     most, and at least MIN_REPEATS (or all of them, where fewer are asked for)."""
     fitting = int(settings.timing_budget_ms * 1e-3 // max(repeat_s, 1e-9))
     return min(settings.repeats, max(MIN_REPEATS, fitting))
+
+
+def describe_budget(settings: MeasureSettings) -> str:
+    """The timing budget in words: what a student is told of a measurement timed with it."""
+    graph = "" if settings.cuda_graph else ", no CUDA graph"
+    return (f"{settings.repeats} repeats of at least {settings.min_repeat_us / 1000:g} ms of launches within "
+            f"{settings.timing_budget_ms:,} ms (at least {MIN_REPEATS}, one launch each for a slow kernel){graph}")

@@ -16,9 +16,11 @@ temporary files; rebuilding takes ~0.2 s of lowering (plus NVRTC, which an expor
 library would have needed too), the worker's own build cache makes re-measuring a spec
 free, and the app's process never has to touch the GPU.
 
-A measurement is two calls: ``prepare`` (compile, inputs, NumPy reference; a generous
-compile limit) and ``run`` (the kernel on the device; the user's time limit), so that a slow
-NVRTC compile is never mistaken for a hung kernel.
+A measurement is two calls: ``prepare`` (load or compile the kernel, and the workload's data,
+made once per workload and kept on the device: ``data.py``; a generous compile limit) and ``run``
+(the kernel on the device; the user's time limit), so that a slow NVRTC compile is never mistaken
+for a hung kernel. Each measurement's phases (load or compile, data, copy, check, time, graph: ms)
+go into the run log (RUN_LOG_PATH), one line per measurement, which ``bench/worker_phases.py`` reads.
 """
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm.support.popen_pool import PopenWorker
@@ -44,11 +45,11 @@ from ..processes import log_line, named_start
 from ..targets import resolve_target
 from ..workloads import Workload
 from .ceilings import CEILING_SETTINGS, measure_ceilings
+from .data import COUNTS, Kept, KeptData
 from .errors import BaselineUnavailable, KernelCrashed, KernelTimeout, MeasureError, NoDevice
-from .gate import Check, compare, compare_on_gpu, tolerance
-from .graphs import time_tvm_graph, torch_tensor
-from .settings import GRAPH_UP_TO_US, MeasureSettings
-from .timing import KernelRun, Timing, device_args, run_checked
+from .graphs import time_launches, time_tvm_graph
+from .settings import GRAPH_UP_TO_US, QUICK_SETTINGS, MeasureSettings
+from .timing import KernelRun, Timing, run_once, time_function
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so the worker can import explorer
 # Schedule + lowering + NVRTC of a heavily unrolled kernel can take tens of seconds.
@@ -186,17 +187,19 @@ class _Prepared:
     target: tvm.target.Target
     device: tvm.runtime.Device
     module: tvm.runtime.Module
-    inputs: list
-    reference: np.ndarray
+    kept: Kept
     compile_ms: float
     phases_ms: dict  # where the worker's time went, for the run log
+    facts: dict  # what else the run log says of the measurement
 
 
 _prepared: _Prepared | None = None
+# The latest workloads' data, kept where their kernels run (data.py).
+KEPT = KeptData()
 
 
 def prepare(trial: Trial) -> str:
-    """Compile the kernel, make inputs and the reference; returns the resolved target."""
+    """Load (or compile) the kernel and get its workload's data; returns the resolved target."""
     global _prepared
     _prepared = None
     target = resolve_target(trial.target)
@@ -205,10 +208,16 @@ def prepare(trial: Trial) -> str:
     module = load_library(trial.library) if trial.library else compile_kernel(trial.kernel, target)
     compile_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
-    inputs, reference = workload_data(trial.workload, trial.settings.seed)
+    kept, made = KEPT.get(trial.workload, trial.settings.seed, device)
     phases = {"compile" if not trial.library else "load": compile_ms, "data": (time.perf_counter() - start) * 1e3}
-    _prepared = _Prepared(trial, target, device, module, inputs, reference, compile_ms, phases)
+    facts = {"data": "made" if made else "kept", "budget": budget_name(trial.settings)}
+    _prepared = _Prepared(trial, target, device, module, kept, compile_ms, phases, facts)
     return str(target)
+
+
+def budget_name(settings: MeasureSettings) -> str:
+    """The run log's name for a measurement's budget: quick (while others wait), full, or other."""
+    return "quick" if settings == QUICK_SETTINGS else "full" if settings == MeasureSettings() else "other"
 
 
 def run() -> KernelRun:
@@ -218,31 +227,43 @@ def run() -> KernelRun:
         raise MeasureError("Nothing to run: the measuring process was restarted between prepare and run.")
     settings = p.trial.settings
     target = str(p.target)
-    graph = None
+    timing = graph = None
     started = time.time_ns()
     clock = _Phases(p.phases_ms)
     try:
-        args = _fresh_args(p)
-        clock.lap("upload")
-        check_output = _gpu_check(p) if p.target.kind.name == "cuda" else None
-        check, timing = run_checked(p.module, p.device, args, p.reference, p.trial.workload.reduction_length(),
-                                    settings, check_output, floor=p.trial.workload.tolerance_floor)
-        if not check.correct:  # a wrong kernel may have written past its output: upload afresh next time
-            _pristine_args.cache_clear()
-        clock.lap("check and time")
-        if timing is not None and settings.cuda_graph and p.target.kind.name == "cuda" \
-                and timing.median_us <= GRAPH_UP_TO_US:
-            graph = _graph_timing(p, args, check_output)
-            clock.lap("graph")
+        args = p.kept.fresh_args()
+        clock.lap("copy")
+        check, first_s = run_once(p.module, p.device, args, p.kept.check)
+        clock.lap("check")
+        if not check.correct:  # never timed; it may have written past its output
+            p.facts["check"] = "wrong"
+            p.kept.after_wrong()
+        else:
+            timing = time_function(p.module, p.device, args, settings, first_s, _launches_timer(p, args))
+            clock.lap("time")
+            p.facts.update(kernel_us=f"{timing.median_us:.2f}", repeats=len(timing.samples_us),
+                           launches=timing.launches_per_repeat)
+            if settings.cuda_graph and p.target.kind.name == "cuda" and timing.median_us <= GRAPH_UP_TO_US:
+                graph = _graph_timing(p, args)
+                clock.lap("graph")
     except ExplorerError:
         raise
     except Exception as error:  # a CUDA error (illegal address, launch failure)
         raise KernelCrashed(f"The kernel failed on the device ({summary_line(error)}); "
                             f"the measuring process was restarted.") from None
     finally:
-        _log_run(started, p.trial, p.phases_ms)
+        _log_run(started, p.trial, p.phases_ms, p.facts)
     # The ceilings are measured apart (ceilings_for); the caller adds them.
     return KernelRun(target, device_name(p.device, p.target), check, timing, None, p.compile_ms, graph)
+
+
+def _launches_timer(p: _Prepared, args):
+    """Single launches timed on the device without a warm-up (graphs.time_launches), where the
+    kernel's data is on the GPU with PyTorch; None elsewhere (TVM's evaluator times them)."""
+    if not (p.kept.on_device and p.target.kind.name == "cuda"):
+        return None
+    main = p.module["main"]
+    return lambda repeats: time_launches(lambda: main(*args), repeats)
 
 
 class _Phases:
@@ -257,58 +278,52 @@ class _Phases:
         self.last = now
 
 
-def _log_run(started_ns: int, trial: Trial, phases_ms: dict) -> None:
+def _log_run(started_ns: int, trial: Trial, phases_ms: dict, facts: dict) -> None:
+    """One line per measurement: ``pid start_ns end_ns template workload [gpu=N] | phase=ms ... |
+    fact=value ...`` (bench/worker_phases.py and bench/classroom.py read it: :func:`read_run_line`)."""
     label = trial.kernel.template if isinstance(trial.kernel, Spec) else "module"
-    phases = " ".join(f"{name.replace(' ', '_')}={ms:.1f}" for name, ms in phases_ms.items())
+    phases = " ".join(f"{name.replace(' ', '_')}={ms:.2f}" for name, ms in phases_ms.items())
+    told = " ".join(f"{name}={value}" for name, value in facts.items())
     # Where the server measures on several GPUs, each worker sees one: the log says which.
     gpu = f" gpu={os.environ[VISIBLE]}" if os.environ.get(VISIBLE, "").isdigit() else ""
     log_line(str(RUN_LOG_PATH), f"{os.getpid()} {started_ns} {time.time_ns()} {label} {trial.workload.label()}{gpu} "
-                                f"| {phases}")
+                                f"| {phases} | {told}")
 
 
-# The inputs and the NaN-filled output of the latest workloads, kept on the device and never
-# passed to a kernel: each run copies them on the device (a tenth of a millisecond for a
-# 4096² matrix product's 128 MB) instead of uploading them from the host again (about 50 ms,
-# a third of such a measurement's time on the GPU in a class).
-@functools.lru_cache(maxsize=8)
-def _pristine_args(workload: Workload, seed: int, device) -> tuple:
-    inputs, reference = workload_data(workload, seed)
-    return tuple(device_args(inputs, reference, workload.output_dtype(), device))
+@dataclass(frozen=True)
+class RunLine:
+    """One line of the run log."""
+
+    pid: int
+    start_ns: int
+    end_ns: int
+    template: str
+    workload: str
+    gpu: str  # "" where the server has one GPU
+    phases_ms: dict
+    facts: dict
+
+    @property
+    def held_ms(self) -> float:
+        """The measurement's time in the worker, the GPU held: every phase."""
+        return sum(self.phases_ms.values())
 
 
-def _fresh_args(p: _Prepared) -> list:
-    """The kernel's arguments for one run: copies of the pristine ones, made on the device."""
-    pristine = _pristine_args(p.trial.workload, p.trial.settings.seed, p.device)
-    return [tvm.runtime.empty(t.shape, t.dtype, p.device).copyfrom(t) for t in pristine]
+def read_run_line(line: str) -> RunLine:
+    """A line of the run log (:func:`_log_run`; an older line has no facts)."""
+    head, _, rest = line.partition("|")
+    phases, _, facts = rest.partition("|")
+    words = head.split()
+    gpu = words[-1][len("gpu="):] if words[-1].startswith("gpu=") else ""
+    workload = " ".join(words[4:-1] if gpu else words[4:])
+    pairs = [word.partition("=") for word in phases.split()]
+    return RunLine(int(words[0]), int(words[1]), int(words[2]), words[3], workload, gpu,
+                   {name: float(ms) for name, _, ms in pairs}, dict(word.split("=", 1) for word in facts.split()))
 
 
-def _gpu_check(p: _Prepared):
-    """The output check on the GPU against the reference kept there, where PyTorch has CUDA;
-    None (the CPU check) otherwise."""
-    if not _torch_cuda():
-        return None
-    import torch
-
-    reduction = p.trial.workload.reduction_length()
-    reference, tol = _device_reference(p.trial.workload, p.trial.settings.seed)
-
-    def check_output(output) -> Check:
-        tensor = output if isinstance(output, torch.Tensor) else torch.from_dlpack(output)
-        return compare_on_gpu(tensor, reference, tol,
-                              lambda: compare(tensor.float().cpu().numpy(), p.reference, reduction,
-                                              p.trial.workload.tolerance_floor))
-
-    return check_output
-
-
-@functools.lru_cache(maxsize=16)
-def _device_reference(workload: Workload, seed: int):
-    """The reference output on the GPU and its tolerance, once per (workload, seed)."""
-    import torch
-
-    _, reference = workload_data(workload, seed)
-    return torch.from_numpy(reference).cuda(), tolerance(reference, workload.reduction_length(),
-                                                         workload.tolerance_floor)
+def data_counts() -> dict:
+    """(In the worker.) What it put where its kernels run, by (what, workload label): data.COUNTS."""
+    return dict(COUNTS)
 
 
 @dataclass(frozen=True)
@@ -342,15 +357,17 @@ def warm_up(first: Spec | None, target_name: str | None) -> WarmUpReport:
         start = time.perf_counter()
         compile_kernel(first, target)
         step("NVRTC", start)
+        start = time.perf_counter()
+        KEPT.get(first.workload, MeasureSettings().seed, device)
+        step("inputs", start)
     return WarmUpReport(device_name(device, target), tuple(steps))
 
 
-def _graph_timing(p: _Prepared, args, check_output=None) -> Timing | None:
+def _graph_timing(p: _Prepared, args) -> Timing | None:
     """The kernel timed from CUDA graphs; None where PyTorch with CUDA is missing: the
     back-to-back timing still stands."""
     try:
-        return time_tvm_graph(p.module, args, p.reference, p.trial.workload.reduction_length(), p.trial.settings,
-                              check_output, floor=p.trial.workload.tolerance_floor)
+        return time_tvm_graph(p.module, args, p.trial.settings, p.kept.check)
     except BaselineUnavailable:
         return None
 
@@ -394,43 +411,6 @@ def load_library(path: str) -> tvm.runtime.Module:
         return tvm_ffi.load_module(os.path.realpath(path), keep_module_alive=False)
     except Exception as error:
         raise MeasureError(f"The compiled kernel could not be loaded: {summary_line(error)}") from None
-
-
-# The lessons of a class use about a dozen workloads; the largest (4096² matrices) hold ~200 MB.
-@functools.lru_cache(maxsize=16)
-def workload_data(workload: Workload, seed: int) -> tuple[list, np.ndarray]:
-    """The seeded inputs and the reference output, once per (workload, seed) per process:
-    computed in float64 on the GPU by the workload's PyTorch op where there is one (a 4096³
-    matrix product takes seconds in NumPy), else by NumPy. Tests keep NumPy the referee."""
-    inputs = workload.random_inputs(seed)
-    return inputs, gpu_reference(workload, inputs) if _torch_cuda() else workload.reference(*inputs)
-
-
-def gpu_reference(workload: Workload, inputs: list[np.ndarray]) -> np.ndarray:
-    """The workload's output in float64 on the GPU (its PyTorch op); NumPy's where the op
-    is missing or cannot run in float64."""
-    import torch
-
-    tensors = [torch_tensor(x).cuda().double() for x in inputs]
-    op = workload.torch_op(tensors)
-    if op is None:
-        return workload.reference(*inputs)
-    try:
-        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-            output = op().cpu().numpy()
-    except RuntimeError:  # an op without a float64 kernel
-        return workload.reference(*inputs)
-    return output.astype(np.float32).reshape(workload.output_shape())
-
-
-@functools.cache
-def _torch_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # no PyTorch, or one without CUDA
-        return False
 
 
 @functools.lru_cache(maxsize=4)

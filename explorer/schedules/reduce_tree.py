@@ -33,9 +33,10 @@ or fewer sums remain, which the first warp holds alone:
 - ``unrolled``: the steps s = 32 … 1 written out for the first warp, with no ``__syncthreads()``
   and no ``if``: warp-synchronous code. Harris relied on the 32 lanes running in lockstep and on a
   ``volatile`` shared pointer; since Volta's independent thread scheduling that needs
-  ``__syncwarp()`` between a lane's read and the write another lane reads. Plain TIR has no
-  ``volatile`` qualifier, so each step keeps the running sum in a register, reads, ``__syncwarp()``,
-  writes, ``__syncwarp()`` (the form NVIDIA's "Using CUDA Warp-Level Primitives" gives).
+  ``__syncwarp()`` between a lane's read and the write another lane reads: ``volatile`` (which TIR
+  writes for a buffer annotated ``tirx.volatile``) keeps each access in memory but does not order
+  the lanes. So each step keeps the running sum in a register, reads, ``__syncwarp()``, writes,
+  ``__syncwarp()`` (the form NVIDIA's "Using CUDA Warp-Level Primitives" gives).
 - ``shuffle``: the first warp's 32 sums never go back to shared memory: five
   ``__shfl_down_sync`` steps (``tvm_warp_shuffle_down``) add them in registers.
 

@@ -47,7 +47,7 @@ from .diagnoser import (
     ranked,
     refusal,
 )
-from .facts import REGISTER_NOTE, Device, Facts, GlobalFact, SharedFact, device_for, facts_of
+from .facts import REGISTER_NOTE, Device, Facts, GlobalFact, RaceFact, SharedFact, device_for, facts_of
 from .findings import Diagnosis, Finding, Rule, Suggestion
 from .report import diagnosis_json, format_diagnosis
 from .rules import RULE_TABLE, RULES, estimated_total, findings_of
@@ -64,6 +64,7 @@ from .rules.mma_sync import mma_sync_rule
 from .rules.parallelism import grid_rule, occupancy_rule
 from .rules.pipeline import pipeline_rule
 from .rules.producer import producer_rule
+from .rules.races import race_rule
 from .rules.re_reads import reread_rule
 from .rules.rescale import rescale_rule
 from .rules.reuse import reuse_rule
@@ -80,11 +81,11 @@ __all__ = [
     "Device", "Diagnosis", "Facts", "Finding", "GlobalFact", "L2_HIT_RATE", "LIMIT_RULE", "MIN_RELIEF", "MIN_SHARE",
     "Move", "TileLoop", "barrier_rule", "mma_sync_rule", "near_limit", "producer_rule", "rescale_rule", "ring_rule",
     "softmax_rule", "calibration", "issue_rule", "kv_global_rule", "FmaLoop",
-    "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "Rule", "STALLS", "STALL_METRIC", "STATIC_NOTE",
+    "RANKING_RULE", "REGISTER_NOTE", "RULES", "RULE_TABLE", "RaceFact", "Rule", "STALLS", "STALL_METRIC", "STATIC_NOTE",
     "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
     "bank_conflict_rule", "coalescing_rule", "counters_of", "cuda_cores_rule", "device_for", "diagnose",
     "diagnose_spec", "diagnosis_json", "estimated_total", "facts_of", "findings_of", "format_diagnosis",
     "grid_rule", "kernels_rule", "kv_reuse_rule", "masked_work_rule", "ncu_metrics", "neighbours", "occupancy_rule",
-    "pipeline_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule", "stall_evidence",
-    "suggest", "vector_rule", "work_per_thread_rule",
+    "pipeline_rule", "race_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule",
+    "stall_evidence", "suggest", "vector_rule", "work_per_thread_rule",
 ]

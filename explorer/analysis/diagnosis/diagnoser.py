@@ -20,17 +20,18 @@ MIN_SHARE = 0.05  # findings costing less than this share of the roofline's leas
 TOP = 4  # findings shown
 
 
-RANKING_RULE = (f"Findings are ranked by their estimated cost in µs, largest first; one costing less than "
-                f"{MIN_SHARE:.0%} of the roofline's least time is not shown. Each cost is the extra time its "
-                "rule's model charges (stated with the finding), a static estimate, not a measurement.")
+RANKING_RULE = (f"A finding that makes the result wrong (a race) comes first. The others are ranked by their "
+                f"estimated cost in µs, largest first; one costing less than {MIN_SHARE:.0%} of the roofline's least "
+                "time is not shown. Each cost is the extra time its rule's model charges (stated with the finding), a "
+                "static estimate, not a measurement.")
 STATIC_NOTE = ("Static evidence only (the build's analyses and the published figures of the target): "
                "no GPU measured this setting.")
 
 
 def ranked(findings: Iterable[Finding], bound: float) -> list[Finding]:
     """The ranking rule (:data:`RANKING_RULE`)."""
-    shown = [found for found in findings if found.cost_us >= MIN_SHARE * bound]
-    return sorted(shown, key=lambda found: -found.cost_us)
+    shown = [found for found in findings if found.wrong or found.cost_us >= MIN_SHARE * bound]
+    return sorted(shown, key=lambda found: (not found.wrong, -found.cost_us))
 
 
 def refusal(spec: Spec, error: ExplorerError) -> Diagnosis:
@@ -73,14 +74,16 @@ def near_limit(current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]]) 
     """The sentence that says ``current`` is near its limit (:data:`LIMIT_RULE`), or None where a
     neighbour is estimated faster by more than the model's error."""
     total, error = estimated_total(current), speedup_error()
-    if any(total > estimated_total(facts) * (1 + error) for _, _, facts in candidates):
-        return None
+    found = findings_of(current)
+    if any(f.wrong for f in found.values()) or any(total > estimated_total(facts) * (1 + error)
+                                                   for _, _, facts in candidates):
+        return None  # a wrong result is never near its limit; nor is a setting a neighbour beats
     head = (f"No setting one knob away is estimated faster by more than the model's error (±{error:.0%}, "
             f"{calibration_source()}): this setting is near its limit")
     roof = f"the roofline's least time, {current.bound_us:,.2f} µs, set by {current.roof}"
     if total <= current.bound_us * (1 + error):
         return f"{head}, within that error of {roof}."
-    held = max(findings_of(current).values(), key=lambda found: found.cost_us)
+    held = max(found.values(), key=lambda finding: finding.cost_us)
     return (f"{head} as one knob goes: its largest cost, {held.rule} ({held.cost_us:,.2f} µs), holds it above {roof}; "
             "lowering it takes another template or several knobs at once.")
 

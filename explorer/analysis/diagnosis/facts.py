@@ -19,9 +19,10 @@ from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
 from ...schedules.attention_mma import AttentionMmaKnobs
 from ...targets import WARP_SIZE
 from ...workloads import numpy_dtype
-from ..accesses import kernel_accesses
+from ..accesses import kernel_accesses, shared_accesses
 from ..banks import analyze_banks
 from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
+from ..races import analyze_races
 from ..resources import analyze_resources, occupancy, sm_limits
 from ..roofline import FP32, Ceilings, bound_us, no_roofline_reason, published_ceilings
 from ..sass import analyze_sass
@@ -62,6 +63,15 @@ class SharedFact:
     max_degree: int  # n-way
     wavefronts: int
     conflicts: int
+
+
+@dataclass(frozen=True)
+class RaceFact:
+    """A pair of shared accesses that race (explorer.analysis.races): its sentence and CUDA lines."""
+
+    storage: str
+    sentence: str
+    lines: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,7 @@ class Facts:
     kv_bytes: int = 0
     kv_loaded_bytes: int = 0
     kv_in_flight_bytes: int = 0  # K and V of the heads whose blocks are on the GPU at once (0: not known)
+    races: tuple[RaceFact, ...] = ()  # shared-memory races: the kernel's result is wrong
     # Per block of a written tree (reduce_tree): its steps that only the first warp works in and that end in a
     # block-wide __syncthreads(), where that warp alone could go on with warp-synchronous steps or shuffles.
     warp_only_barriers: int = 0
@@ -231,7 +242,8 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
                  workload.flops, _cuda_core_us(built, ceilings, no_compute_roof), workload.compulsory_bytes,
-                 *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)))
+                 *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)),
+                 races=tuple(RaceFact(r.storage, r.sentence(), r.lines) for r in analyze_races(built).races))
     return replace(facts, warp_only_barriers=_warp_only_barriers(built), loop=loop, fma_loop=fma_loop(built, ceilings),
                    roof=_roof(ceilings, device, workload.flops, facts.bound_us, facts.bound))
 
@@ -277,7 +289,7 @@ def _staged_steps(built: Build) -> int:
     memory), in the first kernel (one block's). A tree that only adds shared values between its
     barriers stages nothing."""
 
-    kernel = kernel_accesses(built.device_mod)[0]
+    kernel = shared_accesses(built)[0]
     globals_ = kernel_accesses(built.device_mod, GLOBAL_SCOPES)[0]
     loading = {loop.var for access in globals_.accesses if access.op == "load" for loop in access.loops}
     loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
@@ -372,7 +384,7 @@ def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     a barrier and stores at most one element per warp to global memory (a tile of outputs stores
     about one per thread; stores the analysis cannot model say nothing)."""
     first = built.kernels[0]
-    kernel = kernel_accesses(built.device_mod)[0]
+    kernel = shared_accesses(built)[0]
     if not kernel.barrier_loops and not any(a.epoch for a in kernel.accesses):
         return 0
     stored = sum(a.ideal_bytes for a in globals_ if a.op == "store" and a.kernel == first.name)

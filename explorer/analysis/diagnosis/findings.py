@@ -29,11 +29,13 @@ class Finding:
     cost_us: float
     cost_rule: str  # how the cost is estimated
     suggestion: Suggestion | None = None
+    wrong: bool = False  # the kernel computes a wrong result (a race): ranked first, whatever it costs
 
 
-def finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cost_rule: str) -> Finding:
+def finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cost_rule: str,
+            wrong: bool = False) -> Finding:
     """A rule's finding; a cost its model puts below zero counts as none."""
-    return Finding(rule, title, tuple(evidence), max(0.0, cost_us), cost_rule)
+    return Finding(rule, title, tuple(evidence), max(0.0, cost_us), cost_rule, wrong=wrong)
 
 
 @dataclass(frozen=True)

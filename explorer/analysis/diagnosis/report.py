@@ -16,7 +16,8 @@ def diagnosis_json(d: Diagnosis, query: Callable[[Spec], Mapping[str, str]]) -> 
 
     def finding(rank: int, found: Finding) -> dict:
         s = found.suggestion
-        return {"rank": rank, "rule": found.rule, "title": found.title, "evidence": list(found.evidence),
+        return {"rank": rank, "rule": found.rule, "title": found.title, "wrong": found.wrong,
+                "evidence": list(found.evidence),
                 "cost_us": round(found.cost_us, 3),
                 "cost_percent_of_roofline": _percent(found.cost_us, d.bound_us),
                 "cost_rule": found.cost_rule,
@@ -55,12 +56,15 @@ def format_diagnosis(d: Diagnosis, command: str = "python -m explorer show TEMPL
                      f"{MIN_SHARE:.0%} of the roofline's time: nothing here limits this setting much.")
     for rank, found in enumerate(d.findings, start=1):
         share = f", {100 * found.cost_us / d.bound_us:.0f}% of the roofline's time" if d.bound_us else ""
-        lines.append(f"{rank}. {found.title} (about {found.cost_us:.2f} µs{share})")
+        lines.append(f"{rank}. {found.title}" if found.wrong else
+                     f"{rank}. {found.title} (about {found.cost_us:.2f} µs{share})")
         lines.extend(f"   - {line}" for line in found.evidence)
         lines.append(f"   cost: {found.cost_rule}")
         s = found.suggestion
         if s is None:
-            if d.limit is None:
+            if found.wrong:
+                lines.append("   no single knob move removes it")
+            elif d.limit is None:
                 lines.append("   no single knob move lowers this by more than the model's error")
         else:
             sets = " ".join(f"--set {k}={b}" for k, _, b in s.changes)

@@ -22,7 +22,9 @@ SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest all
                    "time plus every finding's cost), provided its total is below this setting's by more than the "
                    "model's error for that finding's rule (calibration); a setting suggested for a higher-ranked "
                    "finding is left to it. A neighbour that does not lower the estimate because its move raises "
-                   "another finding is tried again with a knob that relieves that finding moved as well.")
+                   "another finding is tried again with a knob that relieves that finding moved as well. A "
+                   "neighbour with a race is never suggested; a race's suggestion is the neighbour without one that "
+                   "has the lowest estimated total.")
 
 
 Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
@@ -92,13 +94,16 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
     total_now = estimated_total(current)
     best = None
     for spec, changes, facts in candidates:
+        if facts.races or spec in taken:  # a setting whose result is wrong is never suggested
+            continue
         found = findings_of(facts).get(rule)
         cost = found.cost_us if found is not None else 0.0
         total = estimated_total(facts)
         faster = total * (1 + speedup_error(rule)) < total_now  # by more than the model's error for this rule
-        if cost > now.cost_us * (1 - MIN_RELIEF) or not faster or spec in taken:
+        if not now.wrong and (cost > now.cost_us * (1 - MIN_RELIEF) or not faster):
             continue
-        if best is None or (cost, total) < (best.cost_us, best.total_us):
+        key = (total, cost) if now.wrong else (cost, total)  # a race: the fastest setting without one
+        if best is None or key < ((best.total_us, best.cost_us) if now.wrong else (best.cost_us, best.total_us)):
             best = Suggestion(spec, changes, cost, total)
     return best
 

@@ -22,6 +22,7 @@ from . import (
     parallelism,
     pipeline,
     producer,
+    races,
     re_reads,
     rescale,
     reuse,
@@ -38,6 +39,7 @@ RULES: tuple[Rule, ...] = (
     parallelism.OCCUPANCY, parallelism.GRID, bank_conflicts.RULE, divergence.RULE, coalescing.RULE, reuse.RULE,
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
     masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
+    races.RULE,  # a wrong result: ranked first whatever the order (diagnoser.ranked)
     barriers.RULE, softmax.RULE, rescale.RULE, ring_depth.RULE, producer.RULE, mma_sync.RULE, issue.RULE,
     kv_global.RULE,
 )
