@@ -56,7 +56,7 @@ class Rule:
         (:mod:`.calibration`; the check itself charges its model's constants as assumed)."""
         found = self.check(f)
         k = scale(self.name)
-        if found is None or k == 1.0:
+        if found is None or k == 1.0 or getattr(found, "within_roof", False):  # the roofline's own time: not fitted
             return found
         return replace(found, cost_us=found.cost_us * k,
                        cost_rule=f"{found.cost_rule}; × {k:.2f}, the factor fitted to measurements (calibration)")
