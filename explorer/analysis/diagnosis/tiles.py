@@ -6,7 +6,13 @@ Each step of such a kernel's loop copies a tile (K and V, or A and B) into one b
 ``stages`` shared buffers and multiplies it on the tensor cores; the attention kernels run the
 online softmax of the step's scores on the CUDA cores in between. The counts come from the
 template's own plan (its tiles and loop), as the copies are cp.async or TMA instructions that the
-lowered TIR's access analysis does not follow.
+lowered TIR's access analysis does not follow. :class:`FmaLoop` is the same for fused attention on
+the CUDA cores (attention_fused): its inner loops' multiply-adds, loads and conversions.
+
+The timing model the tile-loop rules share is below (:func:`product_us`, :func:`exposed_softmax_us`,
+:func:`copy_wait_us`): per SM, the products, the softmax that other streams do not hide, and the
+copies that arrive after the steps they run ahead of; its constants are assumptions, and each rule's
+share of it is scaled by the calibration (:mod:`.calibration`).
 """
 from __future__ import annotations
 
@@ -44,12 +50,6 @@ class TileLoop:
     def tensor_us(self) -> float:
         """The loop's products at the tensor cores' peak, every SM busy (0 where the peak is not known)."""
         return self.flops / (self.peak_gflops * 1e3) if self.peak_gflops else 0.0
-
-    @property
-    def held(self) -> int:
-        """Buffers the consumers hold while they compute: the tile they multiply, and with overlap the
-        previous one too, whose P·V is still on the tensor cores."""
-        return 2 if self.overlap else 1
 
     def streams(self, resident_blocks: int) -> int:
         """Independent sequences of product-then-softmax on one SM: each consumer of each block
