@@ -11,8 +11,10 @@ Each setting is reduced to Facts as the static diagnosis sees it (the target's p
 registers from its cubin where NVRTC compiles it) and each rule's cost is computed with its
 model's constants as assumed. The fit scales each rule's cost (its constant refitted: cycles per
 step, bytes per cycle ...) so that the roofline's least time plus the scaled costs comes nearest
-the measured times (the mean |log(estimate / measured)|, coordinate by coordinate over a grid of
-scales; a rule that fires on fewer than MIN_SETTINGS settings keeps its assumption). Errors are
+the measured times within each workload (the mean |log(estimate / measured)| once each workload's
+mean is taken out: what no rule models of a workload cancels in a move's speedup), coordinate by
+coordinate over a grid of scales within a factor of 4 of the model's (pulled towards 1: PRIOR); a
+rule that fires on fewer than MIN_SETTINGS settings keeps its assumption. Errors are
 held out: the settings are split by workload into FOLDS groups, each fitted on the others; a
 rule's error is the median error of the held-out settings it fires on, and the error of the
 estimated speedup of a one-knob move (a pair of measured settings one knob apart) is what the
@@ -41,7 +43,11 @@ RESULTS = ROOT / "bench" / "results"
 LESSONS_DOC = ROOT / "docs" / "lessons-h100.md"
 FOLDS = 3
 MIN_SETTINGS = 5  # a rule fitted on fewer settings than this keeps its model's constants
-SCALES = np.concatenate([[0.0], np.geomspace(0.05, 20, 61)])  # the scales the fit tries per rule
+# The scales the fit tries per rule: within a factor of 4 of the model's constants, which are physical
+# figures (cycles, bytes per cycle), not free parameters; and a pull towards them (PRIOR per factor of e
+# away, in the loss's unit), so that a rule whose cost moves with others' (softmax and rescale) keeps its own.
+SCALES = np.geomspace(0.25, 4, 41)
+PRIOR = 0.001
 SEARCHED_ON = "nvidia-h100-80gb-hbm3"  # the GPU slug of the recorded searches (bench/result_files.py)
 PER_SEARCH = 24  # settings taken from each recorded search: its best, the best's neighbours, then others
 MEASURE_REPEATS = 10
@@ -225,16 +231,28 @@ def table_of(samples: list[Sample], views: list[dict | None], rules: list[str]) 
 
 def fit(t: Table, rows: np.ndarray, sweeps: int = 6) -> np.ndarray:
     """Each rule's scale: coordinate by coordinate over SCALES, the mean |log(estimate / measured)| of
-    ``rows``; a rule that fires on fewer than MIN_SETTINGS of them keeps 1."""
+    ``rows`` once each workload's mean of it is taken out. A workload's kernels share what no rule models (the
+    efficiency of its instructions, its launch): a one-knob move's estimated speedup, what a suggestion is
+    judged by, does not depend on it, so the scales are fitted to the differences within a workload. A rule
+    that fires on fewer than MIN_SETTINGS of the rows keeps 1."""
     scales = np.ones(len(t.rules))
     fires = (t.costs[rows] > 0).sum(axis=0)
     log_measured = np.log(t.measured[rows])
+    names = sorted(set(t.groups[i] for i in rows))
+    group = np.array([names.index(t.groups[i]) for i in rows])
+    sizes = np.bincount(group, minlength=len(names))
+
+    def loss() -> float:
+        residual = np.log(t.estimate(scales, rows)) - log_measured
+        offset = np.bincount(group, residual, minlength=len(names)) / sizes
+        return float(np.abs(residual - offset[group]).mean() + PRIOR * np.abs(np.log(scales)).sum())
+
     for _ in range(sweeps):
         for r in np.flatnonzero(fires >= MIN_SETTINGS):
             trials = []
             for value in SCALES:
                 scales[r] = value
-                trials.append(np.abs(np.log(t.estimate(scales, rows)) - log_measured).mean())
+                trials.append(loss())
             scales[r] = SCALES[int(np.argmin(trials))]
     return scales
 
@@ -264,9 +282,9 @@ def pairs_of(samples: list[Sample]) -> list[tuple[int, int]]:
     return out
 
 
-def held_out(t: Table, samples: list[Sample]) -> dict:
-    """Each setting estimated by the fit of the folds that do not hold it; the errors per rule and of
-    the one-knob pairs' estimated speedups."""
+def held_out(t: Table, samples: list[Sample], fitting=fit) -> dict:
+    """Each setting estimated by the fit of the folds that do not hold it (``fitting``: the scales from
+    the other rows); the errors per rule and of the one-knob pairs' estimated speedups."""
     estimate = np.zeros(len(t.measured))
     scaled = np.zeros_like(t.costs)
     parts = folds(t)
@@ -274,7 +292,7 @@ def held_out(t: Table, samples: list[Sample]) -> dict:
         if not len(part):
             continue
         others = np.setdiff1d(np.arange(len(t.measured)), part)
-        scales = fit(t, others)
+        scales = fitting(t, others)
         estimate[part] = t.estimate(scales, part)
         scaled[part] = t.costs[part] * scales
     error = np.abs(np.log(estimate / t.measured))
@@ -310,6 +328,7 @@ def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> d
 
     scales = fit(t, np.arange(len(t.measured)))
     errors = held_out(t, samples)
+    assumed = held_out(t, samples, lambda table, rows: np.ones(len(table.rules)))  # the models as assumed
     fires = (t.costs > 0).sum(axis=0)
     rules = {}
     for r, name in enumerate(t.rules):
@@ -324,8 +343,7 @@ def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> d
         "speedup_error": errors["speedup_error"] if errors["speedup_error"] is not None else ASSUMED_SPEEDUP_ERROR,
         "settings_error": errors["settings_error"], "unseen_pairs": errors["unseen_pairs"],
         "unseen_error": errors["unseen_error"],
-        "before": {"settings_error": _share(np.median(np.abs(np.log(t.estimate(np.ones(len(t.rules))) /
-                                                                    t.measured))))},
+        "before": {key: assumed[key] for key in ("settings_error", "speedup_error", "pairs")},
         "devices": {"sm_90": {"l2_gbps": about["l2_gbps"], "from": about.get("l2_from", "")}}
         if about.get("l2_gbps") else {},
         "rules": rules,
@@ -454,8 +472,9 @@ def format_table(c: dict) -> str:
     lines = [f"Fitted to {c['settings']} settings measured on {c['machine']} ({c['date']}; "
              f"{', '.join(c['measured_by'])}) with `{c['command']}`. Held out by workload in {FOLDS} folds: the "
              f"median error of a setting's estimate is ±{c['settings_error']:.0%} (±{before:.0%} with the models' "
-             f"constants as assumed); of a one-knob move's estimated speedup ±{c['speedup_error']:.0%} over "
-             f"{c['pairs']} measured pairs whose estimates differ: the margin a suggestion must beat. The model "
+             f"constants as assumed: the fit is to the differences within a workload); of a one-knob move's estimated "
+             f"speedup ±{c['speedup_error']:.0%} over {c['pairs']} measured pairs whose estimates differ "
+             f"(±{c['before']['speedup_error']:.0%} as assumed): the margin a suggestion must beat. The model "
              f"sees no change in {c['unseen_pairs']} more pairs"
              + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else "."),
              "",

@@ -868,8 +868,9 @@ def test_the_fit_scales_each_rules_cost_to_the_measured_times():
     rows = [(10 + 2 * c, 10, c, 0, f"w{i % 3}") for i, c in enumerate((1, 2, 3, 4, 5, 6, 7, 8))]
     t = calibration_table(rows)
     scales = fit(t, np.arange(len(rows)))
-    assert scales[0] == SCALES[np.argmin(np.abs(SCALES - 2))] and scales[1] == 1.0
-    assert np.allclose(t.estimate(scales), t.measured, rtol=0.03)
+    assert scales[0] == pytest.approx(2, rel=0.08) and scales[1] == 1.0
+    assert np.allclose(t.estimate(scales), t.measured, rtol=0.05)
+    assert SCALES.min() == 0.25 and SCALES.max() == 4  # a factor of 4 either way of the model's constants
     few = calibration_table(rows[:4])  # fewer than MIN_SETTINGS settings: the model's constants stay
     assert fit(few, np.arange(4))[0] == 1.0
 

@@ -53,9 +53,8 @@ def diagnose(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     for f in found:
         taken = [s.suggestion.spec for s in suggested if s.suggestion is not None]
         suggested.append(replace(f, suggestion=suggest(f.rule, current, candidates, taken)))
-    limit = near_limit(current, candidates) if candidates or not found else None
-    if limit is not None:
-        suggested = [replace(f, suggestion=None) for f in suggested]
+    suggests = any(f.suggestion is not None for f in suggested)
+    limit = None if suggests or found and not candidates else near_limit(current, candidates)
     notes = [STATIC_NOTE if measured_us is None else
              f"Measured: {measured_us:.2f} µs, {100 * current.bound_us / measured_us:.0f}% of the roofline."]
     if binary is None:

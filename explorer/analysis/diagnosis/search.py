@@ -21,8 +21,8 @@ SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest all
                    f"(by at least {MIN_RELIEF:.0%}; among equals, the lowest estimated total: the roofline's least "
                    "time plus every finding's cost), provided its total is below this setting's by more than the "
                    "model's error for that finding's rule (calibration); a setting suggested for a higher-ranked "
-                   "finding is left to it. A neighbour that does not lower the estimate because its move raises "
-                   "another finding is tried again with a knob that relieves that finding moved as well. A "
+                   "finding is left to it. A neighbour that does not lower the estimate enough because its move "
+                   "raises another finding is tried again with a knob that relieves that finding moved as well. A "
                    "neighbour with a race is never suggested; a race's suggestion is the neighbour without one that "
                    "has the lowest estimated total.")
 
@@ -145,13 +145,13 @@ RELIEVED_BY = {rule.name: rule.relieved_by for rule in RULES}
 
 
 def _relieving_moves(current: Facts, candidates: list[tuple[Spec, tuple, Facts]]) -> list[list[Move]]:
-    """Each neighbour that alone does not lower the estimate, with one more knob moved that relieves a
-    finding its move raised (:attr:`Rule.relieved_by`): overlap holds a second buffer, a third stage gives
-    it back."""
+    """Each neighbour that alone does not lower the estimate by more than the model's error, with one more
+    knob moved that relieves a finding its move raised (:attr:`Rule.relieved_by`): overlap holds a second
+    buffer, a third stage gives it back."""
     total, now = estimated_total(current), findings_of(current)
     paths = []
     for spec, changes, facts in candidates:
-        if estimated_total(facts) < total:
+        if estimated_total(facts) * (1 + speedup_error()) < total:  # faster alone, by more than the error
             continue
         raised = [name for name, found in findings_of(facts).items()
                   if found.cost_us > (1 + MIN_RELIEF) * (now[name].cost_us if name in now else 0.0)]
