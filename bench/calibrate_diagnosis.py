@@ -13,8 +13,9 @@ model's constants as assumed. The fit scales each rule's cost (its constant refi
 step, bytes per cycle ...) so that the roofline's least time plus the scaled costs comes nearest
 the measured times within each workload (the mean |log(estimate / measured)| once each workload's
 mean is taken out: what no rule models of a workload cancels in a move's speedup), coordinate by
-coordinate over a grid of scales within a factor of 4 of the model's (pulled towards 1: PRIOR); a
-rule that fires on fewer than MIN_SETTINGS settings keeps its assumption. Errors are
+coordinate over a grid of scales within a factor of 2 of the model's (pulled towards 1: PRIOR); a
+rule that fires on fewer than MIN_SETTINGS settings keeps its assumption. Settings that run for less
+than MIN_US are left out: their time is mostly the launch. Errors are
 held out: the settings are split by workload into FOLDS groups, each fitted on the others; a
 rule's error is the median error of the held-out settings it fires on, and the error of the
 estimated speedup of a one-knob move (a pair of measured settings one knob apart) is what the
@@ -43,11 +44,14 @@ RESULTS = ROOT / "bench" / "results"
 LESSONS_DOC = ROOT / "docs" / "lessons-h100.md"
 FOLDS = 3
 MIN_SETTINGS = 5  # a rule fitted on fewer settings than this keeps its model's constants
-# The scales the fit tries per rule: within a factor of 4 of the model's constants, which are physical
+# Settings measured faster than this are left out of the fit and its errors: their time is mostly the launch and
+# the last wave of blocks, and their differences within ±5% noise say little of any rule's cost.
+MIN_US = 10.0
+# The scales the fit tries per rule: within a factor of 2 of the model's constants, which are physical
 # figures (cycles, bytes per cycle), not free parameters; and a pull towards them (PRIOR per factor of e
 # away, in the loss's unit), so that a rule whose cost moves with others' (softmax and rescale) keeps its own.
-SCALES = np.geomspace(0.25, 4, 41)
-PRIOR = 0.001
+SCALES = np.geomspace(0.5, 2, 41)
+PRIOR = 0.002
 SEARCHED_ON = "nvidia-h100-80gb-hbm3"  # the GPU slug of the recorded searches (bench/result_files.py)
 PER_SEARCH = 24  # settings taken from each recorded search: its best, the best's neighbours, then others
 MEASURE_REPEATS = 10
@@ -223,7 +227,9 @@ class Table:
 
 
 def table_of(samples: list[Sample], views: list[dict | None], rules: list[str]) -> tuple[Table, list[Sample]]:
-    kept = [(s, v) for s, v in zip(samples, views, strict=True) if v is not None and v["bound_us"] > 0]
+    """The settings that built, measured for at least MIN_US, as arrays."""
+    kept = [(s, v) for s, v in zip(samples, views, strict=True)
+            if v is not None and v["bound_us"] > 0 and s.measured_us >= MIN_US]
     costs = np.array([[v["costs"].get(r, 0.0) for r in rules] for _, v in kept]).reshape(len(kept), len(rules))
     return (Table(rules, np.array([s.measured_us for s, _ in kept]), np.array([v["bound_us"] for _, v in kept]),
                   costs, [f"{s.spec.template} {s.spec.workload.label()}" for s, _ in kept]), [s for s, _ in kept])

@@ -15,7 +15,7 @@ from explorer.targets import local_gpu_target
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 PRESET = "dw-blog-channel-96"  # one block per 96×96 channel: uncoalesced stores, an idle GPU
-pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process")
+pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process", "assumed_calibration")
 
 
 def diagnosed(query: dict) -> AppTest:
