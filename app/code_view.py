@@ -8,36 +8,39 @@ the browser test and for linking.
 from __future__ import annotations
 
 import difflib
-import functools
 import html
 
 import streamlit as st
-from pygments.formatters import HtmlFormatter
 
-from explorer.highlight import CSS_CLASS, STYLE, VIEW_LANGUAGES, highlight
+from explorer.highlight import VIEW_LANGUAGES, highlight, stylesheet
 
 # The code views of a Build: tab label -> (Build attribute, lexer).
 VIEWS = {label: (attribute, VIEW_LANGUAGES[attribute]) for label, attribute in (
     ("Scheduled TensorIR", "tensorir"), ("Lowered TIR", "lowered"), ("CUDA", "cuda"), ("Schedule trace", "trace"))}
+# The frame of a block (its bar, the copy button) in the theme's colours: light-dark() follows the
+# color-scheme Streamlit sets for its light and dark themes (explorer.highlight.stylesheet).
 _FRAME_CSS = """
-.tvm-code { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin-bottom: 0.5rem; }
+.tvm-code { border: 1px solid light-dark(#d0d7de, #30363d); border-radius: 0.5rem; margin-bottom: 0.5rem; }
 .tvm-code-bar { display: flex; justify-content: space-between; align-items: center; gap: 0.5rem;
-  padding: 0.25rem 0.6rem; font-size: 0.8rem; color: #555; background: #f6f7f9;
-  border-bottom: 1px solid rgba(49, 51, 63, 0.1); border-radius: 0.5rem 0.5rem 0 0; }
+  padding: 0.25rem 0.6rem; font-size: 0.8rem; color: light-dark(#424a53, #c9d1d9);
+  background: light-dark(#f0f2f6, #161b22);
+  border-bottom: 1px solid light-dark(#d0d7de, #30363d); border-radius: 0.5rem 0.5rem 0 0; }
 .tvm-code-bar button { font-size: 0.8rem; padding: 0.1rem 0.6rem; border-radius: 0.3rem; cursor: pointer;
-  border: 1px solid rgba(49, 51, 63, 0.25); background: white; }
+  color: light-dark(#1f2328, #e6edf3); background: light-dark(#ffffff, #21262d);
+  border: 1px solid light-dark(#8c959f, #6e7681); }
+.tvm-code-bar button:hover { background: light-dark(#eaeef2, #30363d); }
 .tvm-code-body { max-height: 36rem; overflow: auto; }
 .tvm-code-body pre { margin: 0; padding: 0.5rem 0.75rem; font-size: 0.82rem; line-height: 1.35;
   background: transparent; }
-.tvm-code-body .linenos { color: #9aa0a6; padding-right: 0.8rem; user-select: none; }
+.tvm-code-body .linenos { padding-right: 0.8rem; user-select: none; }
 .tvm-code.stale { opacity: 0.55; }
-.tvm-code.stale .tvm-code-bar { background: #fff4e5; }
+.tvm-code.stale .tvm-code-bar { background: light-dark(#fff4e5, #3d2b12); }
 """
 
 
-@functools.lru_cache(maxsize=1)
 def css() -> str:
-    return _FRAME_CSS + HtmlFormatter(style=STYLE, cssclass=CSS_CLASS).get_style_defs(f".{CSS_CLASS}")
+    """The code views' stylesheet: their frames and the highlighting, for both themes."""
+    return _FRAME_CSS + stylesheet()
 
 
 def diff(old: str, new: str, old_name: str, new_name: str, context: int = 3) -> str:
@@ -67,10 +70,6 @@ def block_html(text: str, language: str, view: str, caption: str = "", stale: bo
         f'<div class="tvm-code-body">{highlighted or highlight(text, language, hl_lines, first_line)}</div>'
         f'<textarea hidden readonly>{html.escape(text)}</textarea></div>'
     )
-
-
-def show_css() -> None:
-    st.html(f"<style>{css()}</style>")
 
 
 def show_code(text: str, language: str, view: str, caption: str = "", stale: bool = False,

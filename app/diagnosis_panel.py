@@ -12,16 +12,14 @@ while the page polls."""
 from __future__ import annotations
 
 from concurrent.futures import Future
-from urllib.parse import urlencode
 
 import streamlit as st
 
-from explorer import urlstate
 from explorer.analysis.diagnosis import Diagnosis, Finding
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
-from . import latency, server, session
+from . import latency, server, session, ui
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
@@ -109,7 +107,7 @@ def show(d: Diagnosis, preset: str | None = None) -> None:
         else:
             left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."
                          + (f" {tried[s.spec][0]}" if s.spec in tried else ""))
-            link = "./?" + urlencode(urlstate.to_query(s.spec, preset))
+            link = ui.explorer_link(s.spec, preset)
             right.link_button("Open this setting", link, icon=":material/open_in_new:", width="stretch")
         with left.expander("Evidence"):
             st.markdown("\n".join(f"- {line}" for line in found.evidence) + f"\n\nCost: {found.cost_rule}.")

@@ -12,7 +12,7 @@ from explorer import figures, targets
 from explorer.build import Build
 from explorer.measure import QUICK_SETTINGS, describe_budget
 
-from . import server, session
+from . import server, session, ui
 
 
 def can_measure() -> bool:
@@ -41,7 +41,7 @@ def latency(built: Build) -> None:
     st.caption(_measured_when(result, job))
     if getattr(result, "quick", False):
         st.caption(QUICK_NOTE)
-    st.plotly_chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), key="tries")
+    ui.chart(figures.tries_figure([(t.spec, t.latency_us) for t in session.tries()]), "tries")
 
 
 def start_measuring(spec) -> None:

@@ -14,15 +14,17 @@ from explorer import figures, targets
 from explorer.analyses import Analysis
 from explorer.analysis import banks, ncu, races, tree
 from explorer.analysis.resources import analyze_resources
-from explorer.analysis.roofline import no_roofline_reason, published_ceilings
+from explorer.analysis.roofline import compute_types, no_roofline_reason, published_ceilings
 from explorer.analysis.roofline import roofline as place_on_roofline
-from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, sass_text
+from explorer.analysis.sass import SHARED_NOTE, analyze_sass, compile_binary, dynamic_shared, resources_line, sass_text
 from explorer.analysis.tiling import analyze_tiling
 from explorer.analysis.vthread import WHAT_VTHREADS_DO, compare_vthreads
+from explorer.analysis.written import analyze_written, is_written
 from explorer.build import Build
 from explorer.errors import ExplorerError
+from explorer.units import byte_size, count
 
-from . import code_view, latency, server, session
+from . import code_view, latency, server, session, ui
 
 # A heatmap larger than this is slow to build (Plotly validates every cell) and to draw.
 MAX_FIGURE_CELLS = 1 << 16
@@ -34,8 +36,17 @@ def launch_summary(built: Build) -> str:
         return f"{targets.target_label(built.target)}: host code only"
     parts = []
     for k in built.kernels:
-        parts.append(f"{k.blocks:,} blocks × {k.threads_per_block} threads, {k.shared_bytes:,} B shared")
+        parts.append(f"{count(k.blocks, 'block')} × {count(k.threads_per_block, 'thread')}, "
+                     f"{byte_size(k.shared_bytes)} shared")
     return f"{targets.target_label(built.target)}: " + "; ".join(parts)
+
+
+def shared_split(kernel) -> str:
+    """A kernel's shared memory in bytes, static and dynamic: what a block asks for."""
+    if not kernel.dynamic_shared_bytes:
+        return f"{kernel.shared_bytes:,} bytes, all static"
+    return (f"{kernel.shared_bytes:,} bytes: {kernel.static_shared_bytes:,} static, {kernel.dynamic_shared_bytes:,} "
+            "dynamic (given at launch)")
 
 
 def metrics(built: Build, container=st) -> None:
@@ -47,7 +58,7 @@ def metrics(built: Build, container=st) -> None:
     cols = container.columns(4)
     cols[0].metric("Threads per block", f"{k.threads_per_block}", help=f"block {k.block} (x, y, z)")
     cols[1].metric("Blocks", f"{k.blocks:,}", help=f"grid {k.grid} (x, y, z)")
-    cols[2].metric("Shared mem / block", f"{k.shared_bytes / 1024:.1f} KB", help=f"{k.shared_bytes:,} bytes, static")
+    cols[2].metric("Shared mem / block", byte_size(k.shared_bytes), help=shared_split(k))
     cols[3].metric("Kernels", f"{len(built.kernels)}",
                    help="Separate kernels round-trip intermediate results through global memory.")
 
@@ -82,7 +93,7 @@ def resources(built: Build) -> None:
         for k in report.kernels
     ], hide_index=True)
     for kernel in report.kernels:
-        st.plotly_chart(figures.occupancy_figure(kernel), key=f"occupancy-{kernel.kernel}")
+        ui.chart(figures.occupancy_figure(kernel), key=f"occupancy-{kernel.kernel}")
     st.caption(" ".join(report.notes))
 
 
@@ -114,10 +125,9 @@ def sass(built: Build) -> None:
         help="Program order shows where the scheduler interleaved the lines; CUDA line gathers each line's "
              "instructions under it once.") or "program"
     mode = "line" if order == "CUDA line" else "address"
+    dynamic = dynamic_shared(built)
     for kernel in report.kernels:
-        st.markdown(f"**{kernel.kernel}** — {kernel.registers} registers/thread, {kernel.shared_bytes:,} B shared, "
-                    f"{kernel.stack_bytes:,} B stack frame, {kernel.mix.spill_bytes:,} B spilled "
-                    f"(local loads and stores), {kernel.mix.instructions} instructions")
+        st.markdown(f"**{kernel.kernel}** — {resources_line(kernel, dynamic.get(kernel.kernel, 0))}")
         rows = [{"instruction": label, "count": n} for label, n in kernel.mix.rows()]
         if kernel.kernel in before:
             old = dict(before[kernel.kernel].mix.rows())
@@ -145,24 +155,42 @@ def tiling(built: Build) -> None:
     if kernel is None:
         st.caption("A CPU build has no thread blocks.")
         return
+    if is_written(built.spec.template_def):
+        written_tiling(built, kernel)
+        return
     cols = st.columns([2, 1, 1, 1])
-    colour_by = cols[0].segmented_control("Colour the outputs by", ["block", "vthread", "thread", "iteration"],
-                                          default="block", key="ui.tiling.colour") or "block"
-    block = cols[1].number_input("Block", 0, kernel.blocks - 1, 0, key="ui.tiling.block",
-                                 help="Linear block id (blockIdx.x fastest) for the figures of one block.")
-    tx = cols[2].number_input("threadIdx.x", 0, kernel.block[0] - 1, 0, key="ui.tiling.tx")
-    ty = cols[3].number_input("threadIdx.y", 0, kernel.block[1] - 1, 0, key="ui.tiling.ty")
+    block = _index_input(cols[1], "Block", kernel.blocks, "ui.tiling.block",
+                         "Linear block id (blockIdx.x fastest) for the figures of one block.")
+    tx = _index_input(cols[2], "threadIdx.x", kernel.block[0], "ui.tiling.tx")
+    ty = _index_input(cols[3], "threadIdx.y", kernel.block[1], "ui.tiling.ty")
     try:
         t = analyze_tiling(built, block, (tx, ty, 0))
     except ExplorerError as e:
         st.info(str(e))
         return
-    st.markdown(f"Each thread computes **{t.outputs_per_thread}** outputs, each block **{t.outputs_per_block}**.")
+    # Only the colourings that tell this setting's outputs apart: vthreads and inner iterations where it has them.
+    roles = {loop.role for loop in t.loops if loop.extent > 1}
+    sharing = math.prod(loop.extent for loop in t.loops if loop.role == "thread" and loop.reduces)
+    owning = any(loop.role == "thread" and not loop.reduces and loop.extent > 1 for loop in t.loops)
+    ways = ["block", *(["vthread"] if "vthread" in roles else []), *(["thread"] if owning else []),
+            *(["iteration"] if roles & {"inner", "fixed"} else [])]
+    colour_by = "block"
+    if len(ways) > 1:
+        colour_by = cols[0].segmented_control("Colour the outputs by", ways, default="block",
+                                              key="ui.tiling.colour") or "block"
+        colour_by = colour_by if colour_by in ways else "block"
+    if sharing > 1:
+        st.markdown(f"Each block computes **{count(t.outputs_per_block, 'output')}**; its **{sharing}** threads "
+                    f"share each one (a reduction across threads), each adding its part of the inputs below.")
+    else:
+        st.markdown(f"Each thread computes **{count(t.outputs_per_thread, 'output')}**, each block "
+                    f"**{count(t.outputs_per_block, 'output')}**.")
     cells = t.ownership.shape[0] * t.ownership.shape[1]
     if cells <= MAX_FIGURE_CELLS:
         left, right = st.columns(2)
-        left.plotly_chart(figures.ownership_figure(t, colour_by), key="tiling-all")
-        right.plotly_chart(figures.ownership_figure(t, "thread", block=block), key="tiling-block")
+        ui.chart(figures.ownership_figure(t, colour_by), "tiling-all", left)
+        if owning:
+            ui.chart(figures.ownership_figure(t, "thread", block=block), "tiling-block", right)
     else:
         st.caption(f"The output plane {t.ownership.plane} has {cells:,} elements, too many to draw "
                    f"(up to {MAX_FIGURE_CELLS:,}); choose a smaller shape to see it.")
@@ -172,9 +200,47 @@ def tiling(built: Build) -> None:
             column.caption(f"{footprint.buffer}: block {t.chosen_block} reads {footprint.block_elements:,} elements, "
                            f"thread {t.chosen_thread} reads {footprint.thread_elements:,}; too large to draw.")
         else:
-            column.plotly_chart(figures.footprint_figure(t, i), key=f"footprint-{i}")
+            ui.chart(figures.footprint_figure(t, i), f"footprint-{i}", column)
     if t.notes:
         st.caption(" ".join(t.notes))
+
+
+def _index_input(container, label: str, extent: int, key: str, help: str | None = None) -> int:
+    """An index 0 … extent − 1 (a block, a thread), shown only where there is more than one to choose; a value
+    kept from another setting that this one does not have goes back to 0."""
+    if extent <= 1:
+        return 0
+    session.keep_widget(key, range(extent), 0)
+    return container.number_input(label, 0, extent - 1, 0, key=key, help=help)
+
+
+def written_tiling(built: Build, kernel) -> None:
+    """A kernel written out: what a block, a warp and a thread own, and (attention) the key and value tiles
+    each block walks, read from its own loads and stores (explorer/analysis/written.py)."""
+    cols = st.columns([2, 1])
+    colour_by = cols[0].segmented_control("Colour the block's elements by", ["warp", "thread"], default="warp",
+                                          key="ui.tiling.written_colour") or "warp"
+    block = _index_input(cols[1], "Block", kernel.blocks, "ui.tiling.block",
+                         "Linear block id (blockIdx.x fastest) of the first kernel: the block described and drawn.")
+    try:
+        t = analyze_written(built, block)
+    except ExplorerError as e:
+        st.info(str(e))
+        return
+    st.markdown("\n".join(f"- {sentence}" for sentence in t.sentences))
+    left, right = st.columns(2)
+    if t.walk is not None:
+        ui.chart(figures.walk_figure(t), "tiling-walk", left)
+    elif t.cell_owner is not None:
+        ui.chart(figures.cells_figure(t), "tiling-cells", left)
+    target = right if t.walk is not None or t.cell_owner is not None else left
+    cells = (int(np.ptp(t.rows)) + 1) * (int(np.ptp(t.cols)) + 1) if t.rows.size else 0
+    if 0 < cells <= MAX_FIGURE_CELLS:
+        ui.chart(figures.written_owners_figure(t, colour_by), "tiling-owners", target)
+    else:
+        target.caption(f"Block {t.chosen_block}'s part of {t.buffer} is too large to draw (up to "
+                       f"{MAX_FIGURE_CELLS:,} elements).")
+    st.caption(" ".join((*t.notes, t.loads_rule)))
 
 
 RACES_SHOWN = 4  # races written out in the tab (the rest counted)
@@ -203,13 +269,14 @@ def bank_conflicts(built: Build) -> None:
     race_check(built)
     report = banks.analyze_banks(built)
     accesses = [(k, a) for k in report.kernels for a in k.accesses]
+    st.markdown("**Modelled bank conflicts for the whole launch** — "
+                + " ".join(banks.headline(k) for k in report.kernels))
+    tiles = [t for k in report.kernels for t in k.tiles]
+    if tiles:
+        shared_tiles(tiles)
     if not accesses:
-        st.caption("This kernel does not use shared memory: no bank conflicts to model.")
         return
-    totals = [f"{k.kernel}: {k.loads.conflicts:,} load and {k.stores.conflicts:,} store conflicts"
-              for k in report.kernels]
-    st.markdown("**Modelled bank conflicts for the whole launch** — " + "; ".join(totals))
-    st.plotly_chart(figures.conflicts_figure(report), key="banks-all")
+    ui.chart(figures.conflicts_figure(report), key="banks-all")
     modelled = {f"{k.kernel} #{a.number} {a.op} · {a.text}": (k, a) for k, a in accesses if not a.not_modelled}
     if modelled:
         cols = st.columns([3, 1])
@@ -218,8 +285,8 @@ def bank_conflicts(built: Build) -> None:
         warp = cols[1].number_input("Warp", 0, kernel.warps_per_block - 1, 0, key="ui.banks.warp")
         lanes = banks.lane_map(built, kernel.kernel, access.number, warp)
         left, right = st.columns(2)
-        left.plotly_chart(figures.bank_figure(lanes), key="banks-wavefronts")
-        right.plotly_chart(figures.lanes_figure(lanes), key="banks-lanes")
+        ui.chart(figures.bank_figure(lanes), "banks-wavefronts", left)
+        ui.chart(figures.lanes_figure(lanes), "banks-lanes", right)
     st.dataframe([
         {"kernel": k.kernel, "#": a.number, "op": a.op, "access": a.text, "bytes/lane": a.access_bytes,
          "max n-way": a.max_degree, "mean n-way": round(a.mean_degree, 2),
@@ -232,6 +299,24 @@ def bank_conflicts(built: Build) -> None:
                                                           *races.analyze_races(built).assumptions)))
 
 
+def shared_tiles(tiles) -> None:
+    """The shared buffers that TMA writes, wgmma reads through descriptors and mbarriers guard, and the
+    banks of one core matrix under their swizzle (explorer/analysis/tiles.py)."""
+    st.dataframe([
+        {"kernel": t.kernel, "buffer": t.buffer, "what": t.role, "type": t.dtype, "bytes": t.bytes,
+         "TMA copies in the code": t.tma_copies, "wgmma descriptors": t.descriptors,
+         "mbarrier instructions": t.barrier_uses,
+         "swizzle": f"{t.swizzle_bytes} B" if t.swizzle_bytes else "none",
+         "core matrix": f"{t.core_matrix_ways}-way ({t.unswizzled_ways}-way unswizzled)" if t.swizzle_bytes else ""}
+        for t in tiles], hide_index=True, key="banks-tiles")
+    for row_bytes in sorted({t.swizzle_bytes for t in tiles if t.swizzle_bytes}):
+        ui.chart(figures.swizzle_figure(row_bytes), f"banks-swizzle-{row_bytes}")
+    st.caption("wgmma reads an operand in 8 × 16-byte core matrices (PTX ISA, matrix descriptors); the model reads "
+               "one core matrix of each tile as one 128-byte request. NVIDIA does not document the order in which "
+               "wgmma reads shared memory, nor does the TMA unit's writing show as a thread's store: their bank "
+               "conflicts are not counted above.")
+
+
 def reduction_tree(built: Build) -> None:
     """The written sum's shared-memory tree step by step: active and idle threads, idle and
     divergent warps, bank ways and the barrier of each step."""
@@ -240,13 +325,10 @@ def reduction_tree(built: Build) -> None:
     except ExplorerError as e:
         st.info(str(e))
         return
-    if report is None:
-        st.caption(tree.NOT_APPLICABLE)
-        return
     st.markdown(f"**A block of {report.threads} threads ({report.warps} warps) adds its sums in "
                 f"{len(report.steps)} steps** — worst bank conflict {report.worst_bank_ways}-way; both kernels "
                 "run this tree.")
-    st.plotly_chart(figures.tree_figure(report), key="tree-steps-figure")
+    ui.chart(figures.tree_figure(report), key="tree-steps-figure")
     st.dataframe([
         {"step size s": t.s, "stage": t.stage, "active threads": t.active_threads, "needed": t.needed_threads,
          "idle threads": t.idle_threads, "idle warps": t.idle_warps, "divergent warps": t.divergent_warps,
@@ -274,15 +356,15 @@ def vthreads(built: Build) -> None:
     st.markdown("\n".join(f"- {sentence}" for sentence in comparison.explanation))
     for i, (column, side) in enumerate(zip(st.columns(2), comparison.sides, strict=True)):
         with column:
-            st.subheader(side.label.capitalize())
+            st.markdown(f"**{side.label.capitalize()}**")
             st.caption(", ".join(f"{name} = {value}" for name, value in comparison.changed_knobs(i).items()))
             latency.side_latency(side)
             st.code("\n".join(side.scheduled), language="python")
             with st.expander("Lowered TIR (the vthread loop is gone)"):
                 st.code("\n".join(side.lowered), language="python")
-            st.plotly_chart(figures.ownership_figure(side.tiling, "thread", block=0), key=f"vthread-owners-{i}")
+            ui.chart(figures.ownership_figure(side.tiling, "thread", block=0), key=f"vthread-owners-{i}")
             if side.shared_load is not None:
-                st.plotly_chart(figures.bank_figure(side.shared_load.lanes, side.shared_load.access.text),
+                ui.chart(figures.bank_figure(side.shared_load.lanes, side.shared_load.access.text),
                                 key=f"vthread-banks-{i}")
 
 
@@ -292,10 +374,12 @@ def roofline(built: Build) -> None:
     measured = _latest_measurement(built)
     try:
         ceilings = _measured_ceilings() or published_ceilings(str(built.target.attrs.get("arch", "")))
-        tries = tuple((f"try {i}", t.spec.workload, t.latency_us) for i, t in enumerate(session.tries(), start=1)
+        tries = tuple((f"try {i}", t.spec.workload, t.latency_us, compute_types(t.spec))
+                      for i, t in enumerate(session.tries(), start=1)
                       if t.latency_us is not None and t.spec != built.spec
-                      and not no_roofline_reason(t.spec.workload, ceilings))
-        r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries)
+                      and not no_roofline_reason(t.spec.workload, ceilings, compute_types(t.spec)))
+        r = place_on_roofline(built.spec.workload, ceilings, measured.median_us if measured else None, tries,
+                              compute_types(built.spec))
     except ExplorerError as e:  # no figures for this target, or a workload the roofline does not cover
         st.info(str(e))
         return
@@ -310,7 +394,7 @@ def roofline(built: Build) -> None:
     cols[2].metric("This setting" if measured else "Static estimate", f"{r.current.percent_of_attainable:.0f}%",
                    help="Achieved ÷ attainable GFLOP/s." if measured else
                    "Not measured: placed on the roof, the best any schedule can do.")
-    st.plotly_chart(figures.roofline_figure(r), key="roofline")
+    ui.chart(figures.roofline_figure(r), key="roofline")
     st.caption(" ".join(r.notes))
 
 
@@ -387,7 +471,7 @@ def default_panel(analysis: Analysis, built: Build) -> None:
         st.info(str(e))
         return
     if analysis.figure is not None and result is not None:
-        st.plotly_chart(analysis.figure(result), key=f"{analysis.name}-figure")
+        ui.chart(analysis.figure(result), key=f"{analysis.name}-figure")
     st.code(analysis.text(result, built), language=None)
 
 

@@ -6,13 +6,10 @@ students' pages, the Class page for the teacher) and the Lessons page's "predict
 them."""
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import pandas as pd
 import streamlit as st
 
 from explorer import lessons as L
-from explorer import urlstate
 from explorer.analyses import ANALYSES
 from explorer.build import Spec
 from explorer.classroom.rounds import Tally
@@ -20,7 +17,7 @@ from explorer.errors import ExplorerError
 from explorer.highlight import view_text
 from explorer.questions import Answer, is_right, speedup_bin
 
-from . import code_view, latency, panels, server, session
+from . import code_view, latency, panels, server, session, ui
 
 # Tabs that show a measured time (the roofline's point, Nsight Compute's counters, the vthread
 # comparison's two latencies): not shown before the answer.
@@ -53,13 +50,8 @@ def settings_links(question: L.Asked) -> None:
     if question.question.kind != "pick":
         return
     for column, (letter, preset) in zip(st.columns(2), zip("AB", question.settings, strict=True), strict=True):
-        column.link_button(f"Open {letter}: {preset.title}", explorer_link(preset), icon=":material/open_in_new:",
-                           width="stretch")
-
-
-def explorer_link(preset) -> str:
-    """The Explorer on ``preset``'s setting."""
-    return "./?" + urlencode(urlstate.to_query(preset.spec, preset.id))
+        column.link_button(f"Open {letter}: {preset.title}", ui.explorer_link(preset.spec, preset.id),
+                           icon=":material/open_in_new:", width="stretch")
 
 
 def code_tabs(spec: Spec, key: str) -> None:
@@ -69,8 +61,7 @@ def code_tabs(spec: Spec, key: str) -> None:
     except ExplorerError as error:
         st.error(str(error))
         return
-    code_view.show_css()
-    analyses = [a for a in ANALYSES.values() if a.name not in MEASURED_TABS]
+    analyses = [a for a in ANALYSES.values() if a.name not in MEASURED_TABS and a.applies(spec.template_def)]
     tabs = st.tabs([*code_view.VIEWS, *(a.title for a in analyses)], key=key, on_change="rerun")
     for tab, (title, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
         if tab.open:

@@ -25,7 +25,7 @@ from explorer.knobs import Params
 from explorer.presets import all_presets, default_preset, get_preset
 from explorer.schedules import TEMPLATES, get_template, templates_for, workload_classes
 
-from . import server, widgets
+from . import server, ui, widgets
 
 HISTORY_LENGTH = 50
 # Tries that keep their whole Build: the last (shown, stale, when the current setting cannot be
@@ -55,21 +55,47 @@ class Try:
     latency_us: float | None = None
 
 
+LINK_NOTICE = "link_notice"  # what a link could not use: (Streamlit element, sentence, the Spec it opened)
+
+
 def init() -> None:
-    """First run of a session: open the link's view, else the default preset."""
+    """First run of a session: open the link's view (what of it can be used), else the default
+    preset; what the link could not use is kept for the Explorer to say (:func:`link_notice`)."""
     if "spec" in st.session_state:
         return
     spec, preset, error = None, None, None
     params = st.query_params.to_dict()
     if urlstate.has_spec(params):
-        try:
-            spec, preset = urlstate.from_query(params)
-        except ExplorerError as e:
-            error = f"This link could not be opened: {e}"
+        link = urlstate.read_link(params)
+        spec, preset = link.spec, link.preset
+        if spec is None:
+            error = ("error", f"This link could not be opened ({link.summary()}): here is the first lesson's first "
+                              "step.")
+        elif link.dropped:
+            error = ("warning", f"This link was opened without {link.summary()}")
     if spec is None:
         preset = default_preset()
         spec = get_preset(preset).spec
-    st.session_state.update(spec=spec, preset=preset, target="auto", tries=[], link_error=error)
+    st.session_state.update(spec=spec, preset=preset, target="auto", tries=[], link_opened=urlstate.has_spec(params),
+                            **{LINK_NOTICE: (*error, spec) if error else None})
+
+
+def link_notice(current: Spec) -> tuple[str, str] | None:
+    """What the link this session arrived on could not use, as (Streamlit element, sentence), for as
+    long as the setting is still the one the link opened (the page reruns by itself, when its
+    diagnosis or its latency arrives: a message shown once was gone before it could be read)."""
+    notice = st.session_state.get(LINK_NOTICE)
+    if notice is None or notice[2] != current:
+        st.session_state[LINK_NOTICE] = None
+        return None
+    return notice[0], notice[1]
+
+
+def take_link() -> bool:
+    """Whether this session arrived on a link to a setting and the URL still holds it (once: the
+    Start page sends such a link on to the Explorer, which shows it; a later visit to the Start page
+    stays there)."""
+    return bool(st.session_state.pop("link_opened", False)) and urlstate.has_spec(st.query_params.to_dict())
 
 
 def spec() -> Spec:
@@ -136,6 +162,51 @@ def kept_result(name: str) -> Any:
 def memo(name: str) -> dict:
     """A dict this session keeps under ``name`` (results a page computes once), created empty."""
     return st.session_state.setdefault(name, {})
+
+
+# -- the Lessons page's lesson and step, in the URL ---------------------------------------------
+
+LESSON, STEP = "lesson", "step"  # the Lessons page's widgets, and its query parameters
+LESSON_URL = "lessons.url"  # the lesson and step the Lessons page last wrote into the URL
+
+
+def follow_lesson_link(steps: dict[str, int], titles: dict[str, str]) -> str | None:
+    """Before the Lessons page draws its pickers (``steps``: lesson id -> its number of steps, in
+    order): a lesson and step in the URL other than those the page last wrote there (a link, a
+    reload) set them; without either, the page opens where it was. Returns a sentence for a lesson
+    or a step the link names that does not exist (the link's text not yet escaped)."""
+    params = st.query_params
+    wanted = (params.get(LESSON), params.get(STEP))
+    last = st.session_state.get(LESSON_URL)
+    if wanted == last:
+        return None
+    if wanted == (None, None):
+        if last is None:
+            return None
+        wanted = last
+    lesson, text = wanted
+    problems = []
+    if lesson is None:
+        lesson = st.session_state.get(LESSON, next(iter(steps)))
+    elif lesson not in steps:
+        problems.append(f"There is no lesson '{lesson}' here: this is the first lesson.")
+        lesson, text = next(iter(steps)), None
+    number = 1
+    if text is not None:
+        number = int(text) if text.isdigit() else 0
+        if not 1 <= number <= steps[lesson]:
+            number = min(max(number, 1), steps[lesson])
+            problems.append(f"“{titles[lesson]}” has steps 1 to {steps[lesson]}, not '{text}': this is step {number}.")
+    st.session_state.update({LESSON: lesson, STEP: number})
+    return " ".join(problems) or None
+
+
+def sync_lesson_url(lesson: str, number: int) -> None:
+    """Write the Lessons page's lesson and step into the URL (only when they changed)."""
+    query = {LESSON: lesson, STEP: str(number)}
+    if st.query_params.to_dict() != query:
+        st.query_params.from_dict(query)
+    st.session_state[LESSON_URL] = (lesson, str(number))
 
 
 # -- class mode ----------------------------------------------------------------------------
@@ -277,10 +348,7 @@ def reset_to_preset() -> None:
 
 
 def _preset_label(preset: str | None) -> str:
-    if preset is None:
-        return "— none (custom) —"
-    p = get_preset(preset)
-    return f"{p.step}. {p.title}"
+    return "— none (custom) —" if preset is None else ui.preset_label(preset)
 
 
 def sidebar() -> Spec | None:

@@ -197,7 +197,7 @@ def costs_of(spec, target: str) -> dict | None:
     costs = {}
     for rule in RULES:
         found = rule.check(facts)
-        if found is not None and not getattr(found, "within_roof", False):
+        if found is not None and not found.within_roof:
             costs[rule.name] = found.cost_us
     return {"bound_us": facts.bound_us, "costs": costs}
 

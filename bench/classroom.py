@@ -153,14 +153,15 @@ class Page:
         self.sliders: dict[str, tuple[str, list[str]]] = {}  # key → (widget id, options)
         self.fragments: dict[str, tuple[float, float]] = {}  # fragment id → (interval, next time)
         self.pages: dict[str, str] = {}  # page url name → script hash
+        self.page = ""  # the page the server last ran: a browser's reruns name it (a link to / goes on to the Explorer)
         self.query = query
 
     def rerun(self, widget=None, fragment_id: str = "", page_hash: str = "") -> None:
         msg = BackMsg()
         state = msg.rerun_script
         state.query_string = self.query
-        if page_hash:
-            state.page_script_hash = page_hash
+        if page_hash or self.page:
+            state.page_script_hash = page_hash or self.page
         if fragment_id:
             state.fragment_id, state.is_auto_rerun = fragment_id, True
         if widget is not None:
@@ -193,6 +194,7 @@ class Page:
         if kind == "new_session":
             if not msg.metadata.run.fragment_ids:  # a full run registers its fragments again (a browser does the same)
                 self.fragments.clear()
+            self.page = msg.new_session.page_script_hash or self.page
             for page in msg.new_session.app_pages:
                 self.pages[page.url_pathname or page.page_name] = page.page_script_hash
         elif kind == "navigation":

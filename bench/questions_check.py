@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     header = {"device": device, "date": datetime.date.today().isoformat(), "elapsed_s": time.perf_counter() - start,
               "command": "python " + " ".join(shlex.quote(a) for a in command), "cpus": os.cpu_count(),
               "host": platform.node(), "tvm": metadata.version("apache-tvm"), "repeats": settings.repeats,
-              "min_repeat_ms": settings.min_repeat_ms, "dry_run": args.dry_run}
+              "min_repeat_ms": settings.min_repeat_us / 1000, "dry_run": args.dry_run}
     out = args.out or (Path(tempfile.gettempdir()) / "questions-dry-run.md" if args.dry_run else DOC)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(rows, header))

@@ -25,7 +25,14 @@ from .schedules import get_template
 from .schedules.common import Template
 from .targets import WARP_SIZE, is_cuda, resolve_target
 from .tir_walk import walk
-from .verify import has_async_copies, pooled_shared_bytes, shared_bytes, verify_device, verify_scheduled
+from .verify import (
+    dynamic_shared_bytes,
+    has_async_copies,
+    pooled_shared_bytes,
+    shared_bytes,
+    verify_device,
+    verify_scheduled,
+)
 from .workloads import Workload
 
 _tir_build = importlib.import_module("tvm.tirx.build")  # the module; tvm.tirx.build is the function
@@ -84,13 +91,19 @@ class LaunchShape:
 @dataclass(frozen=True)
 class Kernel(LaunchShape):
     """One CUDA kernel of a build: its name, launch (grid and block, and the thread-block cluster
-    its blocks are launched in, (1, 1, 1) for none) and static shared memory."""
+    its blocks are launched in, (1, 1, 1) for none) and shared memory per block: all of it, and the
+    part allocated dynamically (given at launch: a cubin does not count it)."""
 
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
     cluster: tuple[int, int, int] = (1, 1, 1)
+    dynamic_shared_bytes: int = 0
+
+    @property
+    def static_shared_bytes(self) -> int:
+        return self.shared_bytes - self.dynamic_shared_bytes
 
     @property
     def blocks_per_cluster(self) -> int:
@@ -278,7 +291,7 @@ def _kernels(device_mod: tvm.IRModule, pooled: int = 0) -> tuple[Kernel, ...]:
                 extents[str(stmt.node.thread_tag)] = int(stmt.value)
         dims = lambda prefix, extents=extents: tuple(extents.get(f"{prefix}.{axis}", 1) for axis in "xyz")  # noqa: E731
         out.append(Kernel(gv.name_hint, dims("blockIdx"), dims("threadIdx"), shared_bytes(func) + pooled,
-                          dims("clusterCtaIdx")))
+                          dims("clusterCtaIdx"), dynamic_shared_bytes(func) + pooled))
     return tuple(sorted(out, key=lambda k: k.name))
 
 

@@ -19,7 +19,7 @@ from .analysis.diagnosis import counters_of, diagnose, diagnosis_json, format_di
 from .analysis.ranking import static_score
 from .analysis.sass import compile_binary
 from .build import Spec, build
-from .errors import EXIT_INVALID, ExplorerError
+from .errors import EXIT_INVALID, ExplorerError, PresetError
 from .export import file_name, snippet
 from .measure.errors import NoDevice, RemoteError
 from .presets import all_presets, get_preset
@@ -46,7 +46,10 @@ def _spec_from_args(args):
         start = _Start(template.name, template.title)
         spec = Spec(template.name, template.default_workload(), template.knobs())
     else:
-        preset = get_preset(args.preset)
+        try:
+            preset = get_preset(args.preset)
+        except PresetError as error:  # the command line's own hint (the app names its lessons instead)
+            raise PresetError(f"{error} List them with: python -m explorer presets") from None
         start, spec = _Start(preset.id, preset.title), preset.spec
     overrides = {}
     for item in args.set or []:

@@ -6,11 +6,12 @@ definition (TVMScript: the PrimFunc that ``te.create_prim_func`` makes of its
 (``Trace.as_python()``: every primitive with the chosen values as literals). Run, it
 prints the scheduled TensorIR and the CUDA source, and on a machine with an NVIDIA GPU
 checks the kernel against the same TensorIR under TVM's default GPU schedule (dlight's
-fallback) and times it.
+fallback) with the explorer's own gate (the source of ``explorer.measure.gate``'s rule,
+copied into the script: one definition, no import of the explorer) and times it.
 
-Only numbers from validated dataclasses and text that TVM prints go into the code; any
-text (preset title, workload label, target) is written with ``repr``, and the result is
-parsed once before it is returned.
+Only numbers from validated dataclasses, text that TVM prints and the library's own source
+go into the code; any text (preset title, workload label, target) is written with ``repr``,
+and the result is parsed once before it is returned.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tvm.s_tir import Schedule
 
 from .build import Spec, arch_target, lowering_config, skipped_passes
 from .errors import ExplorerError
-from .measure.gate import relative_tolerance
+from .measure import gate
 from .schedules import tensor_intrinsics
 from .targets import resolve_target
 from .workloads import Workload
@@ -44,7 +45,8 @@ from tvm.s_tir import dlight as dl
 
 '''
 
-# The end of every script: NumPy's name for an input type, and the entry point.
+# The end of every script but the gate's rule and the entry point: the reference, the check, NumPy's name for an
+# input type.
 _TAIL = '''
 
 def reference(target):
@@ -56,15 +58,17 @@ def reference(target):
 
 
 def check(output, expected):
-    """The explorer's check: each element within TOLERANCE × the reference's largest magnitude
-    (at least TOLERANCE_FLOOR) of the reference; float32 sums drift with the terms summed per
-    output, and TOLERANCE counts them (and what rounding to a 16-bit type is worth)."""
-    expected = expected.numpy().astype("float64")
-    error = np.abs(output.numpy().astype("float64") - expected)
-    bound = TOLERANCE * max(TOLERANCE_FLOOR, float(np.abs(expected).max()))
-    if not np.all(error <= bound):  # NaN fails too
-        raise AssertionError(f"wrong: {np.count_nonzero(~(error <= bound))} outputs off by more than {bound:.3g} "
-                             f"(largest error {np.nanmax(error):.3g})")
+    """The explorer's check of the kernel's output against the reference's, with its gate's own rule
+    (GATE below): every element within the tolerance, which grows with the terms a float32 sum adds
+    per output (REDUCTION_LENGTH) and the reference's largest magnitude (at least TOLERANCE_FLOOR);
+    NaN and ±inf are always wrong."""
+    expected = expected.numpy()
+    bound = tolerance(expected, REDUCTION_LENGTH, TOLERANCE_FLOOR)
+    error = errors(output.numpy(), expected)
+    wrong = wrong_elements(error, bound)
+    if wrong.any():
+        raise AssertionError(f"wrong: {np.count_nonzero(wrong)} outputs off by more than {bound:.3g} "
+                             f"(largest error {error.max():.3g})")
 
 
 def numpy_dtype(name):
@@ -73,7 +77,9 @@ def numpy_dtype(name):
 
         return ml_dtypes.bfloat16
     return np.dtype(name)
+'''
 
+_ENTRY = '''
 
 if __name__ == "__main__":
     main()
@@ -165,7 +171,7 @@ def schedule_snippet(workload: Workload, sch: Schedule, target: str | tvm.target
         + '    """The schedule, as TVM prints its trace: one primitive per line."""\n'
         + "    sch = Schedule(module)\n"
         + steps + "\n    return sch\n"
-        + _MAIN + _TAIL
+        + _MAIN + _TAIL + gate_code() + _ENTRY
     )
     ast.parse(code)  # a generated script that does not parse is a bug here, not the user's
     return code
@@ -281,15 +287,23 @@ def kernel_snippet(spec: Spec, mod: tvm.IRModule, target: str | tvm.target.Targe
         *_tolerance_constants(workload),
     ])
     code = (_KERNEL_HEADER + constants + "\n\n" + imports + "\n\n\n# The kernel in TVM's TIRx dialect.\n" + code
-            + "\n\n\n" + workload_script(workload) + _KERNEL_MAIN + _TAIL)
+            + "\n\n\n" + workload_script(workload) + _KERNEL_MAIN + _TAIL + gate_code() + _ENTRY)
     ast.parse(code)
     return code
 
 
 def _tolerance_constants(workload: Workload) -> list[str]:
-    """The explorer's check (explorer.measure.gate), as constants of a script."""
-    return [f"TOLERANCE = {relative_tolerance(workload.reduction_length())!r}  # × the output's largest magnitude",
-            f"TOLERANCE_FLOOR = {float(workload.tolerance_floor)!r}"]
+    """What the explorer's check (explorer.measure.gate) knows of the workload, as constants of a script."""
+    return [f"REDUCTION_LENGTH = {workload.reduction_length()!r}  # terms a float32 sum adds per output",
+            f"TOLERANCE_FLOOR = {float(workload.tolerance_floor)!r}  # the smallest output scale"]
+
+
+def gate_code() -> str:
+    """The gate's rule as a script's code: its constants and the source of its functions
+    (explorer.measure.gate.FORMULA), the one definition, copied."""
+    functions = "\n\n".join(inspect.getsource(function) for function in gate.FORMULA)
+    return ("\n\n# GATE: the explorer's correctness gate (explorer/measure/gate.py), copied from it as it is.\n"
+            f"EPSILON32 = {gate.EPSILON32!r}\nSAFETY = {gate.SAFETY!r}\n\n\n{functions}")
 
 
 def _variant_of(sch: Schedule, workload: Workload) -> str:

@@ -11,7 +11,10 @@ from pygments import highlight as pygments_highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import RegexLexer
 from pygments.lexers import CudaLexer, DiffLexer, PythonLexer
-from pygments.token import Comment, Generic, Keyword, Name, Number, Punctuation, Text, Whitespace
+from pygments.styles import get_style_by_name
+from pygments.token import STANDARD_TYPES, Comment, Generic, Keyword, Name, Number, Punctuation, Text, Token, Whitespace
+
+from .style import readable
 
 
 class SassLexer(RegexLexer):
@@ -46,17 +49,78 @@ class SassLexer(RegexLexer):
 
 # TVMScript (scheduled and lowered TIR) is Python syntax; the generated kernels are CUDA C++.
 LEXERS = {"python": PythonLexer, "cuda": CudaLexer, "diff": DiffLexer, "sass": SassLexer}
-STYLE = "friendly"
 CSS_CLASS = "tvmhl"
+# A Pygments style for each of the app's themes, both with every colour at WCAG AA against their
+# background (stylesheet() makes sure of it): Pygments' default and GitHub's dark one.
+STYLES = {"light": "default", "dark": "github-dark"}
+# The text that no token colours, and a marked line's background (Pygments' own: a yellow the
+# dark theme's text cannot be read on, and a grey too light for its dark one).
+PLAIN_TEXT = {"light": "#1f2328", "dark": "#e6edf3"}
+MARKED_LINE = {"light": "#fff8c5", "dark": "#3b3514"}
+LINE_NUMBERS = {"light": "#6e7781", "dark": "#8b949e"}
+
 
 @functools.lru_cache(maxsize=256)
 def highlight(text: str, language: str, hl_lines: tuple[int, ...] = (), first_line: int = 1) -> str:
     """HTML of ``text`` with line numbers from ``first_line``; ``hl_lines`` (1-based
     within ``text``) are marked."""
     # A diff's own line numbers would mislead: its hunk headers say where the lines are.
-    formatter = HtmlFormatter(style=STYLE, cssclass=CSS_CLASS, linenos=False if language == "diff" else "inline",
-                              linenostart=first_line, hl_lines=list(hl_lines))
+    # Token classes only: their colours are stylesheet()'s, for both themes.
+    formatter = HtmlFormatter(style=STYLES["light"], cssclass=CSS_CLASS,
+                              linenos=False if language == "diff" else "inline", linenostart=first_line,
+                              hl_lines=list(hl_lines))
     return pygments_highlight(text, LEXERS[language](), formatter)
+
+
+def _colour(value: str | None) -> str | None:
+    return None if not value else "#" + value.lstrip("#").lower()
+
+
+def theme_colours(theme: str) -> dict:
+    """The colours of ``theme``'s style (``light`` or ``dark``): the block's background, a marked
+    line's, and for every token type its text (made readable on both) and its own background."""
+    style = get_style_by_name(STYLES[theme])
+    background, marked = _colour(style.background_color), MARKED_LINE[theme]
+    tokens = {}
+    for token in STANDARD_TYPES:
+        own = style.style_for_token(token)
+        colour, token_background = _colour(own["color"]) or PLAIN_TEXT[theme], _colour(own["bgcolor"])
+        behind = (token_background,) if token_background else (background, marked)
+        tokens[token] = {"color": readable(colour, behind), "background": token_background, "bold": own["bold"],
+                         "italic": own["italic"]}
+    return {"background": background, "marked": marked, "tokens": tokens,
+            "line_numbers": readable(LINE_NUMBERS[theme], (background,))}
+
+
+@functools.lru_cache(maxsize=1)
+def stylesheet() -> str:
+    """CSS for the highlighted views under the app's light and dark themes at once: each colour is
+    CSS's ``light-dark(light, dark)``, which follows the ``color-scheme`` Streamlit sets on its
+    page, so a view changes with the theme at once, without a rerun of the page."""
+    light, dark = theme_colours("light"), theme_colours("dark")
+
+    def both(key, token=None) -> str:
+        pair = [(colours["tokens"][token] if token is not None else colours)[key] or "transparent"
+                for colours in (light, dark)]
+        return f"light-dark({pair[0]}, {pair[1]})"
+
+    root = f".{CSS_CLASS}"
+    rules = [f"{root} {{ background: {both('background')}; color: {both('color', Token)}; }}",
+             f"{root} .hll {{ background-color: {both('marked')}; }}",
+             f"{root} .linenos {{ color: {both('line_numbers')}; background-color: transparent; }}"]
+    for token, short in STANDARD_TYPES.items():
+        if not short:
+            continue
+        values = light["tokens"][token]
+        declarations = [f"color: {both('color', token)}"]
+        if values["background"] or dark["tokens"][token]["background"]:
+            declarations.append(f"background-color: {both('background', token)}")
+        if values["bold"]:
+            declarations.append("font-weight: bold")
+        if values["italic"]:
+            declarations.append("font-style: italic")
+        rules.append(f"{root} .{short} {{ {'; '.join(declarations)} }}")
+    return "\n".join(rules)
 
 
 def keep_highlights(count: int) -> None:

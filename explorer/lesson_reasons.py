@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from . import lessons as L
+from .analysis.banks import analyze_banks
 from .analysis.resources import analyze_resources
 from .analysis.tiling import analyze_tiling
+from .analysis.written import analyze_written, is_written
 from .build import Build, Spec
 from .claims import bank_conflict_degree, first_input
 from .errors import ExplorerError
@@ -57,11 +59,27 @@ def evidence(built: Build, binary=None) -> Evidence:
             return None
 
     resources = analyze_resources(built, binary).kernels[0]
+    if is_written(built.spec.template_def):  # a kernel written out: its loads and stores say who owns what
+        tiling = attempt(lambda: analyze_written(built))
+        outputs = (tiling.outputs_per_thread or None) if tiling else None
+        loads = tiling.loads_per_output if tiling else None
+        if tiling is not None and tiling.loads_rule:
+            notes.append(tiling.loads_rule)
+    else:
+        outputs = attempt(lambda: analyze_tiling(built).outputs_per_thread)
+        loads = attempt(lambda: first_input(built).loads_per_output)
+    degree = attempt(lambda: bank_conflict_degree(built))
+    if not degree:  # no thread loads shared memory: the tiles wgmma reads, under their swizzle
+        ways = [t.core_matrix_ways for t in analyze_banks(built).kernels[0].tiles if t.core_matrix_ways]
+        if ways:
+            degree = max(ways)
+            notes.append("Bank conflict: of one 8 × 16-byte core matrix of the swizzled tiles wgmma reads (a model "
+                         "of their layout; the Bank conflicts tab).")
     return Evidence(
         shared_bytes=resources.shared_bytes,
-        bank_conflict_degree=attempt(lambda: bank_conflict_degree(built)),
-        outputs_per_thread=attempt(lambda: analyze_tiling(built).outputs_per_thread),
-        loads_per_output=attempt(lambda: first_input(built).loads_per_output),
+        bank_conflict_degree=degree,
+        outputs_per_thread=outputs,
+        loads_per_output=loads,
         blocks_per_sm=resources.occupancy.blocks_per_sm,
         occupancy=resources.occupancy.occupancy,
         occupancy_limiter=resources.occupancy.limiter,

@@ -31,7 +31,6 @@ from .errors import ExplorerError, PresetError
 from .presets import Comparison, Lesson, Preset, Step, all_lessons, all_presets
 from .questions import DIRECTIONS, KINDS, RULE_NAMES, Answer, Question, answer_from, direction_of, recorded_answer
 
-FIRST_LESSON = "depthwise_blog"  # the 2017 depthwise blog: where the Lessons page and a class start
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NEEDS_GPU = "needs a GPU"
@@ -45,7 +44,8 @@ class ClaimThresholds:
 
 
 def lessons() -> tuple[Lesson, ...]:
-    """The lessons with at least one step."""
+    """The lessons with at least one step, in the curriculum's order (presets/curriculum.toml):
+    the first is where the Lessons page and a class start."""
     return tuple(lesson for lesson in all_lessons() if lesson.steps)
 
 
@@ -64,7 +64,7 @@ def lesson_specs() -> tuple[Spec, ...]:
 
 def first_lesson_specs() -> tuple[Spec, ...]:
     """The steps of the lesson a class starts with: measured ahead of the students first."""
-    return tuple(dict.fromkeys(step.preset.spec for step in get_lesson(FIRST_LESSON).steps))
+    return tuple(dict.fromkeys(step.preset.spec for step in lessons()[0].steps))
 
 
 def lesson_of(preset_id: str) -> tuple[Lesson, Step]:

@@ -8,7 +8,12 @@ File layout::
     [lesson]
     id = "depthwise_blog"
     title = ".."
-    source = "003_477c4d8cf32c97d4.txt"   # the tutorial, blog post or paper the lesson follows
+    name = "Depthwise convolution (TVM blog)"   # short, where its steps are listed with others (the title if none)
+    tagline = "one line: what the lesson teaches"   # the Start page lists each lesson with these three
+    level = "introductory"                      # one of LEVELS
+    gpu = "any NVIDIA GPU"                      # what timing its claims needs (the code views need none)
+    source = "Yuwei Hu, “Optimize …”, TVM blog, 2017"   # the tutorial, blog post or paper the lesson follows
+    url = "https://tvm.apache.org/2017/08/22/…"         # optional: where to read it
 
     [[preset]]
     id = "dw-blog-final-96"
@@ -34,6 +39,10 @@ magnitude"; not for ``same_speed`` and ``no_slower``, whose bar is the noise ban
 ``static`` makes a structural claim checkable: facts (explorer.claims.FACTS, computed from
 the build) and the values the claim states. A ``[preset.question]`` table, after the preset's
 own keys, is the question the step asks before its measurement (explorer.questions).
+
+``presets/curriculum.toml`` lists the lessons' ids in the order they are taught (each once):
+:func:`all_lessons` returns them in that order, and a student without a link starts on the
+first step of the first.
 """
 from __future__ import annotations
 
@@ -55,7 +64,10 @@ _PRESET_KEYS = {"id", "title", "source", "template", "claim", "explanation", "fo
 _REQUIRED = {"id", "title", "source", "template", "workload", "claim"}
 _REPORTED_KEYS = {"what", "value_us", "hardware", "this_schedule"}
 _COMPARE_KEYS = {"with", "expect", "at_least"}
-_LESSON_KEYS = {"id", "title", "source", "summary"}
+_LESSON_KEYS = {"id", "title", "name", "tagline", "level", "gpu", "source", "url", "summary"}
+_LESSON_REQUIRED = ("id", "title")
+LEVELS = ("introductory", "intermediate", "advanced")
+CURRICULUM_FILE = "curriculum.toml"  # the lessons' order, in the presets folder (not a lesson)
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,11 @@ class Lesson:
     source: str  # the tutorial, blog post or paper the lesson follows
     summary: str
     steps: tuple[Step, ...]
+    name: str = ""  # short, beside its steps' titles where steps of several lessons are listed
+    tagline: str = ""  # one line: what it teaches
+    level: str = ""  # one of LEVELS
+    gpu: str = ""  # the GPU its timing claims need
+    url: str = ""  # where to read its source
 
     @property
     def presets(self) -> tuple[Preset, ...]:
@@ -162,14 +179,22 @@ def load_file(path: Path) -> Lesson:
     _check_keys(data, {"lesson", "preset"}, where)
     lesson = data.get("lesson", {})
     _check_keys(lesson, _LESSON_KEYS, f"{where} [lesson]")
-    if "id" not in lesson or "title" not in lesson:
-        raise PresetError(f"{where}: [lesson] needs 'id' and 'title'.")
+    missing = [key for key in _LESSON_REQUIRED if not isinstance(lesson.get(key), str) or not lesson[key]]
+    if missing:
+        raise PresetError(f"{where}: [lesson] needs {' and '.join(repr(key) for key in missing)} (text).")
+    wrong = [key for key in _LESSON_KEYS if key in lesson and not isinstance(lesson[key], str)]
+    if wrong:
+        raise PresetError(f"{where}: [lesson] {', '.join(repr(key) for key in wrong)} must be text.")
+    if lesson.get("level", LEVELS[0]) not in LEVELS:
+        raise PresetError(f"{where}: [lesson] level '{lesson['level']}' is not one of {', '.join(LEVELS)}.")
     steps, previous = [], None
     for number, raw in enumerate(data.get("preset", []), start=1):
         preset = _load_preset(raw, lesson["id"], number, where, previous.id if previous else None)
         steps.append(Step(number, preset, previous))
         previous = preset
-    return Lesson(lesson["id"], lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps))
+    return Lesson(lesson["id"], lesson["title"], lesson.get("source", ""), lesson.get("summary", ""), tuple(steps),
+                  name=lesson.get("name", lesson["title"]), tagline=lesson.get("tagline", ""),
+                  level=lesson.get("level", ""), gpu=lesson.get("gpu", ""), url=lesson.get("url", ""))
 
 
 def _load_preset(raw: dict, lesson: str, step: int, where: str, previous: str | None = None) -> Preset:
@@ -239,10 +264,33 @@ def _check_keys(table: dict, allowed: set, where: str) -> None:
         raise PresetError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
 
 
+def curriculum(directory: Path, ids: list[str]) -> list[str]:
+    """The lessons' ids in the order of ``directory``'s curriculum file (``ids``, the lessons its
+    files hold, in name order, where it has none); each lesson named there once."""
+    path = directory / CURRICULUM_FILE
+    if not path.exists():
+        return ids
+    try:
+        order = tomllib.loads(path.read_text()).get("lessons")
+    except tomllib.TOMLDecodeError as error:
+        raise PresetError(f"{CURRICULUM_FILE}: not valid TOML ({error}).") from None
+    if not isinstance(order, list) or not all(isinstance(i, str) for i in order):
+        raise PresetError(f"{CURRICULUM_FILE}: needs 'lessons' = a list of lesson ids.")
+    twice = sorted({i for i in order if order.count(i) > 1})
+    unknown = [i for i in order if i not in ids]
+    missing = [i for i in ids if i not in order]
+    for problem, names in (("names twice", twice), ("names no lesson file for", unknown), ("leaves out", missing)):
+        if names:
+            raise PresetError(f"{CURRICULUM_FILE} {problem} {', '.join(names)}: name each lesson once.")
+    return order
+
+
 @functools.lru_cache(maxsize=1)
 def all_lessons(directory: Path = PRESET_DIR) -> tuple[Lesson, ...]:
-    """Every file of ``directory``, in name order (a file may have no presets yet)."""
-    loaded = tuple(load_file(path) for path in sorted(directory.glob("*.toml")))
+    """Every lesson file of ``directory`` (a file may have no presets yet), in the curriculum's order."""
+    by_id = {lesson.id: lesson for lesson in (load_file(path) for path in sorted(directory.glob("*.toml"))
+                                              if path.name != CURRICULUM_FILE)}
+    loaded = tuple(by_id[i] for i in curriculum(directory, list(by_id)))
     seen: dict[str, str] = {}
     for lesson in loaded:
         for preset in lesson.presets:
@@ -270,17 +318,15 @@ def get_preset(name: str) -> Preset:
     presets = all_presets()
     if name not in presets:
         close = [p for p in presets if name.lower() in p.lower()][:5]
-        hint = f" Did you mean: {', '.join(close)}?" if close else " List them with: python -m explorer presets"
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise PresetError(f"No preset named '{name}'.{hint}")
     return presets[name]
 
 
-DEFAULT_PRESET = "dw-blog-final-96"  # what a student sees on opening the app without a link
-
-
 def default_preset() -> str:
-    """The preset a student sees on opening the app without a link."""
-    return DEFAULT_PRESET if DEFAULT_PRESET in all_presets() else next(iter(all_presets()))
+    """The preset a student sees on opening the app without a link: the first step of the
+    curriculum's first lesson."""
+    return next(iter(all_presets()))
 
 
 def default_spec() -> Spec:

@@ -121,10 +121,10 @@ def group(path: str) -> str:
 # time: test_browser.py's three take 13 s, test_compile_library.py's six 8 s, test_app_urlstate.py's 125 a tenth
 # of one): handed out before the other groups that keep a core busy, so that none of them starts last and ends
 # the run alone.
-LONG = ("one process", "test_schedule_attention_hopper.py", "test_classroom_rpc.py", "test_browser.py",
-        "test_schedule_attention.py", "test_schedule_attention_mma.py", "test_property.py", "test_analysis_sass.py",
-        "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py", "test_schedule_conv2d_async.py",
-        "test_measure.py", "test_sweep.py")
+LONG = ("one process", "test_schedule_attention_hopper.py", "test_knob_space.py", "test_classroom_rpc.py",
+        "test_browser.py", "test_schedule_attention.py", "test_schedule_attention_mma.py", "test_property.py",
+        "test_analysis_sass.py", "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py",
+        "test_schedule_conv2d_async.py", "test_measure.py", "test_sweep.py")
 
 
 @functools.cache

@@ -18,65 +18,32 @@ function; every helper is replaced by an emulation of the instruction as the PTX
   start + (mn / 8)·SBO + (mn % 8)·128 + 2k; MN-major, at start + (mn / 64)·LBO + 2·(mn % 64)
   + (k % 8)·128 + (k / 8)·SBO, then swizzled.
 
-The blocks run one after the other, each on its own, by one CPU thread per thread of a block (the
-same threads for every block), with a barrier per block, per warpgroup and per warp. Slow and for
-small shapes only: what it checks is the kernel's indexing, its barriers' protocol (a wrong parity
-or count hangs; the run has a time limit) and its arithmetic, against the ISA's definitions as
-written here, not the hardware.
+The blocks run one after the other, each on its own, its threads as cuda_on_cpu's fibers in a fixed
+order (forward or reverse), with a barrier per block, per warpgroup and per warp; a thread that waits
+on an mbarrier lets every other thread run first. For small shapes only: what it checks is the
+kernel's indexing, its barriers' protocol (a wrong parity or count is a deadlock, which the run
+reports) and its arithmetic, against the ISA's definitions as written here, not the hardware.
 """
 from __future__ import annotations
 
 import re
 
 import numpy as np
-from cuda_on_cpu import compile_and_run
+from cuda_on_cpu import ORDERS, RUNTIME_API, SHUFFLES, _runtime_object, compile_and_run
 
 from explorer.workloads import numpy_dtype
 
-PRELUDE = r"""
-#include <pthread.h>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <cmath>
-#include <cuda_fp16.h>
-// C's threads, barriers, mutex and condition variable, and fixed tables, not the C++ library's templates: each
-// emulation is compiled on its own, and instantiating std::barrier, std::thread, std::map and the vectors of wgmma
-// groups took 0.3 s of every compile.
-#define EMU_MAX_THREADS 1024
-struct EmuDim { int x = 0, y = 0, z = 0; };
-static thread_local EmuDim emu_threadIdx;
-static EmuDim emu_blockIdx;
-static int EMU_THREADS;
+PRELUDE = RUNTIME_API + SHUFFLES + r"""
+// The block's shared memory, one array: a shared address is an offset in it.
 alignas(1024) static unsigned char emu_smem[256 * 1024];
-static pthread_barrier_t emu_block_barrier, emu_warpgroup_barrier[EMU_MAX_THREADS / 128],
-    emu_warp_barrier[EMU_MAX_THREADS / 32];
-static int emu_tid() { return emu_threadIdx.x; }
-template <typename T> static T emu_max(T a, T b) { return a > b ? a : b; }
-template <typename T> static T emu_min(T a, T b) { return a < b ? a : b; }
-
-// warp shuffles: every lane of the warp takes part. Each lane stores its value, a barrier, each loads its
-// partner's; successive shuffles store in alternate slots, so a lane stores into a slot again only after the next
-// shuffle's barrier, which every lane reaches once it has loaded from it: one barrier per shuffle, not two.
-static float emu_slots[2][EMU_MAX_THREADS];
-static thread_local int emu_shuffles;
-static float emu_shfl_xor(unsigned, float v, int mask, int width) {
-  int t = emu_tid(), lane = t & 31;
-  float* slots = emu_slots[emu_shuffles++ & 1];
-  slots[t] = v;
-  pthread_barrier_wait(&emu_warp_barrier[t / 32]);
-  return slots[(t & ~31) | ((lane & ~(width - 1)) | ((lane & (width - 1)) ^ mask))];
-}
+static int emu_tid() { return emu_thread; }
 
 // mbarriers, by shared address (a block's few: Q's and two per stage)
 struct EmuBarrier { unsigned addr; int expected, pending; long tx; unsigned phase; };
-static pthread_mutex_t emu_mutex = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t emu_changed = PTHREAD_COND_INITIALIZER;
 static EmuBarrier emu_barriers[64];
 static int emu_barrier_count;  // of the block running
 static void emu_complete_if_done(EmuBarrier& b) {
-  if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; pthread_cond_broadcast(&emu_changed); }
+  if (b.pending == 0 && b.tx == 0) { b.phase += 1; b.pending = b.expected; ++emu_progress; }
 }
 static EmuBarrier* emu_find_barrier(unsigned addr) {
   for (int i = 0; i < emu_barrier_count; ++i)
@@ -84,14 +51,13 @@ static EmuBarrier* emu_find_barrier(unsigned addr) {
   return nullptr;
 }
 static void emu_mbarrier_init(unsigned addr, unsigned count) {
-  pthread_mutex_lock(&emu_mutex);
   EmuBarrier* b = emu_find_barrier(addr);
   if (!b) {
     if (emu_barrier_count == 64) { fprintf(stderr, "more than 64 mbarriers\n"); exit(3); }
     b = &emu_barriers[emu_barrier_count++];
   }
   *b = EmuBarrier{addr, (int)count, (int)count, 0, 0};
-  pthread_mutex_unlock(&emu_mutex);
+  ++emu_progress;
 }
 static EmuBarrier& emu_barrier_at(unsigned addr) {
   EmuBarrier* b = emu_find_barrier(addr);
@@ -99,26 +65,22 @@ static EmuBarrier& emu_barrier_at(unsigned addr) {
   return *b;
 }
 static void emu_mbarrier_arrive(unsigned addr, unsigned count, unsigned tx) {
-  pthread_mutex_lock(&emu_mutex);
   EmuBarrier& b = emu_barrier_at(addr);
   b.tx += tx;
   b.pending -= (int)count;
   if (b.pending < 0) { fprintf(stderr, "mbarrier at %u: more arrivals than expected\n", addr); exit(3); }
   emu_complete_if_done(b);
-  pthread_mutex_unlock(&emu_mutex);
+  ++emu_progress;
 }
 static void emu_complete_tx(unsigned addr, unsigned bytes) {
-  pthread_mutex_lock(&emu_mutex);
   EmuBarrier& b = emu_barrier_at(addr);
   b.tx -= bytes;
   emu_complete_if_done(b);
-  pthread_mutex_unlock(&emu_mutex);
 }
+// try_wait.parity in a loop: the other threads run until the phase completes
 static void emu_mbarrier_wait(unsigned addr, int parity) {
-  pthread_mutex_lock(&emu_mutex);
   EmuBarrier& b = emu_barrier_at(addr);
-  while ((b.phase & 1) == (unsigned)(parity & 1)) pthread_cond_wait(&emu_changed, &emu_mutex);
-  pthread_mutex_unlock(&emu_mutex);
+  while ((b.phase & 1) == (unsigned)(parity & 1)) emu_yield();
 }
 
 // TMA: a tiled 2D tensor map
@@ -142,43 +104,47 @@ static uint64_t emu_descriptor(unsigned start, int lbo, int sbo, int swizzle) {
   return (uint64_t)((start >> 4) & 0x3FFF) | ((uint64_t)(lbo & 0x3FFF) << 16) | ((uint64_t)(sbo & 0x3FFF) << 32)
        | ((uint64_t)layout[swizzle] << 62);
 }
-static float emu_smem_half(uint64_t desc, int mn, int k, bool mn_major) {
+// A 16-bit element as float: float16, or bfloat16 (the high half of a float32).
+static float emu_16bit(unsigned short bits, bool bf16) {
+  if (bf16) { unsigned word = (unsigned)bits << 16; float f; memcpy(&f, &word, 4); return f; }
+  __half h;
+  memcpy(&h, &bits, 2);
+  return __half2float(h);
+}
+static float emu_smem_half(uint64_t desc, int mn, int k, bool mn_major, bool bf16) {
   unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4;
   unsigned sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
   if ((desc >> 62) != 1) { fprintf(stderr, "only 128-byte swizzled operands\n"); exit(3); }
   unsigned addr = mn_major ? start + mn / 64 * lbo + mn % 64 * 2 + k % 8 * 128 + k / 8 * sbo
                            : start + mn / 8 * sbo + mn % 8 * 128 + k * 2;
-  __half h;
-  memcpy(&h, emu_smem + emu_swizzle128(addr), 2);
-  return __half2float(h);
+  unsigned short bits;
+  memcpy(&bits, emu_smem + emu_swizzle128(addr), 2);
+  return emu_16bit(bits, bf16);
 }
 #define EMU_MAX_OPS 64  // a thread's issued wgmmas not yet run
 static unsigned emu_a_regs[EMU_MAX_THREADS][EMU_MAX_OPS][4];  // per thread, the A fragment of each wgmma of a group
-static float emu_a_register_half(int wg_base, int op, int m, int k) {
+static float emu_a_register_half(int wg_base, int op, int m, int k, bool bf16) {
   // A fragment (rs): thread 32·(m / 16) + 4·(m % 8) + (k % 8) / 2 holds element (m, k) in half
   // e = 4·(k / 8) + 2·((m % 16) / 8) + k % 2 of its registers.
   int lane = m % 8 * 4 + k % 8 / 2, e = k / 8 * 4 + m % 16 / 8 * 2 + k % 2;
   unsigned word = emu_a_regs[wg_base + m / 16 * 32 + lane][op][e / 2];
-  unsigned short bits = (unsigned short)(e % 2 ? word >> 16 : word & 0xFFFF);
-  __half h;
-  memcpy(&h, &bits, 2);
-  return __half2float(h);
+  return emu_16bit((unsigned short)(e % 2 ? word >> 16 : word & 0xFFFF), bf16);
 }
 // An issued wgmma: its A fragment (rs) is read at issue, the rest when it runs. It runs when a
 // wait_group lets it complete (the latest a program may count on), so a program that reads or
 // rescales an accumulator before waiting, or releases a buffer too early, gets a wrong result.
 struct EmuWgmma { int n; float* d[128]; bool rs; unsigned a[4]; uint64_t a_desc, b_desc; unsigned scale_d;
-                  int trans_a, trans_b; };
+                  int trans_a, trans_b; bool bf16; };
 // A thread's issued wgmmas in order: its committed groups' (group_sizes, oldest first), then the open group's.
 struct EmuIssued { EmuWgmma ops[EMU_MAX_OPS]; int count, group_sizes[EMU_MAX_OPS], groups; };
 static EmuIssued emu_issued[EMU_MAX_THREADS];
 static void emu_wgmma(int n, float** d, const unsigned* a, uint64_t a_desc, uint64_t b_desc, unsigned scale_d,
-                      int trans_a, int trans_b) {
+                      int trans_a, int trans_b, bool bf16) {
   EmuIssued& issued = emu_issued[emu_tid()];
   if (issued.count == EMU_MAX_OPS) { fprintf(stderr, "more than %d wgmmas in flight\n", EMU_MAX_OPS); exit(3); }
   EmuWgmma& op = issued.ops[issued.count++];
   op.n = n, op.rs = a != nullptr, op.a_desc = a_desc, op.b_desc = b_desc, op.scale_d = scale_d;
-  op.trans_a = trans_a, op.trans_b = trans_b;
+  op.trans_a = trans_a, op.trans_b = trans_b, op.bf16 = bf16;
   memcpy(op.d, d, sizeof(float*) * (n / 2));
   for (int i = 0; i < 4; ++i) op.a[i] = a ? a[i] : 0;
 }
@@ -190,7 +156,7 @@ static void emu_run(const EmuWgmma* group, int size) {
   int t = emu_tid(), wg = t / 128, lt = t % 128, warp = lt / 32, lane = lt % 32;
   for (int j = 0; j < size; ++j)
     for (int i = 0; i < 4; ++i) emu_a_regs[t][j][i] = group[j].a[i];
-  pthread_barrier_wait(&emu_warpgroup_barrier[wg]);
+  emu_sync_warpgroup();
   for (int j = 0; j < size; ++j) {
     const EmuWgmma& op = group[j];
     // Accumulator i of a thread is (row r, column c) with r = i % 4 / 2 and c = i / 4 * 2 + i % 2 of the 2 rows
@@ -199,11 +165,11 @@ static void emu_run(const EmuWgmma* group, int size) {
     float a[2][16], b[64][16];
     for (int r = 0; r < 2; ++r)
       for (int k = 0; k < 16; ++k)
-        a[r][k] = op.rs ? emu_a_register_half(wg * 128, j, row0 + r * 8, k)
-                        : emu_smem_half(op.a_desc, row0 + r * 8, k, op.trans_a);
+        a[r][k] = op.rs ? emu_a_register_half(wg * 128, j, row0 + r * 8, k, op.bf16)
+                        : emu_smem_half(op.a_desc, row0 + r * 8, k, op.trans_a, op.bf16);
     for (int c = 0; c < op.n / 4; ++c)
       for (int k = 0; k < 16; ++k)
-        b[c][k] = emu_smem_half(op.b_desc, c / 2 * 8 + lane % 4 * 2 + c % 2, k, op.trans_b);
+        b[c][k] = emu_smem_half(op.b_desc, c / 2 * 8 + lane % 4 * 2 + c % 2, k, op.trans_b, op.bf16);
     for (int i = 0; i < op.n / 2; ++i) {
       const float *x = a[i % 4 / 2], *y = b[i / 4 * 2 + i % 2];
       float sum = op.scale_d ? *op.d[i] : 0.0f;
@@ -211,7 +177,7 @@ static void emu_run(const EmuWgmma* group, int size) {
       *op.d[i] = sum;
     }
   }
-  pthread_barrier_wait(&emu_warpgroup_barrier[wg]);
+  emu_sync_warpgroup();
 }
 static void emu_commit_group() {
   EmuIssued& issued = emu_issued[emu_tid()];
@@ -242,7 +208,7 @@ static unsigned emu_pack_half2(float high, float low) {
 HELPER_START = re.compile(r"^(?:__forceinline__ __device__|__device__ __forceinline__) (?:static )?(?:inline )?"
                           r"([\w ]+?) (\w+)\((.*?)\) \{")
 # ... its name ends with the immediates: scale-a, scale-b, then transpose-a (ss only) and transpose-b.
-WGMMA = re.compile(r"tvm_builtin_ptx_wgmma_\w+?_(ss|rs)_mma_async_sync_aligned_m64n(\d+)k16_\w+?_(-?1)_(-?1)_(\d)"
+WGMMA = re.compile(r"tvm_builtin_ptx_wgmma_(f16|bf16)_(ss|rs)_mma_async_sync_aligned_m64n(\d+)k16_\w+?_(-?1)_(-?1)_(\d)"
                    r"(?:_(\d))?$")
 NO_OPS = re.compile(r"tvm_builtin_ptx_(fence_proxy|setmaxnreg|wgmma_fence)\w*$"
                     r"|tvm_builtin_cuda_warp_sync$|keep_register_\w+$")
@@ -255,14 +221,14 @@ def _emulation(name: str, params: str) -> str:
         return ""
     wgmma = WGMMA.match(name)
     if wgmma:
-        form, n = wgmma.group(1), int(wgmma.group(2))
-        trans_a, trans_b = (int(wgmma.group(5)), int(wgmma.group(6))) if form == "ss" else (0, int(wgmma.group(5)))
+        bf16, form, n = wgmma.group(1) == "bf16", wgmma.group(2), int(wgmma.group(3))
+        trans_a, trans_b = (int(wgmma.group(6)), int(wgmma.group(7))) if form == "ss" else (0, int(wgmma.group(6)))
         d = ", ".join(f"&__d{i}" for i in range(n // 2))
         a = "a_regs" if form == "rs" else "nullptr"
         a_desc = "__a_desc" if form == "ss" else "0"
         regs = "unsigned a_regs[4] = {__a0, __a1, __a2, __a3}; " if form == "rs" else ""
         return (f"{regs}float* d[] = {{{d}}}; emu_wgmma({n}, d, {a}, {a_desc}, __b_desc, __scale_d, {trans_a}, "
-                f"{trans_b});")
+                f"{trans_b}, {'true' if bf16 else 'false'});")
     bodies = {
         "tvm_builtin_cuda_cvta_generic_to_shared": "return (unsigned)((unsigned char*)p - emu_smem);",
         "tvm_builtin_ptx_mbarrier_init_init_shared_b64": "emu_mbarrier_init(__addr, __count);",
@@ -270,7 +236,7 @@ def _emulation(name: str, params: str) -> str:
         "tvm_builtin_ptx_mbarrier_arrive_expect_tx_arrive_expect_tx_shared_b64":
             "emu_mbarrier_arrive(__addr, 1, __tx_count);",
         "tvm_builtin_cuda_mbarrier_wait": "emu_mbarrier_wait((unsigned)((unsigned char*)barrier - emu_smem), phase);",
-        "tvm_builtin_cuda_cta_sync": "pthread_barrier_wait(&emu_block_barrier);",
+        "tvm_builtin_cuda_cta_sync": "emu_sync();",
         "tvm_builtin_ptx_st_global_b32": "memcpy((void*)__addr, &__value, 4);",
         "tvm_builtin_ptx_cvt_f16x2_f32_rn_f16x2_f32": "__d = emu_pack_half2(__a, __b);",
         "ptx_wgmma_encode_matrix_descriptor":
@@ -331,8 +297,9 @@ TENSOR_MAP = re.compile(r'T\.call_packed\("runtime\.cuTensorMapEncodeTiled", (\w
                         r"((?:\d+, ){10}\d+)\)")
 
 
-def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600) -> np.ndarray:
-    """The output of ``built``'s one kernel on ``inputs`` (the workload's)."""
+def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600, order: str = "forward") -> np.ndarray:
+    """The output of ``built``'s one kernel on ``inputs`` (the workload's), the threads of a block run in
+    ``order`` (cuda_on_cpu.ORDERS)."""
     workload = built.spec.workload
     arrays = dict(zip(workload.input_names, inputs, strict=True))
     out = workload.output_name
@@ -340,12 +307,12 @@ def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600) -> 
     names = list(arrays)
     (kernel,) = built.kernels
     source = _host_source(built.cuda)
-    # The buffers and tensor maps are globals, for the threads' function (a C thread takes one pointer).
-    globals_, main = [], ["int main(int argc, char** argv) {"]
+    # The buffers and tensor maps are globals, for the threads' function.
+    globals_, main = [], ["int main(int argc, char** argv) {", "  emu_reverse = atoi(argv[1]);"]
     for i, name in enumerate(names):
         array = arrays[name]
         globals_.append(f"alignas(16) static unsigned char {name}_buf[{array.nbytes}];")
-        main.append(f"  {{ FILE* f = fopen(argv[{i + 1}], \"rb\"); fread({name}_buf, 1, {array.nbytes}, f); "
+        main.append(f"  {{ FILE* f = fopen(argv[{i + 2}], \"rb\"); fread({name}_buf, 1, {array.nbytes}, f); "
                     "fclose(f); }")
     for map_name, buffer, args in TENSOR_MAP.findall(built.tensorir):
         inner, outer, row_bytes, box_inner, box_outer, _, _, _, swizzle, _, _ = (int(a) for a in args.split(", "))
@@ -359,39 +326,24 @@ def run_hopper_on_cpu(built, inputs: list[np.ndarray], timeout_s: int = 600) -> 
             arguments.append(f"({pointer.group(1)}*){pointer.group(2)}_buf")
         else:
             arguments.append(parameter.split()[-1])
-    # Each thread runs the kernel for every block in turn, between two barriers of the block: a thread per CUDA
-    # thread of one block, started once (new threads for each block were a sixth of a run's CPU).
-    threads = kernel.threads_per_block
+    # The threads of a block are cuda_on_cpu's fibers; a block starts with fresh shared memory (garbage, as on a
+    # GPU), no mbarrier and no wgmma left running from the last block.
     globals_.append("\n".join([
-        "static void* emu_thread(void* arg) {",
-        "  int t = (int)(long)arg;",
-        "  emu_threadIdx = EmuDim{t, 0, 0};",
-        f"  for (int b = 0; b < {kernel.blocks}; ++b) {{",
-        "    if (t == 0) {",
-        f"      emu_blockIdx = EmuDim{{b % {kernel.grid[0]}, b / {kernel.grid[0]} % {kernel.grid[1]}, "
-        f"b / ({kernel.grid[0]} * {kernel.grid[1]})}};",
-        "      emu_barrier_count = 0;",
-        "      memset(emu_smem, 0xFF, sizeof(emu_smem));  // garbage, as on a GPU",
-        "    }",
-        "    emu_issued[t].count = emu_issued[t].groups = 0;  // a wgmma left running in the last block is gone",
-        "    pthread_barrier_wait(&emu_block_barrier);",
-        f"    {kernel.name}({', '.join(arguments)});",
-        "    pthread_barrier_wait(&emu_block_barrier);",
-        "  }",
-        "  return nullptr;",
+        "static void emu_block_reset() {",
+        "  emu_barrier_count = 0;",
+        "  memset(emu_smem, 0xFF, sizeof(emu_smem));",
+        "}",
+        "static void emu_thread_main() {",
+        "  emu_collectives[emu_thread] = 0;",
+        "  emu_issued[emu_thread].count = emu_issued[emu_thread].groups = 0;",
+        f"  {kernel.name}({', '.join(arguments)});",
         "}"]))
-    main.append(f"  EMU_THREADS = {threads};")
-    main.append(f"  pthread_barrier_init(&emu_block_barrier, nullptr, {threads});")
-    main.append(f"  for (int g = 0; g < {-(-threads // 128)}; ++g) "
-                f"pthread_barrier_init(&emu_warpgroup_barrier[g], nullptr, 128);")
-    main.append(f"  for (int w = 0; w < {-(-threads // 32)}; ++w) "
-                f"pthread_barrier_init(&emu_warp_barrier[w], nullptr, 32);")
-    main.append(f"  static pthread_t threads[{threads}];")
-    main.append(f"  for (long t = 0; t < {threads}; ++t) pthread_create(&threads[t], nullptr, emu_thread, (void*)t);")
-    main.append(f"  for (int t = 0; t < {threads}; ++t) pthread_join(threads[t], nullptr);")
-    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 1}], \"wb\"); fwrite({out}_buf, 1, sizeof({out}_buf), f); "
+    main.append("  emu_block_start = emu_block_reset;")
+    main.append(f"  emu_launch({', '.join(map(str, (*kernel.grid, *kernel.block)))}, emu_thread_main);")
+    main.append(f"  {{ FILE* f = fopen(argv[{len(names) + 2}], \"wb\"); fwrite({out}_buf, 1, sizeof({out}_buf), f); "
                 f"fclose(f); }}")
     main.append("  return 0;\n}")
     output = compile_and_run("\n".join([PRELUDE + source, *globals_, *main]), [arrays[name] for name in names],
-                             arrays[out].dtype, timeout_s)
+                             arrays[out].dtype, timeout_s, objects=(_runtime_object(),),
+                             arguments=(str(ORDERS.index(order)),))
     return output.reshape(workload.output_shape()).astype("float32")

@@ -33,13 +33,14 @@ def fake_measurements(monkeypatch, latency_of, warm_up=None, quick=False):
 def fake_measurement(spec, us):
     """What the fake GPU measures for ``spec``: ``us`` µs each time (None: a wrong result),
     on ceilings where the compulsory bytes take 2 µs."""
+    from explorer.analysis.roofline import compute_types
     from explorer.measure import Check, Measurement, Timing
 
     check = Check(True, 0.0, 1e-5, 0, None) if us is not None else Check(False, 3.0, 1e-5, 7, (0, 0, 1, 2), 1.0, 4.0)
     timing = Timing((us, us, us), 100) if us is not None else None
     return Measurement(spec.workload.label(), "cuda", "Fake GPU", check, timing, fake_ceilings(spec.workload),
                        spec.workload.flops, spec.workload.compulsory_bytes, 0.0,
-                       input_dtypes=tuple(spec.workload.input_dtypes()))
+                       compute_types=compute_types(spec))
 
 
 def settle(at, timeout: float = 30):

@@ -211,3 +211,79 @@ def test_report_states_assumptions_and_serialises():
     assert "Assumptions" in text and "broadcast" in text
     data = report.to_dict()
     assert data["kernels"][0]["loads"]["requests"] == report.kernels[0].loads.requests
+
+
+def test_the_fused_attention_kernels_shared_loads_computed_by_hand():
+    """attention_fused names the thread's row group and lane (``group = tx // G``), which lower to one-element
+    registers written once (``group[0] = threadIdx_x >> 4``): the model reads their value. One warp (block_q 16,
+    8 rows per thread, 16 threads per row: groups 0 and 1), K and V from global memory, float16 tiles:
+    - Q tile rows are 66 halves (33 words) apart: group 0 reads row 2r, group 1 row 2r + 1, each lane of a group
+      the same word (a broadcast), the two words 33 apart in neighbouring banks: 1 wavefront. 64 columns × 2
+      key tiles × 2 blocks = 256 requests for each of the 8 rows;
+    - P rows are 17 words apart: group 0 writes words 34r … 34r + 15, group 1 words 34r + 17 … 34r + 32, and
+      34r + 32 is in the bank of 34r: 2-way, one conflict per store request (2 key tiles × 2 blocks = 4);
+    - P is read back one word per group (broadcast), rows 17 banks apart: 16 keys × 2 × 2 = 64 requests a row;
+    - Q is copied in: 32 consecutive halves per request, 16 words in 16 banks, 32 copies × 2 blocks."""
+    from explorer.schedules.attention_fused import AttentionFusedKnobs
+    from explorer.workloads import Attention
+
+    knobs = AttentionFusedKnobs(block_q=16, block_kv=16, rows_per_thread=8, threads_per_row=16, kv_shared=False)
+    built = build(Spec("attention_fused", Attention(batch=1, heads=1, seq=32, head_dim=64), knobs))
+    registers = {str(k.name) for k in kernel_accesses(built.device_mod)[0].bindings if isinstance(k, tvm.tirx.Buffer)}
+    assert {"group", "lane", "qt"} <= registers and "red" not in registers  # red is written again and again
+    (kernel,) = analyze_banks(built).kernels
+    assert not [a.text for a in kernel.accesses if a.not_modelled]
+    by_kind = {}
+    for a in kernel.accesses:
+        by_kind.setdefault((a.buffer, a.op), []).append((a.requests, a.max_degree, a.conflicts))
+    assert by_kind[("q_s", "store")] == [(64, 1, 0)]
+    assert by_kind[("q_s", "load")] == [(256, 1, 0)] * 8
+    assert by_kind[("p_s", "store")] == [(4, 2, 4)] * 8
+    assert by_kind[("p_s", "load")] == [(64, 1, 0)] * 8
+    assert (kernel.loads.requests, kernel.loads.conflicts) == (8 * 256 + 8 * 64, 0)
+    assert (kernel.stores.requests, kernel.stores.conflicts) == (64 + 8 * 4, 32)
+
+
+@pytest.mark.parametrize("row_bytes,unswizzled", [(128, 8), (64, 4), (32, 2)])
+def test_a_swizzled_core_matrix_is_read_in_one_wavefront(row_bytes, unswizzled):
+    """8 rows × 16 bytes of one column of a tile. Unswizzled, rows 128 bytes apart start in the same bank: all 8
+    in the same 4 banks (8-way); 64 bytes apart, two rows fill the 32 banks, so 4 rows share each 4 (4-way); 32
+    bytes, 2-way. The swizzle XORs the chunk with the row among 8 rows of 128 bytes: 8 distinct chunks, 1-way."""
+    from explorer.analysis.banks import core_matrix_ways
+    from explorer.analysis.tiles import swizzled
+
+    assert core_matrix_ways(row_bytes, swizzle=False) == unswizzled
+    assert core_matrix_ways(row_bytes) == 1
+    # Row r, chunk c of a 128-byte-wide tile lands in chunk c ^ r (CUTLASS's Swizzle<3, 4, 3>).
+    rows, chunks = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
+    assert (swizzled(rows * 128 + chunks * 16, 128) == rows * 128 + (chunks ^ rows) * 16).all()
+
+
+def test_the_hopper_kernels_shared_tiles_are_not_thread_accesses_and_the_headline_says_so():
+    """attention_hopper's 163,880 bytes (Q 128 × 128 halves, two stages of K and V 128 × 128 each, five 8-byte
+    mbarriers) are all TMA tiles and barriers: no thread loads or stores them, and the headline says what it
+    does not count instead of '0 conflicts'."""
+    from explorer.analysis.banks import headline
+    from explorer.schedules.matmul_hopper import MatmulHopperKnobs
+
+    built = build(get_preset("attention-hopper").spec)
+    (kernel,) = analyze_banks(built).kernels
+    assert not kernel.accesses
+    tiles = {t.buffer: (t.role, t.bytes, t.tma_copies, t.descriptors, t.swizzle_bytes, t.core_matrix_ways,
+                        t.unswizzled_ways) for t in kernel.tiles}
+    assert tiles == {"Q_smem": ("tile", 128 * 128 * 2, 2, 1, 128, 1, 8),  # two 64-element swizzled columns
+                     "K_smem": ("tile", 2 * 128 * 128 * 2, 2, 1, 128, 1, 8),
+                     "V_smem": ("tile", 2 * 128 * 128 * 2, 2, 1, 128, 1, 8),
+                     "q_full": ("mbarrier", 8, 0, 0, None, None, None),
+                     "full": ("mbarrier", 16, 0, 0, None, None, None),
+                     "empty": ("mbarrier", 16, 0, 0, None, None, None)}
+    assert sum(t.bytes for t in kernel.tiles) == built.kernels[0].shared_bytes == 163_880
+    text = headline(kernel)
+    assert "no thread loads or stores shared memory: the TMA unit writes Q_smem, K_smem, V_smem (160.0 KB)" in text
+    assert "not count" in text and "conflicts" not in text and "1-way (8-way without it)" in text
+    # A narrower swizzle of matmul_hopper: its descriptors say it.
+    spec = Spec("matmul_hopper", Matmul(m=256, n=256, k=256, dtype="float16"),
+                MatmulHopperKnobs(block_m=128, block_n=128, block_k=32, swizzle="64B"))
+    (kernel,) = analyze_banks(build(spec)).kernels
+    assert {t.buffer: t.swizzle_bytes for t in kernel.tiles if t.role == "tile"} == {"A_smem": 64, "B_smem": 64}
+    assert "64-byte swizzle an 8 × 16-byte core matrix is 1-way (4-way without it)" in headline(kernel)

@@ -8,6 +8,7 @@ import pytest
 from explorer.analyses import ANALYSES
 from explorer.analysis import ncu
 from explorer.cli import main
+from explorer.presets import get_preset
 
 NCU_CAPTURE = (Path(__file__).parent / "data" / "ncu_raw_threads_32x1.csv").read_text()  # of dw-blog-threads-case4
 
@@ -20,12 +21,22 @@ def recorded_ncu(monkeypatch):
 
 @pytest.mark.parametrize("name", list(ANALYSES))
 def test_every_analysis_is_a_view_in_text_and_json(name, capsys, recorded_ncu):
-    assert main(["show", "dw-blog-threads-case4", "--view", name]) == 0
+    analysis = ANALYSES[name]
+    preset = "dw-blog-threads-case4" if analysis.applies(get_preset("dw-blog-threads-case4").spec.template_def) \
+        else "reduce-3-sequential"  # the tree of a sum only
+    assert main(["show", preset, "--view", name]) == 0
     text = capsys.readouterr().out
     assert text.strip()
-    assert main(["show", "dw-blog-threads-case4", "--view", name, "--json"]) == 0
+    assert main(["show", preset, "--view", name, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["view"] == name and name in data  # None where it does not apply (the tree of a sum only)
+    assert data["view"] == name and data[name] is not None
+
+
+@pytest.mark.parametrize("name,preset", [("tree", "attention-hopper"), ("vthread", "reduce-3-sequential")])
+def test_a_view_of_an_analysis_that_does_not_describe_the_template_says_why(name, preset, capsys):
+    assert main(["show", preset, "--view", name]) == 2
+    why = ANALYSES[name].not_applicable(get_preset(preset).spec.template_def)
+    assert why and capsys.readouterr().err.strip() == f"error: {why}"
 
 
 def test_counters_view_puts_each_counter_beside_the_model(capsys, recorded_ncu):

@@ -435,26 +435,37 @@ def test_causal_attention_computing_its_masked_scores():
 
 
 def test_16_bit_products_on_cuda_cores():
-    # 1,111 µs at the tensor cores' peak, 15,000 µs at the FP32 peak: 13,889 µs charged.
-    found = dx.cuda_cores_rule(facts(bound_us=1111.0, cuda_core_us=15000.0))
-    assert found.rule == "cuda-cores" and found.cost_us == pytest.approx(13889.0)
-    assert "15,000.0 µs of them at the FP32 peak, against 1,111.0 µs on the tensor cores" in found.evidence[0]
+    # The roofline allows 15,000 µs at the FP32 peak (the units the template multiplies on), 1,111 µs at the
+    # tensor cores': 13,889 µs the tensor cores would save, part of the roofline's time, not added to the estimate.
+    cuda_cores = facts(bound_us=15000.0, tensor_core_us=1111.0)
+    found = dx.cuda_cores_rule(cuda_cores)
+    assert found.rule == "cuda-cores" and found.cost_us == pytest.approx(13889.0) and found.within_roof
+    assert "its roofline allows 15,000.0 µs at the FP32 peak, against 1,111.0 µs on the tensor cores" in \
+        found.evidence[0]
+    assert dx.estimated_total(cuda_cores) == 15000.0
     assert dx.cuda_cores_rule(facts(bound_us=1111.0)) is None  # mma in the kernel, or float32 inputs
-    assert dx.cuda_cores_rule(facts(bound_us=50.0, cuda_core_us=20.0)) is None  # memory-bound: nothing to gain
+    assert dx.cuda_cores_rule(facts(bound_us=50.0, tensor_core_us=50.0)) is None  # memory-bound: nothing to gain
 
 
-def test_cuda_core_time_is_for_16_bit_kernels_without_mma():
+def test_the_roofline_of_a_template_is_the_roof_of_the_units_it_multiplies_on():
+    from explorer.analyses import ANALYSES
     from explorer.analysis.roofline import bound_us, published_ceilings
     from explorer.build import build
 
-    def cuda_core_us(preset):
-        return dx.facts_of(build(get_preset(preset).spec)).cuda_core_us
+    def least_us(preset):
+        built = build(get_preset(preset).spec)
+        found = dx.facts_of(built)
+        # The Roofline tab's static point is the diagnosis's least time: one roof for both.
+        assert ANALYSES["roofline"].analyze(built).current.latency_us == pytest.approx(found.bound_us)
+        return found.bound_us, found.tensor_core_us
 
+    h100 = published_ceilings("sm_90")
     fused = get_preset("attention-cuda-cores-d128").spec.workload
-    assert cuda_core_us("attention-cuda-cores-d128") == pytest.approx(bound_us(published_ceilings("sm_90"),
-                                                                               fused.flops, 0))
-    assert cuda_core_us("attention-mma") is None  # mma.sync
-    assert cuda_core_us("matmul-naive-1024") is None  # float32 inputs: their roof is the CUDA cores'
+    on_cuda_cores = bound_us(h100, fused.flops, fused.compulsory_bytes, ("float32",))
+    on_tensor_cores = bound_us(h100, fused.flops, fused.compulsory_bytes, ("float16",) * 3)
+    assert least_us("attention-cuda-cores-d128") == (pytest.approx(on_cuda_cores), pytest.approx(on_tensor_cores))
+    assert least_us("attention-mma") == (pytest.approx(on_tensor_cores), None)  # mma.sync: the tensor cores' roof
+    assert least_us("matmul-naive-1024")[1] is None  # float32 inputs: their roof is the CUDA cores'
 
 
 def test_masked_work_is_the_three_kernels_causal_only():
@@ -489,8 +500,8 @@ def test_fused_attention_whose_query_tiles_reload_k_and_v():
     large = dataclasses.replace(small, query_rows_per_block=128, kv_loaded_bytes=32 * KV_BYTES)
     assert dx.kv_reuse_rule(dataclasses.replace(large, device=dataclasses.replace(DEVICE, l2_gbps=9000.0))) is None
     assert dx.kv_reuse_rule(large).cost_us == pytest.approx(8_858.370048 - 1111.0)
-    # Products on CUDA cores take 10,000 µs: the loads of the 128-row tiles hide behind them.
-    assert dx.kv_reuse_rule(dataclasses.replace(large, cuda_core_us=10_000.0)) is None
+    # Products on CUDA cores, whose roofline allows 10,000 µs: the loads of the 128-row tiles hide behind them.
+    assert dx.kv_reuse_rule(dataclasses.replace(large, bound_us=10_000.0)) is None
     assert dx.kv_reuse_rule(facts(bound_us=1111.0)) is None  # not a fused attention kernel
     # The K and V of the heads in flight (40 MB) fit in a 50 MB L2 whose bandwidth is not known: the repeats
     # come from there, at a cost no published figure prices, so the rule says nothing rather than overcharge.
@@ -542,7 +553,7 @@ def test_a_tree_after_one_load_per_thread():
     # 16,384 blocks of 256 threads, 8 per SM on 100 SMs: 21 waves, each paying 8 steps of 60 cycles.
     f = facts(blocks=16_384, tree_steps=8, loads_per_thread=1.0)
     found = dx.work_per_thread_rule(f)
-    assert found.title == "Too little work per thread: 1 element before a 8-step tree."
+    assert found.title == "Too little work per thread: 1 element before an 8-step tree."
     assert found.cost_us == pytest.approx(21 * 100 * 8 * 60 / (100 * 2e3))
     assert dx.work_per_thread_rule(facts(blocks=512, tree_steps=8, loads_per_thread=32.0)) is None
     assert dx.work_per_thread_rule(facts(loads_per_thread=1.0)) is None  # no tree

@@ -44,7 +44,7 @@ def test_bound_is_the_slower_of_compute_and_traffic():
 def test_preset_roofline_places_the_measured_point_and_tries():
     w = get_preset("dw-blog-final-96").spec.workload  # 42 467 328 FLOPs over 18 883 584 B
     ceilings = Ceilings(60_000.0, 3000.0, 6000.0, 50 << 20, "measured on a test GPU")
-    r = roofline(w, ceilings, latency_us=10.0, tries=(("try 1", w, 20.0),))
+    r = roofline(w, ceilings, latency_us=10.0, tries=(("try 1", w, 20.0, ("float32",)),))
     assert r.intensity == pytest.approx(42_467_328 / 18_883_584)
     assert r.roof == (6000.0, "L2-resident")  # 18 MiB fit in 50 MiB
     assert r.attainable_gflops == pytest.approx(6000.0 * 42_467_328 / 18_883_584)
@@ -77,10 +77,11 @@ def test_published_figures_cover_the_target_aliases_and_say_what_is_missing():
 
 
 def test_figure_draws_the_roofs_the_point_and_the_tries():
+    from explorer.figures import alt as figures_alt
     from explorer.figures import roofline_figure
 
     w = get_preset("dw-blog-final-96").spec.workload
-    r = roofline(w, CEILINGS, latency_us=100.0, tries=(("try 1", w, 200.0),))
+    r = roofline(w, CEILINGS, latency_us=100.0, tries=(("try 1", w, 200.0, ("float32",)),))
     figure = roofline_figure(r)
     names = [t.name for t in figure.data]
     assert names == ["HBM 100 GB/s", "L2-resident 400 GB/s", "FP32 peak 1,000 GFLOP/s", "this session's tries",
@@ -89,6 +90,11 @@ def test_figure_draws_the_roofs_the_point_and_the_tries():
     assert hbm.x[1] == pytest.approx(10.0) and hbm.y[1] == 1000.0  # meets the peak at the ridge, 1000 / 100
     assert figure.data[-1].y[0] == pytest.approx(w.flops / 100.0 / 1e3)
     assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
+    # Labelled at the powers of ten only (1, 10, 100, 1k), not "5 2 10k 5 2 1000".
+    assert all(text in ("0.01", "0.1") or text[0] == "1" for text in figure.layout.yaxis.ticktext)
+    assert figures_alt(figure).startswith(f"{r.workload} at {r.intensity:.2f} FLOP per byte under the FP32 roof of "
+                                          "1,000 GFLOP/s and the HBM and L2-resident bandwidth roofs; this setting "
+                                          "(measured) at ")
     # Published figures: no L2 roof.
     assert [t.name for t in roofline_figure(roofline(w, published_ceilings("sm_80"))).data][:2] == [
         "HBM 2,039 GB/s", "FP32 peak 19,500 GFLOP/s"]
@@ -310,3 +316,39 @@ def test_device_page_says_why_measured_ceilings_have_no_tensor_roof(monkeypatch)
     assert roofs["L2-resident"] == "5,000 GB/s"
     assert roofs["tensor cores"] == ("none: their peak is measured with wgmma, which only Hopper (sm_90) GPUs have "
                                      "(a stand-in A100 is sm_80)")
+
+
+def test_the_compute_roof_is_the_one_of_the_units_the_template_multiplies_on(capsys):
+    """attention_fused converts its float16 inputs and multiplies in float32 on the CUDA cores: its roof is
+    the FP32 peak (the tensor cores' drawn dotted); attention_mma multiplies on the tensor cores."""
+    from explorer.analysis.roofline import compute_types
+    from explorer.cli import main
+    from explorer.figures import roofline_figure
+    from explorer.measure import Measurement
+    from explorer.measure.gate import Check
+    from explorer.measure.timing import KernelRun, Timing
+
+    fused, mma = get_preset("attention-cuda-cores-d128").spec, get_preset("attention-mma").spec
+    assert fused.workload == mma.workload
+    assert compute_types(fused) == ("float32",) and compute_types(mma) == ("float16",) * 3
+    w = fused.workload  # 8 × 16 heads × 4 × 4096² × 128 FLOPs = 1.1 TFLOP
+    on_cuda_cores = roofline(w, TENSOR, types=compute_types(fused))
+    assert on_cuda_cores.compute_roof == (1000.0, "FP32")
+    assert on_cuda_cores.unused_tensor_roof == (8000.0, "float16 tensor-core")
+    assert on_cuda_cores.current.latency_us == pytest.approx(w.flops / 1000.0 / 1e3)
+    assert "converts its float16 inputs to float32 and multiplies them on the CUDA cores" in " ".join(
+        on_cuda_cores.notes)
+    assert not any("multiplied on the tensor cores" in note for note in on_cuda_cores.notes)
+    assert "float16 tensor-core peak 8,000 GFLOP/s (not used here)" in [t.name for t in
+                                                                          roofline_figure(on_cuda_cores).data]
+    on_tensor_cores = roofline(w, TENSOR, types=compute_types(mma))
+    assert on_tensor_cores.compute_roof == (8000.0, "float16 tensor-core")
+    assert on_tensor_cores.unused_tensor_roof is None
+    # Ceilings without a tensor peak still give the CUDA-core template its roofline.
+    assert roofline(w, CEILINGS, types=compute_types(fused)).compute_roof == (1000.0, "FP32")
+    # A measurement is placed under the same roof.
+    right = Check(correct=True, max_error=0.0, tolerance=1e-3, wrong_count=0, first_wrong_index=None)
+    run = KernelRun("cuda", "Test GPU", right, Timing((2e6, 2e6, 2e6), 1), TENSOR, 1.0)
+    assert Measurement.of(w, run, compute_types(fused)).roofline_us == pytest.approx(w.flops / 1000.0 / 1e3)
+    assert main(["show", "attention-cuda-cores-d128", "--view", "roofline", "--target", "sm_90", "--json"]) == 0
+    assert __import__("json").loads(capsys.readouterr().out)["roofline"]["compute_roof"] == "FP32"

@@ -143,6 +143,10 @@ def test_tree_figure_stacks_threads_and_marks_divergent_warps():
     assert list(needed.y) == [t.active_threads for t in report.steps] and set(extra.y) == {0}
     assert [a + b for a, b in zip(needed.y, idle.y, strict=True)] == [256] * 8
     assert list(divergent.y) == [8, 8, 8, 8, 8, 4, 2, 1] and divergent.marker.color == style.TREE_COLOURS["divergent"]
+    figure = figures.tree_figure(report)
+    assert figure.layout.yaxis.dtick == 50 and figure.layout.yaxis2.dtick == 1  # whole threads, whole warps
+    assert figures.alt(figure) == ("Threads of a 256-thread block that add a used sum, add an unused one or wait, at "
+                                   "each of the tree's 8 steps; up to 8 of its 8 warps diverge in a step.")
     strided = figures.tree_figure(tree_of(addressing="interleaved_strided"))
     assert list(strided.layout.xaxis.ticktext)[:3] == ["s=1<br>2-way", "s=2<br>4-way", "s=4<br>8-way"]
     shuffle = figures.tree_figure(tree_of(last_warp="shuffle")).data
@@ -158,8 +162,8 @@ def test_cli_tree_view(capsys):
     assert main(["show", "reduce-shuffle", "--view", "tree", "--json"]) == 0
     steps = json.loads(capsys.readouterr().out)["tree"]["steps"]
     assert [s["bank_ways"] for s in steps][-5:] == [None] * 5
-    assert main(["show", "reduce-rfactor", "--view", "tree"]) == 0
-    assert capsys.readouterr().out.strip() == tree.NOT_APPLICABLE
+    assert main(["show", "reduce-rfactor", "--view", "tree"]) == 2  # no tree written out: the view says why
+    assert capsys.readouterr().err.strip() == f"error: {tree.NOT_APPLICABLE}"
     assert main(["show", "reduce-shuffle", "--view", "tree", "--set", "addressing=interleaved_divergent"]) == 2
 
 
@@ -173,6 +177,6 @@ def test_the_tab_shows_the_tree_of_kernel_1():
     assert table["divergent warps"].tolist() == [8, 8, 8, 8, 8, 4, 2, 1]
     assert table["active threads"].tolist()[-2:] == [2, 1]
     assert any("8 steps" in m.value for m in at.markdown)
-    at = app({"preset": "reduce-rfactor"}, view="Reduction tree").run()
+    at = app({"preset": "reduce-rfactor"}, view="Reduction tree").run()  # a template with no tree: no such tab
     assert_clean(at)
-    assert tree.NOT_APPLICABLE in [c.value for c in at.caption]
+    assert "Reduction tree" not in [t.label for t in at.tabs] and at.session_state["ui.view"] == "Scheduled TensorIR"

@@ -15,12 +15,12 @@ from app import code_view, latency, panels, server, session, widgets
 from explorer import urlstate
 from explorer.analyses import ANALYSES
 from explorer.analysis import races
-from explorer.build import build
+from explorer.build import Spec, build
 from explorer.cli import make_parser
 from explorer.errors import ExplorerError
-from explorer.figures import tries_figure
+from explorer.figures import alt, tries_figure
 from explorer.highlight import kernels_only
-from explorer.presets import all_presets, get_preset
+from explorer.presets import all_presets, default_preset, get_preset
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 60
@@ -28,7 +28,8 @@ THREAD_X = "knob:depthwise_blog.num_thread_x"
 
 
 def app(query=None, view=None) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    """The Explorer page (opened by a link with ``query``, on its tab ``view``)."""
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).switch_page("views/explorer.py")
     if query:
         at.query_params.update(query)
     if view:
@@ -125,11 +126,17 @@ def _first_preset_per_template():
     return sorted(firsts.values())
 
 
+def tab_titles(preset: str) -> list[str]:
+    """The analyses' tabs of a preset's template: those that apply to it (explorer/analyses.py)."""
+    template = get_preset(preset).spec.template_def
+    return [analysis.title for analysis in ANALYSES.values() if analysis.applies(template)]
+
+
 @pytest.mark.parametrize("preset", _first_preset_per_template())
 def test_analysis_tabs_render(preset):
-    """Every analysis tab, for one preset of each template (tabs are lazy: only the selected
+    """Every analysis tab of one preset of each template (tabs are lazy: only the selected
     one runs), opened one after the other in one session as a student clicks through them."""
-    labels = [analysis.title for analysis in ANALYSES.values()]
+    labels = tab_titles(preset)
     at = app({"preset": preset})
     for label in labels:
         at.session_state["ui.view"] = label
@@ -142,15 +149,51 @@ def test_analysis_tabs_render(preset):
 @pytest.mark.parametrize("name", list(ANALYSES))
 def test_every_analysis_is_a_tab_with_its_panel_and_a_view(name):
     """Each entry of the registry: a --view of the command line, and a tab of its title whose
-    panel (its own, or the default one) shows something."""
+    panel (its own, or the default one) shows something, on a preset of a template it describes."""
     analysis = ANALYSES[name]
-    assert make_parser().parse_args(["show", "dw-blog-final-96", "--view", name]).view == name
-    at = app({"preset": "dw-blog-final-96"}, view=analysis.title).run()
+    preset = next(p for p in ("dw-blog-final-96", "reduce-3-sequential") if name in
+                  [a.name for a in ANALYSES.values() if a.title in tab_titles(p)])
+    assert make_parser().parse_args(["show", preset, "--view", name]).view == name
+    at = app({"preset": preset}, view=analysis.title).run()
     assert_clean(at)
     titles = [t.label for t in at.tabs][len(code_view.VIEWS):]
-    assert titles == [a.title for a in ANALYSES.values()]
+    assert titles == tab_titles(preset)
     tab = at.tabs[len(code_view.VIEWS) + titles.index(analysis.title)]
     assert len(tab.children) > 0
+
+
+# The analyses' tabs of a scheduled template and of each family of written kernels: only those that describe it.
+TABS_OF = {
+    "dw-blog-final-96": ["SASS", "Tiling", "Bank conflicts", "Resources", "vthread", "Roofline", "Counters"],
+    "reduce-3-sequential": ["SASS", "Tiling", "Bank conflicts", "Reduction tree", "Resources", "Roofline", "Counters"],
+    **{preset: ["SASS", "Tiling", "Bank conflicts", "Resources", "Roofline", "Counters"]
+       for preset in ("attention-fused", "attention-mma", "attention-hopper", "hopper-ws-fp16-4096",
+                      "rowwise-softmax-separate")},
+}
+
+
+# The headline of shared memory: in the unit its size fills, the dynamic part counted.
+SHARED_METRIC = {"rowwise-softmax-separate": "36 B", "attention-hopper": "160.0 KB", "attention-fused": "24.5 KB"}
+
+
+@pytest.mark.parametrize("preset", list(TABS_OF))
+def test_a_template_shows_only_the_tabs_that_describe_it(preset):
+    assert tab_titles(preset) == TABS_OF[preset]
+    at = app({"preset": preset}).run()
+    assert_clean(at)
+    assert [t.label for t in at.tabs][len(code_view.VIEWS):] == TABS_OF[preset]
+    if preset in SHARED_METRIC:
+        assert next(m.value for m in at.metric if m.label == "Shared mem / block") == SHARED_METRIC[preset]
+
+
+def test_a_tab_the_next_template_lacks_falls_back_to_the_first():
+    at = app({"preset": "reduce-3-sequential"}, view="Reduction tree").run()
+    assert_clean(at)
+    assert at.session_state["ui.view"] == "Reduction tree"
+    at.sidebar.selectbox(key="ui.workload").set_value("attention").run()
+    assert_clean(at)
+    assert "Reduction tree" not in [t.label for t in at.tabs]
+    assert at.session_state["ui.view"] == next(iter(code_view.VIEWS))
 
 
 def test_the_bank_conflicts_tab_leads_with_a_race(monkeypatch):
@@ -240,11 +283,20 @@ def test_link_restores_the_knobs():
     assert "Changed from the preset: num_thread_x, num_vthread_x, unroll" in at.sidebar.caption[0].value
 
 
-def test_bad_link_says_why_and_opens_the_default():
-    at = app({"template": "depthwise_blog", "knob.num_thread_x": "3"}).run()
+def test_a_bad_value_in_a_link_is_left_out_and_the_rest_opens():
+    at = app({"template": "depthwise_blog", "knob.num_thread_x": "3", "knob.unroll": "true"}).run()
+    assert_clean(at)
+    assert "opened without knob" in at.warning[0].value and "num\\_thread\\_x" in at.warning[0].value
+    template = get_preset("dw-blog-final-96").spec.template_def
+    assert at.session_state["spec"] == Spec("depthwise_blog", template.default_workload(),
+                                            template.knobs().replace(unroll=True))
+
+
+def test_a_link_that_names_nothing_usable_says_why_and_opens_the_default():
+    at = app({"template": "nope"}).run()
     assert not at.exception
-    assert "could not be opened" in at.error[0].value and "num_thread_x" in at.error[0].value
-    assert at.session_state["spec"] == get_preset("dw-blog-final-96").spec
+    assert "could not be opened" in at.error[0].value and "nope" in at.error[0].value
+    assert at.session_state["preset"] == default_preset()
 
 
 def test_reset_to_preset():
@@ -367,9 +419,13 @@ def test_diff_counts():
 def test_tries_figure_shows_measured_tries_with_knobs_on_hover():
     spec = get_preset("dw-blog-final-96").spec
     tries = [(spec, 9.5), (spec.with_knobs(num_thread_x=8), None), (spec.with_knobs(num_thread_x=4), 12.0)]
-    trace = tries_figure(tries).data[0]
+    figure = tries_figure(tries)
+    trace = figure.data[0]
     assert list(trace.x) == [1, 3] and list(trace.y) == [9.5, 12.0]
     assert "num_thread_x = 4" in trace.hovertext[1]
+    assert figure.layout.xaxis.dtick == 1  # tries are counted: no tick at 1.5
+    assert alt(figure) == ("Latency of this session's 2 measured tries of 3, in order: from 9.50 µs to 12.00 µs, "
+                           "the best 9.50 µs.")
 
 
 def test_latency_panel_measures_each_setting_once(monkeypatch):

@@ -18,9 +18,12 @@ def test_the_page_opens_on_the_depthwise_blog_without_a_link():
     blog = L.get_lesson("depthwise_blog")
     lesson = at.selectbox(key="lesson")
     assert lesson.value == "depthwise_blog"
-    assert lesson.options[0] == "depthwise_blog" and lesson.options[-1] == "best"  # search results last
-    assert f"**{blog.title}**" in [m.value for m in at.markdown]
+    # By title, in the curriculum's order: the depthwise blog first, the search results last.
+    assert lesson.options == [lesson.title for lesson in L.lessons()]
+    assert lesson.options[0] == blog.title and lesson.options[-1] == L.get_lesson("best").title
     assert at.header[0].value == f"Step 1 of {len(blog.steps)}: {blog.steps[0].preset.title}"
+    url = {key: value[-1] if isinstance(value, list) else value for key, value in at.query_params.items()}
+    assert url == {"lesson": "depthwise_blog", "step": "1"}  # a link to this very step
 
 
 def test_product_text_never_names_how_it_was_made():

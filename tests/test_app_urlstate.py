@@ -72,3 +72,53 @@ def test_bad_links_fail_with_one_sentence(params, error, fragment):
 def test_has_spec():
     assert urlstate.has_spec({"preset": "x"}) and urlstate.has_spec({"template": "x"})
     assert not urlstate.has_spec({}) and not urlstate.has_spec({"utm_source": "chat"})
+
+
+# -- a link that is partly wrong: the rest of it still opens ------------------------------------
+
+
+def test_a_link_with_one_bad_parameter_keeps_the_rest():
+    link = urlstate.read_link({"preset": "reduce-2-interleaved-strided", "knob.threads": "7"})
+    assert (link.spec, link.preset) == (get_preset("reduce-2-interleaved-strided").spec, "reduce-2-interleaved-strided")
+    assert [d.key for d in link.dropped] == ["knob.threads"]
+    assert link.summary() == "knob.threads (Knob 'threads' = 7 is not allowed; allowed: 64, 128, 256, 512, 1024.)"
+
+
+def test_each_bad_value_is_left_out_with_its_reason_and_the_good_ones_kept():
+    base = get_preset("dw-blog-final-96").spec
+    link = urlstate.read_link({"preset": "dw-blog-final-96", "knob.num_thread_x": "7", "knob.unroll": "true",
+                               "knob.nope": "1", "shape.height": "0", "shape.width": "64", "utm_source": "chat"})
+    assert link.spec == Spec("depthwise_blog", base.workload.replace(width=64), base.knobs.replace(unroll=True))
+    assert [d.key for d in link.dropped] == ["shape.height", "knob.num_thread_x", "knob.nope"]
+    assert all("\n" not in str(d) for d in link.dropped)
+
+
+def test_values_valid_only_together_are_kept_together():
+    # 4096 × 32000 float32 is too large a tensor for the default 4096 rows: the rows come first in the link.
+    spec = get_preset("rowwise-softmax-vocabulary").spec
+    link = urlstate.read_link(urlstate.to_query(spec, "rowwise-softmax-vocabulary"))
+    assert (link.spec, link.dropped) == (spec, ())
+
+
+def test_an_unknown_preset_or_template_is_left_out_and_the_rest_applies():
+    link = urlstate.read_link({"preset": "nope", "template": "depthwise_blog", "knob.unroll": "true"})
+    assert link.preset is None and link.spec.knobs == DepthwiseBlogKnobs(unroll=True)
+    assert [d.key for d in link.dropped] == ["preset"] and "No preset named 'nope'" in link.summary()
+    assert "python -m explorer" not in link.summary()  # no command line in a browser's sentence
+    link = urlstate.read_link({"preset": "dw-blog-final-96", "template": "nope", "workload": "matmul"})
+    assert link.spec == get_preset("dw-blog-final-96").spec and [d.key for d in link.dropped] == ["template",
+                                                                                                  "workload"]
+
+
+def test_a_link_that_names_nothing_usable_opens_nothing_and_says_why():
+    link = urlstate.read_link({"knob.x": "<script>alert(1)</script>"})
+    assert urlstate.has_spec({"knob.x": "<script>"})  # not ignored in silence: the app says why it opened its default
+    assert link.spec is None and link.summary() == "template (This link names neither a template nor a preset.)"
+    link = urlstate.read_link({"preset": "nope"})
+    assert link.spec is None and "No preset named 'nope'" in link.summary()
+
+
+def test_a_very_long_value_is_refused_without_being_repeated():
+    link = urlstate.read_link({"template": "depthwise_blog", "knob.unroll": "x" * 5000})
+    assert link.spec == Spec("depthwise_blog", DepthwiseConv2d(), DepthwiseBlogKnobs())
+    assert link.summary() == "knob.unroll (a value of 5,000 characters, longer than any)"

@@ -26,7 +26,7 @@ def page(view: str, query=None) -> AppTest:
     at = AppTest.from_file(MAIN, default_timeout=60)
     if query:
         at.query_params.update(query)
-    at.switch_page(view).run() if view != "views/explorer.py" else at.run()
+    at.switch_page(view).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -99,7 +99,7 @@ def test_the_teacher_can_put_the_class_on_a_setting():
     next(b for b in teacher.button if b.label == "Put the class on my current setting").click().run()
     student = page("views/lessons.py")
     assert banner(student)[0].startswith("The class is on: ")
-    assert any(url.startswith("./?template=") and "knob." in url for url in link_urls(student))
+    assert any(url.startswith("./explorer?template=") and "knob." in url for url in link_urls(student))
 
 
 def test_without_a_gpu_the_board_is_read_only():
@@ -136,7 +136,7 @@ def test_a_submission_reaches_the_board_and_an_html_name_is_refused(monkeypatch)
     assert not at.error and "On the board: 4.00 µs on Test GPU." in [s.value for s in at.success]
     table = at.dataframe[0].value
     assert list(table["name"]) == ["Ann Lee"] and table["× PyTorch"][0] == pytest.approx(2.0)
-    assert table["open"][0].startswith("./?template=")
+    assert table["open"][0].startswith("./explorer?template=")
     other = page("views/classroom.py")  # another session, same board
     assert list(other.dataframe[0].value["name"]) == ["Ann Lee"]
 

@@ -6,15 +6,19 @@ template (new templates and presets are picked up from the registries).
 """
 import ast
 import dataclasses
+import inspect
 import os
+import re
 
 import numpy as np
 import pytest
 import tvm
+from cuda_on_cpu import run_on_cpu
 from exported import load, run_standalone
 
 from explorer.build import Spec, build
 from explorer.cli import main
+from explorer.cuda_compile import nvcc_path
 from explorer.export import file_name, snippet, workload_script
 from explorer.measure import gate
 from explorer.presets import all_presets, get_preset
@@ -139,9 +143,9 @@ def test_script_runs_standalone(tmp_path):
 
 @pytest.mark.parametrize("preset", ["rowwise-softmax-vector", "attention-mma-causal", "matmul-naive-1024"])
 def test_the_scripts_check_is_the_explorers(preset, tmp_path):
-    """The script checks its kernel as the explorer's gate does: within SAFETY × ε32 × the terms
-    per output × the output's scale (at least the workload's floor). Softmax and attention outputs
-    are far below 1 and have no floor of 1: all zeros fails there, as it does in the app."""
+    """The script checks its kernel with the explorer's gate, its functions' own source: within SAFETY × ε32
+    × the terms per output × the output's scale (at least the workload's floor). Softmax and attention
+    outputs are far below 1 and have no floor of 1: all zeros fails there, as it does in the app."""
     spec = get_preset(preset).spec
     if spec.workload.kind == "attention":  # the same check on 2 heads of 256 tokens, not 268 MB of outputs (17 s)
         spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, batch=1, heads=2, seq=256))
@@ -153,7 +157,10 @@ def test_the_scripts_check_is_the_explorers(preset, tmp_path):
     workload = spec.workload
     rng = np.random.default_rng(0)
     reference = rng.uniform(0.0, 1e-3, size=workload.output_shape()).astype("float32")
-    assert module.TOLERANCE == pytest.approx(gate.relative_tolerance(workload.reduction_length()))
+    script = path.read_text()
+    assert all(inspect.getsource(function) in script for function in gate.FORMULA)
+    assert (module.EPSILON32, module.SAFETY) == (gate.EPSILON32, gate.SAFETY)
+    assert module.REDUCTION_LENGTH == workload.reduction_length()
     assert module.TOLERANCE_FLOOR == workload.tolerance_floor
     module.check(tvm.runtime.tensor(reference), tvm.runtime.tensor(reference))
     zeros = np.zeros_like(reference)
@@ -164,6 +171,31 @@ def test_the_scripts_check_is_the_explorers(preset, tmp_path):
     nan.flat[0] = np.nan
     with pytest.raises(AssertionError):
         module.check(tvm.runtime.tensor(nan), tvm.runtime.tensor(reference))
+
+
+def writing_zeros(built):
+    """``built`` with every store of its output replaced by a store of 0."""
+    out = built.spec.workload.output_name
+    cuda, stores = re.subn(rf"^(\s*{out}_ptr\[[^\]]*\]) = .*;$", r"\1 = 0.0f;", built.cuda, flags=re.M)
+    assert stores
+    return dataclasses.replace(built, cuda=cuda)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
+def test_the_scripts_check_refuses_a_softmax_kernel_that_writes_zeros(tmp_path):
+    """The exported check on the outputs of kernels (run on the CPU emulation, tests/cuda_on_cpu.py): the
+    softmax step's own kernel passes, the same kernel writing zeros fails, as in the app's gate."""
+    spec = get_preset("rowwise-softmax-fused").spec
+    spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, rows=64))  # 4096 columns still
+    path = tmp_path / "softmax.py"
+    path.write_text(snippet(spec))
+    module = load(path, "softmax_script")
+    inputs = spec.workload.random_inputs(seed=0)
+    reference = tvm.runtime.tensor(spec.workload.reference(*inputs))
+    built = build(spec, "h100")
+    module.check(tvm.runtime.tensor(run_on_cpu(built, inputs)), reference)
+    with pytest.raises(AssertionError, match="wrong: 262144 outputs off by more than"):
+        module.check(tvm.runtime.tensor(run_on_cpu(writing_zeros(built), inputs)), reference)
 
 
 @pytest.mark.gpu

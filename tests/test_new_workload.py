@@ -179,7 +179,7 @@ def app_in_this_process(monkeypatch):
 
 
 def test_app_lists_it_and_shows_its_code(defaults, app_in_this_process):
-    at = AppTest.from_file(MAIN, default_timeout=60)
+    at = AppTest.from_file(MAIN, default_timeout=60).switch_page("views/explorer.py")
     at.session_state["ui.view"] = "CUDA"
     at.run()
     assert MaxPool1d.title in at.sidebar.selectbox(key="ui.workload").options

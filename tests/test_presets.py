@@ -127,9 +127,6 @@ def test_the_diagnosis_agrees_with_the_roofline_and_resources_tabs(preset_id):
 CUDA_CORE_PRESETS = [p for p in PRESET_IDS if get_preset(p).spec.template == "attention_fused"]
 
 
-@pytest.mark.xfail(not hasattr(__import__("explorer.analysis.roofline", fromlist=["x"]), "compute_types"),
-                   reason="the Roofline tab's roof of the units a template multiplies on (explorer.analysis.roofline."
-                          "compute_types) is another branch's change", strict=True)
 @pytest.mark.parametrize("preset_id", CUDA_CORE_PRESETS)
 def test_products_on_cuda_cores_have_the_cuda_cores_roof_in_both(preset_id):
     """Fused attention on CUDA cores: the diagnosis's cuda-cores finding is part of the roofline's time (at most
@@ -137,3 +134,76 @@ def test_products_on_cuda_cores_have_the_cuda_cores_roof_in_both(preset_id):
     facts, findings, roofline, _ = _tabs_and_diagnosis(preset_id)
     assert roofline.compute_roof[1] == "FP32" and "FP32" in facts.roof
     assert "cuda-cores" in findings and findings["cuda-cores"].cost_us <= facts.bound_us
+
+
+# -- the curriculum ---------------------------------------------------------------------------
+
+
+def test_the_lessons_come_in_the_curriculums_order_each_once():
+    import tomllib
+
+    from explorer.presets import CURRICULUM_FILE, PRESET_DIR, default_preset
+
+    order = tomllib.loads((PRESET_DIR / CURRICULUM_FILE).read_text())["lessons"]
+    assert [lesson.id for lesson in all_lessons()] == order
+    assert order[0] == "depthwise_blog" and order[-1] == "best"  # the blog first, the search's results last
+    # Without a link, a student starts on the first step of the first lesson (not on step 14 of 19).
+    assert get_preset(default_preset()).step == 1 and get_preset(default_preset()).lesson == order[0]
+    assert list(all_presets())[0] == default_preset()
+
+
+def test_every_shipped_lesson_says_what_the_start_page_lists():
+    from explorer.presets import LEVELS
+
+    for lesson in all_lessons():
+        assert lesson.name and len(lesson.name) <= 32 and lesson.name != lesson.title, lesson.id
+        assert lesson.tagline and "\n" not in lesson.tagline and len(lesson.tagline) <= 130, lesson.id
+        assert lesson.level in LEVELS and lesson.gpu, lesson.id
+        # A template that needs an architecture (wgmma, TMA): the lesson names it as the GPU its timing needs.
+        for arch in {a for p in lesson.presets for a in p.spec.template_def.archs}:
+            assert arch in lesson.gpu, (lesson.id, arch)
+        # Its source by title, never a file name of the seeds it was written from.
+        assert not lesson.source.endswith(".txt"), lesson.id
+
+
+def test_the_depthwise_lesson_names_the_blog_and_links_it():
+    (blog,) = [lesson for lesson in all_lessons() if lesson.id == "depthwise_blog"]
+    assert "“Optimize Deep Learning GPU Operators with TVM: A Depthwise Convolution Example”" in blog.source
+    assert blog.url == ("https://tvm.apache.org/2017/08/22/"
+                        "Optimize-Deep-Learning-GPU-Operators-with-TVM-A-Depthwise-Convolution-Example")
+
+
+def lesson_file(directory, lesson_id: str, extra: str = ""):
+    (directory / f"{lesson_id}.toml").write_text(f'[lesson]\nid = "{lesson_id}"\ntitle = "T"\n{extra}'
+                                                 + GOOD.replace('"p"', f'"{lesson_id}-p"'))
+
+
+def test_the_curriculum_orders_a_folders_lessons(tmp_path):
+    for lesson_id in ("a", "b", "c"):
+        lesson_file(tmp_path, lesson_id)
+    assert [lesson.id for lesson in all_lessons.__wrapped__(tmp_path)] == ["a", "b", "c"]  # no curriculum: by name
+    (tmp_path / "curriculum.toml").write_text('lessons = ["c", "a", "b"]\n')
+    assert [lesson.id for lesson in all_lessons.__wrapped__(tmp_path)] == ["c", "a", "b"]
+
+
+@pytest.mark.parametrize("order, message", [
+    ('["a", "b"]', "leaves out c"),
+    ('["a", "b", "c", "a"]', "names twice a"),
+    ('["a", "b", "c", "z"]', "names no lesson file for z"),
+    ('"a, b, c"', "needs 'lessons' = a list of lesson ids"),
+])
+def test_a_curriculum_that_misses_or_repeats_a_lesson_fails_loudly(tmp_path, order, message):
+    for lesson_id in ("a", "b", "c"):
+        lesson_file(tmp_path, lesson_id)
+    (tmp_path / "curriculum.toml").write_text(f"lessons = {order}\n")
+    with pytest.raises(PresetError, match=message):
+        all_lessons.__wrapped__(tmp_path)
+
+
+def test_a_lesson_level_is_one_of_the_levels(tmp_path):
+    lesson_file(tmp_path, "a", 'level = "easy"\n')
+    with pytest.raises(PresetError, match="level 'easy' is not one of introductory, intermediate, advanced"):
+        load_file(tmp_path / "a.toml")
+    lesson_file(tmp_path, "b", "gpu = 80\n")
+    with pytest.raises(PresetError, match="'gpu' must be text"):
+        load_file(tmp_path / "b.toml")

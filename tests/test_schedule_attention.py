@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tvm
 from compiled_together import one_source_per_preamble
-from cuda_on_cpu import run_on_cpu
+from cuda_on_cpu import ORDERS, run_on_cpu
 from exported import load
 from refusals import refusal
 from test_workloads import run_on_cpu as run_definition_on_cpu  # the unscheduled PrimFunc on llvm
@@ -304,14 +304,15 @@ def emulated():
 @pytest.mark.parametrize("number", range(len(EMULATED)), ids=["fused-d128-global-kv", "fused-causal-shared-kv",
                                                               "fused-float4", "fused-half4-dynamic", "unfused-causal"])
 def test_the_cuda_matches_numpy_run_on_the_cpu(number, emulated):
-    """The generated CUDA, each block's threads run as CPU threads (tests/cuda_on_cpu.py): its
-    indexing, barriers, shuffles and arithmetic, without a GPU."""
+    """The generated CUDA, each block's threads run on the CPU one after another, in both orders
+    (tests/cuda_on_cpu.py): its indexing, barriers, shuffles and arithmetic, without a GPU."""
     built, scratch = emulated[number]
     workload = built.spec.workload
     inputs = workload.random_inputs(seed=4)
-    got = run_on_cpu(built, inputs, scratch, together=emulated)
-    check = compare(got, workload.reference(*inputs), workload.reduction_length(), workload.tolerance_floor)
-    assert check.correct, check.describe()
+    for order in ORDERS:
+        got = run_on_cpu(built, inputs, scratch, together=emulated, order=order)
+        check = compare(got, workload.reference(*inputs), workload.reduction_length(), workload.tolerance_floor)
+        assert check.correct, f"threads in {order} order: {check.describe()}"
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")

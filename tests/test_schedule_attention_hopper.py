@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 from attention_hopper_check import CHECK_ONLY, CHECKS, check_spec, grid  # bench/ (pytest's pythonpath)
+from cuda_on_cpu import ORDERS
 from hopper_here import hopper_gpu
 from hopper_on_cpu import run_hopper_on_cpu
 from refusals import refusal
@@ -234,11 +235,11 @@ def test_the_machine_code_has_wgmma_and_tma():
     assert opcodes["MUFU.EX2"] % 66 == 0
 
 
-def check_on_cpu(built):
+def check_on_cpu(built, order="forward"):
     workload = built.spec.workload
     inputs = workload.random_inputs(seed=5)
-    return compare(run_hopper_on_cpu(built, inputs), workload.reference(*inputs), workload.reduction_length(),
-                   workload.tolerance_floor)
+    return compare(run_hopper_on_cpu(built, inputs, order=order), workload.reference(*inputs),
+                   workload.reduction_length(), workload.tolerance_floor)
 
 
 # Three settings that together run every path of the kernel (a producer or not, one or two consumers, 2–3
@@ -256,10 +257,12 @@ EMULATED = {
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
 @pytest.mark.parametrize("case", sorted(EMULATED))
 def test_the_cuda_matches_the_reference_run_on_the_cpu(case):
-    """TMA, mbarriers and wgmma emulated as the PTX ISA defines them (tests/hopper_on_cpu.py)."""
+    """TMA, mbarriers and wgmma emulated as the PTX ISA defines them (tests/hopper_on_cpu.py), the threads of a
+    block in both orders."""
     workload, knobs = EMULATED[case]
-    check = check_on_cpu(hopper(workload, **knobs))
-    assert check.correct, check.describe()
+    for order in ORDERS:
+        check = check_on_cpu(hopper(workload, **knobs), order)
+        assert check.correct, f"threads in {order} order: {check.describe()}"
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")

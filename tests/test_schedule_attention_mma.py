@@ -8,7 +8,7 @@ import re
 import pytest
 import tvm
 from compiled_together import one_source_per_preamble
-from cuda_on_cpu import run_on_cpu
+from cuda_on_cpu import ORDERS, run_on_cpu
 from exported import load
 from refusals import refusal
 
@@ -49,9 +49,9 @@ def emulated():
     return [(build(spec, "h100"), {}) for spec in EMULATED] + [(plain, {})]
 
 
-def check_on_cpu(built, emulated):
+def check_on_cpu(built, emulated, order="forward"):
     inputs = built.spec.workload.random_inputs(seed=5)
-    got = run_on_cpu(built, inputs, {}, together=emulated)
+    got = run_on_cpu(built, inputs, {}, together=emulated, order=order)
     return compare(got, built.spec.workload.reference(*inputs), built.spec.workload.reduction_length(),
                    built.spec.workload.tolerance_floor)
 
@@ -59,8 +59,9 @@ def check_on_cpu(built, emulated):
 @pytest.mark.skipif(nvcc_path() is None, reason="compiling the CUDA for the CPU needs nvcc")
 @pytest.mark.parametrize("number", range(len(EMULATED)), ids=["causal-d64-8-warps-cp-async",
                                                               "d128-2-warps-two-row-tiles"])
-def test_the_cuda_matches_numpy_run_on_the_cpu(number, emulated):
-    check = check_on_cpu(emulated[number][0], emulated)
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_cuda_matches_numpy_run_on_the_cpu(number, order, emulated):
+    check = check_on_cpu(emulated[number][0], emulated, order)
     assert check.correct, check.describe()
 
 

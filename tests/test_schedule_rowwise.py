@@ -123,6 +123,8 @@ def test_rows_per_block_and_threads_shape_the_block():
     ("softmax", Softmax(), dict(vector=8), ("vector",)),
     ("softmax", Softmax(cols=4098), dict(vector=4), ("vector",)),
     ("softmax", Softmax(rows=64, cols=65536), dict(fusion="on_chip"), ("fusion", "rows_per_block")),
+    ("rms_norm", RMSNorm(rows=5, cols=768), dict(threads=64, rows_per_block=8, fusion="separate"),
+     ("fusion", "rows_per_block")),
 ])
 def test_bad_knobs_are_refused_in_one_sentence(kind, workload, knobs, named):
     assert refusal(kind, workload, RowWiseKnobs(**knobs)).knobs == named

@@ -441,6 +441,7 @@ def test_search_best_prints_a_preset_block_the_loader_accepts(tmp_path):
 
 
 def test_heatmap_figure_shows_the_cells_and_names_the_point_behind_each(measured):
+    from explorer.figures import alt
     from explorer.search.figures import heatmap_figure, tuning_figure
 
     result, _ = measured
@@ -448,11 +449,20 @@ def test_heatmap_figure_shows_the_cells_and_names_the_point_behind_each(measured
     assert [list(r) for r in trace.z] == [[None, 13.0, 21.0], [14.0, 10.0, 18.0], [18.0, 14.0, 22.0]]
     assert list(trace.x) == ["4", "8", "16"] and list(trace.y) == ["1", "4", "8"]
     assert trace.reversescale  # lower latency is better: the best cells are the bright ones
-    assert trace.text[1][1].split("<br>") == ["num_thread_x = 8, num_thread_y = 4", "latency (µs): 10",
-                                              "2 of 2 valid", "num_vthread_x = 1"]
-    assert trace.text[0][0].endswith("no valid combination (2 tried)")
-    (line,) = tuning_figure((None, 5.0, 4.0), budget=96).data  # no working candidate in the first batch
+    assert trace.hovertext[1][1].split("<br>") == ["num_thread_x = 8, num_thread_y = 4", "latency (µs): 10",
+                                                   "2 of 2 valid", "num_vthread_x = 1"]
+    assert trace.hovertext[0][0].endswith("no valid combination (2 tried)")
+    # Each cell reads its value, the empty one says why it is empty (not "None").
+    assert [list(r) for r in trace.text] == [["none valid", "13", "21"], ["14", "10", "18"], ["18", "14", "22"]]
+    figure = heatmap_figure(result, "num_thread_x", "num_thread_y")
+    assert figure.layout.title.text == "Best latency (µs) for each num_thread_x and num_thread_y"  # one short line
+    assert alt(figure) == ("The best latency (µs) over the other swept knobs for each pair of num_thread_x and "
+                           "num_thread_y: 8 of 9 pairs have a valid setting, the best (10) at num_thread_x = 8, "
+                           "num_thread_y = 4.")
+    tuning = tuning_figure((None, 5.0, 4.0), budget=96)  # no working candidate in the first batch
+    (line,) = tuning.data
     assert list(line.y) == [None, 5.0, 4.0] and list(line.x) == [1, 2, 3]
+    assert tuning.layout.xaxis.dtick == 1 and alt(tuning).endswith("4.00 µs at the end.")
 
 
 @pytest.mark.gpu

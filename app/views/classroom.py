@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app import class_mode, diagnosis_panel, questions, server, session
-from explorer import classroom, urlstate
+from app import class_mode, diagnosis_panel, questions, server, session, ui
+from explorer import classroom
 from explorer import lessons as L
 from explorer.classroom import rounds
 from explorer.errors import ExplorerError
@@ -69,7 +69,7 @@ def teacher_controls(store: classroom.Store) -> None:
     if two.button("Put the class on my current setting", icon=":material/tune:", width="stretch",
                   help="The Explorer's current workload, template and knobs."):
         spec = session.spec()
-        link = "./?" + urlencode(urlstate.to_query(spec, session.preset_id()))
+        link = ui.explorer_link(spec, session.preset_id())
         store.set_class_step("setting", setting_title(spec, session.preset_id()), link)
     if three.button("Clear", icon=":material/close:", width="stretch"):
         store.clear_class_step()
@@ -264,7 +264,7 @@ def board_table(places: list[classroom.Place]) -> pd.DataFrame:
         "rank": p.rank, "name": p.entry.name, "CUDA graph µs": p.entry.graph_us, "back to back µs": p.entry.median_us,
         "× PyTorch": p.versus_pytorch, "template": p.entry.template,
         "knobs": ", ".join(f"{k}={v}" for k, v in p.entry.knobs.items()),
-        "open": "./?" + urlencode(p.entry.query), "measured on": p.entry.server or "",
+        "open": "./explorer?" + urlencode(p.entry.query), "measured on": p.entry.server or "",
         "when": pd.Timestamp(p.entry.created, unit="s").strftime("%H:%M"),
     } for p in places])
 
@@ -338,13 +338,13 @@ class_mode.show("Class")
 st.title("Class")
 store = class_mode.store()
 
-st.subheader("Teacher")
+st.header("Teacher")
 if session.is_teacher():
     teacher_controls(store)
 else:
     teacher_login()
 
-st.subheader("Leaderboard")
+st.header("Leaderboard")
 current = session.spec().workload.label()
 workloads = list(dict.fromkeys([current, *store.workloads()]))
 workload = st.selectbox("Workload", workloads, key="class.workload", help="One board per workload (shape included).")

@@ -4,7 +4,7 @@ import dataclasses
 
 import streamlit as st
 
-from app import code_view, panels, server, session
+from app import code_view, panels, server, session, ui
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
 
@@ -26,7 +26,6 @@ def on_b_preset() -> None:
     session.forget_widgets((B_PREFIX,))
 
 
-code_view.show_css()
 spec_a = session.sidebar() or session.spec()
 session.sync_url()
 b_base = session.compare_b(default_b(session.preset_id()))
@@ -34,12 +33,12 @@ b_base = session.compare_b(default_b(session.preset_id()))
 st.title("Compare two settings")
 col_a, col_b = st.columns(2)
 with col_a:
-    st.subheader("A · the sidebar's setting")
+    st.header("A · the sidebar's setting")
     st.caption(f"{spec_a.template_def.title} · {spec_a.workload.label()}")
 with col_b:
-    st.subheader("B")
+    st.header("B")
     st.selectbox("B starts from preset", list(all_presets()), key=session.B_PRESET_WIDGET, on_change=on_b_preset,
-                 format_func=lambda i: f"{get_preset(i).lesson} · {get_preset(i).step}. {get_preset(i).title}")
+                 format_func=ui.preset_label)
     knob_box = st.expander(f"B's knobs · {b_base.workload.label()}")
     values = session.fields(knob_box, b_base.template_def.knobs, b_base.knobs, b_base.workload,
                             f"{B_PREFIX}{b_base.template}.")

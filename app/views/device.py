@@ -63,7 +63,7 @@ st.markdown(f"Code is generated for **{target_label(target)}**"
 with st.expander("Target details"):
     st.json(target.export())
 
-st.subheader("Remote GPU (TVM RPC)")
+st.header("Remote GPU (TVM RPC)")
 st.caption("Measure on GPUs registered at a TVM RPC tracker (start them with `python -m explorer.measure.server`). "
            "Leave empty to measure on this machine's GPU.")
 current = session.remote()
@@ -80,7 +80,7 @@ if address.strip():
 else:
     session.set_remote(None)
 
-st.subheader("This server")
+st.header("This server")
 live = server.live()
 warm = live.warm
 if not warm.done:
@@ -120,7 +120,7 @@ else:
                "GPU time spent). While students' measurements wait, a kernel is timed with a short budget "
                f"({describe_budget(QUICK_SETTINGS)}) and measured again in full once the GPU is free.")
 
-st.subheader("Roofline ceilings")
+st.header("Roofline ceilings")
 try:
     ceilings = live.latest_ceilings() or published_ceilings(str(target.attrs.get("arch", "")))
 except ExplorerError as e:  # a target without published figures, and nothing measured
@@ -131,14 +131,14 @@ else:
     st.dataframe([{"roof": name, "figure": figure} for name, figure in ceiling_rows(ceilings)], hide_index=True)
 
 mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
-st.subheader("Compile backend")
+st.header("Compile backend")
 st.markdown(
     f"- Kernels to run: {'NVRTC' if mode != 'nvcc' else 'nvcc'} through TVM "
     f"(`TVM_CUDA_COMPILE_MODE={mode}`){'' if device.exist else ' — only with a GPU'}.\n"
     f"- Registers and spills (Resources tab): `nvcc -Xptxas -v`, {nvcc_version()}."
 )
 
-st.subheader("Versions")
+st.header("Versions")
 packages = ["apache-tvm", "apache-tvm-ffi", "streamlit", "numpy", "plotly", "pygments"]
 st.dataframe(
     [{"component": "Python", "version": platform.python_version()}]

@@ -3,13 +3,12 @@ import functools
 
 import streamlit as st
 
-from app import class_mode, code_view, diagnosis_panel, latency, panels, session
+from app import class_mode, code_view, diagnosis_panel, latency, panels, session, ui
 from explorer.analyses import ANALYSES
 from explorer.export import file_name, snippet
 from explorer.highlight import view_text
 from explorer.presets import get_preset
 
-code_view.show_css()
 spec = session.sidebar() or session.spec()
 session.sync_url()
 class_mode.show(f"Explorer · {session.preset_id() or 'own setting'}")
@@ -19,9 +18,10 @@ held = class_mode.holds_back(spec)  # the class answers a question about this se
 
 st.title(template.title)
 st.caption(f"{spec.workload.label()} · {template.summary}")
-link_error = session.flashed("link_error")
-if link_error:
-    st.error(link_error)
+notice = session.link_notice(spec)
+if notice:
+    element, sentence = notice
+    getattr(st, element)(ui.plain(sentence, limit=600))  # the link's values, shown as text
 if preset is not None and preset.spec == spec and not held:
     with st.container(border=True):
         st.markdown(f"**Step {preset.step}: {preset.title}** — {preset.claim}")
@@ -77,8 +77,10 @@ right.download_button(
          "and checks and times the kernel on a GPU.",
 )
 
-analyses = list(ANALYSES.values())
-tabs = st.tabs([*code_view.VIEWS, *(analysis.title for analysis in analyses)], key="ui.view", on_change="rerun")
+analyses = [analysis for analysis in ANALYSES.values() if analysis.applies(built.spec.template_def)]
+labels = [*code_view.VIEWS, *(analysis.title for analysis in analyses)]
+session.keep_widget("ui.view", labels, labels[0])  # a tab of the template before, which this one has not
+tabs = st.tabs(labels, key="ui.view", on_change="rerun")
 for tab, (label, (attribute, language)) in zip(tabs, code_view.VIEWS.items(), strict=False):
     if not tab.open:
         continue

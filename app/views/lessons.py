@@ -2,37 +2,29 @@
 states the tutorial's claim with its numbers, and checks it: static claims on the build
 shown, timing claims on this machine's GPU when there is one.
 
-The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``) through the
-widgets' own query-parameter binding, so a teacher can hand out a link to any step.
+The lesson and the step live in the URL (``?lesson=depthwise_blog&step=8``), so a teacher can
+hand out a link to any step; a link to a lesson or a step that does not exist says so.
 """
 import functools
 
 import streamlit as st
 
-from app import class_mode, questions, server, session
+from app import class_mode, questions, server, session, ui
 from explorer import lesson_reasons as R
 from explorer import lessons as L
 from explorer import style
 from explorer.errors import ExplorerError
 from explorer.questions import is_right
 from explorer.targets import target_label
+from explorer.units import byte_size, count
 
 MEASURED = "lessons.measured"  # (device, target, preset id) -> lesson_reasons.MeasuredStep, this session
 PREDICTIONS = "lessons.predictions"  # preset id -> (the student's prediction, explorer.questions.Answer), this session
 PREDICT = "lessons.predict"  # the "predict first" toggle
 
 
-def in_reading_order(all_lessons) -> dict:
-    """Lessons by id: the first lesson on top, the other lessons, then the schedules a search
-    found (every step has a ``found_by`` command), which build on the other lessons."""
-    def rank(lesson):
-        return all(step.preset.found_by for step in lesson.steps), lesson.id != L.FIRST_LESSON
-
-    return {lesson.id: lesson for lesson in sorted(all_lessons, key=rank)}
-
-
 def restart_lesson() -> None:
-    session.set_widget("step", 1)
+    session.set_widget(session.STEP, 1)
 
 
 def badge(verdict: str, container=st) -> None:
@@ -123,8 +115,8 @@ def show_evidence(step: L.Step, target: str) -> None:
                    help="The most distinct words one bank serves for one warp-wide shared load (1 = none).")
     cols[1].metric("Input loads per output", f"{ev.loads_per_output:.2f}" if ev.loads_per_output is not None else "—",
                    help="Each thread loads its input tile once: smaller is more reuse.")
-    cols[2].metric("Shared memory / block", f"{ev.shared_bytes:,} B")
-    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{ev.blocks_per_sm} blocks/SM", delta_color="off",
+    cols[2].metric("Shared memory / block", byte_size(ev.shared_bytes), help=f"{ev.shared_bytes:,} bytes")
+    cols[3].metric("Occupancy", f"{ev.occupancy:.0%}", f"{count(ev.blocks_per_sm, 'block')}/SM", delta_color="off",
                    delta_arrow="off", help=f"Limited by {ev.occupancy_limiter}. Registers are not counted until the "
                                            f"kernel is compiled (Explorer page, Resources tab).")
     if ev.notes:
@@ -173,14 +165,19 @@ def predict_first(question: L.Asked) -> bool:
     st.rerun()
 
 
-lessons = in_reading_order(L.lessons())
+lessons = {lesson.id: lesson for lesson in L.lessons()}  # in the curriculum's order
 st.title("Lessons")
-# The URL holds a bound selectbox's label, so the options are the short lesson ids.
-lesson_id = st.selectbox("Lesson", list(lessons), key="lesson", bind="query-params", on_change=restart_lesson)
+unknown = session.follow_lesson_link({i: len(lesson.steps) for i, lesson in lessons.items()},
+                                     {i: lesson.title for i, lesson in lessons.items()})
+if unknown:
+    st.warning(ui.plain(unknown, limit=400))  # the link's text, shown as text
+lesson_id = st.selectbox("Lesson", list(lessons), key=session.LESSON, on_change=restart_lesson,
+                         format_func=ui.lesson_label)
 lesson = lessons[lesson_id]
-st.markdown(f"**{lesson.title}**")
-st.caption(lesson.summary + (f" — source: {lesson.source}" if lesson.source else ""))
-number = st.pagination(len(lesson.steps), key="step", bind="query-params", max_visible_pages=12)
+source = f"[{lesson.source}]({lesson.url})" if lesson.url else lesson.source
+st.caption(lesson.summary + (f" — source: {source}" if source else ""))
+number = st.pagination(len(lesson.steps), key=session.STEP, max_visible_pages=12)
+session.sync_lesson_url(lesson_id, number)
 step = lesson.step(number)
 class_mode.show(class_mode.lesson_place(lesson_id, number))
 preset = step.preset
@@ -196,7 +193,8 @@ if predicting:
 
 st.header(f"Step {step.number} of {len(lesson.steps)}: {preset.title}")
 st.caption(f"{preset.spec.workload.label()} · {preset.source}")
-st.link_button("Open this step in the Explorer", questions.explorer_link(preset), icon=":material/open_in_new:",
+st.link_button("Open this step in the Explorer", ui.explorer_link(preset.spec, preset.id),
+               icon=":material/open_in_new:",
                help="The Explorer with this preset's knobs, in a new tab: move the knobs from there.")
 show_knobs(step)
 if class_mode.holds_back(preset.spec):

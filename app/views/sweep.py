@@ -6,7 +6,7 @@ import functools
 
 import streamlit as st
 
-from app import code_view, server, session, widgets
+from app import server, session, ui, widgets
 from explorer.analysis.ranking import static_score
 from explorer.errors import ExplorerError
 from explorer.export import file_name
@@ -88,7 +88,7 @@ def show_result(result) -> None:
         x_col, y_col = st.columns(2)
         x = x_col.selectbox("Heatmap x", names, index=0, key="sweep.x")
         y = y_col.selectbox("Heatmap y", [n for n in names if n != x], index=0, key="sweep.y")
-        st.plotly_chart(heatmap_figure(result, x, y), width="stretch")
+        ui.chart(heatmap_figure(result, x, y), "sweep-heatmap")
     st.dataframe(result.table(), hide_index=True, width="stretch")
     reasons = result.skipped_reasons()
     if reasons:
@@ -98,10 +98,11 @@ def show_result(result) -> None:
 
 
 def tune_section(spec) -> None:
-    st.subheader("Tune with MetaSchedule")
-    st.caption(f"TVM's own search over its schedule space for {spec.workload.label()}, with a trial budget; "
-               f"candidates are ranked with the '{tune.cost_model_name()}' cost model and timed on this machine's GPU.")
+    st.header("Tune with MetaSchedule")
     has_gpu = server.live().gpu_name() is not None
+    timed = "timed on this machine's GPU" if has_gpu else "timed on a GPU, which this machine does not have"
+    st.caption(f"TVM's own search over its schedule space for {spec.workload.label()}, with a trial budget; "
+               f"candidates are ranked with the '{tune.cost_model_name()}' cost model and {timed}.")
     if not has_gpu:
         st.info("MetaSchedule must run its candidates, and this machine has no GPU: run the app on a GPU machine "
                 "to tune (or try `python -m explorer tune PRESET --trials 8 --target llvm` on the CPU).")
@@ -125,7 +126,7 @@ def tune_section(spec) -> None:
         return
     st.metric("MetaSchedule best", f"{result.best_us:.2f} µs",
               help=f"{result.trials} trials in {result.elapsed_s:.0f} s, {result.strategy} search")
-    st.plotly_chart(tuning_figure(result.history, result.budget), width="stretch")
+    ui.chart(tuning_figure(result.history, result.budget), "tune-progress")
     hand, tuned = st.columns(2)
     try:
         hand_trace = server.build(spec, session.target()).trace
@@ -140,7 +141,6 @@ def tune_section(spec) -> None:
                        icon=":material/download:")
 
 
-code_view.show_css()
 spec = session.sidebar() or session.spec()
 session.sync_url()
 st.title("Sweep")

@@ -10,6 +10,7 @@ kernel (before the CUDA compiler's own optimisations, which the bank model discu
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 
 import tvm
@@ -17,11 +18,10 @@ from tvm import tirx
 from tvm_ffi import StructuralKey
 
 from ..build import LaunchShape
-from ..tir_walk import children
-from .texpr import expr_children, op_name
+from ..tir_walk import children, walk
+from .texpr import BufferLoad, expr_children, op_name
 
 SHARED_SCOPES = ("shared", "shared.dyn")
-BufferLoad = tvm.ir.expr.TensorLoad  # tirx.BufferLoad is a constructor function in TVM 0.27; .source is the buffer
 AXES = "xyz"
 # Calls that access shared memory at an address they are given: op name → (access, argument position of
 # the address). ldmatrix.x4: each lane gives the address of one 16-byte row; cp.async (16-byte copies)
@@ -29,6 +29,21 @@ AXES = "xyz"
 SHARED_ADDRESS_CALLS = {"tirx.ptx.ldmatrix": ("load", 4), "tirx.ptx.cp_async_cg": ("store", 0),
                         "tirx.ptx.cp_async_ca": ("store", 0)}
 LANE_BYTES = 16
+# ptx.st (TIRx's st.global.b32, st.global.v2.f32): a store at the address of its first argument, of the width
+# its type and vector words name.
+PTX_STORES = ("tirx.ptx.st", "tirx.ptx.st_vec")
+_PTX_TYPE = re.compile(r"[bfsu](8|16|32|64)")
+_PTX_VECTOR = re.compile(r"v(2|4|8)")
+
+
+def ptx_store_bytes(call) -> int:
+    """Bytes one lane stores with a ``ptx.st`` call: its type's bits × its vector length, over 8."""
+    words = [str(a.value) for a in call.args if isinstance(getattr(a, "value", None), str)]
+    bits = next((int(m.group(1)) for w in words if (m := _PTX_TYPE.fullmatch(w))), 32)
+    vector = next((int(m.group(1)) for w in words if (m := _PTX_VECTOR.fullmatch(w))), 1)
+    return bits * vector // 8
+
+
 # Barriers: every thread of the block waits for every other ("block"), or the lanes of a warp for one another
 # ("warp", __syncwarp). tvm_storage_sync's argument names the memory: "warp" is __syncwarp.
 EXTERN_BARRIERS = {"__syncthreads": "block", "__syncwarp": "warp"}
@@ -106,7 +121,8 @@ class SharedAccess:
 class KernelAccesses:
     launch: Launch
     accesses: list[SharedAccess]
-    bindings: dict = field(default_factory=dict)  # let-bound Var -> expression
+    # let-bound Var -> expression; the buffer of a register written once -> the value (texpr.compile_expr)
+    bindings: dict = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)  # why some accesses were skipped
     barrier_loops: set = field(default_factory=set)  # loop variables whose body has a barrier
     # For the race check: loop variable -> (block barriers, warp barriers) one iteration of its body passes
@@ -155,10 +171,21 @@ def kernel_accesses(device_mod: tvm.IRModule, scopes: tuple[str, ...] = SHARED_S
     lowered device module, by kernel name."""
     out = []
     for gv, func in sorted(device_mod.functions.items(), key=lambda item: item[0].name_hint):
-        collector = _Collector(gv.name_hint, loop_heights(func.body), scopes)
+        collector = _Collector(gv.name_hint, loop_heights(func.body), scopes, registers_written_once(func.body))
         collector.stmt(func.body, (), ())
         out.append(collector.result())
     return out
+
+
+def registers_written_once(body) -> set:
+    """The one-element local buffers that one store writes in the whole kernel: the
+    names a kernel written in TVMScript gives a value (``group = tx // G`` lowers to ``group[0] = …``)."""
+    stores: dict = {}
+    for s, _ in walk(body):
+        if isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and \
+                [int(d) if isinstance(d, tirx.IntImm) else None for d in s.buffer.shape] == [1]:
+            stores[s.buffer] = stores.get(s.buffer, 0) + 1
+    return {buffer for buffer, n in stores.items() if n == 1}
 
 
 @functools.lru_cache(maxsize=64)
@@ -184,9 +211,11 @@ def loop_heights(body) -> dict:
 
 
 class _Collector:
-    def __init__(self, kernel: str, heights: dict, scopes: tuple[str, ...] = SHARED_SCOPES):
+    def __init__(self, kernel: str, heights: dict, scopes: tuple[str, ...] = SHARED_SCOPES,
+                 registers: set | None = None):
         self.kernel = kernel
         self.scopes = scopes
+        self.registers = registers or set()  # written once: their value stands for them (registers_written_once)
         self.heights = heights
         self.epoch = 0
         self.barrier_loops: set = set()
@@ -263,6 +292,8 @@ class _Collector:
             self.expr(s.value, loops, guards)
             for index in s.indices:
                 self.expr(index, loops, guards)
+            if s.buffer in self.registers and not loops and not guards:
+                self.bindings[s.buffer] = s.value
             if s.buffer.scope() in self.scopes:
                 self.record("store", s.buffer, s.indices, loops, guards)
                 self.region = {k: v for k, v in self.region.items() if k[0] != str(s.buffer.name)}
@@ -308,6 +339,19 @@ class _Collector:
                 self.expr(index, loops, guards)
             if e.source.scope() in self.scopes:
                 self.record("load", e.source, e.indices, loops, guards)
+            return
+        if isinstance(e, tvm.ir.Call) and str(e.op.name) in PTX_STORES:
+            target = _addressed(e.args[0])
+            for arg in e.args[1:]:
+                self.expr(arg, loops, guards)
+            if target is None or target.source.scope() not in self.scopes:
+                self.expr(e.args[0], loops, guards)
+                return
+            for index in target.indices:
+                self.expr(index, loops, guards)
+            element_bytes = max(1, tvm.DataType(str(target.source.dtype)).bits // 8)
+            self.record("store", target.source, target.indices, loops, guards,
+                        lanes=max(1, ptx_store_bytes(e) // element_bytes))
             return
         if isinstance(e, tvm.ir.Call) and str(e.op.name) in SHARED_ADDRESS_CALLS:
             # ldmatrix reads, and cp.async writes, 16 bytes a lane at the address the lane gives: to

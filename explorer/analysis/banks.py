@@ -14,6 +14,11 @@ the launch.
 When an access's iteration space × warps exceeds ``ROW_BUDGET`` rows, a uniform random
 sample (fixed seed) of that many rows is evaluated and the counts are scaled up; the
 result says so.
+
+Shared tiles that no thread loads or stores (written by TMA, read by wgmma through descriptors:
+:mod:`.tiles`) have no such accesses: for those the model evaluates their swizzle instead, on one
+8 × 16-byte core matrix (the unit wgmma reads an operand in, PTX ISA "Matrix Descriptor Format"),
+and says in :func:`headline` that their reads and writes are not counted.
 """
 from __future__ import annotations
 
@@ -29,12 +34,15 @@ from tvm_ffi import StructuralKey
 from ..build import LaunchShape
 from ..errors import ExplorerError
 from ..targets import BANK_BYTES, BANKS, WARP_SIZE
+from ..units import byte_size, count
 from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, shared_accesses
 from .texpr import Unsupported, compile_expr, free_vars
+from .tiles import CHUNK_BYTES, SharedTile, shared_tiles, swizzled
 
 WAVEFRONT_BYTES = BANKS * BANK_BYTES  # 128 bytes served per wavefront
 ROW_BUDGET = 4096  # (iteration, warp) rows evaluated per access before sampling
 SAMPLE_SEED = 0
+CORE_MATRIX_ROWS = 8  # a wgmma core matrix: 8 rows of 16 bytes
 
 ASSUMPTIONS = (
     "32 banks of 4 bytes; per request, one wavefront per distinct 4-byte word in the busiest bank; "
@@ -114,6 +122,11 @@ class KernelBanks(LaunchShape):
     loads: BankTotals
     stores: BankTotals
     notes: tuple[str, ...] = ()
+    tiles: tuple[SharedTile, ...] = ()  # shared buffers of TMA, wgmma and mbarriers, which no access shows
+
+    @property
+    def not_modelled(self) -> tuple[AccessConflicts, ...]:
+        return tuple(a for a in self.accesses if a.not_modelled)
 
 
 @dataclass(frozen=True)
@@ -323,7 +336,8 @@ def split_constant(index) -> tuple[object, int]:
             return index, constant
 
 
-def analyze_kernel(kernel: KernelAccesses, row_budget: int = ROW_BUDGET) -> KernelBanks:
+def analyze_kernel(kernel: KernelAccesses, row_budget: int = ROW_BUDGET, tiles: tuple[SharedTile, ...] = ()
+                   ) -> KernelBanks:
     # Accesses whose addresses differ by a constant number of 4-byte words (same loops and
     # guards) see the banks rotated, so their counts are equal: evaluate one of them.
     results = []
@@ -347,7 +361,30 @@ def analyze_kernel(kernel: KernelAccesses, row_budget: int = ROW_BUDGET) -> Kern
                                 sum(r.conflicts for r in mine))
     notes = tuple(f"not modelled: {why}" for why in kernel.unsupported)
     launch = kernel.launch
-    return KernelBanks(launch.kernel, launch.block, launch.grid, results, totals["load"], totals["store"], notes)
+    return KernelBanks(launch.kernel, launch.block, launch.grid, results, totals["load"], totals["store"], notes,
+                       tuple(_with_ways(t) for t in tiles))
+
+
+def core_matrix_ways(row_bytes: int, swizzle: bool = True) -> int:
+    """The worst n-way over the 16-byte columns of a tile whose rows are ``row_bytes`` apart (1024-byte
+    aligned, as TMA and wgmma want), when the 8 rows × 16 bytes of one core matrix are read together: one
+    request of 128 bytes, ideally one wavefront. ``swizzle``: the rows as TMA writes them (tiles.swizzled)."""
+    rows = np.arange(CORE_MATRIX_ROWS)[:, None] * row_bytes
+    worst = 0
+    for chunk in range(row_bytes // CHUNK_BYTES):
+        address = rows + chunk * CHUNK_BYTES
+        if swizzle:
+            address = swizzled(address, row_bytes)
+        words = (address // BANK_BYTES + np.arange(CHUNK_BYTES // BANK_BYTES)).reshape(1, -1)
+        worst = max(worst, int(bank_degrees(words, np.ones_like(words, dtype=bool))[0]))
+    return worst
+
+
+def _with_ways(tile: SharedTile) -> SharedTile:
+    if tile.swizzle_bytes is None:
+        return tile
+    return dataclasses.replace(tile, core_matrix_ways=core_matrix_ways(tile.swizzle_bytes),
+                               unswizzled_ways=core_matrix_ways(tile.swizzle_bytes, swizzle=False))
 
 
 def _counted(result: AccessConflicts, access: SharedAccess) -> AccessConflicts:
@@ -379,7 +416,8 @@ def analyze_banks(built, row_budget: int = ROW_BUDGET) -> BankReport:
     """The bank-conflict report of a :class:`~explorer.build.Build` (cached per build)."""
     if built.device_mod is None:
         return BankReport((), notes=("A CPU build has no shared memory.",))
-    kernels = tuple(analyze_kernel(k, row_budget) for k in shared_accesses(built))
+    tiles = shared_tiles(built.device_mod)
+    kernels = tuple(analyze_kernel(k, row_budget, tiles.get(k.launch.kernel, ())) for k in shared_accesses(built))
     sampled = [f"{k.kernel} #{a.number}" for k in kernels for a in k.accesses if a.sampled]
     notes = ()
     if sampled:
@@ -404,10 +442,50 @@ def lane_map(built, kernel: str, number: int, warp: int = 0, iteration: dict | N
 # -- text ------------------------------------------------------------------------------
 
 
+def headline(k: KernelBanks) -> str:
+    """What the model finds in one kernel's shared memory, in plain words: its conflicts over the accesses
+    it evaluates, and what it does not count (accesses it cannot evaluate, tiles no thread loads or stores)."""
+    modelled = [a for a in k.accesses if not a.not_modelled]
+    skipped = len(k.accesses) - len(modelled)
+    tiles = [t for t in k.tiles if t.role == "tile"]
+    parts = []
+    if modelled:
+        parts.append(f"{k.loads.conflicts:,} load and {k.stores.conflicts:,} store conflicts over the "
+                     + (f"{count(len(modelled), 'shared access', 'shared accesses')} the model evaluates"
+                        if skipped else f"kernel's {count(len(modelled), 'shared access', 'shared accesses')}"))
+    if skipped:
+        parts.append(f"{count(skipped, 'access', 'accesses')} it cannot evaluate "
+                     f"{'is' if skipped == 1 else 'are'} not counted (the note says why)")
+    if tiles:
+        names = ", ".join(t.buffer for t in tiles)
+        size = byte_size(sum(t.bytes for t in tiles))
+        who = "no thread loads or stores shared memory: " if not k.accesses else ""
+        parts.append(f"{who}the TMA unit writes {names} ({size}) and wgmma reads {'it' if len(tiles) == 1 else 'them'} "
+                     "through descriptors, which the model does not count")
+        swizzles = sorted({(t.swizzle_bytes, t.core_matrix_ways, t.unswizzled_ways) for t in tiles if t.swizzle_bytes})
+        for row_bytes, ways, unswizzled in swizzles:
+            parts.append(f"under their {row_bytes}-byte swizzle an 8 × 16-byte core matrix is {ways}-way "
+                         f"({unswizzled}-way without it)")
+    if not parts:
+        return f"{k.kernel}: no shared memory, so no bank conflicts."
+    return f"{k.kernel}: " + "; ".join(parts) + "."
+
+
 def format_report(report: BankReport) -> str:
     lines = []
     for k in report.kernels:
         lines.append(f"kernel {k.kernel}: grid {k.grid}, block {k.block}")
+        lines.append(f"  {headline(k)}")
+        for t in k.tiles:
+            uses = ", ".join(part for part in (
+                count(t.tma_copies, "TMA copy", "TMA copies") if t.tma_copies else "",
+                count(t.descriptors, "wgmma descriptor") if t.descriptors else "",
+                count(t.barrier_uses, "mbarrier instruction") if t.barrier_uses else "") if part)
+            swizzle = (f"; {t.swizzle_bytes}-byte swizzle: a core matrix {t.core_matrix_ways}-way "
+                       f"({t.unswizzled_ways}-way unswizzled)" if t.swizzle_bytes else "")
+            what = f"tile {t.buffer} ({t.dtype}" if t.role == "tile" else \
+                f"{count(t.bytes // 8, 'mbarrier')} {t.buffer} ({t.dtype}"
+            lines.append(f"  {what}, {t.bytes:,} B): {uses} in the code{swizzle}")
         if not k.accesses:
             lines.append("  no shared-memory accesses")
         for a in k.accesses:

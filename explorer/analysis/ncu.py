@@ -34,7 +34,7 @@ from .accesses import kernel_accesses
 from .banks import analyze_banks
 from .compiled import compiled_report
 from .resources import analyze_resources
-from .roofline import bound_us, published_ceilings
+from .roofline import bound_us, compute_types, published_ceilings
 from .sass import compile_binary
 
 METRICS = {
@@ -371,7 +371,7 @@ def static_model(built, ceilings=None) -> dict:
     workload = built.spec.workload
     try:
         ceilings = ceilings or published_ceilings(str(built.target.arch))
-        bound = bound_us(ceilings, workload.flops, workload.compulsory_bytes, workload.input_dtypes())
+        bound = bound_us(ceilings, workload.flops, workload.compulsory_bytes, compute_types(built.spec))
         source = ceilings.source
     except ExplorerError:  # no figures for this target, or no compute roof for these inputs
         bound, source = None, "no figures for this target and these inputs"

@@ -14,6 +14,7 @@ from ..build import warps_for
 from ..errors import ExplorerError
 from ..gpus import SMLimits, nearest_limits
 from ..targets import WARP_SIZE
+from ..units import count
 
 NOT_COMPILED = "not compiled"
 SUB_PARTITIONS = 4  # SM sub-partitions (warp schedulers) from sm_70 on
@@ -121,7 +122,8 @@ def format_resources(report: ResourceReport) -> str:
             f"kernel {k.kernel}: grid {k.grid}, block {k.block} = {k.threads_per_block} threads, "
             f"{k.shared_bytes:,} B shared, registers/thread {k.registers}, spills {k.spill_bytes}"
         )
-        lines.append(f"  occupancy: {occ.blocks_per_sm} blocks/SM ({occ.warps_per_sm} warps, {occ.occupancy:.0%}), "
+        lines.append(f"  occupancy: {count(occ.blocks_per_sm, 'block')}/SM ({count(occ.warps_per_sm, 'warp')}, "
+                     f"{occ.occupancy:.0%}), "
                      f"limited by {occ.limiter} [blocks/SM allowed by: {limits}]")
     lines.extend(f"note: {n}" for n in report.notes)
     return "\n".join(lines)

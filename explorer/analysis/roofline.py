@@ -4,10 +4,11 @@ A kernel that does ``flops`` of work over at least ``compulsory_bytes`` of memor
 (every input read once, the output written once) has the arithmetic intensity
 ``flops / compulsory_bytes`` (FLOP per byte). On a GPU whose compute peak is P GFLOP/s and
 whose memory delivers B GB/s, it can run at most at ``min(P, intensity × B)`` GFLOP/s: the
-*attainable* performance. P is the peak of the units that multiply the workload's inputs:
-the CUDA cores' FP32 peak for float32 inputs, the tensor cores' peak (float32 accumulation)
-for float16 and bfloat16 ones. A measured latency gives the achieved GFLOP/s; achieved ÷
-attainable is how close the setting is to the roof.
+*attainable* performance. P is the peak of the units that multiply: the tensor cores' peak
+(float32 accumulation) for the float16 and bfloat16 inputs of a template that multiplies on them,
+the CUDA cores' FP32 peak for every other (:func:`compute_types`: a template's own fact). A
+measured latency gives the achieved GFLOP/s; achieved ÷ attainable is how close the setting is to
+the roof.
 
 Which bandwidth applies: the measurements launch a kernel back to back on the same buffers,
 so a workload whose compulsory bytes fit in the L2 cache finds them there from the second
@@ -61,9 +62,10 @@ class Ceilings:
         return dict(self.tensor_gflops).get(dtype)
 
     def compute_roof(self, input_dtypes: tuple[str, ...]) -> tuple[float, str]:
-        """The compute roof for a workload whose inputs have these types, and its name: the
-        CUDA cores' FP32 peak for float32 inputs, the tensor cores' peak for 16-bit ones
-        (their matrices are multiplied there). Raises ExplorerError where there is none."""
+        """The compute roof of a kernel that multiplies these types, and its name: the CUDA
+        cores' FP32 peak for float32, the tensor cores' peak for 16-bit types (a kernel that
+        multiplies 16-bit inputs on the CUDA cores multiplies float32: :func:`compute_types`).
+        Raises ExplorerError where there is none."""
         others = sorted(set(input_dtypes) - {FP32})
         if not others:
             return self.fp32_gflops, "FP32"
@@ -92,6 +94,14 @@ def published_ceilings(arch: str) -> Ceilings:
                             f"{', '.join(f'{a} ({g.name})' for a, g in published_gpus().items())}. Measure on a GPU.")
     return Ceilings(gpu.fp32_gflops, gpu.hbm_gbps, None, gpu.l2_bytes,
                     f"{PUBLISHED} figures for {gpu.name}, {gpu.memory} ({gpu.reference})", gpu.tensor_gflops)
+
+
+def compute_types(spec) -> tuple[str, ...]:
+    """The types that choose the compute roof of ``spec`` (an ``explorer.build.Spec``;
+    :meth:`Ceilings.compute_roof`): its workload's inputs where its template multiplies on the tensor
+    cores (``Template.tensor_cores``), float32 (the CUDA cores' FP32 peak) where it multiplies on the
+    CUDA cores, which it does in float32 whatever the inputs' type."""
+    return tuple(spec.workload.input_dtypes()) if spec.template_def.tensor_cores else (FP32,)
 
 
 def intensity(flops: int, compulsory_bytes: int) -> float:
@@ -124,11 +134,14 @@ class Point:
     percent_of_attainable: float
 
 
-def point(label: str, workload, latency_us: float, ceilings: Ceilings, kind: str = MEASURED) -> Point:
-    """``workload`` (an ``explorer.workloads.Workload``) run in ``latency_us``, under its own roofs."""
+def point(label: str, workload, latency_us: float, ceilings: Ceilings, kind: str = MEASURED,
+          types: tuple[str, ...] | None = None) -> Point:
+    """``workload`` (an ``explorer.workloads.Workload``) run in ``latency_us``, under its own roofs: the
+    compute roof of ``types`` (:func:`compute_types`; None: its inputs' types, as on the tensor cores)."""
     flops, nbytes = workload.flops, workload.compulsory_bytes
+    types = tuple(workload.input_dtypes()) if types is None else types
     return Point(label, intensity(flops, nbytes), flops / latency_us / 1e3, latency_us, kind,
-                 100 * bound_us(ceilings, flops, nbytes, workload.input_dtypes()) / latency_us)
+                 100 * bound_us(ceilings, flops, nbytes, types) / latency_us)
 
 
 @dataclass(frozen=True)
@@ -139,11 +152,14 @@ class Roofline:
     workload: str
     flops: int
     compulsory_bytes: int
-    input_dtypes: tuple[str, ...]  # they choose the compute roof
+    compute_types: tuple[str, ...]  # they choose the compute roof (compute_types)
     ceilings: Ceilings
     current: Point
     tries: tuple[Point, ...]
     notes: tuple[str, ...]
+    # The tensor cores' peak for these inputs and its name, where they are 16-bit and the kernel multiplies
+    # them on the CUDA cores: what a template that uses the tensor cores could reach (None otherwise).
+    unused_tensor_roof: tuple[float, str] | None = None
 
     @property
     def intensity(self) -> float:
@@ -157,7 +173,7 @@ class Roofline:
     @property
     def compute_roof(self) -> tuple[float, str]:
         """The compute roof (GFLOP/s) of this workload's inputs, and its name."""
-        return self.ceilings.compute_roof(self.input_dtypes)
+        return self.ceilings.compute_roof(self.compute_types)
 
     @property
     def attainable_gflops(self) -> float:
@@ -178,50 +194,63 @@ class Roofline:
         }
 
 
-def no_roofline_reason(workload, ceilings: Ceilings) -> str | None:
-    """Why ``ceilings`` give ``workload`` no roofline, or None: 16-bit matrices are multiplied
-    on the tensor cores, and the ceilings may lack their peak (:meth:`Ceilings.compute_roof`)."""
+def no_roofline_reason(workload, ceilings: Ceilings, types: tuple[str, ...] | None = None) -> str | None:
+    """Why ``ceilings`` give ``workload`` no roofline under the compute roof of ``types``
+    (:func:`compute_types`; None: its inputs' types), or None: 16-bit matrices multiplied on the
+    tensor cores, and ceilings that lack their peak (:meth:`Ceilings.compute_roof`)."""
     try:
-        ceilings.compute_roof(workload.input_dtypes())
+        ceilings.compute_roof(tuple(workload.input_dtypes()) if types is None else types)
     except ExplorerError as error:
         return str(error)
     return None
 
 
 def roofline(workload, ceilings: Ceilings, latency_us: float | None = None,
-             tries: tuple[tuple[str, object, float], ...] = ()) -> Roofline:
-    """The roofline of ``workload`` (an ``explorer.workloads.Workload``) on ``ceilings``.
+             tries: tuple[tuple[str, object, float, tuple[str, ...]], ...] = (),
+             types: tuple[str, ...] | None = None) -> Roofline:
+    """The roofline of ``workload`` (an ``explorer.workloads.Workload``) on ``ceilings``, under the
+    compute roof of ``types`` (:func:`compute_types` of the setting; None: its inputs' types, as a
+    template that multiplies them on the tensor cores).
 
     ``latency_us``: the current setting's measured median; without it the current point is
     a static estimate, the roof itself (the best any schedule can do: a real one is
-    slower). ``tries``: (label, workload, latency µs) of this session's measured settings,
-    each placed at its own workload's intensity and under its own compute roof. Raises
+    slower). ``tries``: (label, workload, latency µs, compute types) of this session's measured
+    settings, each placed at its own workload's intensity and under its own compute roof. Raises
     ExplorerError where the roofline does not apply (:func:`no_roofline_reason`)."""
-    if reason := no_roofline_reason(workload, ceilings):
+    types = tuple(workload.input_dtypes()) if types is None else tuple(types)
+    if reason := no_roofline_reason(workload, ceilings, types):
         raise ExplorerError(reason)
     flops, nbytes = workload.flops, workload.compulsory_bytes
     fits = nbytes <= ceilings.l2_bytes
     notes = [f"Ceilings: {ceilings.source}.",
              f"{nbytes / MB:.1f} MiB of compulsory traffic {'fit' if fits else 'do not fit'} in the "
              f"{ceilings.l2_bytes / MB:.0f} MiB L2: the roof is {ceilings.bandwidth_for(nbytes)[1]}."]
-    peak, name = ceilings.compute_roof(workload.input_dtypes())
+    peak, name = ceilings.compute_roof(types)
+    sixteen_bit = sorted(set(workload.input_dtypes()) - {FP32})
+    unused = None
     if name != "FP32":
-        notes.append(f"Compute roof: the {name} peak, {peak:,.0f} GFLOP/s with float32 accumulation: these "
-                     f"matrices are multiplied on the tensor cores, not on the CUDA cores (FP32 peak).")
+        notes.append(f"Compute roof: the {name} peak, {peak:,.0f} GFLOP/s with float32 accumulation: this kernel "
+                     f"multiplies these matrices on the tensor cores, not on the CUDA cores (FP32 peak).")
+    elif sixteen_bit:
+        tensor = ceilings.tensor_peak(sixteen_bit[0]) if len(sixteen_bit) == 1 else None
+        unused = (tensor, f"{sixteen_bit[0]} tensor-core") if tensor else None
+        notes.append(f"Compute roof: the CUDA cores' FP32 peak, {peak:,.0f} GFLOP/s: this kernel converts its "
+                     f"{' and '.join(sixteen_bit)} inputs to float32 and multiplies them on the CUDA cores."
+                     + (f" The tensor cores' {sixteen_bit[0]} peak, {tensor:,.0f} GFLOP/s, is drawn dotted: the roof "
+                        "of a kernel that multiplies them there (mma.sync, wgmma)." if unused else ""))
     if ceilings.l2_gbps is None:
         notes.append("No L2 roof: vendors do not publish the L2's bandwidth; it is measured on a GPU."
                      + (" This workload fits in L2, so kernels launched back to back can beat the HBM roof."
                         if fits else ""))
     if latency_us is None:
-        static_us = bound_us(ceilings, flops, nbytes, workload.input_dtypes())
-        current = point("this setting", workload, static_us, ceilings, STATIC)
+        static_us = bound_us(ceilings, flops, nbytes, types)
+        current = point("this setting", workload, static_us, ceilings, STATIC, types)
         notes.append("Static estimate: without a measurement the setting is placed on the roof, the best any "
                      "schedule of this workload can do; a measured kernel sits below it.")
     else:
-        current = point("this setting", workload, latency_us, ceilings)
-    placed = tuple(point(label, w, us, ceilings) for label, w, us in tries)
-    return Roofline(workload.label(), flops, nbytes, tuple(workload.input_dtypes()), ceilings, current, placed,
-                    tuple(notes))
+        current = point("this setting", workload, latency_us, ceilings, MEASURED, types)
+    placed = tuple(point(label, w, us, ceilings, MEASURED, t) for label, w, us, t in tries)
+    return Roofline(workload.label(), flops, nbytes, types, ceilings, current, placed, tuple(notes), unused)
 
 
 def ceiling_rows(c: Ceilings) -> list[tuple[str, str]]:

@@ -31,8 +31,9 @@ _SIZED = ("LDS", "STS", "LDG", "STG", "LDL", "STL")  # memory instructions count
 _BRANCHES = {"BRA", "BRX", "JMP", "JMX"}
 _PADDING = {"NOP"}  # fills the section after the kernel's end
 SOURCE_WIDTH = 120  # CUDA lines longer than this are cut in the SASS text
-SHARED_NOTE = ("Shared memory is the cubin's: the arrays aligned, and on sm_90, for a kernel that uses shared "
-               "memory, 1 KB more that the system reserves per block.")
+SHARED_NOTE = ("Shared memory is the cubin's, its static arrays aligned (and on sm_90, for a kernel that uses shared "
+               "memory, 1 KB more that the system reserves per block), plus the dynamic allocation the kernel is "
+               "launched with, which a cubin does not hold.")
 
 
 @dataclass(frozen=True)
@@ -279,12 +280,25 @@ def sass_text(kernel: KernelSass, cuda: str, order: str = "address") -> str:
     return "\n".join(out)
 
 
-def format_sass(report: SassReport, cuda: str) -> str:
+def resources_line(kernel: KernelSass, dynamic_shared_bytes: int = 0) -> str:
+    """A kernel's registers, shared memory (the cubin's, and the dynamic part it is launched with), stack,
+    spills and instructions, in one line."""
+    dynamic = f" + {dynamic_shared_bytes:,} B dynamic" if dynamic_shared_bytes else ""
+    return (f"{kernel.registers} registers/thread, {kernel.shared_bytes:,} B shared{dynamic}, "
+            f"{kernel.stack_bytes:,} B stack frame, {kernel.mix.spill_bytes:,} B spilled (local loads and stores), "
+            f"{kernel.mix.instructions:,} instructions")
+
+
+def dynamic_shared(built) -> dict[str, int]:
+    """The dynamic shared memory each kernel of a build is launched with, by kernel name."""
+    return {k.name: k.dynamic_shared_bytes for k in built.kernels}
+
+
+def format_sass(report: SassReport, built) -> str:
+    cuda, dynamic = built.cuda, dynamic_shared(built)
     parts = []
     for k in report.kernels:
-        parts.append(f"kernel {k.kernel} ({report.arch}): {k.registers} registers/thread, "
-                     f"{k.shared_bytes:,} B shared, {k.stack_bytes:,} B stack frame, {k.mix.spill_bytes:,} B spilled, "
-                     f"{k.mix.instructions} instructions")
+        parts.append(f"kernel {k.kernel} ({report.arch}): {resources_line(k, dynamic.get(k.kernel, 0))}")
         parts.append(f"  mix: {mix_summary(k.mix)}")
         parts.append(sass_text(k, cuda))
         parts.append("")

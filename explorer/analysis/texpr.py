@@ -17,6 +17,7 @@ from tvm import tirx
 
 Env = Mapping[object, np.ndarray]
 Compiled = Callable[[Env], np.ndarray]
+BufferLoad = tvm.ir.expr.TensorLoad  # tirx.BufferLoad is a constructor function in TVM 0.27; .source is the buffer
 
 
 class Unsupported(Exception):
@@ -73,7 +74,9 @@ def op_name(call) -> str:
 
 
 def compile_expr(expr, bindings: Mapping[object, object] | None = None) -> Compiled:
-    """Compile ``expr``; ``bindings`` maps let-bound variables to their expressions."""
+    """Compile ``expr``; ``bindings`` maps let-bound variables to their expressions, and the buffer
+    of a one-element register written once (``group[0] = threadIdx.x >> 4``, as a kernel
+    written in TVMScript keeps a value it names) to the value written."""
     bindings = bindings or {}
     cache: dict = {}
 
@@ -125,6 +128,8 @@ def _compile(e, go, bindings) -> Compiled:
     if isinstance(e, tirx.Let):
         value, body, var = go(e.value), go(e.body), e.var
         return lambda env: body({**env, var: value(env)})
+    if isinstance(e, BufferLoad) and e.source in bindings:
+        return go(bindings[e.source])
     if isinstance(e, tvm.ir.Call):
         name = op_name(e)
         args = [go(a) for a in e.args]
@@ -157,6 +162,9 @@ def free_vars(expr, bindings: Mapping[object, object] | None = None) -> set:
                 stack.append(bindings[e])
             else:
                 found.add(e)
+            continue
+        if isinstance(e, BufferLoad) and e.source in bindings:  # a register written once: its value
+            stack.append(bindings[e.source])
             continue
         if isinstance(e, tirx.Let):
             local.add(e.var)

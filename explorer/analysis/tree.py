@@ -21,8 +21,9 @@ from ..targets import WARP_SIZE
 from ..workloads import DTYPE
 from .banks import BANK_BYTES, bank_degrees
 
-NOT_APPLICABLE = ("The step-by-step tree describes the reduce_tree template's written kernel; this template "
-                  "leaves the reduction's steps to TVM.")
+TEMPLATE = "reduce_tree"
+NOT_APPLICABLE = (f"The step-by-step tree describes the shared-memory tree that the {TEMPLATE} template writes "
+                  "out; this template writes none.")
 
 # The stages of a step: the block-wide loop, and the two ways the first warp ends it (last_warp).
 LOOP, UNROLLED, SHUFFLE = "tree", "last warp, unrolled", "last warp, shuffle"
@@ -128,6 +129,11 @@ def tree_of(knobs: ReduceTreeKnobs) -> TreeReport:
                              needed_threads=count if stage == LOOP else s, idle_threads=threads - count,
                              idle_warps=idle_warps, divergent_warps=divergent, bank_ways=bank_ways(indices, active)))
     return TreeReport(threads, knobs.addressing, knobs.last_warp, tuple(rows))
+
+
+def tree_not_applicable(template) -> str | None:
+    """Why the tree does not describe ``template`` (an ``explorer.schedules.common.Template``), or None."""
+    return None if template.name == TEMPLATE else NOT_APPLICABLE
 
 
 def analyze_tree(spec) -> TreeReport | None:

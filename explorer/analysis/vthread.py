@@ -78,13 +78,20 @@ def _conv2d_autotvm(knobs) -> dict:
 WITHOUT_VTHREADS = {"depthwise_blog": _depthwise_blog, "matmul": _matmul, "conv2d_autotvm": _conv2d_autotvm}
 
 
+def not_applicable(template) -> str | None:
+    """Why the comparison does not describe ``template`` (an ``explorer.schedules.common.Template``), or None."""
+    if template.name in WITHOUT_VTHREADS:
+        return None
+    return (f"The template '{template.name}' has no vthread knobs; the templates with vthreads are "
+            f"{', '.join(WITHOUT_VTHREADS)}.")
+
+
 def without_vthreads(spec: Spec) -> Spec | None:
     """The same block tile and threads with every vthread extent folded into the
     per-thread tile; None when the setting has no vthread above 1."""
-    fold = WITHOUT_VTHREADS.get(spec.template)
-    if fold is None:
-        raise ExplorerError(f"The template '{spec.template}' has no vthread knobs; the templates with vthreads "
-                            f"are {', '.join(WITHOUT_VTHREADS)}.")
+    if reason := not_applicable(spec.template_def):
+        raise ExplorerError(reason)
+    fold = WITHOUT_VTHREADS[spec.template]
     changes = fold(spec.knobs)
     return dataclasses.replace(spec, knobs=spec.knobs.replace(**changes)) if changes else None
 

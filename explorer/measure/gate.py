@@ -41,6 +41,8 @@ class Check:
         )
 
 
+# The rule itself: the constants above and FORMULA's functions. An exported script (explorer/export.py)
+# carries their source, so that it checks as the gate does without importing the explorer.
 def relative_tolerance(reduction_length: int) -> float:
     """The allowed error per unit of output scale."""
     return SAFETY * EPSILON32 * max(1, reduction_length)
@@ -55,13 +57,26 @@ def tolerance_at(largest: float, reduction_length: int, floor: float = 1.0) -> f
     return relative_tolerance(reduction_length) * max(floor, largest)
 
 
+def errors(output: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """|output - reference| per element, in float64; inf where either is NaN or ±inf (always wrong)."""
+    error = np.abs(output.astype(np.float64) - reference.astype(np.float64))
+    return np.where(np.isfinite(error), error, np.inf)
+
+
+def wrong_elements(error: np.ndarray, tol: float) -> np.ndarray:
+    """Where the errors (``errors``) refuse the output: off by more than the tolerance."""
+    return ~(error <= tol)
+
+
+FORMULA = (relative_tolerance, tolerance, errors, wrong_elements)
+
+
 def compare(output: np.ndarray, reference: np.ndarray, reduction_length: int, floor: float = 1.0) -> Check:
     if output.shape != reference.shape:
         raise ValueError(f"output shape {output.shape} != reference shape {reference.shape}")
     tol = tolerance(reference, reduction_length, floor)
-    error = np.abs(output.astype(np.float64) - reference.astype(np.float64))
-    error = np.where(np.isfinite(error), error, np.inf)
-    wrong = ~(error <= tol)
+    error = errors(output, reference)
+    wrong = wrong_elements(error, tol)
     wrong_count = int(np.count_nonzero(wrong))
     max_error = float(error.max()) if error.size else 0.0
     if wrong_count == 0:

@@ -52,18 +52,23 @@ class Measurement:
     # Timed with the short budget (QUICK_SETTINGS) while other students' measurements
     # waited; the server measures it again in full when the GPU is free.
     quick: bool = False
-    # The workload's input types: they choose the compute roof (FP32, or the tensor cores').
-    input_dtypes: tuple[str, ...] = (roofline.FP32,)
+    # The types that choose the compute roof (roofline.compute_types: FP32, or the tensor cores' for the
+    # 16-bit inputs of a kernel that multiplies them there).
+    compute_types: tuple[str, ...] = (roofline.FP32,)
     # Which of the server's GPUs measured it, where it has several (its index among them);
     # ``device`` names the kind, which is what results are compared by.
     gpu: str | None = None
 
     @classmethod
-    def of(cls, workload: Workload, run: KernelRun) -> Measurement:
-        # No ceilings where they give the workload no compute roof (16-bit inputs without a tensor-core peak).
-        ceilings = None if run.ceilings and roofline.no_roofline_reason(workload, run.ceilings) else run.ceilings
+    def of(cls, workload: Workload, run: KernelRun, types: tuple[str, ...] | None = None) -> Measurement:
+        """The measurement of a kernel of ``workload`` under the compute roof of ``types``
+        (roofline.compute_types of a template's setting; None: the inputs' types, as on the tensor cores)."""
+        types = tuple(workload.input_dtypes()) if types is None else tuple(types)
+        # No ceilings where they give the kernel no compute roof (16-bit inputs on tensor cores without their peak).
+        ceilings = None if run.ceilings and roofline.no_roofline_reason(workload, run.ceilings, types) \
+            else run.ceilings
         return cls(workload.label(), run.target, run.device, run.check, run.timing, ceilings, workload.flops,
-                   workload.compulsory_bytes, run.compile_ms, run.graph, input_dtypes=tuple(workload.input_dtypes()))
+                   workload.compulsory_bytes, run.compile_ms, run.graph, compute_types=types)
 
     @property
     def correct(self) -> bool:
@@ -89,7 +94,7 @@ class Measurement:
         is longer."""
         if not self.ceilings:
             return None
-        return roofline.bound_us(self.ceilings, self.flops, self.compulsory_bytes, self.input_dtypes)
+        return roofline.bound_us(self.ceilings, self.flops, self.compulsory_bytes, self.compute_types)
 
     @property
     def percent_of_roofline(self) -> float | None:
@@ -117,7 +122,7 @@ class Measurement:
 
     def _roofline_text(self, percent: float) -> str:
         bandwidth, roof = self.ceilings.bandwidth_for(self.compulsory_bytes)
-        peak, compute = self.ceilings.compute_roof(self.input_dtypes)
+        peak, compute = self.ceilings.compute_roof(self.compute_types)
         return (f"{percent:.0f}% of the roofline (bound {self.roofline_us:.2f} µs at {bandwidth:,.0f} GB/s {roof} and "
                 f"{peak:,.0f} GFLOP/s {compute}, {self.ceilings.source})")
 
@@ -261,9 +266,17 @@ def ceilings(target: str | None = None):
     return LOCAL_GPU.ceilings(target)
 
 
+def compute_types_of(trial: Trial) -> tuple[str, ...]:
+    """The types that choose the compute roof of a trial's kernel: its template's (roofline.compute_types),
+    or a hand-made module's inputs' types."""
+    if isinstance(trial.kernel, Spec):
+        return roofline.compute_types(trial.kernel)
+    return tuple(trial.workload.input_dtypes())
+
+
 def _measure(trial: Trial, remote: Remote | None, on_wait: OnWait | None) -> Measurement:
     if remote is not None:  # the tracker hands it a free server of the key
-        return Measurement.of(trial.workload, measure_remote(trial, remote))
+        return Measurement.of(trial.workload, measure_remote(trial, remote), compute_types_of(trial))
     return LOCAL_GPU.measure(trial, on_wait)
 
 
@@ -311,7 +324,7 @@ class LocalGPU:
         measured = self._ceilings.get(trial.target or "auto")  # by ceilings(), if it was asked for
         if trial.settings.roofline and run.timing is not None and isinstance(measured, Ceilings):
             run = dataclasses.replace(run, ceilings=measured)
-        return Measurement.of(trial.workload, run)
+        return Measurement.of(trial.workload, run, compute_types_of(trial))
 
     def share_ceilings(self, other: LocalGPU) -> None:
         """Use ``other``'s measured ceilings (an identical GPU of the same machine)."""

@@ -62,6 +62,7 @@ from ..errors import InvalidKnobs
 from ..knobs import KnobSet, knob
 from ..targets import FULL_MASK, WARP_SIZE
 from ..workloads import ATTENTION_DTYPE, DTYPE, Attention
+from .attention_fused import key_tiles
 from .common import Template
 from .hopper import (
     CONSUMER_REGISTERS,
@@ -205,7 +206,6 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     PRODUCERS = int(WS)  # warpgroups before the first consumer
     OVERLAP = k_.overlap
     CAUSAL = w.causal
-    KV_TILES = N // BKV
     NS, NO = BKV // 2, D // 2  # float32 accumulators per thread of S (64 × block_kv) and O (64 × head_dim)
     KS, KP = D // WGMMA_K, BKV // WGMMA_K  # 16-steps of the two products
     SCALE_LOG2 = w.scale * math.log2(math.e)  # exp(x·scale) = exp2(x·scale·log2 e)
@@ -226,10 +226,6 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
     # next 64 columns of N are the next swizzled column of the tile, block_kv rows further: LBO.
     SBO, K_LBO, V_LBO = 8 * ROW_BYTES // 16, 1, BKV * ROW_BYTES // 16
     CONSUMER_REGS = CONSUMER_REGISTERS[CONSUMERS]
-
-    def first_kv_tiles(qt):
-        """Key tiles a query tile reads: all of them, or (causal) those up to its last row."""
-        return ((qt + 1) * BQ + BKV - 1) // BKV if CAUSAL else KV_TILES
 
     @T.inline
     def load_q(Q_map, Q_smem, q_full, bh, qt):
@@ -375,7 +371,7 @@ def kernel(p: Plan):  # noqa: PLR0915 - one kernel, read top to bottom
         # The block's (batch · head, query tile): a head's blocks together, causal ones longest rows first.
         bh = T.meta_var(bx // Q_TILES)
         qt = T.meta_var((Q_TILES - 1 - bx % Q_TILES) if CAUSAL else bx % Q_TILES)
-        tiles_kv = T.meta_var(first_kv_tiles(qt))
+        tiles_kv = T.meta_var(key_tiles(qt, BQ, BKV, N, CAUSAL))
         if tx == 0:
             T.ptx.mbarrier.init.shared.b64(q_full.ptr_to([0]), T.uint32(1))
             for s in T.unroll(STAGES):
@@ -473,6 +469,7 @@ TEMPLATE = Template(
     workload_defaults={"head_dim": 128},
     pipeline="tirx",
     archs=("sm_90a",),
+    tensor_cores=True,
 )
 
 

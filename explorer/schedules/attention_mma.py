@@ -311,6 +311,7 @@ TEMPLATE = Template(
     tag_knobs={"blockIdx.x": ("block_q",), "threadIdx.x": ("warps",)},
     shared_knobs=("block_q", "block_kv", "pad"),
     pipeline="tirx",
+    tensor_cores=True,
 )
 
 

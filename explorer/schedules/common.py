@@ -42,6 +42,10 @@ class Template:
     pipeline: str = "default"
     # CUDA architectures whose instructions the template uses; empty: any.
     archs: tuple[str, ...] = ()
+    # Where its kernels multiply: on the tensor cores (mma.sync, wgmma: 16-bit tiles, float32 sums), or,
+    # False, on the CUDA cores in float32 whatever the inputs' type (16-bit inputs converted first). It
+    # chooses the compute roof of the roofline and the diagnosis (explorer.analysis.roofline.compute_types).
+    tensor_cores: bool = False
     # What TVM's code generation of the template's kernels reads that scheduling sets up in a
     # process (TVM's tensor intrinsics register the fragment layouts a tensor-core store is
     # generated from): done first where a build made in another process is generated

@@ -441,6 +441,7 @@ TEMPLATE = Template(
     workload_defaults={"dtype": "float16"},
     pipeline="tirx",
     archs=("sm_90a",),
+    tensor_cores=True,
 )
 
 

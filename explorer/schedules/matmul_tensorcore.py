@@ -188,4 +188,5 @@ TEMPLATE = Template(
     shared_knobs=("block_m", "block_n", "block_k", "stages", "shared_pad", "dynamic_shared"),
     workload_defaults={"dtype": "float16"},
     codegen_needs=import_tensor_intrinsics,
+    tensor_cores=True,
 )

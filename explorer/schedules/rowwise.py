@@ -79,6 +79,15 @@ def check_knobs(workload: RowWise, k: RowWiseKnobs) -> None:
         raise InvalidKnobs(f"vector = {k.vector} loads {k.vector} consecutive elements at once, but a row of "
                            f"{workload.cols} is not a multiple of {k.vector}: the vectors would straddle rows.",
                            ("vector",))
+    if k.fusion == "separate" and workload.rows % k.rows_per_block:
+        # Found by the CPU emulation (tests/test_knob_space.py): with rows = 5 and rows_per_block = 8 the
+        # statistics kernel's threads y = 5 … 7 write sq_sum[5 … 7], past its 5 entries.
+        missing = k.rows_per_block - workload.rows % k.rows_per_block
+        raise InvalidKnobs(f"fusion = separate needs rows_per_block = {k.rows_per_block} to divide rows = "
+                           f"{workload.rows}: TVM writes each row's statistic from its cross-thread reduction without "
+                           f"checking that the row exists, so the last block's {missing} missing rows would write past "
+                           f"the end of the statistics' buffer (use fused or on_chip, or a rows_per_block that divides "
+                           f"rows).", ("fusion", "rows_per_block"))
     if k.fusion == "on_chip" and row_tile_bytes(workload, k) > MAX_SHARED_BYTES:
         raise InvalidKnobs(f"on_chip keeps {k.rows_per_block} row(s) of {workload.cols} {workload.dtype} elements in "
                            f"shared memory, {row_tile_bytes(workload, k):,} bytes, more than the "

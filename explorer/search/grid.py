@@ -42,6 +42,12 @@ class Grid:
         object.__setattr__(self, "axes", tuple(axes))
 
     @classmethod
+    def whole(cls, base: Spec) -> Grid:
+        """Every knob of ``base``'s template with every value it allows on ``base``'s workload: the
+        template's whole knob space there (what its checks accept is a part of it)."""
+        return cls(base, tuple((knob.name, knob.values(base.workload)) for knob in type(base.knobs).fields()))
+
+    @classmethod
     def parse(cls, base: Spec, items: Iterable[str]) -> Grid:
         """From command-line/URL text: ``"knob=v1,v2,..."`` or ``"knob=all"``; a split
         knob's values are written ``8x2x4x1``."""
@@ -82,6 +88,13 @@ class Grid:
         if count == self.size:
             return list(range(self.size))
         return sorted(random.Random(seed).sample(range(self.size), count))
+
+    def draws(self, seed: int = 0, limit: int = MAX_POINTS) -> list[int]:
+        """Every point in a random order, or ``limit`` points drawn at random (reproducibly, by ``seed``):
+        a check that takes the first accepted settings takes a uniform sample of the accepted ones."""
+        chosen = self.indices(min(limit, self.size), seed)
+        random.Random(seed).shuffle(chosen)
+        return chosen
 
     def to_strings(self) -> list[str]:
         """The inverse of :meth:`parse` (for ``found_by`` lines and URLs)."""

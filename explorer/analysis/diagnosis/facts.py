@@ -9,7 +9,6 @@ are estimated from the compiled setting's (:data:`REGISTER_NOTE`).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 
 from ...build import Build
@@ -24,7 +23,7 @@ from ..banks import analyze_banks
 from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
 from ..races import analyze_races
 from ..resources import analyze_resources, occupancy, sm_limits
-from ..roofline import FP32, Ceilings, bound_us, no_roofline_reason, published_ceilings
+from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_ceilings
 from ..sass import analyze_sass
 from ..tiling import analyze_tiling
 from ..tree import BARRIERS, LOOP, analyze_tree
@@ -130,9 +129,10 @@ class Facts:
     # anyway (both products), and the workload's own FLOPs (the unmasked half).
     masked_flops: float = 0.0
     workload_flops: float = 0.0
-    # 16-bit inputs multiplied without an mma instruction: the least time of the workload's FLOPs at the CUDA
-    # cores' FP32 peak (None where the kernel uses the tensor cores, or the inputs are float32).
-    cuda_core_us: float | None = None
+    # 16-bit inputs multiplied on the CUDA cores (a template without mma, Template.tensor_cores): the roofline's
+    # least time of the same work on the tensor cores, where the ceilings have their peak (None otherwise; the
+    # roofline's own, bound_us, is the CUDA cores' FP32 peak's).
+    tensor_core_us: float | None = None
     compulsory_bytes: int = 0  # the workload's inputs read once and its output written once
     # Attention written as one kernel whose blocks each hold a tile of query rows and walk every key and value
     # tile of their head: the rows a block holds, the bytes of K and V, and those its blocks load together (0
@@ -209,10 +209,11 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     ceilings = ceilings or published_ceilings(arch)
     device = device_for(arch, ceilings, workload.compulsory_bytes, sms)
     memory_us = device.bytes_us(workload.compulsory_bytes)
-    # 16-bit inputs run on the tensor cores: their roof where the ceilings have its peak, else bytes alone.
-    no_compute_roof = no_roofline_reason(workload, ceilings) is not None
-    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes,
-                                                       workload.input_dtypes())
+    # The roof of the units the template multiplies on (compute_types): the tensor cores' for 16-bit inputs
+    # where the ceilings have their peak, else bytes alone; the CUDA cores' FP32 peak for any other template.
+    types = compute_types(built.spec)
+    no_compute_roof = no_roofline_reason(workload, ceilings, types) is not None
+    least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes, types)
     bound = "memory" if memory_us >= least * (1 - 1e-12) else "compute"  # equal, but for rounding: memory
     kernel = analyze_resources(built, binary).kernels[0]
     tiling = _tiling(built)
@@ -241,7 +242,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  tiling.threads_per_output, tiling.compulsory_loads(input_elements), _input_bytes(workload),
                  _input_reads(built, globals_), first_loads / element_bytes / threads if threads else None,
                  _tree_steps(built, globals_), _divergent_warp_steps(built), _masked_flops(built, globals_),
-                 workload.flops, _cuda_core_us(built, ceilings, no_compute_roof), workload.compulsory_bytes,
+                 workload.flops, _tensor_core_us(built, ceilings), workload.compulsory_bytes,
                  *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)),
                  races=tuple(RaceFact(r.storage, r.sentence(), r.lines) for r in analyze_races(built).races))
     return replace(facts, warp_only_barriers=_warp_only_barriers(built), loop=loop, fma_loop=fma_loop(built, ceilings),
@@ -265,13 +266,14 @@ def _kv_loads(built: Build, resident_blocks: int) -> tuple[int, int, int, int]:
             kv_bytes * in_flight // heads)
 
 
-def _cuda_core_us(built: Build, ceilings: Ceilings, no_compute_roof: bool) -> float | None:
-    """The workload's FLOPs at the FP32 peak, where its 16-bit inputs have the tensor cores' roof
-    but the kernel has no mma instruction (TVM writes each as mma.sync or wgmma in the CUDA)."""
+def _tensor_core_us(built: Build, ceilings: Ceilings) -> float | None:
+    """The roofline's least time of the workload on the tensor cores, where its 16-bit inputs are multiplied
+    on the CUDA cores (Template.tensor_cores) and the ceilings have the tensor cores' peak for them."""
     workload = built.spec.workload
-    if no_compute_roof or set(workload.input_dtypes()) <= {FP32} or re.search(r"\bwgmma\.|\bmma\.sync", built.cuda):
+    types = tuple(workload.input_dtypes())
+    if built.spec.template_def.tensor_cores or set(types) <= {FP32} or no_roofline_reason(workload, ceilings, types):
         return None
-    return bound_us(ceilings, workload.flops, 0)
+    return bound_us(ceilings, workload.flops, workload.compulsory_bytes, types)
 
 
 def _masked_flops(built: Build, globals_) -> float:

@@ -30,12 +30,15 @@ class Finding:
     cost_rule: str  # how the cost is estimated
     suggestion: Suggestion | None = None
     wrong: bool = False  # the kernel computes a wrong result (a race): ranked first, whatever it costs
+    # A cost the roofline's least time already holds (the roof of the units the kernel multiplies on), not
+    # one beyond it: the estimate (rules.estimated_total) leaves it out.
+    within_roof: bool = False
 
 
 def finding(rule: str, title: str, evidence: Iterable[str], cost_us: float, cost_rule: str,
-            wrong: bool = False) -> Finding:
+            wrong: bool = False, within_roof: bool = False) -> Finding:
     """A rule's finding; a cost its model puts below zero counts as none."""
-    return Finding(rule, title, tuple(evidence), max(0.0, cost_us), cost_rule, wrong=wrong)
+    return Finding(rule, title, tuple(evidence), max(0.0, cost_us), cost_rule, wrong=wrong, within_roof=within_roof)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Rule:
         (:mod:`.calibration`; the check itself charges its model's constants as assumed)."""
         found = self.check(f)
         k = scale(self.name)
-        if found is None or k == 1.0 or getattr(found, "within_roof", False):  # the roofline's own time: not fitted
+        if found is None or k == 1.0 or found.within_roof:  # a cost the roofline's own time holds: not fitted
             return found
         return replace(found, cost_us=found.cost_us * k,
                        cost_rule=f"{found.cost_rule}; × {k:.2f}, the factor fitted to measurements (calibration)")

@@ -55,5 +55,5 @@ def findings_of(f: Facts) -> dict[str, Finding]:
 
 
 def estimated_total(f: Facts) -> float:
-    """The roofline's least time plus every finding's cost: what suggestions are compared by."""
-    return f.bound_us + sum(found.cost_us for found in findings_of(f).values())
+    """The roofline's least time plus every finding's cost beyond it: what suggestions are compared by."""
+    return f.bound_us + sum(found.cost_us for found in findings_of(f).values() if not found.within_roof)

@@ -15,8 +15,8 @@ from ..findings import Finding, Rule, finding
 KV_REUSE_COST = ("the bytes the kernel moves (its inputs and output once, K and V once per block of query rows) at "
                  "the L2's measured bandwidth (the blocks of a head run side by side, so the L2 serves the repeats), "
                  "or at the roof's where the L2's is not known and the K and V of the heads in flight do not fit in "
-                 "it, − the time of its arithmetic (the roofline's least time, or the CUDA cores' where the products "
-                 "run there): what the loads add where they outlast the multiply-adds")
+                 "it, − the time of its arithmetic (the roofline's least time, at the peak of the units the template "
+                 "multiplies on): what the loads add where they outlast the multiply-adds")
 
 
 def kv_reuse_rule(f: Facts) -> Finding | None:
@@ -34,7 +34,7 @@ def kv_reuse_rule(f: Facts) -> Finding | None:
                         (f.device.bandwidth_gbps, f"the {f.device.roof} roof's bandwidth: the K and V of the heads "
                          "in flight do not fit in the L2, or their size is not known"))
     moved_us = moved / (bandwidth * 1e3)
-    arithmetic_us = max(f.bound_us, f.cuda_core_us or 0.0)
+    arithmetic_us = f.bound_us  # the roofline of the units the template multiplies on
     if moved_us <= arithmetic_us:
         return None
     times = f.kv_loaded_bytes / kv_bytes

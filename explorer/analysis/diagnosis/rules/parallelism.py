@@ -3,6 +3,7 @@ Both charge the same cost; at most one of them fires."""
 from __future__ import annotations
 
 from ....targets import WARP_SIZE
+from ....units import count
 from ...ranking import LATENCY_HIDING_WARPS
 from ..counters import stall_evidence
 from ..facts import Facts
@@ -36,7 +37,8 @@ def occupancy_rule(f: Facts) -> Finding | None:
     grid_blocks = -(-f.blocks // f.device.sms)
     if _full(f) or f.blocks_per_sm >= grid_blocks or _hides_with_its_ring(f):
         return None
-    evidence = [f"{f.blocks_per_sm} block(s) of {f.threads_per_block} threads fit on an SM, limited by "
+    evidence = [f"{count(f.blocks_per_sm, 'block')} of {f.threads_per_block} threads "
+                f"{'fits' if f.blocks_per_sm == 1 else 'fit'} on an SM, limited by "
                 f"{f.limiter}: {f.warps_per_sm} warps per SM (of {LATENCY_HIDING_WARPS} taken as enough)."]
     if f.registers is not None:
         evidence.append(f"{f.registers} registers per thread; {f.shared_bytes:,} B of shared memory per block.")
@@ -57,7 +59,8 @@ def grid_rule(f: Facts) -> Finding | None:
         return None
     evidence = [f"{f.blocks:,} blocks of {f.threads_per_block} threads for {f.device.sms} SMs: "
                 + (f"{f.device.sms - f.blocks} SMs get none." if f.blocks < f.device.sms else
-                   f"{grid_blocks} block(s), {f.warps_per_sm} warps per SM (the SM could hold {f.blocks_per_sm}).")]
+                   f"{count(grid_blocks, 'block')}, {count(f.warps_per_sm, 'warp')} per SM (the SM could hold "
+                   f"{f.blocks_per_sm}).")]
     if f.lanes_used < 1:
         idle = f.warps_per_block * WARP_SIZE - f.threads_per_block
         evidence.append(f"A block of {f.threads_per_block} threads leaves {idle} of its warps' lanes idle.")
@@ -65,7 +68,7 @@ def grid_rule(f: Facts) -> Finding | None:
         evidence.append(f"{1 - f.useful:.0%} of the threads' tiles fall outside the output: the tile is larger "
                         "than the output.")
     if f.outputs_per_thread is not None:
-        evidence.append(f"Each thread computes {f.outputs_per_thread} output(s).")
+        evidence.append(f"Each thread computes {count(f.outputs_per_thread, 'output')}.")
     return finding("grid", f"Too little parallelism for the GPU: {f.blocks:,} blocks of {f.threads_per_block} "
                    f"threads, {f.warps_per_sm} warps per SM.", evidence, _parallel_cost(f), PARALLEL_COST)
 

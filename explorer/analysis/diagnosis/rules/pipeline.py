@@ -1,6 +1,7 @@
 """No pipeline: a loop that stages tiles in shared memory waits for each copy."""
 from __future__ import annotations
 
+from ....units import count
 from ..counters import stall_evidence
 from ..facts import Facts
 from ..findings import Finding, Rule, finding
@@ -20,7 +21,7 @@ def pipeline_rule(f: Facts) -> Finding | None:
     waves = -(-f.blocks // (f.device.sms * f.resident_blocks))
     evidence = [f"A loop of {f.staged_steps} steps loads tiles into shared memory and waits at a barrier each "
                 "step; no cp.async in the kernel.",
-                f"{waves} wave(s) of {f.device.sms * f.resident_blocks} blocks.",
+                f"{count(waves, 'wave')} of {f.device.sms * f.resident_blocks} blocks.",
                 *stall_evidence(f, "long_scoreboard", "barrier")]
     return finding("pipeline", f"Each of {f.staged_steps} steps waits for its copy to shared memory.", evidence,
                    f.device.cycles_us(waves * f.device.sms * f.staged_steps * MEMORY_LATENCY_CYCLES),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ....targets import WARP_SIZE
+from ....units import count
 from ..facts import Facts
 from ..findings import Finding, Rule, finding
 
@@ -18,8 +19,8 @@ def reuse_rule(f: Facts) -> Finding | None:
     if f.loads_per_output is None or f.loads_per_output <= floor or f.tensor_cores:
         return None
     extra = (f.loads_per_output - floor) * f.outputs / WARP_SIZE
-    evidence = [f"Each thread computes {f.outputs_per_thread} output(s) and loads {f.loads_per_output:.2f} inputs "
-                "per output (its input footprint once)."]
+    evidence = [f"Each thread computes {count(f.outputs_per_thread, 'output')} and loads {f.loads_per_output:.2f} "
+                "inputs per output (its input footprint once)."]
     if f.ffma_share is not None:
         evidence.append(f"SASS: FFMA is {f.ffma_share:.0%} of the kernel's instructions.")
     return finding("reuse", f"Little work per thread: {f.loads_per_output:.1f} loads per output.", evidence,

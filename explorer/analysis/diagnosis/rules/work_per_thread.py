@@ -1,6 +1,7 @@
 """Little work per thread before a block's tree over its threads' values."""
 from __future__ import annotations
 
+from ....units import article, count
 from ..counters import stall_evidence
 from ..facts import Facts
 from ..findings import Finding, Rule, finding
@@ -24,13 +25,14 @@ def work_per_thread_rule(f: Facts) -> Finding | None:
     per_thread = f"{f.loads_per_thread:g} element{'s' if f.loads_per_thread != 1 else ''}"
     evidence = [f"Each thread loads {per_thread} from global memory, then the block adds its "
                 f"{f.threads_per_block} values in a tree of {f.tree_steps} steps.",
-                f"{f.blocks:,} blocks: {waves} wave(s) of {f.device.sms * f.resident_blocks} blocks, each wave paying "
+                f"{f.blocks:,} blocks: {count(waves, 'wave')} of {f.device.sms * f.resident_blocks} blocks, each wave "
+                "paying "
                 f"the {f.tree_steps} steps for {f.threads_per_block * f.loads_per_thread:g} elements per block.",
                 "Summing more elements per thread in a register before the tree needs fewer blocks, and so "
                 "fewer trees.",
                 *stall_evidence(f, "barrier")]
-    return finding("work-per-thread", f"Too little work per thread: {per_thread} before a "
-                   f"{f.tree_steps}-step tree.", evidence,
+    return finding("work-per-thread", f"Too little work per thread: {per_thread} before "
+                   f"{article(f.tree_steps)} {f.tree_steps}-step tree.", evidence,
                    f.device.cycles_us(waves * f.device.sms * f.tree_steps * TREE_STEP_CYCLES), WORK_COST)
 
 
