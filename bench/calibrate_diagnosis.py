@@ -423,8 +423,9 @@ def main(argv=None) -> int:
     what.add_argument("--dry-run", action="store_true", help="list what --measure would measure; measure nothing")
     parser.add_argument("--write", action="store_true", help="write explorer/analysis/diagnosis/calibration.json")
     parser.add_argument("--max-settings", type=int, default=300, help="settings --measure measures at most")
-    parser.add_argument("--max-minutes", type=float, default=8.0,
-                        help="--measure stops timing this long after the start and fits what it has")
+    parser.add_argument("--max-minutes", type=float, default=7.0,
+                        help="--measure stops timing this long after the start and fits what it has (its static "
+                             "views and the fit then take about a minute more on 16 cores)")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--out", type=Path, default=None, help="where to write the table (default: the diagnosis's)")
     parser.add_argument("--views-cache", type=Path, default=None,
