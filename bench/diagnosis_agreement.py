@@ -194,7 +194,12 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for g in grades:
         if not g.graded:
             lines.append(f"- {g.lesson} step {g.step} ({g.after}): {g.not_graded}.")
-    lines += ["", "## Calibration", "", *calibration_lines()]
+    lines += ["", "## Calibration", "", *calibration_lines(), "",
+              "On a GPU machine, `python bench/calibrate_diagnosis.py --measure --write` measures every shipped preset "
+              "and a sample of their one-knob neighbours and rewrites the table (one call, about 8 minutes on 16 "
+              "cores); `python bench/diagnosis_agreement.py --try-on-gpu --write` then grades this page again and "
+              "times each preset beside its top suggestion, or beside every neighbour where the diagnosis says it is "
+              "near its limit (one call, under 9 minutes)."]
     lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}",
               f"- Near its limit: {LIMIT_RULE}", "",
               "| finding | what it looks for | its cost |", "| --- | --- | --- |",
