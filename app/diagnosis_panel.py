@@ -2,7 +2,9 @@
 ranked, each with its evidence, its estimated cost and a link to the setting that addresses
 it (explorer.analysis.diagnosis). On a server that measures, the suggestions can be tried
 through the server's one queue as background work (behind every student's own
-measurement), and each shows whether it was faster, and by how much.
+measurement), and each shows whether it was faster, and by how much; one measured slower
+moves after the others, so the next suggestion leads. Where no move is estimated faster by
+more than the model's error, the panel says the setting is near its limit instead.
 
 A diagnosis builds every neighbouring setting: the server computes it once per setting (after
 the setting's measurement, where it is measured), in a process of its own
@@ -13,7 +15,7 @@ from concurrent.futures import Future
 
 import streamlit as st
 
-from explorer.analysis.diagnosis import Diagnosis
+from explorer.analysis.diagnosis import Diagnosis, Finding
 from explorer.build import Build, Spec
 from explorer.errors import ExplorerError, summary_line
 
@@ -82,22 +84,26 @@ def show(d: Diagnosis, preset: str | None = None) -> None:
         f"measured {d.measured_us:.2f} µs, {100 * d.bound_us / d.measured_us:.0f}% of the roofline"
     st.markdown(f"**What limits this setting** — {evidence}; the roofline allows {d.bound_us:.2f} µs "
                 f"({d.bound}-bound).")
+    if d.limit is not None:
+        st.markdown(d.limit)
     if not d.findings:
         st.caption("No finding costs more than a few percent of the roofline's time.")
         return
     tried = _tried(d)
-    for rank, found in enumerate(d.findings, start=1):
+    for rank, found in enumerate(ordered(d, tried), start=1):
         left, right = st.columns([4, 1], vertical_alignment="center")
         share = f", {100 * found.cost_us / d.bound_us:.0f}% of the roofline's time" if d.bound_us else ""
         left.markdown(f"{rank}. :red[**{found.title}**]" if found.wrong else
                       f"{rank}. **{found.title}** ≈ {found.cost_us:.2f} µs{share}")
         s = found.suggestion
         if s is None:
-            left.caption("No single knob move removes it." if found.wrong else
-                         "No single knob move lowers this without raising the estimate.")
+            if found.wrong:
+                left.caption("No single knob move removes it.")
+            elif d.limit is None:
+                left.caption("No single knob move lowers this by more than the model's error.")
         else:
             left.caption(f"Try {s.describe()} (estimate {s.total_us:.2f} µs, now {d.estimate_us:.2f} µs)."
-                         + (f" {tried[s.spec]}" if s.spec in tried else ""))
+                         + (f" {tried[s.spec][0]}" if s.spec in tried else ""))
             link = ui.explorer_link(s.spec, preset)
             right.link_button("Open this setting", link, icon=":material/open_in_new:", width="stretch")
         with left.expander("Evidence"):
@@ -112,8 +118,18 @@ def _suggested(d: Diagnosis) -> list[Spec]:
     return [s.spec for s in d.suggestions(len(d.findings))]
 
 
-def _tried(d: Diagnosis) -> dict[Spec, str]:
-    """What the server's measurements say of each suggestion so far (none asked for here)."""
+def ordered(d: Diagnosis, tried: dict[Spec, tuple[str, bool]]) -> list[Finding]:
+    """The findings in rank order, except that those whose suggestion the server measured slower than
+    this setting (or wrong) go last: the next suggestion leads."""
+    def worse(found: Finding) -> bool:
+        return found.suggestion is not None and tried.get(found.suggestion.spec, ("", False))[1]
+
+    return [f for f in d.findings if not worse(f)] + [f for f in d.findings if worse(f)]
+
+
+def _tried(d: Diagnosis) -> dict[Spec, tuple[str, bool]]:
+    """What the server's measurements say of each suggestion so far (none asked for here): its
+    sentence, and whether it was slower than this setting or wrong."""
     if not latency.can_measure():
         return {}
     server, target, remote = handle.server(), session.target(), session.remote()
@@ -124,8 +140,14 @@ def _tried(d: Diagnosis) -> dict[Spec, str]:
     for spec in _suggested(d):
         result = server.result(spec, target, remote)
         if result is not None:
-            out[spec] = verdict(now.median_us, result.median_us if result.correct else None)
+            suggested_us = result.median_us if result.correct else None
+            out[spec] = (verdict(now.median_us, suggested_us), not_faster(now.median_us, suggested_us))
     return out
+
+
+def not_faster(now_us: float, suggested_us: float | None) -> bool:
+    """A tried suggestion measured slower than this setting, or wrong: shown after the others."""
+    return suggested_us is None or now_us / suggested_us <= 1 - SAME_SPEED
 
 
 def verdict(now_us: float, suggested_us: float | None) -> str:

@@ -2,8 +2,10 @@
 
     python bench/diagnosis_agreement.py --write            # CPU: lesson agreement (docs/diagnosis.md)
     python bench/diagnosis_agreement.py --try-on-gpu --write
-        # GPU: also measure each shipped preset that is not a search's best beside its top
-        # suggestion; the table goes into docs/diagnosis.md and docs/lessons-gpu.md
+        # GPU (one call, under 9 minutes on a 16-core H200): also measure each shipped preset that
+        # is not a search's best beside its top suggestion, or beside every neighbour where the
+        # diagnosis says it is near its limit; the table goes into docs/diagnosis.md and
+        # docs/lessons-gpu.md
 
 For each step k → k+1 of every lesson, the diagnosis of step k (static evidence only) is
 asked for its top two suggestions; the step agrees when one of them moves a knob that step
@@ -24,8 +26,17 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from calibrate_diagnosis import format_table
+
 from explorer import agreement as A
-from explorer.analysis.diagnosis import RANKING_RULE, RULE_TABLE, SUGGESTION_RULE, diagnose_spec
+from explorer.analysis.diagnosis import (
+    LIMIT_RULE,
+    RANKING_RULE,
+    RULE_TABLE,
+    SUGGESTION_RULE,
+    calibration,
+    diagnose_spec,
+)
 from explorer.lessons import lessons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,13 +72,27 @@ def diagnosing(workers: int) -> ProcessPoolExecutor:
     return processes(workers, _source_only)
 
 
-def grade(workers: int, progress) -> list[A.StepGrade]:
-    """Every lesson step, graded; the graded steps' diagnoses run in ``workers`` processes."""
+def diagnosed(specs, workers: int, known: dict | None = None) -> dict:
+    """``known`` with the diagnoses of the other ``specs``, made in ``workers`` processes."""
+    known = dict(known or {})
+    wanted = [spec for spec in dict.fromkeys(specs) if spec not in known]
+    if wanted:
+        with diagnosing(workers) as pool:
+            known |= dict(zip(wanted, pool.map(_diagnosis, wanted), strict=True))
+    return known
+
+
+def graded_specs() -> list:
+    """The settings whose diagnoses the grades read: each knob step's step before."""
+    return [step.previous.spec for lesson in lessons() for step in lesson.steps[1:]
+            if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
+
+
+def grade(workers: int, progress, known: dict | None = None) -> list[A.StepGrade]:
+    """Every lesson step, graded; the graded steps' diagnoses (those not ``known``) run in ``workers``
+    processes."""
     steps = [(lesson, step) for lesson in lessons() for step in lesson.steps[1:]]
-    wanted = list(dict.fromkeys(step.previous.spec for _, step in steps
-                                if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)))
-    with diagnosing(workers) as pool:
-        diagnoses = dict(zip(wanted, pool.map(_diagnosis, wanted), strict=True))
+    diagnoses = diagnosed(graded_specs(), workers, known)
     grades = [A.grade_step(lesson.id, step, diagnoses.get(step.previous.spec)) for lesson, step in steps]
     for g in grades:
         if g.graded:
@@ -86,6 +111,9 @@ def _findings(g: A.StepGrade) -> str:
 def explanation(g: A.StepGrade) -> str:
     """Why a graded step disagrees, read from the grade: what the diagnosis ranks first and
     what it suggests instead of the step's knobs."""
+    if g.near_limit:
+        return ("the diagnosis says no one-knob move is estimated faster by more than the model's error (near its "
+                "limit), and the tutorial claims this step faster")
     if not g.suggestions:
         return ("the diagnosis finds no single-knob move that lowers "
                 "its static estimate, so it suggests nothing")
@@ -112,10 +140,12 @@ def agreement_summary(grades: list[A.StepGrade]) -> list[str]:
     per_lesson = defaultdict(list)
     for g in grades:
         per_lesson[g.lesson].append(g)
+    strict = sum(g.agreeing is not None for g in grades if g.graded)
     lines = [
         f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).** Counting also the steps a "
         f"search found for another workload and those the tutorial marks slower: {all_agreeing} of "
-        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}).",
+        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}). Counting only a suggestion that "
+        f"moves the step's knob (no near-limit verdict): {strict} of {graded} ({strict / graded:.0%}).",
         "",
         "| lesson | steps | graded | agree | share |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -137,7 +167,10 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
         "or in the same direction; a split's factors towards its inner or outer levels). A step is graded when it "
         "keeps the template and changes a knob, the tutorial does not mark it slower than an earlier step (it shows "
         "a slower setting on purpose), and it is not a search's best for another workload (a preset with a "
-        "`found_by` command, searched for its own shape rather than made from the step before).",
+        "`found_by` command, searched for its own shape rather than made from the step before). A step the tutorial "
+        "does not claim faster than the step before (it claims it no slower or as fast, or makes no claim against "
+        "it) is no advice that a move pays: it also agrees when the diagnosis says that no one-knob move is "
+        "estimated faster by more than the model's error (the setting is near its limit).",
         "",
         f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
@@ -148,7 +181,8 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | top two suggestions at the step "
               "before | agrees |", "| --- | ---: | --- | --- | --- |"]
     for g in knob_steps:
-        verdict = (f"yes (#{g.agreeing})" if g.agrees else "no") + ("" if g.graded else f"; not graded: {g.not_graded}")
+        verdict = ("yes (near its limit)" if g.agrees_near_limit else f"yes (#{g.agreeing})" if g.agrees else "no") \
+            + ("" if g.graded else f"; not graded: {g.not_graded}")
         lines.append(f"| {g.lesson} | {g.step} {g.after} | {_changes(g.changes)} | "
                      f"{'; '.join(g.suggestions) or '—'} | {verdict} |")
     lines += ["", "## Disagreements among the graded steps", ""]
@@ -160,10 +194,26 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     for g in grades:
         if not g.graded:
             lines.append(f"- {g.lesson} step {g.step} ({g.after}): {g.not_graded}.")
-    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}", "",
+    lines += ["", "## Calibration", "", *calibration_lines(), "",
+              "On a GPU machine, `python bench/calibrate_diagnosis.py --measure --write` measures every shipped preset "
+              "and a sample of their one-knob neighbours and rewrites the table (one call, about 8 minutes on 16 "
+              "cores); `python bench/diagnosis_agreement.py --try-on-gpu --write` then grades this page again and "
+              "times each preset beside its top suggestion, or beside every neighbour where the diagnosis says it is "
+              "near its limit (one call, under 9 minutes)."]
+    lines += ["", "## Rules", "", f"- Ranking: {RANKING_RULE}", f"- Suggestions: {SUGGESTION_RULE}",
+              f"- Near its limit: {LIMIT_RULE}", "",
               "| finding | what it looks for | its cost |", "| --- | --- | --- |",
               *(f"| {name} | {what} | {cost} |" for name, what, cost in RULE_TABLE), ""]
     return "\n".join(lines)
+
+
+def calibration_lines() -> list[str]:
+    """The calibration table the diagnosis reads (bench/calibrate_diagnosis.py wrote it), or why none."""
+    table = calibration.table()
+    if not table:
+        return ["No calibration table: the rules' constants are their models' assumptions "
+                "(`python bench/calibrate_diagnosis.py --measure --write` on a GPU, or `--recorded --write`)."]
+    return format_table(table).splitlines()
 
 
 # -- the GPU half ----------------------------------------------------------------------------
@@ -189,35 +239,55 @@ def _compile(spec, directory):
     return result if isinstance(result, str) else None
 
 
-def try_on_gpu(workers: int, deadline: float, progress) -> list[dict]:
-    """Each preset beside its top suggestion, measured on the local GPU (10 repeats), until
+def _near_neighbours(spec) -> list[list]:
+    """Each knob direction's settings, nearest first (the first that compiles is the neighbour)."""
+    from explorer.analysis.diagnosis import neighbours
+
+    return [[moved for moved, _ in path] for path in neighbours(spec)]
+
+
+def try_on_gpu(workers: int, deadline: float, progress, known: dict | None = None) -> list[dict]:
+    """Each preset beside its top suggestion, measured on the local GPU (10 repeats); where the
+    diagnosis suggests nothing (near its limit), beside every neighbour it would have tried, to check
+    that none is faster. Presets and their suggestions are measured first, then the neighbours, until
     the ``deadline`` (a ``time.time()``); what is left says so."""
     from explorer.measure import MeasureSettings, measure
 
     presets = presets_to_try()
-    with diagnosing(workers) as pool:
-        tops = [d.suggestions(1) for d in pool.map(_diagnosis, [p.spec for p in presets])]
+    known = diagnosed([p.spec for p in presets], workers, known)
+    diagnoses = [known[p.spec] for p in presets]
+    tops = [d.suggestions(1) for d in diagnoses]
     progress(f"diagnosed {len(presets)} presets")
-    pairs = [(p.spec, top[0].spec) for p, top in zip(presets, tops, strict=True) if top]
-    specs = list(dict.fromkeys(spec for pair in pairs for spec in pair))
+    first = list(dict.fromkeys(spec for p, top in zip(presets, tops, strict=True)
+                               for spec in (p.spec, *(s.spec for s in top))))
+    paths = {p.spec: _near_neighbours(p.spec) for p, top, d in zip(presets, tops, diagnoses, strict=True)
+             if not top and d.refused is None}
+    later = list(dict.fromkeys(spec for ways in paths.values() for way in ways for spec in way if spec not in first))
     times = {}
     with tempfile.TemporaryDirectory(prefix="diagnosis-libraries-") as directory:
         with processes(workers) as pool:
+            specs = first + later
             libraries = dict(zip(specs, pool.map(_compile, specs, [directory] * len(specs)), strict=True))
         progress(f"compiled {len(specs)} kernels")
-        for spec in specs:
+        chosen = {spec: [next((s for s in way if libraries.get(s)), None) for way in ways]
+                  for spec, ways in paths.items()}
+        wanted = first + list(dict.fromkeys(s for ways in chosen.values() for s in ways if s is not None))
+        for spec in wanted:
             if time.time() > deadline:
                 break
+            if libraries.get(spec) is None and spec not in first:
+                continue
             try:
                 result = measure(spec, settings=MeasureSettings(repeats=10), library=libraries[spec])
                 times[spec] = result.median_us if result.correct else None
             except Exception as error:  # one kernel's failure must not end the run; its row says so
                 progress(f"no time: {error}")
                 times[spec] = None
-    return [_row(preset, top[0] if top else None, times) for preset, top in zip(presets, tops, strict=True)]
+    return [_row(preset, top[0] if top else None, times, [s for s in chosen.get(preset.spec, []) if s is not None])
+            for preset, top in zip(presets, tops, strict=True)]
 
 
-def _row(preset, suggestion, times: dict) -> dict:
+def _row(preset, suggestion, times: dict, neighbours: list = ()) -> dict:
     row = {"preset": preset.id, "us": times.get(preset.spec),
            "suggestion": suggestion.describe() if suggestion else None,
            "suggested_us": times.get(suggestion.spec) if suggestion else None,
@@ -226,21 +296,45 @@ def _row(preset, suggestion, times: dict) -> dict:
         ratio = row["us"] / row["suggested_us"]
         row["verdict"] = "faster" if ratio >= 1 + TOLERANCE else "slower" if ratio <= 1 - TOLERANCE else "same"
         row["speedup"] = ratio
+    elif suggestion is None and row["us"] and neighbours:
+        measured = [(times[s], s) for s in neighbours if times.get(s)]
+        row["measured"] = len(measured) == len(neighbours)
+        if row["measured"]:
+            best_us, best = min(measured, key=lambda item: item[0])
+            ratio = row["us"] / best_us
+            row["neighbours"] = len(measured)
+            row["speedup"] = ratio
+            row["verdict"] = "near its limit" if ratio < 1 + TOLERANCE else "a neighbour is faster"
+            row["fastest"] = ", ".join(f"{k} {a} → {b}" for k, a, b in _changes_of(preset.spec, best))
     return row
+
+
+def _changes_of(before, after) -> list[tuple[str, str, str]]:
+    old, new = before.knobs.to_strings(), after.knobs.to_strings()
+    return [(k, old[k], new[k]) for k in after.knobs.changed_from(before.knobs)]
+
+
+GOOD = ("faster", "near its limit")
 
 
 def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str:
     compared = [r for r in rows if "verdict" in r]
+    good = sum(r["verdict"] in GOOD for r in compared)
     faster = sum(r["verdict"] == "faster" for r in compared)
+    near = [r for r in compared if r["verdict"] in ("near its limit", "a neighbour is faster")]
     lines = [
         GPU_HEADING,
         "",
         f"`{command}` on {device}, {datetime.date.today().isoformat()}, {seconds:.0f} s: each shipped preset that "
         "is not a search's best beside the diagnosis's top suggestion, both checked against NumPy and timed "
-        f"(median of 10 repeats); within ±{TOLERANCE:.0%} counts as the same speed.",
+        f"(median of 10 repeats); within ±{TOLERANCE:.0%} counts as the same speed. Where the diagnosis suggests "
+        "nothing (near its limit), every neighbour it would have tried is timed too: it is right when none is "
+        "faster.",
         "",
-        f"**The top suggestion is faster for {faster} of {len(compared)} presets"
-        + (f" ({faster / len(compared):.0%})**." if compared else "**."),
+        f"**The top suggestion is faster, or the diagnosis rightly says no one-knob move is, for {good} of "
+        f"{len(compared)} presets" + (f" ({good / len(compared):.0%})**" if compared else "**")
+        + f": {faster} suggestions faster, {sum(r['verdict'] == 'near its limit' for r in near)} of {len(near)} "
+        "near-limit verdicts confirmed.",
         "",
         "| preset | µs | top suggestion | µs | verdict |",
         "| --- | ---: | --- | ---: | --- |",
@@ -248,9 +342,13 @@ def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str
     for r in rows:
         us = f"{r['us']:.2f}" if r["us"] else "—"
         sus = f"{r['suggested_us']:.2f}" if r.get("suggested_us") else "—"
-        verdict = (f"{r['verdict']} ({r['speedup']:.2f}×)" if "verdict" in r else
-                   "no suggestion" if r["suggestion"] is None else
-                   "not measured (time budget)" if not r["measured"] else "no correct time")
+        if r.get("neighbours"):
+            verdict = (f"{r['verdict']}: the fastest of {r['neighbours']} neighbours, {r['fastest']}, "
+                       f"{r['speedup']:.2f}×")
+        else:
+            verdict = (f"{r['verdict']} ({r['speedup']:.2f}×)" if "verdict" in r else
+                       "no suggestion" if r["suggestion"] is None and r["measured"] else
+                       "not measured (time budget)" if not r["measured"] else "no correct time")
         lines.append(f"| {r['preset']} | {us} | {r['suggestion'] or '—'} | {sus} | {verdict} |")
     return "\n".join(lines) + "\n"
 
@@ -268,7 +366,7 @@ def main(argv=None) -> int:
     parser.add_argument("--write", action="store_true", help="write docs/diagnosis.md")
     parser.add_argument("--try-on-gpu", action="store_true",
                         help="also measure each preset beside its top suggestion on this machine's GPU")
-    parser.add_argument("--max-minutes", type=float, default=3.5,
+    parser.add_argument("--max-minutes", type=float, default=8.5,
                         help="with --try-on-gpu: stop measuring this long after the start (the rest is listed as "
                              "not measured)")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
@@ -282,7 +380,10 @@ def main(argv=None) -> int:
             print("error: --try-on-gpu needs a local CUDA GPU.", file=sys.stderr)
             return NO_GPU_EXIT
     started = time.time()
-    grades = grade(args.workers, progress)
+    known = None
+    if args.try_on_gpu:  # the presets' diagnoses and the grades' together, in one pool
+        known = diagnosed(graded_specs() + [p.spec for p in presets_to_try()], args.workers)
+    grades = grade(args.workers, progress, known)
     text = agreement_text(grades, time.time() - started)
     section = ""
     if args.try_on_gpu:
@@ -291,7 +392,7 @@ def main(argv=None) -> int:
         device = tvm.cuda(0).device_name
         begun = time.time()
         command = "python bench/diagnosis_agreement.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress)
+        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress, known)
         section = gpu_text(rows, device, time.time() - begun, command)
         text += "\n" + section
     elif args.write:  # the GPU's table of the last --try-on-gpu run stays, with its own date and command

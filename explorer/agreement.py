@@ -9,6 +9,11 @@ step that shows a slower setting on purpose, e.g. the thread table's bad cases, 
 advice to follow), and it is not a search's best for another workload (a preset with a
 ``found_by`` command was searched for its own shape, not made from the step before). Other steps
 are listed with the reason they are not graded.
+
+A step the tutorial does not claim *faster* than the step before (it claims it no slower or the
+same speed, or makes no claim against it) is not advice that a move pays: it also agrees when the
+diagnosis of step k says that no one-knob move is estimated faster (the setting is near its limit,
+:data:`explorer.analysis.diagnosis.LIMIT_RULE`).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from .lessons import Lesson, Step
 
 TOP_SUGGESTIONS = 2
 SLOWER = ("slower", "fewer_gflops")
+FASTER = ("faster", "more_gflops")
 
 NEW_TEMPLATE = "changes the template"
 SEARCHED = "a search's best for another workload, not a change made to the step before"
@@ -43,6 +49,8 @@ class StepGrade:
     findings: tuple[str, ...] = ()  # the findings at step k, by rule
     costs: tuple[float, ...] = ()  # their estimated costs, µs
     agreeing_later: int | None = None  # rank of an agreeing suggestion beyond the top two, if any
+    claims_faster: bool = True  # the tutorial claims step k+1 faster than step k
+    near_limit: bool = False  # the diagnosis at step k says no one-knob move is estimated faster
 
     @property
     def graded(self) -> bool:
@@ -50,7 +58,12 @@ class StepGrade:
 
     @property
     def agrees(self) -> bool:
-        return self.agreeing is not None
+        return self.agreeing is not None or self.agrees_near_limit
+
+    @property
+    def agrees_near_limit(self) -> bool:
+        """A step not claimed faster, at a setting the diagnosis says is near its limit."""
+        return self.agreeing is None and not self.claims_faster and self.near_limit
 
     def to_dict(self) -> dict:
         return {**asdict(self), "graded": self.graded, "agrees": self.agrees}
@@ -83,6 +96,11 @@ def agrees(before: Spec, after: Spec, suggested: Spec) -> bool:
                                             getattr(after.knobs, name)) for name in moved)
 
 
+def claims_faster(step: Step) -> bool:
+    """Whether the tutorial claims step k+1 faster (or more GFLOP/s) than step k itself."""
+    return any(c.other == step.previous.id and c.expect in FASTER for c in step.preset.compare)
+
+
 def why_not_graded(step: Step) -> str:
     if step.previous is None:
         return FIRST_STEP
@@ -102,7 +120,8 @@ def grade_step(lesson: str, step: Step, diagnosis: Diagnosis | None) -> StepGrad
     knobs = after.knobs
     changes = tuple((name, before.knobs.to_strings().get(name, ""), knobs.to_strings()[name])
                     for name in step.changed_knobs) if before.template == after.template else ()
-    base = dict(lesson=lesson, step=step.number, before=step.previous.id, after=step.preset.id, changes=changes)
+    base = dict(lesson=lesson, step=step.number, before=step.previous.id, after=step.preset.id, changes=changes,
+                claims_faster=claims_faster(step))
     reason = why_not_graded(step)
     if diagnosis is None or not changes:  # a step not graded may still be compared, for the record
         return StepGrade(**base, not_graded=reason)
@@ -113,7 +132,8 @@ def grade_step(lesson: str, step: Step, diagnosis: Diagnosis | None) -> StepGrad
                      agreeing=rank if rank is not None and rank <= TOP_SUGGESTIONS else None,
                      findings=tuple(f.rule for f in diagnosis.findings),
                      costs=tuple(round(f.cost_us, 2) for f in diagnosis.findings),
-                     agreeing_later=rank if rank is not None and rank > TOP_SUGGESTIONS else None)
+                     agreeing_later=rank if rank is not None and rank > TOP_SUGGESTIONS else None,
+                     near_limit=diagnosis.limit is not None)
 
 
 def lesson_agreement(lessons: Iterable[Lesson], diagnose: Callable[[Spec], Diagnosis] = diagnose_spec,

@@ -291,6 +291,16 @@ def run_on_gpu():
 
 
 @pytest.fixture
+def assumed_calibration(monkeypatch):
+    """The diagnosis's rules with their models' constants as assumed and the assumed margin, whatever
+    explorer/analysis/diagnosis/calibration.json holds: hand-computed expectations do not move when
+    bench/calibrate_diagnosis.py rewrites it (the bench scripts grade the calibrated diagnosis)."""
+    from explorer.analysis.diagnosis import calibration
+
+    monkeypatch.setattr(calibration, "table", lambda: {})
+
+
+@pytest.fixture
 def diagnoses_in_this_process(monkeypatch):
     """The app servers' diagnoses (the server's own and a stand-in GPU's), the same function,
     computed in this process rather than in the server's diagnosing process. That process runs

@@ -14,6 +14,9 @@ from explorer.cli import main
 from explorer.lessons import get_lesson
 from explorer.presets import get_preset
 
+pytestmark = pytest.mark.usefixtures("assumed_calibration")
+ORIGINAL_TABLE = dx.calibration.table  # what the diagnosis reads outside the tests
+
 # 100 SMs at 2 GHz: one cycle on every SM is 1 / (100 × 2e3) µs; 1000 GB/s: 1e6 bytes per µs.
 DEVICE = Device("test GPU", 90, 100, 2.0, 1000.0, "HBM")
 
@@ -112,7 +115,8 @@ def test_ranking_is_by_cost_and_drops_the_negligible():
 
 
 def test_a_suggestion_lowers_its_finding_and_the_total():
-    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    # 3.1 million extra wavefronts: 15.5 µs at one a cycle on 100 SMs at 2 GHz, beside the roofline's 10 µs.
+    conflicted = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 3_200_000, 3_100_000),))
     worse_elsewhere = facts(shared=(), blocks=10)  # no conflicts, but an idle GPU
     better = facts(shared=(SharedFact("S[tx * 33]", "load", 1, 1000, 0),))
     spec = get_preset("dw-blog-final-96").spec
@@ -123,6 +127,22 @@ def test_a_suggestion_lowers_its_finding_and_the_total():
     assert chosen.spec == second and chosen.describe() == "num_thread_x 16 → 8" and chosen.cost_us == 0
     assert dx.suggest("bank-conflicts", conflicted, candidates, taken=[second]) is None
     assert dx.suggest("coalescing", conflicted, candidates) is None  # no such finding
+
+
+def test_a_move_estimated_faster_by_less_than_the_models_error_is_not_suggested():
+    # 0.155 µs of conflicts on a 10 µs roofline: removing them is 1.5% faster, within the model's error.
+    slight = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 32_000, 31_000),))
+    spec = get_preset("dw-blog-final-96").spec.with_knobs(num_thread_x=8)
+    candidates = [(spec, (("num_thread_x", "16", "8"),), facts())]
+    assert dx.calibration.speedup_error() > 0.02
+    assert dx.suggest("bank-conflicts", slight, candidates) is None
+    limit = dx.near_limit(slight, candidates)
+    assert limit.startswith("No setting one knob away is estimated faster by more than the model's error")
+    assert "within that error of the roofline's least time, 10.00 µs, set by" in limit
+    # Far above the roofline and no move that helps: the largest finding holds it.
+    stuck = facts(shared=(SharedFact("S[tx * 32]", "load", 32, 3_200_000, 3_100_000),))
+    assert "its largest cost, bank-conflicts (15.50 µs), holds it above" in dx.near_limit(stuck, [(spec, (), stuck)])
+    assert dx.near_limit(stuck, candidates) is None  # the neighbour without conflicts is 2.5 times faster
 
 
 RACE = RaceFact("row_max_shared", "thread (0, 0, 0) writes row_max_shared[0] (#5, CUDA line 113) and thread "
@@ -185,7 +205,7 @@ def test_cli_json_shape(capsys):
     assert main(["show", "reduce-1-interleaved-divergent", "--view", "diagnosis", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["diagnosis"]
     assert set(data) == {"knobs", "evidence", "refused", "roofline", "estimate_us", "neighbours_tried", "findings",
-                         "ranking_rule", "suggestion_rule", "notes"}
+                         "ranking_rule", "suggestion_rule", "limit", "limit_rule", "notes"}
     assert data["evidence"] == "static" and data["refused"] is None
     assert set(data["roofline"]) == {"least_us", "bound", "measured_us", "percent_of_roofline"}
     finding = data["findings"][0]
@@ -266,8 +286,17 @@ def test_the_gpu_half_tries_presets_that_are_not_a_searchs_best():
     assert bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 8.0})["speedup"] == pytest.approx(1.25)
     assert not bench._row(preset, suggestion, {spec: 10.0})["measured"]  # stopped by the time budget
     text = bench.gpu_text([bench._row(preset, suggestion, {spec: 10.0, suggestion.spec: 12.0})], "GPU", 1, "cmd")
-    assert "faster for 0 of 1 presets" in text and "| dw-blog-final-96 | 10.00 | num_thread_x 16 → 8 | 12.00 | " \
-        "slower (0.83×) |" in text
+    assert "rightly says no one-knob move is, for 0 of 1 presets" in text and \
+        "| dw-blog-final-96 | 10.00 | num_thread_x 16 → 8 | 12.00 | slower (0.83×) |" in text
+    # No suggestion (near its limit): right when no neighbour is faster beyond ±5%, wrong otherwise.
+    a, b = spec.with_knobs(num_thread_x=8), spec.with_knobs(unroll=True)
+    near = bench._row(preset, None, {spec: 10.0, a: 9.8, b: 12.0}, [a, b])
+    assert near["verdict"] == "near its limit" and near["neighbours"] == 2
+    wrong = bench._row(preset, None, {spec: 10.0, a: 8.0, b: 12.0}, [a, b])
+    assert wrong["verdict"] == "a neighbour is faster" and wrong["fastest"] == "num_thread_x 16 → 8"
+    assert not bench._row(preset, None, {spec: 10.0, a: 8.0}, [a, b])["measured"]
+    both = bench.gpu_text([near, wrong], "GPU", 1, "cmd")
+    assert "for 1 of 2 presets (50%)**: 0 suggestions faster, 1 of 2 near-limit verdicts confirmed" in both
 
 
 def test_nsight_compute_counters_are_quoted_beside_the_static_evidence():
@@ -635,3 +664,286 @@ def test_the_gpu_half_end_to_end_with_a_stand_in_measurement(monkeypatch, tmp_pa
     assert all(r["verdict"] == "faster" and r["speedup"] == 2.0 for r in rows if r["suggestion"])
     assert len(measured) == len(set(measured)) >= 3
     assert not list(tmp_path.glob("diagnosis-libraries-*"))  # the libraries go with the run
+
+
+# -- the rules of the later lessons: barriers, tile loops on the tensor cores, fused attention on CUDA cores --
+
+
+def test_block_wide_barriers_for_steps_one_warp_works_in():
+    # 8,192 blocks, 8 resident per SM on 100 SMs: 11 waves, each paying 6 barriers of BARRIER_CYCLES per SM.
+    from explorer.analysis.diagnosis.rules.barriers import BARRIER_CYCLES
+
+    found = dx.barrier_rule(facts(blocks=8192, warp_only_barriers=6))
+    assert found.rule == "barriers" and "6 block-wide barriers" in found.title
+    assert found.cost_us == pytest.approx(11 * 6 * BARRIER_CYCLES / (2.0 * 1e3))
+    assert dx.barrier_rule(facts()) is None
+
+
+def test_barriers_of_harriss_trees():
+    """256 threads, sequential addressing: steps s = 32 … 1 add in the first warp only, each behind a
+    __syncthreads() with last_warp = tree (6), none once the last warp is unrolled or shuffles; the strided
+    tree's steps s = 4 … 128 have 32 or fewer adding threads, the first ones (6); the divergent tree's adding
+    threads are spread over the warps but at its last step (s = 128: thread 0 alone)."""
+    from explorer.analysis.diagnosis.facts import _warp_only_barriers
+    from explorer.build import build
+
+    counts = {pid: _warp_only_barriers(build(get_preset(pid).spec))
+              for pid in ("reduce-1-interleaved-divergent", "reduce-2-interleaved-strided",
+                          "reduce-4-first-add-during-load", "reduce-5-unroll-last-warp", "reduce-shuffle")}
+    assert counts == {"reduce-1-interleaved-divergent": 1, "reduce-2-interleaved-strided": 6,
+                      "reduce-4-first-add-during-load": 6, "reduce-5-unroll-last-warp": 0, "reduce-shuffle": 0}
+
+
+def tile_loop(**changes) -> dx.TileLoop:
+    """1,000 steps of 4 MFLOP on tensor cores of 400 TFLOP/s (10 µs in all), 8,192 scores and 8,192 rescaled
+    accumulators a step, 64,000 bytes copied a step into 2 stages, one consumer and no producer."""
+    base = dict(instruction="wgmma", steps=1000, step_flops=4_000_000, step_bytes=64_000, stages=2, producer=False,
+                consumers=1, overlap=False, scores=8192, rescaled=8192, peak_gflops=400_000)
+    return dx.TileLoop(**{**base, **changes})
+
+
+def test_the_softmax_beside_the_products():
+    # On 100 SMs at 2 GHz, 128 FP32 lanes each: 1,000 × 8,192 × (1/16 + 4/128) cycles of exponentials
+    # (3.84 µs) and 1,000 × 8,192 / 128 of rescaling (0.32 µs), beside 10 µs of products.
+    from explorer.analysis.diagnosis import tiles
+
+    one = facts(blocks=100, blocks_per_sm=1, loop=tile_loop())
+    assert tiles.softmax_parts_us(one) == pytest.approx((3.84, 0.32))
+    assert dx.softmax_rule(one).cost_us == pytest.approx(3.84)  # one stream: nothing hides it
+    assert dx.rescale_rule(one).cost_us == pytest.approx(0.32)
+    two = facts(blocks=100, blocks_per_sm=1, loop=tile_loop(consumers=2))
+    assert dx.softmax_rule(two).cost_us == pytest.approx(3.84 / 2)  # the other consumer's products hide half
+    overlapped = facts(blocks=100, blocks_per_sm=1, loop=tile_loop(consumers=2, overlap=True))
+    assert dx.softmax_rule(overlapped).cost_us == pytest.approx(3.84 / 4)
+    assert "4 stream(s) per SM" in dx.softmax_rule(overlapped).title
+
+
+def test_copies_ahead_of_the_multiplies():
+    # 10 rounds per SM (1,000 steps, 100 SMs, one block each), each 1.416 µs (10 µs of products and 4.16 µs of
+    # softmax over 10); a copy takes (1,000 + 64,000 / 64) cycles = 1 µs. A producer's copies run 1 tile ahead,
+    # hiding it; a consumer's own run half a tile ahead: 1 − 0.708 µs a round waits.
+    from explorer.analysis.diagnosis import tiles
+
+    alone = facts(blocks=100, blocks_per_sm=1, loop=tile_loop())
+    assert tiles.ahead(alone.loop) == 0.5 and tiles.ahead(alone.loop, producer=True) == 1
+    assert dx.ring_rule(alone) is None
+    assert dx.producer_rule(alone).cost_us == pytest.approx(10 * (1.0 - 0.5 * 1.416))
+    assert dx.producer_rule(facts(blocks=100, blocks_per_sm=1, loop=tile_loop(producer=True))) is None
+    # Overlap holds the previous tile's buffer: with a producer, 2 stages run half a tile ahead.
+    held = facts(blocks=100, blocks_per_sm=1, loop=tile_loop(producer=True, overlap=True))
+    assert tiles.ahead(held.loop) == 0.5
+    round_us = (10 + tiles.exposed_softmax_us(held)) / 10
+    assert dx.ring_rule(held).cost_us == pytest.approx(10 * (1.0 - 0.5 * round_us))
+    assert "stages 2" not in dx.ring_rule(held).title and "run 0.5 tile(s) ahead" in dx.ring_rule(held).title
+    assert dx.ring_rule(facts(blocks=100, blocks_per_sm=1, loop=tile_loop(producer=True, overlap=True,
+                                                                           stages=3))) is None
+
+
+def test_mma_sync_on_hopper_and_no_latency_rule_for_wgmma():
+    from explorer.analysis.diagnosis.tiles import MMA_SYNC_SHARE
+
+    mma = facts(blocks=100, blocks_per_sm=1, loop=tile_loop(instruction="mma.sync"))
+    assert dx.mma_sync_rule(mma).cost_us == pytest.approx(10 / MMA_SYNC_SHARE - 10)
+    assert dx.mma_sync_rule(facts(blocks=100, blocks_per_sm=1, loop=tile_loop())) is None
+    # One block of 4 warps per SM: too few to hide latency by the warps' count, but a wgmma loop hides it with
+    # its ring of copies, which its own findings price.
+    few = dict(blocks=1000, threads_per_block=128, blocks_per_sm=1, limiter="shared memory")
+    assert dx.occupancy_rule(facts(**few)) is not None
+    assert dx.occupancy_rule(facts(**few, loop=tile_loop())) is None
+    assert dx.occupancy_rule(facts(**few, loop=tile_loop(instruction="mma.sync"))) is not None
+
+
+def test_the_tile_loops_of_the_attention_and_matmul_templates():
+    """attention-hopper (8 × 16 heads × 4096², d 128; 2 consumers of 64 rows, 128 keys a step): 4,096 blocks of
+    32 steps, each step 2 × 2 × 128 × 128 × 128 FLOP and a K and a V tile of 128 × 128 halves; its consumers hold
+    the scores (64), the probabilities (32) and O (64) per thread. hopper-ws-fp16-4096: 16 × 32 tiles of 64
+    steps of 2 × 128 × 256 × 64 FLOP, 48 KB a step; 2 consumers of 64 rows hold 64 × 256 / 128 accumulators."""
+    from explorer.analysis.diagnosis.tiles import tile_loop as of
+    from explorer.analysis.roofline import published_ceilings
+    from explorer.build import build
+
+    h100 = published_ceilings("sm_90")
+    attention = of(build(get_preset("attention-hopper").spec), h100)
+    assert (attention.instruction, attention.steps, attention.step_flops, attention.step_bytes) == \
+        ("wgmma", 4096 * 32, 2 * 2 * 128 * 128 * 128, 2 * 128 * 128 * 2)
+    assert (attention.stages, attention.producer, attention.consumers, attention.overlap) == (2, True, 2, False)
+    assert (attention.scores, attention.rescaled, attention.fragments) == (128 * 128, 128 * 128, 64 + 32 + 64)
+    assert attention.tensor_us == pytest.approx(attention.flops / (dict(h100.tensor_gflops)["float16"] * 1e3))
+    gemm = of(build(get_preset("hopper-ws-fp16-4096").spec), h100)
+    assert (gemm.steps, gemm.step_flops, gemm.step_bytes, gemm.fragments, gemm.scores) == \
+        (16 * 32 * 64, 2 * 128 * 256 * 64, (128 + 256) * 64 * 2, 128, 0)
+    mma = of(build(get_preset("attention-mma-cp-async").spec), h100)
+    assert (mma.instruction, mma.consumers, mma.stages, mma.producer) == ("mma.sync", 4, 2, False)
+    assert of(build(get_preset("reduce-4-first-add-during-load").spec), h100) is None
+
+
+def test_a_neighbours_registers_follow_its_fragments():
+    """attention-mma-cp-async's warps of 16 rows hold 32 + 32 + 16 + 64 fragment registers (Q, S, P, O) for 64
+    keys a step; with 32 keys, S and P halve: 24 fewer. Compiled at 173, the neighbour is estimated at 149. At
+    attention-mma-tall (32 rows a warp: twice the fragments, 240), compiled at 255 registers and 64 bytes of
+    spills, 64 rows a block of 4 warps need 120: 255 + 16 − 120 = 151, no spills."""
+    import dataclasses
+
+    from explorer.build import build
+
+    cp_async = get_preset("attention-mma-cp-async").spec
+    like = dataclasses.replace(dx.facts_of(build(cp_async)), registers=173, spill_bytes=0)
+    assert like.loop.fragments == 144
+    neighbour = dx.facts_of(build(cp_async.with_knobs(block_kv=32)), like=like)
+    assert (neighbour.registers, neighbour.spill_bytes) == (149, 0)
+    tall = get_preset("attention-mma-tall").spec
+    spilled = dataclasses.replace(dx.facts_of(build(tall)), registers=255, spill_bytes=64)
+    shorter = dx.facts_of(build(tall.with_knobs(block_q=64)), like=spilled)
+    assert (shorter.registers, shorter.spill_bytes) == (151, 0)
+
+
+def test_a_move_that_raises_another_finding_is_tried_with_the_knob_that_relieves_it():
+    from explorer.analysis.diagnosis.search import _relieving_moves
+
+    spec = get_preset("attention-hopper").spec
+    now = facts(blocks=100, blocks_per_sm=1, loop=tile_loop(producer=True))
+    overlapped = facts(blocks=100, blocks_per_sm=1, loop=tile_loop(producer=True, overlap=True))
+    assert dx.ring_rule(now) is None and dx.ring_rule(overlapped) is not None  # the move raises ring-depth
+    moves = _relieving_moves(now, [(spec.with_knobs(overlap=True), (("overlap", "false", "true"),), overlapped)])
+    changes = {path[0][1] for path in moves}
+    assert (("overlap", "false", "true"), ("stages", "2", "3")) in changes
+    assert all(change[0] == ("overlap", "false", "true") and change[1][0] in ("stages", "warp_specialize")
+               for change in changes)
+    assert _relieving_moves(now, [(spec, (("overlap", "false", "true"),), now)]) == []  # nothing raised
+
+
+def fma_loop(**changes) -> dx.FmaLoop:
+    """attention-fused's inner loops, hand-counted: 4 rows × 4 keys × 64 columns + 4 rows × 4 columns × 64 keys
+    multiply-adds per thread and key tile; 64 × (4 + 4) loads of Q and K and as many conversions, 64 × 4 loads
+    of P and 64 × 4 of V and their conversions; 4 keys × 64 columns × 16 lines of K a warp."""
+    base = dict(steps=1000, threads=256, fmas=2048, others=1792, k_wavefronts=4096, fp32_gflops=50_000)
+    return dx.FmaLoop(**{**base, **changes})
+
+
+def test_fused_attention_on_cuda_cores_issues_loads_beside_its_multiply_adds():
+    # 1,000 tiles × 256 threads × 2,048 multiply-adds at 50 TFLOP/s: 20.97 µs; 0.875 other instructions each.
+    loop = fma_loop()
+    assert loop.fma_us == pytest.approx(1000 * 256 * 2048 * 2 / 5e7)
+    assert dx.issue_rule(facts(fma_loop=loop)).cost_us == pytest.approx(loop.fma_us * 0.875)
+    # 1,000 × 8 warps × 4,096 wavefronts at one a cycle on 100 SMs at 2 GHz: 163.84 µs, beyond 1.875 × 20.97 µs.
+    assert dx.kv_global_rule(facts(fma_loop=loop)).cost_us == pytest.approx(163.84 - 1.875 * loop.fma_us)
+    assert dx.kv_global_rule(facts(fma_loop=fma_loop(k_wavefronts=0))) is None
+
+
+def test_the_inner_loops_of_the_fused_attention_presets():
+    from explorer.analysis.diagnosis.tiles import fma_loop as of
+    from explorer.analysis.roofline import published_ceilings
+    from explorer.build import build
+
+    h100 = published_ceilings("sm_90")
+    fused = of(build(get_preset("attention-fused").spec), h100)
+    assert (fused.threads, fused.fmas, fused.others, fused.k_wavefronts) == (256, 2048, 1792, 4096)
+    assert fused.steps == 4 * 32 * (2048 // 64) * (2048 // 64)
+    # K and V in shared memory, 8 rows × 4 keys a thread over 8 lanes a row: 64 × 12 loads and conversions in
+    # step 1; 32 × 8 loads of P, 32 × 8 of V and their conversions in step 3; for 8 × 4 × 64 + 8 × 8 × 32.
+    shared = of(build(get_preset("attention-fused-shared").spec), h100)
+    assert (shared.fmas, shared.others, shared.k_wavefronts) == (4096, 2 * 768 + 256 + 512, 0)
+    # float32 tiles, 4-element loads: no conversion; 64 / 4 × 20 + 64 / 4 × 4 + 64 × 16 loads.
+    wide = of(build(get_preset("attention-fused-4096").spec), h100)
+    assert (wide.fmas, wide.others) == (8192, 320 + 64 + 1024)
+
+
+def test_a_step_not_claimed_faster_agrees_with_a_setting_near_its_limit():
+    steps = {s.preset.id: s for s in get_lesson("rowwise").steps}
+    on_chip = steps["rowwise-softmax-on-chip"]  # no slower than the fused kernel
+    fused = steps["rowwise-softmax-fused"]  # faster than the separate kernels
+    assert not agreement.claims_faster(on_chip) and agreement.claims_faster(fused)
+    found = (dx.Finding("vector-width", "", (), 1.0, ""),)
+    near = dx.Diagnosis(on_chip.previous.spec, found, limit="No setting one knob away is estimated faster …")
+    grade = agreement.grade_step("rowwise", on_chip, near)
+    assert grade.agrees and grade.agrees_near_limit and grade.agreeing is None
+    assert not agreement.grade_step("rowwise", on_chip, dx.Diagnosis(on_chip.previous.spec, found)).agrees
+    # A step claimed faster is advice that a move pays: a diagnosis near its limit does not agree with it.
+    assert not agreement.grade_step("rowwise", fused, dx.Diagnosis(fused.previous.spec, found, limit="…")).agrees
+
+
+# -- the calibration (bench/calibrate_diagnosis.py), without a GPU ---------------------------------------------
+
+
+def calibration_table(rows):
+    """A table of (measured, bound, cost of rule a, cost of rule b, group) rows."""
+    import numpy as np
+    from calibrate_diagnosis import Table
+
+    return Table(["a", "b"], np.array([r[0] for r in rows], float), np.array([r[1] for r in rows], float),
+                 np.array([[r[2], r[3]] for r in rows], float), [r[4] for r in rows])
+
+
+def test_the_fit_scales_each_rules_cost_to_the_measured_times():
+    import numpy as np
+    from calibrate_diagnosis import SCALES, fit
+
+    # measured = bound + 1.5 × cost of a (rule b never fires): a's scale is the grid's value nearest 1.5.
+    rows = [(10 + 1.5 * c, 10, c, 0, f"w{i % 3}") for i, c in enumerate((1, 2, 3, 4, 5, 6, 7, 8))]
+    t = calibration_table(rows)
+    scales = fit(t, np.arange(len(rows)))
+    assert scales[0] == pytest.approx(1.5, rel=0.03) and scales[1] == 1.0
+    assert np.allclose(t.estimate(scales), t.measured, rtol=0.05)
+    assert SCALES.min() == 0.5 and SCALES.max() == 2  # a factor of 2 either way of the model's constants
+    few = calibration_table(rows[:4])  # fewer than MIN_SETTINGS settings: the model's constants stay
+    assert fit(few, np.arange(4))[0] == 1.0
+
+
+def test_settings_that_run_for_a_few_microseconds_are_left_out_of_the_fit():
+    from calibrate_diagnosis import MIN_US, Sample, table_of
+
+    spec = get_preset("reduce-4-first-add-during-load").spec
+    samples = [Sample(spec, MIN_US / 2, "test"), Sample(spec.with_knobs(threads=128), 2 * MIN_US, "test"),
+               Sample(spec.with_knobs(threads=64), 3 * MIN_US, "test")]
+    views = [{"bound_us": 1.0, "costs": {"a": 1.0}}, {"bound_us": 1.0, "costs": {"a": 2.0}}, None]  # None: refused
+    t, kept = table_of(samples, views, ["a", "b"])
+    assert [s.measured_us for s in kept] == [2 * MIN_US] and t.costs.tolist() == [[2.0, 0.0]]
+
+
+def test_held_out_errors_per_rule_and_of_one_knob_speedups():
+    from calibrate_diagnosis import Sample, held_out
+
+    spec = get_preset("reduce-4-first-add-during-load").spec
+    # Pairs one knob apart (threads 256 against 128 …) of one workload, the same law in every fold.
+    specs = [spec.with_knobs(threads=t, elements_per_thread=e) for t in (64, 128, 256) for e in (2, 4, 8)]
+    rows = [(10 + 1.5 * (i + 1), 10, i + 1, 0, f"group {i % 3}") for i in range(len(specs))]
+    t = calibration_table(rows)
+    samples = [Sample(s, row[0], "test") for s, row in zip(specs, rows, strict=True)]
+    errors = held_out(t, samples)
+    assert errors["rules"]["a"]["held_out_settings"] == len(specs) and errors["rules"]["b"]["held_out_settings"] == 0
+    assert errors["rules"]["a"]["held_out_error"] < 0.02 and errors["speedup_error"] < 0.02
+    assert errors["pairs"] == 18  # each of 9 settings has 2 + 2 neighbours one knob away, each pair counted once
+
+
+def test_the_recorded_settings_and_the_dry_run():
+    import calibrate_diagnosis as bench
+
+    samples, about = bench.recorded_samples()
+    assert len(samples) > 300 and about["machine"] == "NVIDIA H100 80GB HBM3" and about["l2_gbps"] > 5000
+    sources = {s.source for s in samples}
+    assert "bench/results/lessons-sm_90.json" in sources and "docs/lessons-gpu.md" in sources
+    reduce5 = next(s for s in samples if s.spec == get_preset("reduce-5-unroll-last-warp").spec)
+    assert reduce5.measured_us == 10.94  # docs/lessons-gpu.md's table
+    assert len(bench.pairs_of(samples)) > 100
+
+
+def test_the_diagnosis_reads_the_calibration(monkeypatch, tmp_path):
+    import json
+
+    from explorer.analysis.diagnosis import calibration
+
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"machine": "GPU", "date": "today", "settings": 3, "speedup_error": 0.2,
+                                "rules": {"kernels": {"scale": 2.5}}, "devices": {"sm_90": {"l2_gbps": 7000}}}))
+    monkeypatch.setattr(calibration, "PATH", path)
+    monkeypatch.setattr(calibration, "table", ORIGINAL_TABLE)  # read from PATH, once
+    ORIGINAL_TABLE.cache_clear()
+    try:
+        assert calibration.scale("kernels") == 2.5 and calibration.scale("spills") == 1.0
+        assert calibration.speedup_error() == 0.2 and calibration.l2_gbps("sm_90") == 7000
+        two = facts(kernels=3)
+        assert dx.kernels_rule(two).cost_us == pytest.approx(2 * 1.2)  # the check: the model's constants
+        scaled = dx.findings_of(two)["kernels"]  # through its Rule: × the fitted scale
+        assert scaled.cost_us == pytest.approx(2.5 * 2 * 1.2) and "× 2.50" in scaled.cost_rule
+    finally:
+        ORIGINAL_TABLE.cache_clear()

@@ -18,7 +18,7 @@ TOKEN = "class-token-42"
 STEP = 4  # depthwise_blog: dw-blog-channel-96
 THREAD_X, THREAD_Y = "knob:depthwise_blog.num_thread_x", "knob:depthwise_blog.num_thread_y"
 
-pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process")
+pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process", "assumed_calibration")
 
 
 @pytest.fixture(autouse=True)

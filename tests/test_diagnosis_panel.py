@@ -15,7 +15,7 @@ from explorer.targets import local_gpu_target
 
 MAIN = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app" / "main.py")
 PRESET = "dw-blog-channel-96"  # one block per 96×96 channel: uncoalesced stores, an idle GPU
-pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process")
+pytestmark = pytest.mark.usefixtures("diagnoses_in_this_process", "assumed_calibration")
 
 
 def diagnosed(query: dict) -> AppTest:
@@ -103,3 +103,18 @@ def test_a_diagnosis_that_does_not_come_in_time_says_why_and_the_page_stops_look
     said = [c.value for c in at.caption if c.value.startswith("Diagnosis: not ready after 31 s")]
     assert said and "3 setting(s) the class opened are ahead of this one" in said[0]
     assert not any("Diagnosing this setting" in c.value for c in at.caption)  # no fragment polls any more
+
+
+def test_a_suggestion_measured_slower_goes_after_the_others_and_the_next_leads():
+    from explorer.analysis.diagnosis import Diagnosis, Finding, Suggestion
+
+    spec = get_preset(PRESET).spec
+    first, second = spec.with_knobs(unroll=True), spec.with_knobs(num_thread_x=16)
+    found = (Finding("a", "A", (), 3.0, "", Suggestion(first, (), 0, 1)),
+             Finding("b", "B", (), 2.0, "", Suggestion(second, (), 0, 1)), Finding("c", "C", (), 1.0, ""))
+    d = Diagnosis(spec, found)
+    slower = {first: (diagnosis_panel.verdict(10.0, 12.5), diagnosis_panel.not_faster(10.0, 12.5))}
+    assert [f.rule for f in diagnosis_panel.ordered(d, slower)] == ["b", "c", "a"]
+    faster = {first: (diagnosis_panel.verdict(10.0, 5.0), diagnosis_panel.not_faster(10.0, 5.0))}
+    assert [f.rule for f in diagnosis_panel.ordered(d, faster)] == ["a", "b", "c"]
+    assert diagnosis_panel.not_faster(10.0, None) and not diagnosis_panel.not_faster(10.0, 10.2)

@@ -117,6 +117,50 @@ def test_a_lesson_file_that_names_its_id_or_lists_former_ids_badly_is_refused(tm
     assert load_file(path).formerly == ("old",) and load_file(path).presets[0].lesson == "mine"
 
 
+def _tabs_and_diagnosis(preset_id):
+    """The diagnosis's facts and findings of a preset beside what its Roofline and Resources tabs show (the
+    tabs' own functions), from the build the other tests of this process made."""
+    from explorer.tabs import _static_roofline
+    from explorer.analysis.diagnosis import facts_of, findings_of
+    from explorer.analysis.resources import analyze_resources
+    from explorer.errors import ExplorerError
+
+    built = build(get_preset(preset_id).spec, "h100")
+    facts = facts_of(built)
+    try:
+        roofline = _static_roofline(built)
+    except ExplorerError:  # no compute roof for these inputs on these ceilings: the diagnosis uses bytes alone
+        roofline = None
+    return facts, findings_of(facts), roofline, analyze_resources(built).kernels[0]
+
+
+@pytest.mark.parametrize("preset_id", PRESET_IDS)
+def test_the_diagnosis_agrees_with_the_roofline_and_resources_tabs(preset_id):
+    facts, findings, roofline, kernel = _tabs_and_diagnosis(preset_id)
+    if roofline is not None:  # the same least time, and the same roof holding it
+        assert facts.bound_us == pytest.approx(roofline.current.latency_us, rel=1e-9)
+        memory = roofline.intensity < roofline.ridge(roofline.roof[0])
+        assert facts.bound == ("memory" if memory else "compute")
+        assert facts.roof.startswith(f"the {roofline.roof[1]} bandwidth" if memory else "the ")
+    occupancy = kernel.occupancy
+    assert (facts.threads_per_block, facts.shared_bytes, facts.blocks_per_sm, facts.limiter) == \
+        (kernel.threads_per_block, kernel.shared_bytes, occupancy.blocks_per_sm, occupancy.limiter)
+    if "occupancy" in findings:
+        assert f"limited by {occupancy.limiter}: {occupancy.warps_per_sm} warps per SM" in findings["occupancy"].title
+
+
+CUDA_CORE_PRESETS = [p for p in PRESET_IDS if get_preset(p).spec.template == "attention_fused"]
+
+
+@pytest.mark.parametrize("preset_id", CUDA_CORE_PRESETS)
+def test_products_on_cuda_cores_have_the_cuda_cores_roof_in_both(preset_id):
+    """Fused attention on CUDA cores: the diagnosis's cuda-cores finding is part of the roofline's time (at most
+    100% of it), as the Roofline tab places the setting under the CUDA cores' FP32 roof."""
+    facts, findings, roofline, _ = _tabs_and_diagnosis(preset_id)
+    assert roofline.compute_roof[1] == "FP32" and "FP32" in facts.roof
+    assert "cuda-cores" in findings and findings["cuda-cores"].cost_us <= facts.bound_us
+
+
 # -- the curriculum ---------------------------------------------------------------------------
 
 

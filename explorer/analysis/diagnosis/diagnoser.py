@@ -9,7 +9,9 @@ from ...build import Build, Spec, build
 from ...errors import ExplorerError
 from ..roofline import Ceilings
 from ..sass import compile_binary
-from .facts import REGISTER_NOTE, facts_of
+from .calibration import source as calibration_source
+from .calibration import speedup_error
+from .facts import REGISTER_NOTE, Facts, facts_of
 from .findings import Diagnosis, Finding
 from .rules import estimated_total, findings_of
 from .search import analysed_neighbours, suggest
@@ -51,6 +53,8 @@ def diagnose(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     for f in found:
         taken = [s.suggestion.spec for s in suggested if s.suggestion is not None]
         suggested.append(replace(f, suggestion=suggest(f.rule, current, candidates, taken)))
+    suggests = any(f.suggestion is not None for f in suggested)
+    limit = None if suggests or found and not candidates else near_limit(current, candidates)
     notes = [STATIC_NOTE if measured_us is None else
              f"Measured: {measured_us:.2f} µs, {100 * current.bound_us / measured_us:.0f}% of the roofline."]
     if binary is None:
@@ -62,7 +66,30 @@ def diagnose(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
         notes.append("Nsight Compute profiled one launch: its counters are quoted beside the static evidence.")
     notes.append(REGISTER_NOTE)
     return Diagnosis(built.spec, tuple(suggested), current.bound_us, current.bound, estimated_total(current),
-                     measured_us, len(candidates), None, tuple(notes))
+                     measured_us, len(candidates), None, tuple(notes), limit)
+
+
+def near_limit(current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]]) -> str | None:
+    """The sentence that says ``current`` is near its limit (:data:`LIMIT_RULE`), or None where a
+    neighbour is estimated faster by more than the model's error."""
+    total, error = estimated_total(current), speedup_error()
+    found = findings_of(current)
+    if any(f.wrong for f in found.values()) or any(total > estimated_total(facts) * (1 + error)
+                                                   for _, _, facts in candidates):
+        return None  # a wrong result is never near its limit; nor is a setting a neighbour beats
+    head = (f"No setting one knob away is estimated faster by more than the model's error (±{error:.0%}, "
+            f"{calibration_source()}): this setting is near its limit")
+    roof = f"the roofline's least time, {current.bound_us:,.2f} µs, set by {current.roof}"
+    if total <= current.bound_us * (1 + error):
+        return f"{head}, within that error of {roof}."
+    held = max(found.values(), key=lambda finding: finding.cost_us)
+    return (f"{head} as one knob goes: its largest cost, {held.rule} ({held.cost_us:,.2f} µs), holds it above {roof}; "
+            "lowering it takes another template or several knobs at once.")
+
+
+LIMIT_RULE = ("Where no neighbouring setting is estimated faster by more than the model's held-out error "
+              "(calibration), the diagnosis suggests no move: it says the setting is near its limit, and whether the "
+              "roofline's roof or its largest finding holds it.")
 
 
 def diagnose_spec(spec: Spec, target=None, *, compile: bool = True, **options) -> Diagnosis:

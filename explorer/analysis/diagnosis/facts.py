@@ -9,7 +9,7 @@ are estimated from the compiled setting's (:data:`REGISTER_NOTE`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...build import Build
 from ...errors import ExplorerError
@@ -26,7 +26,9 @@ from ..resources import analyze_resources, occupancy, sm_limits
 from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_for
 from ..sass import analyze_sass
 from ..tiling import analyze_tiling
-from ..tree import analyze_tree
+from ..tree import BARRIERS, LOOP, analyze_tree
+from . import calibration
+from .tiles import FmaLoop, TileLoop, fma_loop, tile_loop
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,11 @@ class Device:
     clock_ghz: float
     bandwidth_gbps: float  # the roof that applies to this workload (HBM, or L2 when it fits and is measured)
     roof: str  # "HBM" or "L2-resident"
-    l2_gbps: float | None = None  # the L2's bandwidth where the ceilings measured it (vendors do not publish it)
+    # The L2's bandwidth where the ceilings measured it, else where the calibration measured it for this
+    # architecture (vendors do not publish it; the roof, bandwidth_gbps, stays the ceilings').
+    l2_gbps: float | None = None
     l2_bytes: int = 0  # the L2's size (explorer.gpus), 0 where not known
+    fp32_lanes: int = 128  # FP32 lanes per SM: one fused multiply-add each per cycle
 
     def cycles_us(self, cycles_per_sm: float) -> float:
         """µs for ``cycles_per_sm`` of work spread over every SM."""
@@ -137,6 +142,12 @@ class Facts:
     kv_loaded_bytes: int = 0
     kv_in_flight_bytes: int = 0  # K and V of the heads whose blocks are on the GPU at once (0: not known)
     races: tuple[RaceFact, ...] = ()  # shared-memory races: the kernel's result is wrong
+    # Per block of a written tree (reduce_tree): its steps that only the first warp works in and that end in a
+    # block-wide __syncthreads(), where that warp alone could go on with warp-synchronous steps or shuffles.
+    warp_only_barriers: int = 0
+    loop: TileLoop | None = None  # the tile loop of a kernel that multiplies on the tensor cores (.tiles)
+    fma_loop: FmaLoop | None = None  # the inner loops of fused attention on the CUDA cores (.tiles)
+    roof: str = ""  # what sets the roofline's least time, in words: a bandwidth or a compute peak
 
     @property
     def warps_per_block(self) -> int:
@@ -182,7 +193,9 @@ def device_for(arch: str, ceilings: Ceilings, compulsory_bytes: int, sms: int | 
     bandwidth, roof = ceilings.bandwidth_for(compulsory_bytes)
     number = int((key or DEFAULT.arch)[3:])
     return Device(ceilings.source, number, sms, ceilings.fp32_gflops / (sms * gpu.fp32_lanes * 2), bandwidth, roof,
-                  ceilings.l2_gbps, ceilings.l2_bytes or (gpu.published.l2_bytes if gpu.published else 0))
+                  ceilings.l2_gbps or calibration.l2_gbps(key or DEFAULT.arch),
+                  ceilings.l2_bytes or (gpu.published.l2_bytes if gpu.published else 0),
+                  gpu.fp32_lanes)
 
 
 def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, measured_us: float | None = None,
@@ -203,14 +216,15 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     types = compute_types(built.spec)
     no_compute_roof = no_roofline_reason(workload, ceilings, types) is not None
     least = memory_us if no_compute_roof else bound_us(ceilings, workload.flops, workload.compulsory_bytes, types)
-    bound = "memory" if memory_us >= least else "compute"
+    bound = "memory" if memory_us >= least * (1 - 1e-12) else "compute"  # equal, but for rounding: memory
     kernel = analyze_resources(built, binary).kernels[0]
     tiling = _tiling(built)
     registers = kernel.registers if isinstance(kernel.registers, int) else None
     spills = kernel.spill_bytes if isinstance(kernel.spill_bytes, int) else None
     occ = kernel.occupancy
+    loop = tile_loop(built, ceilings)
     if registers is None and like is not None and like.registers is not None:
-        registers, spills = _estimated_registers(like, tiling.outputs_per_thread)
+        registers, spills = _estimated_registers(like, tiling.outputs_per_thread, loop)
         occ = occupancy(sm_limits(arch)[0], kernel.threads_per_block, kernel.shared_bytes, registers)
     shared = tuple(SharedFact(a.text, a.op, a.max_degree, a.wavefronts, a.conflicts)
                    for k in analyze_banks(built).kernels for a in k.accesses if not a.not_modelled)
@@ -222,7 +236,7 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
     input_elements = sum(math.prod(shape) for shape in workload.input_shapes())
     element_bytes = numpy_dtype(workload.input_dtypes()[0]).itemsize
     first_loads = sum(a.ideal_bytes for a in globals_ if a.op == "load" and a.kernel == first.name)
-    return Facts(device, least, bound, len(built.kernels),
+    facts = Facts(device, least, bound, len(built.kernels),
                  first.blocks, kernel.threads_per_block, kernel.shared_bytes, occ.blocks_per_sm,
                  occ.limiter, registers, spills, math.prod(workload.output_shape()), tiling.outputs_per_thread,
                  tiling.loads, shared, globals_, _ffma_share(built, binary), _staged_steps(built),
@@ -233,6 +247,8 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  workload.flops, _tensor_core_us(built, ceilings), workload.compulsory_bytes,
                  *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)),
                  races=tuple(RaceFact(r.storage, r.sentence(), r.lines) for r in analyze_races(built).races))
+    return replace(facts, warp_only_barriers=_warp_only_barriers(built), loop=loop, fma_loop=fma_loop(built, ceilings),
+                   roof=_roof(ceilings, device, workload.flops, facts.bound_us, facts.bound))
 
 
 def _kv_loads(built: Build, resident_blocks: int) -> tuple[int, int, int, int]:
@@ -347,6 +363,26 @@ def _divergent_warp_steps(built: Build) -> int:
     return sum(max(0, step.warps - step.idle_warps - -(-step.active_threads // WARP_SIZE)) for step in report.steps)
 
 
+def _roof(ceilings: Ceilings, device: Device, flops: int, least_us: float, bound: str) -> str:
+    """The roof whose time the roofline's least time is, named as the Roofline tab names it."""
+    if bound == "memory":
+        return f"the {device.roof} bandwidth ({device.bandwidth_gbps:,.0f} GB/s)"
+    gflops = flops / (least_us * 1e3)
+    peaks = [("the CUDA cores' FP32 peak", ceilings.fp32_gflops),
+             *((f"the {dtype} tensor-core peak", peak) for dtype, peak in ceilings.tensor_gflops)]
+    name, peak = min(peaks, key=lambda item: abs(item[1] - gflops))
+    return f"{name} ({peak:,.0f} GFLOP/s)"
+
+
+def _warp_only_barriers(built: Build) -> int:
+    """Steps of the tree whose adding threads all sit in the first warp and that end in __syncthreads()
+    (0 for a setting without a written tree)."""
+    report = analyze_tree(built.spec)
+    if report is None:
+        return 0
+    return sum(step.barrier == BARRIERS[LOOP] and step.idle_warps == step.warps - 1 for step in report.steps)
+
+
 def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     """log2(threads per block) when the first kernel adds its threads' values in a tree: it waits at
     a barrier and stores at most one element per warp to global memory (a tile of outputs stores
@@ -363,7 +399,13 @@ def _tree_steps(built: Build, globals_: tuple[GlobalFact, ...]) -> int:
     return threads.bit_length() - 1
 
 
-def _estimated_registers(like: Facts, outputs_per_thread: int | None) -> tuple[int, int | None]:
+def _estimated_registers(like: Facts, outputs_per_thread: int | None,
+                         loop: TileLoop | None = None) -> tuple[int, int | None]:
+    if loop is not None and like.loop is not None and loop.fragments and like.loop.fragments:
+        # The tile loops' accumulators and fragments: the compiled setting's registers (its spilled ones
+        # counted back in), moved by the change in what the fragments take; beyond 255 they spill.
+        wanted = like.registers + (like.spill_bytes or 0) // 4 + loop.fragments - like.loop.fragments
+        return min(MAX_REGISTERS, max(16, wanted)), 4 * max(0, wanted - MAX_REGISTERS)
     if outputs_per_thread is None or like.outputs_per_thread is None:
         return like.registers, like.spill_bytes
     registers = min(255, max(16, like.registers + outputs_per_thread - like.outputs_per_thread))
@@ -382,4 +424,7 @@ def _ffma_share(built: Build, binary) -> float | None:
 
 
 REGISTER_NOTE = ("Registers of a neighbouring setting are not compiled: they are estimated as this setting's, "
-                 "plus one per extra output per thread; spills shrink in proportion to a smaller thread tile.")
+                 "plus one per extra output per thread (for a tensor-core tile loop, plus the change in the "
+                 "registers its accumulators and fragments take, spilling beyond 255); spills shrink in proportion "
+                 "to a smaller thread tile.")
+MAX_REGISTERS = 255  # per thread

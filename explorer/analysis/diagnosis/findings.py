@@ -3,9 +3,10 @@ finding, and the diagnosis of one setting."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...build import Spec
+from .calibration import scale
 from .facts import Facts
 
 
@@ -49,9 +50,19 @@ class Rule:
     looks_for: str
     cost: str
     check: Callable[[Facts], Finding | None]
+    # Knobs whose move relieves the finding, where a template has them: a neighbour that raises this finding
+    # is tried with one of them moved as well (.search: an overlapped softmax that needs a third stage).
+    relieved_by: tuple[str, ...] = ()
 
     def __call__(self, f: Facts) -> Finding | None:
-        return self.check(f)
+        """The check's finding, its cost scaled by the factor the calibration fitted to this rule
+        (:mod:`.calibration`; the check itself charges its model's constants as assumed)."""
+        found = self.check(f)
+        k = scale(self.name)
+        if found is None or k == 1.0 or found.within_roof:  # a cost the roofline's own time holds: not fitted
+            return found
+        return replace(found, cost_us=found.cost_us * k,
+                       cost_rule=f"{found.cost_rule}; × {k:.2f}, the factor fitted to measurements (calibration)")
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,9 @@ class Diagnosis:
     tried: int = 0  # neighbouring settings built and analysed
     refused: str | None = None  # the setting cannot be built: this sentence is the whole diagnosis
     notes: tuple[str, ...] = ()
+    # Where no neighbour is estimated faster by more than the model's error: the sentence that says the
+    # setting is near its limit and what holds it (its findings then carry no suggestion).
+    limit: str | None = None
 
     @property
     def static(self) -> bool:

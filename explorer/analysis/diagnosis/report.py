@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ...build import Spec
-from .diagnoser import MIN_SHARE, RANKING_RULE
+from .diagnoser import LIMIT_RULE, MIN_SHARE, RANKING_RULE
 from .findings import Diagnosis, Finding
 from .search import SUGGESTION_RULE
 
@@ -31,9 +31,10 @@ def diagnosis_json(d: Diagnosis, query: Callable[[Spec], Mapping[str, str]]) -> 
         "refused": d.refused,
         "roofline": {"least_us": round(d.bound_us, 3), "bound": d.bound, "measured_us": d.measured_us,
                      "percent_of_roofline": _percent(d.bound_us, d.measured_us)},
-        "estimate_us": round(d.estimate_us, 3), "neighbours_tried": d.tried,
+        "estimate_us": round(d.estimate_us, 3), "neighbours_tried": d.tried, "limit": d.limit,
         "findings": [finding(rank, found) for rank, found in enumerate(d.findings, start=1)],
-        "ranking_rule": RANKING_RULE, "suggestion_rule": SUGGESTION_RULE, "notes": list(d.notes),
+        "ranking_rule": RANKING_RULE, "suggestion_rule": SUGGESTION_RULE, "limit_rule": LIMIT_RULE,
+        "notes": list(d.notes),
     }
 
 
@@ -48,6 +49,8 @@ def format_diagnosis(d: Diagnosis, command: str = "python -m explorer show TEMPL
         return d.refused
     lines = [f"Roofline: at least {d.bound_us:.2f} µs ({d.bound}-bound); static estimate {d.estimate_us:.2f} µs"
              + (f"; measured {d.measured_us:.2f} µs" if d.measured_us is not None else "") + "."]
+    if d.limit is not None:
+        lines.append(d.limit)
     if not d.findings:
         lines.append("No finding costs more than "
                      f"{MIN_SHARE:.0%} of the roofline's time: nothing here limits this setting much.")
@@ -59,8 +62,10 @@ def format_diagnosis(d: Diagnosis, command: str = "python -m explorer show TEMPL
         lines.append(f"   cost: {found.cost_rule}")
         s = found.suggestion
         if s is None:
-            lines.append("   no single knob move removes it" if found.wrong else
-                         "   no single knob move lowers this without raising the estimate")
+            if found.wrong:
+                lines.append("   no single knob move removes it")
+            elif d.limit is None:
+                lines.append("   no single knob move lowers this by more than the model's error")
         else:
             sets = " ".join(f"--set {k}={b}" for k, _, b in s.changes)
             lines.append(f"   try {s.describe()} (estimate {s.total_us:.2f} µs): {command} {sets} --view diagnosis")

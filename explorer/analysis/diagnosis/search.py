@@ -9,18 +9,22 @@ from concurrent.futures import ThreadPoolExecutor
 from ...build import Build, Spec
 from ...errors import ExplorerError, InvalidKnobs
 from ..roofline import Ceilings
+from .calibration import speedup_error
 from .facts import Facts, facts_of
 from .findings import Suggestion
-from .rules import estimated_total, findings_of
+from .rules import RULES, estimated_total, findings_of
 
 MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this share
 
 SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest allowed value that builds) is built "
-                   f"and analysed; a finding's suggestion is the neighbour that lowers that finding's cost by at least "
-                   f"{MIN_RELIEF:.0%} and has the lowest estimated total (the roofline's least time plus every "
-                   "finding's cost), if that total is below this setting's; a setting suggested for a higher-ranked "
-                   "finding is left to it. A neighbour with a race is never suggested; a race's suggestion is the "
-                   "neighbour without one that has the lowest estimated total.")
+                   "and analysed; a finding's suggestion is the neighbour that lowers that finding's cost the most "
+                   f"(by at least {MIN_RELIEF:.0%}; among equals, the lowest estimated total: the roofline's least "
+                   "time plus every finding's cost), provided its total is below this setting's by more than the "
+                   "model's error for that finding's rule (calibration); a setting suggested for a higher-ranked "
+                   "finding is left to it. A neighbour that does not lower the estimate enough because its move "
+                   "raises another finding is tried again with a knob that relieves that finding moved as well. A "
+                   "neighbour with a race is never suggested; a race's suggestion is the neighbour without one that "
+                   "has the lowest estimated total.")
 
 
 Move = tuple[Spec, tuple[tuple[str, str, str], ...]]  # a setting and its knob changes (knob, from, to)
@@ -95,9 +99,11 @@ def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, F
         found = findings_of(facts).get(rule)
         cost = found.cost_us if found is not None else 0.0
         total = estimated_total(facts)
-        if not now.wrong and (cost > now.cost_us * (1 - MIN_RELIEF) or total >= total_now):
+        faster = total * (1 + speedup_error(rule)) < total_now  # by more than the model's error for this rule
+        if not now.wrong and (cost > now.cost_us * (1 - MIN_RELIEF) or not faster):
             continue
-        if best is None or (total, cost) < (best.total_us, best.cost_us):
+        key = (total, cost) if now.wrong else (cost, total)  # a race: the fastest setting without one
+        if best is None or key < ((best.total_us, best.cost_us) if now.wrong else (best.cost_us, best.total_us)):
             best = Suggestion(spec, changes, cost, total)
     return best
 
@@ -123,13 +129,36 @@ def analysed_neighbours(spec: Spec, current: Facts, ceilings: Ceilings | None,
                 continue
         return None
 
-    paths = neighbours(spec)
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(analysed, paths))
-    else:
-        results = [analysed(moves) for moves in paths]
-    return [r for r in results if r is not None]
+    def all_of(paths: list[list[Move]]) -> list[tuple[Spec, tuple, Facts]]:
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(analysed, paths))
+        else:
+            results = [analysed(moves) for moves in paths]
+        return [r for r in results if r is not None]
+
+    first = all_of(neighbours(spec))
+    return first + all_of(_relieving_moves(current, first))
+
+
+RELIEVED_BY = {rule.name: rule.relieved_by for rule in RULES}
+
+
+def _relieving_moves(current: Facts, candidates: list[tuple[Spec, tuple, Facts]]) -> list[list[Move]]:
+    """Each neighbour that alone does not lower the estimate by more than the model's error, with one more
+    knob moved that relieves a finding its move raised (:attr:`Rule.relieved_by`): overlap holds a second
+    buffer, a third stage gives it back."""
+    total, now = estimated_total(current), findings_of(current)
+    paths = []
+    for spec, changes, facts in candidates:
+        if estimated_total(facts) * (1 + speedup_error()) < total:  # faster alone, by more than the error
+            continue
+        raised = [name for name, found in findings_of(facts).items()
+                  if found.cost_us > (1 + MIN_RELIEF) * (now[name].cost_us if name in now else 0.0)]
+        knobs = {knob for name in raised for knob in RELIEVED_BY.get(name, ())} - {k for k, _, _ in changes}
+        paths += [[(moved, changes + more) for moved, more in path]
+                  for path in neighbours(spec) if path[0][1][0][0] in knobs]
+    return paths
 
 
 def _analysed(moved: Spec, changes: tuple, built: Build, current: Facts, ceilings):

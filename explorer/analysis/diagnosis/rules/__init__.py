@@ -9,18 +9,26 @@ from ..facts import Facts
 from ..findings import Finding, Rule
 from . import (
     bank_conflicts,
+    barriers,
     coalescing,
     cuda_cores,
     divergence,
+    issue,
     kernels,
+    kv_global,
     kv_reuse,
     masked_work,
+    mma_sync,
     parallelism,
     pipeline,
+    producer,
     races,
     re_reads,
+    rescale,
     reuse,
     rewrites,
+    ring_depth,
+    softmax,
     spills,
     vector_width,
     work_per_thread,
@@ -32,6 +40,8 @@ RULES: tuple[Rule, ...] = (
     spills.RULE, kernels.RULE, rewrites.RULE, vector_width.RULE, pipeline.RULE, re_reads.RULE, work_per_thread.RULE,
     masked_work.RULE, cuda_cores.RULE, kv_reuse.RULE,
     races.RULE,  # a wrong result: ranked first whatever the order (diagnoser.ranked)
+    barriers.RULE, softmax.RULE, rescale.RULE, ring_depth.RULE, producer.RULE, mma_sync.RULE, issue.RULE,
+    kv_global.RULE,
 )
 
 # Each rule's name (a Finding's ``rule``), what it looks for and how its cost is estimated: the list the

@@ -25,16 +25,26 @@ def _full(f: Facts) -> bool:
     return f.warps_per_sm * f.lanes_used * f.useful >= LATENCY_HIDING_WARPS
 
 
+def _hides_with_its_ring(f: Facts) -> bool:
+    """A wgmma tile loop hides latency with its ring of asynchronous copies and its warpgroups, not with
+    warps in numbers (one block of 4 to 12 warps per SM is its design): the ring-depth, producer and
+    softmax findings price what it leaves exposed."""
+    return f.loop is not None and f.loop.instruction == "wgmma"
+
+
 def occupancy_rule(f: Facts) -> Finding | None:
     """Too few warps per SM because of what one SM can hold (registers, shared memory, blocks)."""
     grid_blocks = -(-f.blocks // f.device.sms)
-    if _full(f) or f.blocks_per_sm >= grid_blocks:
+    if _full(f) or f.blocks_per_sm >= grid_blocks or _hides_with_its_ring(f):
         return None
     evidence = [f"{count(f.blocks_per_sm, 'block')} of {f.threads_per_block} threads "
                 f"{'fits' if f.blocks_per_sm == 1 else 'fit'} on an SM, limited by "
                 f"{f.limiter}: {f.warps_per_sm} warps per SM (of {LATENCY_HIDING_WARPS} taken as enough)."]
     if f.registers is not None:
         evidence.append(f"{f.registers} registers per thread; {f.shared_bytes:,} B of shared memory per block.")
+    if f.loop is not None and f.loop.fragments:
+        evidence.append(f"The tile loop's accumulators and fragments take {f.loop.fragments} registers per thread: "
+                        "fewer rows per warp or a smaller key tile take fewer, and more blocks fit.")
     if "achieved_occupancy" in f.counters:
         evidence.append(f"Nsight Compute: achieved occupancy {f.counters['achieved_occupancy']:.0f}%.")
     evidence += stall_evidence(f, "long_scoreboard")
@@ -45,7 +55,7 @@ def occupancy_rule(f: Facts) -> Finding | None:
 def grid_rule(f: Facts) -> Finding | None:
     """The grid is too small to fill the GPU: too few blocks (or too few warps in them)."""
     grid_blocks = -(-f.blocks // f.device.sms)
-    if _full(f) and f.busy_sms >= 1 or f.blocks_per_sm < grid_blocks:
+    if _full(f) and f.busy_sms >= 1 or f.blocks_per_sm < grid_blocks or _hides_with_its_ring(f) and f.busy_sms >= 1:
         return None
     evidence = [f"{f.blocks:,} blocks of {f.threads_per_block} threads for {f.device.sms} SMs: "
                 + (f"{f.device.sms - f.blocks} SMs get none." if f.blocks < f.device.sms else
