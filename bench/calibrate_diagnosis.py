@@ -203,7 +203,7 @@ def costs_of(spec, target: str) -> dict | None:
 
 
 def _compile(spec, directory):
-    from explorer.services.compiles import compile_library
+    from explorer.server.compiles import compile_library
 
     result = compile_library(spec, "auto", directory)
     return result if isinstance(result, str) else None

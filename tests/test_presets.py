@@ -120,10 +120,10 @@ def test_a_lesson_file_that_names_its_id_or_lists_former_ids_badly_is_refused(tm
 def _tabs_and_diagnosis(preset_id):
     """The diagnosis's facts and findings of a preset beside what its Roofline and Resources tabs show (the
     tabs' own functions), from the build the other tests of this process made."""
-    from explorer.tabs import _static_roofline
     from explorer.analysis.diagnosis import facts_of, findings_of
     from explorer.analysis.resources import analyze_resources
     from explorer.errors import ExplorerError
+    from explorer.tabs import _static_roofline
 
     built = build(get_preset(preset_id).spec, "h100")
     facts = facts_of(built)
