@@ -284,3 +284,13 @@ def test_the_lessons_claims_are_read_from_the_documents_summary_line():
                                         "a measurement", "missed by 5 claims")
     assert (structural.now, structural.met, structural.run) == ("242 of 242", "met", "docs/lessons-gpu.md")
 
+
+def test_the_page_in_the_repository_is_under_400_lines_and_every_run_it_links_exists():
+    root = Path(docs_section.ROOT)
+    text = (root / "docs" / "results.md").read_text()
+    assert len(text.splitlines()) < 400 and text.startswith(docs_section.HEADER)
+    for rows in read_results(root / "docs" / "results.md").values():
+        for cells in rows:
+            for link in filter(None, [cells[-1].partition("](../")[2].rstrip(")")]):
+                assert (root / link).exists(), link
+    assert not (root / "docs" / "benchmarks.md").exists()
