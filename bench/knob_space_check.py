@@ -582,7 +582,7 @@ def main(argv=None) -> int:
     saved = {"header": header, "outcomes": [o.to_json() for o in outcomes],
              "sanitized": [s.to_json() for s in sanitized]}
     (RESULTS / f"knob-space-{device}.json").write_text(json.dumps(saved, indent=1))
-    if args.out is None:
+    if args.out is None and not args.only:  # every template: the target's current figure
         write_result(*results(saved))
     wrong = sum(o.status == WRONG for o in outcomes)
     print(f"wrote {args.out or run_file(SECTION)}: {sum(o.status in (RIGHT, WRONG) for o in outcomes):,} checked, "

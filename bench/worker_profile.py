@@ -174,8 +174,9 @@ def main(argv=None) -> int:
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
         section = f"worker-profile-{args.write}"
         command = f"python bench/worker_profile.py {' '.join(argv or sys.argv[1:])}"
-        write_result(*results(rows, PROFILED, f"{gpu}, {os.cpu_count()} cores", time.strftime("%Y-%m-%d"), command,
-                              run_file(section)))
+        if not args.lessons and not args.limit:  # every template's steps: the target's current figure
+            write_result(*results(rows, PROFILED, f"{gpu}, {os.cpu_count()} cores", time.strftime("%Y-%m-%d"),
+                                  command, run_file(section)))
         write_section(section, f"### The measuring worker's phases per measurement: "
                       f"{args.write}\n\n{gpu}, {os.cpu_count()} cores, TVM {tvm.__version__}, PyTorch "
                       f"{torch.__version__}; `{command}`, "
