@@ -1,7 +1,7 @@
 """Time the analyses (bank conflicts, tiling, resources) of every shipped preset.
 
     python bench/analysis_speed.py            # print the table
-    python bench/analysis_speed.py --write    # and write its section of docs/benchmarks.md
+    python bench/analysis_speed.py --write    # and write its run (bench/results/runs/) and row (docs/results.md)
 
 The target is "all analyses for one setting ≤ 200 ms on the CPU machine": for each preset
 the build is made first (it is cached in the app too and timed separately), then the
@@ -11,13 +11,14 @@ Registers need nvcc (seconds, cached) and are not part of the budget.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import platform
 import statistics
 import sys
 import time
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 
 from explorer.analysis import banks, tiling
 from explorer.analysis.resources import analyze_resources
@@ -50,10 +51,23 @@ def time_preset(preset, repeat: int) -> dict:
     return {"build": build_ms, "accesses": accesses, **{k: statistics.median(v) for k, v in runs.items()}}
 
 
+def result(rows: list[tuple], failed: list[str], machine: str, date: str) -> Result:
+    """docs/results.md's row: the slowest preset's analyses against the budget."""
+    preset, worst = max(rows, key=lambda row: row[1]["total"])
+    return Result("app", "the analyses of one setting (bank conflicts, tiling, resources), the slowest preset",
+                  f"≤ {BUDGET_MS:.0f} ms", f"{worst['total']:.1f} ms ({preset.id}; {len(rows)} presets"
+                  + (f", {len(failed)} did not build" if failed else "") + ")",
+                  "met" if worst["total"] <= BUDGET_MS and not failed else
+                  f"missed by {max(0.0, worst['total'] - BUDGET_MS):.1f} ms" + (f", {len(failed)} did not build"
+                                                                                 if failed else ""),
+                  machine, date, "python bench/analysis_speed.py --write", run_file("analysis-speed"))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write the run to bench/results/runs/analysis-speed.md and its row to docs/results.md")
     args = parser.parse_args(argv)
     rows, failed = [], []
     for preset in all_presets().values():
@@ -84,6 +98,8 @@ def main(argv=None) -> int:
     print(text)
     if args.write:
         write_section("analysis-speed", text)
+        write_result(result(rows, failed, f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+                            datetime.date.today().isoformat()))
     return 0 if worst <= BUDGET_MS and not failed else 1
 
 

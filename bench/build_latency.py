@@ -184,15 +184,41 @@ def over_budget(template: str, spec: Spec, app_uncached: list[float]) -> str:
             f"{highlighting * 1000:.0f} ms. A server's build processes highlight a build's views beside building it.")
 
 
+def results(app: dict[str, tuple[float, float]], browser: tuple[float, float] | None, machine: str, date: str,
+            command: str) -> list:
+    """docs/results.md's rows: the slowest template's refresh, uncached and cached (``app``: template → median
+    seconds), and the real browser's where it was timed (median seconds, uncached and cached)."""
+    from docs_section import Result, run_file
+
+    def row(what: str, seconds: float, budget: float, where: str = "") -> Result:
+        return Result("app", f"knob change → refreshed code views, {what}", f"≤ {budget * 1000:.0f} ms",
+                      f"{seconds * 1000:.0f} ms{where}", "met" if seconds <= budget else
+                      f"missed by {(seconds - budget) * 1000:.0f} ms", machine, date, command, run_file(SECTION))
+
+    out = []
+    for i, (what, budget) in enumerate((("a setting not built before", UNCACHED_BUDGET_S),
+                                         ("a setting built before", CACHED_BUDGET_S))):
+        template = max(app, key=lambda name: app[name][i])
+        out.append(row(f"{what} (the page script, AppTest; the slowest template)", app[template][i], budget,
+                       f" ({template})"))
+        if browser is not None:
+            out.append(row(f"{what} (chromium, key press → new CUDA text)", browser[i], budget))
+    return out
+
+
 def ms(values: list[float], digits: int = 0) -> str:
     return f"{statistics.median(values) * 1000:.{digits}f}"
 
 
-def machine() -> str:
+def cpus() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.machine())
+    return f"{cpu}, {os.cpu_count()} CPUs"
+
+
+def machine() -> str:
     load = os.getloadavg()[0]
-    return (f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average {load:.1f} "
+    return (f"{cpus()}, Python {platform.python_version()}, load average {load:.1f} "
             f"(other work on the machine slows every row)")
 
 
@@ -200,16 +226,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--browser", action="store_true", help="also time a real chromium page")
-    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write the table to bench/results/runs/build-latency.md and its rows of docs/results.md")
     args = parser.parse_args()
 
-    rows, over = [], []
+    rows, over, app = [], [], {}
     worst_cached = worst_uncached = 0.0
     for template, (preset, spec, knob, a, b) in cases().items():
         lib_u, lib_c = library_times(spec, knob, a, b, args.runs)
         app_u, app_c = app_times(preset, template, knob, a, b, args.runs)
         worst_uncached = max(worst_uncached, statistics.median(app_u))
         worst_cached = max(worst_cached, statistics.median(app_c))
+        app[template] = (statistics.median(app_u), statistics.median(app_c))
         change = f"{knob} {a} ↔ {b}".replace("(", "").replace(")", "").replace(", ", "×")
         rows.append(f"| {template} | {preset} | {change} | {ms(lib_u)} | {ms(lib_c, 3)} | {ms(app_u)} | {ms(app_c)} |")
         print(rows[-1], flush=True)
@@ -235,8 +263,10 @@ def main() -> None:
         f"Slowest app refresh: {worst_uncached * 1000:.0f} ms uncached, {worst_cached * 1000:.0f} ms cached.",
         *over,
     ]
+    browser = None
     if args.browser:
         br_u, br_c = browser_times(args.runs)
+        browser = (statistics.median(br_u), statistics.median(br_c))
         lines += ["", f"Real browser (chromium, depthwise dw-blog-final-96, "
                       f"num_thread_x slider moved with the keyboard, "
                       f"key press → new CUDA text on the page): {ms(br_u)} ms for a setting never built before "
@@ -247,9 +277,11 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        from docs_section import write_section
+        from docs_section import write_result, write_section
 
         write_section(SECTION, text)
+        command = f"python bench/build_latency.py --runs {args.runs}{' --browser' if args.browser else ''} --write"
+        write_result(*results(app, browser, cpus(), datetime.date.today().isoformat(), command))
 
 
 if __name__ == "__main__":

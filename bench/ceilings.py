@@ -2,7 +2,7 @@
 under them.
 
     python bench/ceilings.py            # on the GPU machine: print the tables
-    python bench/ceilings.py --write    # ... and write them into docs/benchmarks.md ("ceilings")
+    python bench/ceilings.py --write    # ... and write them (bench/results/runs/ceilings.md, docs/results.md)
 
 The ceilings come from the measuring worker, as in the app and ``python -m explorer measure``
 (``explorer/measure/ceilings.py``: float4 stream reads of a 1 GiB buffer for HBM and of a
@@ -16,11 +16,12 @@ the script lists such presets and exits with status 1.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from pathlib import Path
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 
 import explorer.measure
 from explorer.analysis.roofline import MB, published_ceilings
@@ -71,6 +72,18 @@ def measure_all() -> tuple[dict, list[dict]]:
 def above_a_ceiling(rows: list[dict]) -> list[str]:
     return [r["preset"] for r in rows if r.get("correct") and not r.get("no_roof")
             and max(r["percent"], r["graph_percent"] or 0) > 100]
+
+
+def result(rows: list[dict], date: str) -> Result:
+    """docs/results.md's row: every shipped best preset right and at or under the measured roofline."""
+    above, wrong = above_a_ceiling(rows), [r["preset"] for r in rows if not r["correct"]]
+    device = next((r["device"] for r in rows if r.get("device")), "the GPU")
+    placed = sum(r["correct"] and not r.get("no_roof") for r in rows)
+    return Result("measuring", "the measured roofline: every shipped best preset at or under it",
+                  "none above a ceiling, none wrong",
+                  f"{placed} of {len(rows)} placed; above a ceiling: {', '.join(above) or 'none'}; wrong: "
+                  f"{', '.join(wrong) or 'none'}", "met" if not above and not wrong else "missed", device, date,
+                  COMMAND, run_file(SECTION))
 
 
 def _f(value, digits: int = 2) -> str:
@@ -128,7 +141,8 @@ def tensor_rows(measured: dict, published: dict | None) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="write the tables into docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write the tables to bench/results/runs/ceilings.md and the row of docs/results.md")
     parser.add_argument("--json", type=Path, default=None, help="also save the figures as JSON here")
     args = parser.parse_args(argv)
     ceilings, rows = measure_all()
@@ -139,6 +153,7 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"ceilings": ceilings, "presets": rows}, indent=2))
     if args.write:
         write_section(SECTION, text)
+        write_result(result(rows, datetime.date.today().isoformat()))
     return 1 if above_a_ceiling(rows) else 0
 
 

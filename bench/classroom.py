@@ -66,10 +66,10 @@ from classroom_logs import (
     percentiles,
     run_phases,
 )
-from classroom_report import demand, describe, limiter, slowest_moves
+from classroom_report import class_name, demand, describe, goal_results, limiter, slowest_moves
 from classroom_sampler import generator_load, limits, observe, saturation
 from classroom_students import Student, play_in_processes
-from docs_section import write_section
+from docs_section import run_file, write_result, write_section
 
 from explorer.errors import ExplorerError
 from explorer.lessons import get_lesson
@@ -184,7 +184,12 @@ def main() -> None:
     parser.add_argument("--json", help="write the whole report (with samples) here")
     parser.add_argument("--goal", action="append", default=[], metavar="NAME=SECONDS",
                         help="a target to check, e.g. knob_to_code.p95=1.0 or knob_to_latency_new.p50=0.5")
-    parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under LABEL")
+    parser.add_argument("--write", metavar="LABEL",
+                        help="write the report to bench/results/runs/classroom-LABEL.md and each goal's row of "
+                             "docs/results.md")
+    parser.add_argument("--class-name", metavar="TEXT",
+                        help="the class, as docs/results.md names its goals' rows (default: the students and their "
+                             "lessons, or the steps they open); the next run of the same name replaces them")
     parser.add_argument("--machine", default=platform.node(), help="the machine, as the table should name it")
     parser.add_argument("--revisit-every", type=int, default=0, metavar="K",
                         help="every K-th move of a student undoes the previous one (a revisit); 0: never on purpose")
@@ -225,9 +230,13 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(report, indent=1))
     if args.write:
         command = "python bench/classroom.py " + shlex.join(sys.argv[1:])
-        write_section(f"classroom-{args.write}", f"### Classroom: {args.write}\n\nMachine: {args.machine}. "
-                      f"Date: {time.strftime('%Y-%m-%d')}. Command (server on the same machine, started with "
+        section, date = f"classroom-{args.write}", time.strftime("%Y-%m-%d")
+        write_section(section, f"### Classroom: {args.write}\n\nMachine: {args.machine}. "
+                      f"Date: {date}. Command (server on the same machine, started with "
                       f"`python -m explorer serve`):\n`{command}`\n\n{text}\n")
+        lessons = args.lesson or ([] if args.links else ["depthwise_blog"])  # LINKS: that lesson's steps
+        name = args.class_name or class_name(args.students, lessons, links, args.same_link, report.get("gpus", 1))
+        write_result(*goal_results(report, goals, name, args.machine, date, command, run_file(section)))
     # 3: the run measured its own load generator as much as the server; 1: a student met an error.
     sys.exit(3 if report["generator_limited"] else 1 if report["errors"] else 0)
 

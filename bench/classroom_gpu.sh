@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The classroom targets on a GPU machine, each against the server as a class meets it, and
-# each table written into docs/benchmarks.md (section classroom-<label>). From the repository
+# each report written to bench/results/runs/classroom-<label>.md and each goal's row to docs/results.md. From the repository
 # root, with the project importable (installed, or on PYTHONPATH):
 #
 #   bash bench/classroom_gpu.sh modern RESULTS   # fresh server: the teacher's first page, 30 students on the

@@ -8,6 +8,7 @@ import statistics
 
 from classroom_logs import COMPILE_STAGE_WORDS
 from classroom_sampler import LIMIT_SHARE, SAMPLE_EVERY_S, SATURATED, limits
+from docs_section import MET, Result
 
 SLOWEST_SHARE = 0.05  # the moves above the 95th percentile: what a p95 goal is about
 FIRST_MINUTE_S = 60
@@ -24,19 +25,59 @@ def slowest_moves(class_: list, column: int, started: float) -> dict:
             "templates_of_all": collections.Counter(m[1] for m in moves).most_common()}
 
 
+def goal_outcome(report: dict, name: str, limit: float) -> tuple[float | None, str]:
+    """A goal such as "knob_to_code.p95" ≤ ``limit`` seconds: the run's figure and "met", "missed by … s"
+    or "not measured"."""
+    section, stat = name.rsplit(".", 1)
+    value = report[section][stat]
+    if value is None:
+        return None, "not measured"
+    return value, "met" if value <= limit else f"missed by {value - limit:.3f} s"
+
+
 def goal_rows(report: dict, goals: dict[str, float]) -> list[str]:
     """Rows "| goal | measured | verdict |" for goals such as {"knob_to_code.p95": 1.0}."""
     rows = ["| goal | measured | |", "| --- | ---: | --- |"]
     for name, limit in goals.items():
         section, stat = name.rsplit(".", 1)
-        value = report[section][stat]
-        if value is None:
-            verdict, shown = "not measured", "—"
-        else:
-            verdict = "met" if value <= limit else f"**missed by {value - limit:.3f} s**"
-            shown = f"{value:.3f} s"
+        value, verdict = goal_outcome(report, name, limit)
+        shown = "—" if value is None else f"{value:.3f} s"
+        verdict = verdict if verdict in ("met", "not measured") else f"**{verdict}**"
         rows.append(f"| {section.replace('_', ' ')} {stat} ≤ {limit:g} s | {shown} | {verdict} |")
     return rows
+
+
+def class_name(students: int, lessons: list[str], links: tuple[str, ...], same_link: bool, gpus: int = 1) -> str:
+    """The class a run stands for, as docs/results.md names its rows: the students and what they open."""
+    if same_link:
+        what = f"opening `{links[0]}` at once"
+    elif lessons:
+        what = " + ".join(lessons)
+    else:
+        what = "the steps " + ", ".join(links)
+    return f"{students} student{'s' if students != 1 else ''}, {what}" + (f", {gpus} GPUs" if gpus > 1 else "")
+
+
+def goal_results(report: dict, goals: dict[str, float], name: str, machine: str, date: str, command: str,
+                 run: str = "") -> list[Result]:
+    """One docs/results.md row per goal: the figure with the demand the class made beside it, and what limited
+    the server where the goal was missed. A run whose load generator was saturated gives no verdict."""
+    demand = (f"; {report['delivered_moves_per_s']:.1f} of {report['intended_moves_per_s']:.1f} moves/s delivered"
+              if report.get("intended_moves_per_s") else "")
+    class_ = (f"{report['seconds']:.0f} s{demand}; {len(report['errors'])} errors, "
+              f"{len(report.get('lost_moves', []))} moves without code"
+              + (f", {report['overlapping_runs']} kernel runs overlapping" if "overlapping_runs" in report else ""))
+    out = []
+    for goal, limit in goals.items():
+        value, verdict = goal_outcome(report, goal, limit)
+        if report.get("generator_limited"):
+            verdict = "no verdict: the load generator was saturated"
+        section, stat = goal.rsplit(".", 1)
+        words = section.replace("open_to_", "link_to_").replace("_to_", " → ").replace("_", " ")
+        out.append(Result("class", f"{name}: {words} {stat}", f"≤ {limit:g} s",
+                          f"{'—' if value is None else f'{value:.3f} s'} ({class_})", verdict, machine, date,
+                          command, run, limit=report["limited_by"] if verdict != MET and report.get("limits") else ""))
+    return out
 
 
 def demand(students: int, think: float, intended_reply: float, moves: int, playing_s: float) -> dict:

@@ -69,7 +69,8 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=30, help="submitters at once (0: skip)")
     parser.add_argument("--rpc", metavar="HOST:PORT", help="measure through this tracker's GPU servers")
     parser.add_argument("--key", help="the servers' key at the tracker")
-    parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write the report to bench/results/runs/classroom-submit.md")
     args = parser.parse_args()
     remote = Remote.parse(args.rpc, args.key) if args.rpc else None
     gpu = f"the GPU servers of {remote}" if remote else local_gpu()

@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from calibrate_diagnosis import format_table
+from docs_section import Result, write_result, write_section
 
 from explorer import agreement as A
 from explorer.analysis.diagnosis import (
@@ -45,6 +46,9 @@ LESSONS_DOC = ROOT / "docs" / "lessons-gpu.md"
 BEST_LESSON = "best"  # presets/best.toml: each a search's best point
 TOLERANCE = 0.05  # two times within ±5% are the same speed (explorer.lessons.ClaimThresholds)
 NO_GPU_EXIT = 3
+# The targets: the share of graded steps that agree, over all lessons and in each with enough graded
+# steps; the share of presets whose top suggestion the GPU finds faster (or rightly none).
+AGREEMENT_GOAL, LESSON_GOAL, LESSON_GRADED, GPU_GOAL = 0.80, 0.60, 3, 0.85
 
 def _source_only() -> None:
     """In a diagnosing process: CUDA source only (a GPU machine would compile every neighbour's
@@ -356,6 +360,44 @@ def gpu_text(rows: list[dict], device: str, seconds: float, command: str) -> str
 GPU_HEADING = "## The top suggestion, tried on the GPU"
 
 
+def _share_verdict(share: float, goal: float) -> str:
+    return "met" if share >= goal else f"missed by {round(100 * (goal - share))} points"
+
+
+def results(grades: list[A.StepGrade], gpu_rows: list[dict] | None, machine: str, date: str,
+            command: str) -> list[Result]:
+    """docs/results.md's rows: the lessons' agreement, over all and per lesson, and (after --try-on-gpu) the
+    share of presets whose top suggestion the GPU confirms."""
+    agreeing, graded = A.agreement_share(grades)
+    per_lesson = defaultdict(list)
+    for g in grades:
+        per_lesson[g.lesson].append(g)
+    shares = [(lesson, *A.agreement_share(rows)) for lesson, rows in per_lesson.items()]
+    judged = [(lesson, a, n) for lesson, a, n in shares if n >= LESSON_GRADED]
+    low = sorted((s for s in judged if s[1] / s[2] < LESSON_GOAL), key=lambda s: s[1] / s[2])
+    run = str(DOC.relative_to(ROOT))
+    out = [
+        Result("diagnosis", "lesson agreement: a top-two suggestion at step k moves the knob step k+1 changes",
+               f"≥ {AGREEMENT_GOAL:.0%} of graded steps", f"{agreeing} of {graded} ({agreeing / graded:.0%})",
+               _share_verdict(agreeing / graded, AGREEMENT_GOAL), machine, date, command, run),
+        Result("diagnosis", f"lesson agreement in every lesson with ≥ {LESSON_GRADED} graded steps",
+               f"≥ {LESSON_GOAL:.0%} in each",
+               (f"below it: {', '.join(f'{lesson} {a} of {n} ({a / n:.0%})' for lesson, a, n in low)}" if low else
+                f"all {len(judged)} lessons at {LESSON_GOAL:.0%} or more"),
+               "met" if not low else f"missed in {len(low)} of {len(judged)} lessons", machine, date, command, run),
+    ]
+    if gpu_rows is not None:
+        compared = [r for r in gpu_rows if "verdict" in r]
+        good = sum(r["verdict"] in GOOD for r in compared)
+        out.append(Result(
+            "diagnosis", "the top suggestion faster on the GPU (beyond ±5%), or rightly none where it says no "
+            "one-knob move is, over the shipped presets that are not a search's best", f"≥ {GPU_GOAL:.0%} of presets",
+            f"{good} of {len(compared)} ({good / len(compared):.0%})" if compared else "none compared",
+            _share_verdict(good / len(compared), GPU_GOAL) if compared else "not measured", machine, date, command,
+            run))
+    return out
+
+
 def kept_gpu_section(document: str) -> str:
     """The GPU section of a document this script wrote (from its heading to the end), or ""."""
     return document[document.index(GPU_HEADING):].rstrip("\n") + "\n" if GPU_HEADING in document else ""
@@ -385,15 +427,15 @@ def main(argv=None) -> int:
         known = diagnosed(graded_specs() + [p.spec for p in presets_to_try()], args.workers)
     grades = grade(args.workers, progress, known)
     text = agreement_text(grades, time.time() - started)
-    section = ""
+    section, gpu_rows = "", None
     if args.try_on_gpu:
         import tvm
 
         device = tvm.cuda(0).device_name
         begun = time.time()
         command = "python bench/diagnosis_agreement.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress, known)
-        section = gpu_text(rows, device, time.time() - begun, command)
+        gpu_rows = try_on_gpu(args.workers, started + 60 * args.max_minutes, progress, known)
+        section = gpu_text(gpu_rows, device, time.time() - begun, command)
         text += "\n" + section
     elif args.write:  # the GPU's table of the last --try-on-gpu run stays, with its own date and command
         section = kept_gpu_section(DOC.read_text() if DOC.exists() else "")
@@ -402,13 +444,15 @@ def main(argv=None) -> int:
     print(f"{agreeing} of {graded} graded steps agree; {time.time() - started:.0f} s")
     if args.write:
         DOC.write_text(text)
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from docs_section import write_section
-
         lessons_section = "\n".join(["## The diagnosis, graded against the lessons", "",
                                       "Static evidence only (`python bench/diagnosis_agreement.py --write`; each step "
                                       "in `docs/diagnosis.md`):", "", *agreement_summary(grades)])
         write_section("diagnosis", lessons_section + ("\n\n" + section if section else ""), LESSONS_DOC)
+        machine = (device if args.try_on_gpu else
+                   f"{platform.machine()}, {os.cpu_count()} CPUs (static evidence: the H100's published figures)")
+        write_result(*results(grades, gpu_rows, machine, datetime.date.today().isoformat(),
+                              "python bench/diagnosis_agreement.py " + shlex.join(argv if argv is not None
+                                                                                  else sys.argv[1:])))
         print(f"wrote {DOC.relative_to(ROOT)} and a section of {LESSONS_DOC.relative_to(ROOT)}")
     else:
         print(text)

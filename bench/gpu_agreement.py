@@ -4,6 +4,8 @@ same settings through a server's queue with one worker per GPU (measurements per
 GPU and on all of them, and no two kernels at once on one GPU).
 
     python bench/gpu_agreement.py [--gpus 2] [--presets ID,...] [--write]
+
+``--write``: the tables to bench/results/runs/gpu-agreement.md, the agreement's row to docs/results.md.
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import sys
 import tempfile
 import time
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 
 from explorer.errors import ExplorerError
-from explorer.measure import MeasureSettings
+from explorer.measure import MeasureSettings, local_gpu
 from explorer.measure.measurement import LocalGPU
 from explorer.measure.worker import Trial
 from explorer.presets import get_preset
@@ -36,6 +38,16 @@ def agreement(gpus: list[LocalGPU], presets: tuple[str, ...]) -> list[tuple[str,
         trial = Trial(spec, spec.workload, "auto", MeasureSettings())
         rows.append((preset, [gpu.measure(trial).median_us for gpu in gpus]))
     return rows
+
+
+def result(rows: list[tuple[str, list[float]]], machine: str, date: str, command: str) -> Result:
+    """docs/results.md's row: identical GPUs time each preset within AGREE of each other."""
+    spreads = [(max(times) - min(times)) / statistics.median(times) for _, times in rows]
+    within = sum(spread <= AGREE for spread in spreads)
+    return Result("measuring", "the GPUs of one machine time the same kernel alike", f"within {AGREE:.0%}",
+                  f"{within} of {len(rows)} presets within it (the widest spread {max(spreads):.1%})",
+                  "met" if within == len(rows) else f"missed by {len(rows) - within} presets", machine, date,
+                  command, run_file("gpu-agreement"))
 
 
 def throughput(gpus: int, presets: tuple[str, ...], variants: int) -> tuple[float, int]:
@@ -69,7 +81,8 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--variants", type=int, default=6, help="settings per preset in the throughput run")
-    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write the tables to bench/results/runs/gpu-agreement.md and the row of docs/results.md")
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_RUN_LOG", os.path.join(tempfile.gettempdir(), "explorer-gpu-agreement.log"))
     presets = tuple(filter(None, args.presets.split(",")))
@@ -92,8 +105,10 @@ def main() -> None:
     print(lines[-1])
     if args.write:
         command = "python bench/gpu_agreement.py " + " ".join(sys.argv[1:])
+        date = time.strftime("%Y-%m-%d")
         write_section("gpu-agreement", f"### GPUs of one machine: agreement and throughput\n\nDate: "
-                      f"{time.strftime('%Y-%m-%d')}. Command: `{command}`\n\n{text}\n")
+                      f"{date}. Command: `{command}`\n\n{text}\n")
+        write_result(result(rows, f"{args.gpus} × {local_gpu()}, {os.cpu_count()} cores", date, command))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ timed in the same worker from CUDA graphs, so the ratio and the goals compare th
 figures (like with like: neither pays a host launch per kernel); the fastest correct
 preset by that figure is the row's "best preset". "% of roofline" is the least time the
 measured roofline allows over the kernel's time from a graph. Prints one table and
-writes it into docs/benchmarks.md (section "kernels"); a closing note written below that
-section survives re-runs. Rows are kept in bench/results/kernels-<gpu>.json, so runs with
+writes it to bench/results/runs/kernels.md, and each benchmark's row of docs/results.md (its goal,
+met or by how much). Rows are kept in bench/results/kernels-<gpu>.json, so runs with
 ``--only`` (each short enough for one session on the GPU machine) add up to the whole table.
 The 16-bit matmuls are also measured with the matmul_hopper template's defaults (128×256×64
 blocks, which divide every such row's shape: 11008 = 43 × 256) and with persistent tiles,
@@ -32,11 +32,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shlex
 import statistics
 import sys
 
 from ceilings import ceilings_first
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 from result_files import RESULTS, gpu_slug
 
 from explorer.analysis.ncu import DURATION, durations_after_warm_up_us, profile, profile_program
@@ -185,6 +186,26 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def results(gpu: str, rows: list[dict]) -> list[Result]:
+    """docs/results.md's row of each benchmark: the best preset against PyTorch, judged by the goal's current
+    words; the command that measures that row again."""
+    out = []
+    for r in rows:
+        benchmark = next((b for b in BENCHMARKS if b.workload.label() == r["workload"]), None)
+        verdict = met(r)
+        verdict = "met" if verdict == "yes" else verdict.replace("no: ", "missed: ", 1)
+        if r["tvm_us"] and r["torch_us"]:
+            roofline = "" if r["percent_of_roofline"] is None else f"; {r['percent_of_roofline']:.0f}% of roofline"
+            now = (f"`{r['best']}` {r['tvm_us']:,.2f} µs, PyTorch {r['torch_us']:,.2f} µs ({r['ratio']:.2f}×; "
+                   f"{_tflops(r['tvm_tflops'])} / {_tflops(r['torch_tflops'])} TFLOP/s{roofline})")
+        else:
+            now = "not measured: " + ("; ".join(r["failed"]) or "no correct preset or no PyTorch time")
+        out.append(Result("kernels", r["workload"], benchmark.goal if benchmark else r["goal"], now, verdict, gpu,
+                          r.get("date", ""), f"python bench/kernels.py --only {shlex.quote(r['workload'])}",
+                          run_file("kernels")))
+    return out
+
+
 def selected(only: list[str] | None) -> tuple[Benchmark, ...]:
     """The benchmarks whose label equals one of ``only`` or contains one that is no label itself
     ("matmul 4096x4096x4096" is the fp32 row alone; "matmul 4096" is all three)."""
@@ -209,7 +230,7 @@ def merged_rows(gpu: str, rows: list[dict], write: bool) -> list[dict]:
 
 
 def section(gpu: str, rows: list[dict]) -> str:
-    """The docs/benchmarks.md section ("kernels") for these rows."""
+    """The run's report (section "kernels") for these rows."""
     failed = [f for r in rows for f in r["failed"]]
     return "\n".join([
         f"## Kernels: best shipped preset vs PyTorch on {gpu}",
@@ -277,6 +298,7 @@ def main(argv=None) -> int:
     print(table(rows))
     if not args.no_write:
         write_section("kernels", section(gpu, rows))
+        write_result(*results(gpu, rows))
     return 0
 
 

@@ -13,10 +13,11 @@ gives no verdict.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 from pathlib import Path
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 
 CODE_P95_S, LATENCY_P95_S = 1.0, 3.0  # the class targets
 
@@ -56,6 +57,15 @@ def knee(reports: list[dict]) -> str:
             f"met both p95 targets{after}.")
 
 
+def result(knee_sentence: str, family: str, machine: str, date: str, command: str, run: str = "") -> Result:
+    """docs/results.md's row of the family's knee (``knee_sentence``: what ``knee`` says): a figure to know, not a
+    bound to meet."""
+    return Result("class", f"the knee of one server: {family}",
+                  f"the most moves/s a class delivers with knob → code p95 ≤ {CODE_P95_S:g} s, knob → latency p95 ≤ "
+                  f"{LATENCY_P95_S:g} s and no move without code", knee_sentence, "measured", machine, date, command,
+                  run)
+
+
 def table(reports: list[dict]) -> list[str]:
     rows = ["| students | moves/s intended | moves/s delivered | knob → code p95 (s) | knob → latency p95 (s) "
             "| moves without code | load generator's busiest process: cores, samples ≥ 90% | limited by | verdict |",
@@ -76,14 +86,16 @@ def main() -> None:
     parser.add_argument("--family", required=True, help="the lessons the classes played, as the table names them")
     parser.add_argument("--machine", required=True)
     parser.add_argument("--command", default="", help="the command that made the reports, for the table")
-    parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under LABEL")
+    parser.add_argument("--write", metavar="LABEL",
+                        help="write the table to bench/results/runs/LABEL.md and the knee's row of docs/results.md")
     args = parser.parse_args()
     reports = [json.loads(Path(path).read_text()) for path in args.reports]
     seconds_each = sorted({round(r["seconds"]) for r in reports})
+    command = args.command or "python bench/knee.py " + " ".join(args.reports)
     text = "\n".join([
         f"### The knee of one server: {args.family}",
         "",
-        f"Machine: {args.machine}. Command: `{args.command or 'bench/knee.py ' + ' '.join(args.reports)}`. "
+        f"Machine: {args.machine}. Command: `{command}`. "
         f"Classes of {', '.join(str(r['students']) for r in sorted(reports, key=lambda r: r['students']))} "
         f"students, {', '.join(map(str, seconds_each))} s each, a move every ~5 s each; targets p95 knob → code "
         f"≤ {CODE_P95_S:g} s and knob → latency ≤ {LATENCY_P95_S:g} s, no move without code.",
@@ -95,6 +107,8 @@ def main() -> None:
     print(text)
     if args.write:
         write_section(args.write, text)
+        write_result(result(knee(reports), args.family, args.machine, datetime.date.today().isoformat(), command,
+                            run_file(args.write)))
 
 
 if __name__ == "__main__":

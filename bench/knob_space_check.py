@@ -1,6 +1,6 @@
 """Every template's knob space checked on this GPU at the lessons' shapes, and a sample under compute-sanitizer.
 
-    python bench/knob_space_check.py                      # on the GPU machine: the check, docs/knob-space.md
+    python bench/knob_space_check.py                      # on the GPU machine: the check, its report and rows
     python bench/knob_space_check.py --dry-run [--list]   # anywhere: the plan, and what each template accepts
     python bench/knob_space_check.py --racecheck-before   # the row-wise race (6e8f0d9), before and after its fix
 
@@ -20,8 +20,9 @@
    slows a kernel a hundredfold and more, and what it finds does not depend on the size) run under
    ``compute-sanitizer --tool racecheck`` and ``--tool memcheck``, each in a process of its own
    (``--launch``), --sanitizers at a time, beside the check; their hazards and errors are counted.
-5. docs/knob-space.md's results (date, machine, command, seconds: a table per template and every wrong
-   setting with its link), and bench/results/knob-space-<gpu>.json with every setting's outcome.
+5. The run's report, bench/results/runs/knob-space.md (date, machine, command, seconds: a table per template
+   and every wrong setting with its link), its rows of docs/results.md (Correctness), and
+   bench/results/knob-space-<gpu>.json with every setting's outcome.
 
 --racecheck-before builds rowwise-softmax-fused with rows_per_block = 2 and threads = 64 as the template
 built it before commit 6e8f0d9 (each row statistic copied to shared memory by thread x = 0 with no barrier
@@ -51,7 +52,7 @@ from urllib.parse import urlencode
 
 import numpy as np
 import tvm
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 from tvm.s_tir import Schedule
 
 from explorer.analysis.ncu import spec_from_json, spec_to_json
@@ -81,10 +82,9 @@ from explorer.workloads import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "knob-space.md"
 RESULTS = Path(__file__).resolve().parent / "results"
 NO_GPU_EXIT = 3
-SECTION = "results"  # the part of DOC this script writes (docs_section), below its hand-written header
+SECTION = "knob-space"  # the run's report: bench/results/runs/knob-space.md (docs/knob-space.md says what it checks)
 
 # The gate's check and the least timing measure() does (explorer.measure.timing.time_function): repeats of
 # at least 10 µs, the least MeasureSettings takes, within a budget of 1 ms.
@@ -447,6 +447,36 @@ def render(spaces: list[Space], outcomes: list[Outcome], cut: list[Space], sanit
     return "\n".join(lines)
 
 
+def results(saved: dict) -> list[Result]:
+    """docs/results.md's rows from a run's saved outcomes (the JSON this script writes): every accepted setting
+    right, and the sanitizer sample clean."""
+    header, outcomes, sanitized = saved["header"], saved["outcomes"], saved["sanitized"]
+    counts = collections.Counter(o["status"] for o in outcomes)
+    checked, bad = counts[RIGHT] + counts[WRONG], counts[WRONG] + counts[FAILED]
+    why = collections.Counter(f"{o['status']}: {o['template']}, {o['detail']}" for o in outcomes
+                              if o["status"] in (WRONG, FAILED))
+    common = dict(machine=f"{header['device']}, {header['cpus']} cores", date=header["date"],
+                  command=header["command"], run=run_file(SECTION))
+    spaces = Result(
+        "correctness", "every accepted knob setting computes the right result on the GPU (the lessons' shapes)",
+        "0 wrong, 0 failed to build",
+        f"{counts[RIGHT]:,} of {checked:,} accepted settings right, {counts[WRONG]:,} wrong, {counts[FAILED]:,} failed "
+        f"to build ({counts[REFUSED]:,} refused, {counts[UNCHECKED]:,} accepted but not checked)",
+        "met" if not bad else f"missed: {bad:,} wrong or failed", **common,
+        limit="; ".join(f"{text}{f' ({n}×)' if n > 1 else ''}" for text, n in why.most_common(3)))
+    reports = {tool: sum(s["reports"] for s in sanitized if s["tool"] == tool) for tool in TOOLS}
+    templates = len({s["template"] for s in sanitized})
+    correct = sum(s["check"].startswith("correct") for s in sanitized)
+    sample = Result(
+        "correctness", "racecheck and memcheck on one accepted setting of each template (a small shape)",
+        "nothing reported, the result right",
+        f"{templates} templates: {reports['racecheck']} racecheck hazards, {reports['memcheck']} memcheck errors; "
+        f"the gate: {correct} of {len(sanitized)} sanitized runs right",
+        "met" if sanitized and not any(reports.values()) and correct == len(sanitized) else
+        "not run" if not sanitized else "missed", **common)
+    return [spaces, sample]
+
+
 # -- the command ----------------------------------------------------------------------------------------------
 
 
@@ -461,14 +491,20 @@ def racecheck_before() -> int:
     if sanitizer_path() is None or not _gpu():
         print("error: needs a CUDA GPU and compute-sanitizer; run it on the GPU machine.", file=sys.stderr)
         return NO_GPU_EXIT
-    results = {"before 6e8f0d9 (shared copy)": sanitize(spec, "racecheck", old=True, timeout_s=600),
-               "now (local statistics)": sanitize(spec, "racecheck", timeout_s=600)}
-    for label, result in results.items():
+    runs = {"before 6e8f0d9 (shared copy)": sanitize(spec, "racecheck", old=True, timeout_s=600),
+            "now (local statistics)": sanitize(spec, "racecheck", timeout_s=600)}
+    for label, result in runs.items():
         print(f"{label}: {result.reports} hazards reported ({result.summary}); the gate: {result.check}")
         if result.tail:
             print(result.tail)
-    before, now = results.values()
-    return 0 if before.reports and not now.reports else 1
+    before, now = runs.values()
+    found = bool(before.reports and not now.reports)
+    write_result(Result(
+        "correctness", "the row-wise race of 6e8f0d9 under racecheck: reported before the fix, nothing after",
+        "hazards before, 0 after", f"before: {before.summary}, the gate: {before.check.split(':')[0]}; now: "
+        f"{now.summary}, the gate: {now.check.split(':')[0]}", "met" if found else "missed", f"{local_gpu()}",
+        datetime.date.today().isoformat(), "python bench/knob_space_check.py --racecheck-before"))
+    return 0 if found else 1
 
 
 def _gpu() -> bool:
@@ -497,7 +533,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="no GPU: build each setting drawn (CUDA source, no binary) and say what would be checked")
     parser.add_argument("--list", action="store_true", help="with --dry-run: print every accepted setting's link")
-    parser.add_argument("--out", type=Path, default=DOC, help=f"the document (default {DOC.relative_to(ROOT)})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the report as a section of this document (default: bench/results/runs/"
+                             f"{SECTION}.md, and the rows of docs/results.md)")
     parser.add_argument("--racecheck-before", action="store_true", help=racecheck_before.__doc__)
     parser.add_argument("--launch", metavar="SPEC_JSON", help=argparse.SUPPRESS)  # a sanitized run's program
     parser.add_argument("--old-row-statistics", action="store_true", help=argparse.SUPPRESS)
@@ -541,12 +579,14 @@ def main(argv=None) -> int:
     write_section(SECTION, render(spaces, outcomes, cut, sanitized, header), args.out)
     RESULTS.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^a-z0-9]+", "-", str(header["device"]).lower()).strip("-")
-    (RESULTS / f"knob-space-{device}.json").write_text(json.dumps(
-        {"header": header, "outcomes": [o.to_json() for o in outcomes],
-         "sanitized": [s.to_json() for s in sanitized]}, indent=1))
+    saved = {"header": header, "outcomes": [o.to_json() for o in outcomes],
+             "sanitized": [s.to_json() for s in sanitized]}
+    (RESULTS / f"knob-space-{device}.json").write_text(json.dumps(saved, indent=1))
+    if args.out is None and not args.only:  # every template: the target's current figure
+        write_result(*results(saved))
     wrong = sum(o.status == WRONG for o in outcomes)
-    print(f"wrote {args.out}: {sum(o.status in (RIGHT, WRONG) for o in outcomes):,} checked, {wrong} wrong, "
-          f"in {elapsed:.0f} s", file=sys.stderr)
+    print(f"wrote {args.out or run_file(SECTION)}: {sum(o.status in (RIGHT, WRONG) for o in outcomes):,} checked, "
+          f"{wrong} wrong, in {elapsed:.0f} s", file=sys.stderr)
     return 1 if wrong else 0
 
 

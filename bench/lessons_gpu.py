@@ -8,14 +8,15 @@ tutorial's claims with the tutorial's numbers, this GPU's numbers and the verdic
 One process, no streamlit or plotly. Kernels run in explorer.measure's worker process, each
 checked against NumPy before it is timed: a kernel that is wrong, crashes or hangs loses
 its own number (the document says why), never the run. Presets that share a schedule
-are measured once. The raw results also go to bench/results/lessons-<arch>.json, and a
-summary to docs/benchmarks.md (section ``lessons``).
+are measured once. The raw results also go to bench/results/lessons-<arch>.json; a whole run
+(no --only, the default --out) also writes the claims' rows of docs/results.md.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import re
 import shlex
 import sys
 import time
@@ -161,10 +162,23 @@ def render(lessons, measured: dict[str, R.MeasuredStep], torch_us: dict, sm_coun
     return "\n".join(lines + body)
 
 
-def summary_section(text: str, doc: Path) -> str:
-    """The docs/benchmarks.md section: the summary line and where the details are."""
-    first = next(line for line in text.splitlines() if line.startswith("**"))
-    return f"## Lessons: the tutorials' claims measured\n\n{first}\n\nDetails, per claim: `{doc.relative_to(ROOT)}`."
+SUMMARY = re.compile(r"\*\*(\d+) timing claims reproduced, (\d+) not reproduced, (\d+) without a measurement; "
+                     r"(\d+) structural claims reproduced, (\d+) not\.\*\*")
+
+
+def results(text: str, header: dict, doc: Path) -> list:
+    """docs/results.md's rows from the document's summary line: the timing claims and the structural ones."""
+    from docs_section import Result
+
+    timing, missed, unmeasured, structural, wrong = map(int, SUMMARY.search(text).groups())
+    common = dict(machine=header["device"], date=header["date"], command=header["command"],
+                  run=str(doc.relative_to(ROOT)))
+    return [Result("lessons", "the tutorials' timing claims reproduced on the GPU", "all",
+                   f"{timing} of {timing + missed + unmeasured} reproduced; {missed} not, each with the reason it may "
+                   f"differ; {unmeasured} without a measurement", "met" if not missed + unmeasured else
+                   f"missed by {missed + unmeasured} claims", **common),
+            Result("lessons", "the lessons' structural claims (what each step's kernel is) on this build", "all",
+                   f"{structural} of {structural + wrong}", "met" if not wrong else f"missed: {wrong} not", **common)]
 
 
 def main(argv=None) -> int:
@@ -221,10 +235,10 @@ def main(argv=None) -> int:
                                                "blocks": m.blocks} for pid, m in measured.items()},
            "pytorch_us": {label: us for label, (us, _) in torch_us.items()}}
     (RESULTS / f"lessons-{arch}.json").write_text(json.dumps(raw, indent=2))
-    if args.out == DOC:
-        from docs_section import write_section
+    if args.out == DOC and not args.only:
+        from docs_section import write_result
 
-        write_section("lessons", summary_section(text, args.out))
+        write_result(*results(text, header, args.out))
     print(f"wrote {args.out} ({header['elapsed_s']:.0f} s)", file=sys.stderr)
     return 0
 

@@ -7,8 +7,8 @@
 
 A case that fails to build, is wrong, crashes or hangs is reported with its reason and the
 others go on. Prints one line per case as it finishes, then the table; writes the raw
-results to bench/results/matmul-modern-<gpu>.json and the table to docs/benchmarks.md
-(section ``matmul_modern``). Ratios compare CUDA-graph figures (PyTorch is timed that way).
+results to bench/results/matmul-modern-<gpu>.json and the table to
+bench/results/runs/matmul_modern.md. Ratios compare CUDA-graph figures (PyTorch is timed that way).
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ and (``--ncu``) Nsight Compute's ``gpu__time_duration.sum`` for the same kernels
     python bench/measure_gpu.py --from-json OUT/measure_gpu.json --write-docs   # re-render
 
 Writes ``OUT/measure_gpu.md`` (tables) and ``OUT/measure_gpu.json`` (every figure);
-``--write-docs`` also writes them as the ``measure-gpu`` section of docs/benchmarks.md.
+``--write-docs`` also writes them to bench/results/runs/measure-gpu.md and their targets' rows to
+docs/results.md (a knob change's measured latency; Nsight Compute's agreement).
 Needs no streamlit or plotly (the GPU test machine has neither).
 
 - Presets: ``explorer.measure.measure`` (checked against NumPy, then TVM's time_evaluator
@@ -37,6 +38,7 @@ from pathlib import Path
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="measure-gpu-cuda-")
 
 from ceilings import ceilings_first
+from docs_section import Result, run_file, write_result, write_section
 from result_files import RESULTS
 
 from explorer.errors import ExplorerError, InvalidKnobs
@@ -235,6 +237,31 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+KNOB_TO_LATENCY_S = 1.0  # the target: a knob change's measured latency, median
+
+
+def results_rows(results: dict) -> list[Result]:
+    """docs/results.md's rows: a knob change → measured latency (median), and Nsight Compute's agreement."""
+    env = results["environment"]
+    common = dict(machine=f"{env['gpu']}, {env['machine']}", date=results.get("date", ""),
+                  command=results["command"], run=run_file(SECTION))
+    knobs = results["knob_changes"]
+    counted = sum(1 for r in knobs["rows"] if r.get("counted", True))
+    out = [Result("measuring", "knob change → measured latency (schedule, lower, NVRTC, check, time: a setting never "
+                  "built before)", f"median ≤ {KNOB_TO_LATENCY_S:g} s",
+                  f"{knobs['median_s']:.2f} s, max {knobs['max_s']:.2f} s over {counted} changes",
+                  "met" if knobs["median_s"] <= KNOB_TO_LATENCY_S else
+                  f"missed by {knobs['median_s'] - KNOB_TO_LATENCY_S:.2f} s", **common)]
+    ncu = [r for r in results.get("ncu") or [] if not r.get("error")]
+    if ncu:
+        agree = sum(bool(r.get("agrees")) for r in ncu)
+        out.append(Result("measuring", "the measured median against Nsight Compute's kernel time",
+                          f"within {NCU_AGREEMENT:.0%}", f"{agree} of {len(ncu)} presets (the widest "
+                          f"{max(abs(r.get('difference', 0)) for r in ncu):.1%})",
+                          "met" if agree == len(ncu) else f"missed by {len(ncu) - agree} presets", **common))
+    return out
+
+
 def environment() -> dict:
     import tvm
 
@@ -256,7 +283,8 @@ def main() -> int:
     parser.add_argument("--ncu", action="store_true", help="also compare with Nsight Compute for NCU_PRESETS")
     parser.add_argument("--knob-changes", type=int, default=KNOB_CHANGES)
     parser.add_argument("--no-baseline", action="store_true")
-    parser.add_argument("--write-docs", action="store_true", help="write the docs/benchmarks.md section")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="write bench/results/runs/measure-gpu.md and the targets' rows of docs/results.md")
     parser.add_argument("--from-json", type=Path, help="render a saved results file instead of measuring")
     args = parser.parse_args()
     if args.from_json:
@@ -270,6 +298,7 @@ def main() -> int:
         settings = MeasureSettings()
         results = {
             "command": "python bench/measure_gpu.py " + " ".join(sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d"),
             "environment": environment(),
             "settings": {"repeats": settings.repeats, "min_repeat_ms": settings.min_repeat_us / 1000,
                          "seed": settings.seed},
@@ -287,9 +316,8 @@ def main() -> int:
         (args.out / "measure_gpu.md").write_text(text)
     print(text)
     if args.write_docs:
-        from docs_section import write_section
-
         write_section(SECTION, text)
+        write_result(*results_rows(results))
     return 0
 
 

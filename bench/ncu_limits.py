@@ -10,7 +10,7 @@ the launch (cold L2) and left as they are after two warm-up calls (warm L2); the
 unlocked both times. Per launch: the duration, grid and block, registers, waves per SM,
 theoretical and achieved occupancy, the SM's and DRAM's share of their peaks, the L2 hit rate,
 the FMA pipe's use and the three stall reasons that cost the most cycles per issued instruction.
-Prints a Markdown table (``--write NAME``: also into docs/benchmarks.md). Needs a GPU, ncu and
+Prints a Markdown table (``--write NAME``: also to bench/results/runs/NAME.md). Needs a GPU, ncu and
 PyTorch.
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ def table(presets: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*")
-    parser.add_argument("--write", metavar="NAME", help="also write the table into docs/benchmarks.md as section NAME")
+    parser.add_argument("--write", metavar="NAME", help="also write the table to bench/results/runs/NAME.md")
     args = parser.parse_args()
     if ncu_path() is None:
         raise SystemExit("Nsight Compute (ncu) is not installed on this machine.")

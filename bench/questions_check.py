@@ -29,6 +29,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from docs_section import Result, write_result
 from result_files import RESULTS, gpu_slug
 
 from explorer import lessons as L
@@ -158,6 +159,16 @@ def render(rows: list[dict], header: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def result(rows: list[dict], header: dict) -> Result:
+    """docs/results.md's row: every shipped question reproduced on this GPU."""
+    failed = [r["preset"] for r in rows if r["verdict"] != REPRODUCED]
+    return Result("lessons", "every shipped question's answer reproduced on the GPU", "all",
+                  f"{len(rows) - len(failed)} of {len(rows)} reproduced", "met" if not failed else
+                  f"missed: {len(failed)} not reproduced ({', '.join(failed)})",
+                  f"{header['device']}, {header['cpus']} cores", header["date"], header["command"],
+                  str(DOC.relative_to(ROOT)))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", metavar="PRESET", help="the questions of these steps")
@@ -204,6 +215,8 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(rows, header))
     if not args.dry_run:
+        if out == DOC and not args.only:  # the whole table: the target's current figure
+            write_result(result(rows, header))
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"questions-{gpu_slug(device)}.json").write_text(json.dumps({"header": header, "questions": rows},
                                                                                indent=2))

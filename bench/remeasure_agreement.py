@@ -6,8 +6,9 @@ GPU is free, and then each preset is measured alone with the full budget.
 
     python bench/remeasure_agreement.py [--presets ID ...] [--write]
 
-Prints a table (quick, full again, idle, the differences) and with ``--write`` puts it into
-docs/benchmarks.md. The target: the full re-measurement within 3% of the idle one.
+Prints a table (quick, full again, idle, the differences); ``--write`` puts it in
+bench/results/runs/remeasure-agreement.md and the target's row in docs/results.md. The target: the full
+re-measurement within 3% of the idle one.
 """
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ import platform
 import sys
 import time
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 
-from explorer.measure import MeasureSettings, measure
+from explorer.measure import MeasureSettings, local_gpu, measure
 from explorer.presets import get_preset
 from explorer.server.in_process import MeasuringInProcess
 
 PRESETS = ("dw-blog-final-96", "dw-blog-threads-case2", "modern-vector-1024", "modern-async-1024",
            "conv2d-modern-async", "modern-tensorcore-fp16-4096")
 AGREEMENT = 0.03
+SECTION = "remeasure-agreement"
 
 
 def under_load(measuring: MeasuringInProcess, specs: list, timeout_s: float = 300) -> dict:
@@ -62,6 +64,20 @@ def rows(presets: tuple[str, ...]) -> list[dict]:
     return table
 
 
+def agreeing(table: list[dict]) -> list[bool]:
+    """For each preset measured again in full: within AGREEMENT of the idle measurement."""
+    return [abs(r["again"] - r["idle"]) / r["idle"] <= AGREEMENT for r in table if r["again"] is not None]
+
+
+def result(table: list[dict], machine: str, date: str, command: str) -> Result:
+    agreed = agreeing(table)
+    return Result("measuring", "a setting timed with the short budget under load, measured again in full when the "
+                  "GPU is free, against the same setting measured alone", f"within {AGREEMENT:.0%}",
+                  f"{sum(agreed)} of {len(agreed)} presets within it", "met" if agreed and all(agreed) else
+                  "not measured" if not agreed else f"missed by {len(agreed) - sum(agreed)} presets", machine, date,
+                  command, run_file(SECTION))
+
+
 def describe(table: list[dict]) -> str:
     def pct(value, idle):
         return f"{(value - idle) / idle * 100:+.1f}%" if value is not None else "—"
@@ -73,7 +89,7 @@ def describe(table: list[dict]) -> str:
         again = f"{row['again']:.2f}" if row["again"] is not None else "—"
         lines.append(f"| {row['preset']} | {quick} | {again} | {row['idle']:.2f} | {pct(row['again'], row['idle'])} | "
                      f"{pct(row['quick'], row['idle'])} |")
-    agreed = [abs(r["again"] - r["idle"]) / r["idle"] <= AGREEMENT for r in table if r["again"] is not None]
+    agreed = agreeing(table)
     lines.append("")
     lines.append(f"Full re-measurements within {AGREEMENT:.0%} of the idle one: {sum(agreed)} of {len(agreed)}.")
     return "\n".join(lines)
@@ -82,15 +98,18 @@ def describe(table: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=list(PRESETS))
-    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="write the table to bench/results/runs/"
+                                                                 f"{SECTION}.md and its row to docs/results.md")
     args = parser.parse_args()
-    text = describe(rows(tuple(args.presets)))
+    table = rows(tuple(args.presets))
+    text = describe(table)
     print(text)
     if args.write:
-        command = "python bench/remeasure_agreement.py " + " ".join(sys.argv[1:])
-        write_section("remeasure-agreement", f"### A setting timed under load, measured again in full\n\n"
-                      f"Machine: {platform.node()}. Date: {time.strftime('%Y-%m-%d')}. Command: `{command.strip()}`\n\n"
-                      f"{text}\n")
+        command = ("python bench/remeasure_agreement.py " + " ".join(sys.argv[1:])).strip()
+        machine, date = f"{local_gpu()} ({platform.node()})", time.strftime("%Y-%m-%d")
+        write_section(SECTION, f"### A setting timed under load, measured again in full\n\n"
+                      f"Machine: {machine}. Date: {date}. Command: `{command}`\n\n{text}\n")
+        write_result(result(table, machine, date, command))
 
 
 if __name__ == "__main__":

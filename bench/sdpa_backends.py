@@ -9,7 +9,7 @@ checked against the float64 reference on the same seeded inputs as the explorer'
 timed like the explorer's PyTorch baseline (``explorer.measure.graphs.time_cuda_graph``: replays of
 a captured CUDA graph, the default measurement settings). A backend that refuses the shape, or
 is wrong, says so in its cell. "default" is PyTorch's own choice. Runs in this process (it needs
-the GPU and PyTorch); writes docs/benchmarks.md (section ``sdpa-backends``) and
+the GPU and PyTorch); writes bench/results/runs/sdpa-backends.md and
 bench/results/sdpa-<gpu>.json.
 """
 from __future__ import annotations

@@ -9,7 +9,8 @@ The clock includes starting the compile workers, and the CUDA binary cache start
 (a fresh EXPLORER_CUDA_CACHE), so every kernel is compiled for real. Invalid combinations
 count as configurations (the sweep has to reject them too); the valid ones measured per
 minute are reported beside. Without a GPU it reports compile + verify + static analyses
-only, and says so. Writes docs/benchmarks.md (section "sweep-throughput").
+only, and says so. Writes bench/results/runs/sweep-throughput-gpu.md (or -cpu.md) and, on a GPU,
+the goal's row of docs/results.md.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import tempfile
 # Before explorer is imported: this process and every worker read the cache location once.
 os.environ["EXPLORER_CUDA_CACHE"] = tempfile.mkdtemp(prefix="explorer-cuda-cache-")
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 from search_best import PLANS
 
 from explorer.analysis.ranking import static_score
@@ -33,6 +34,15 @@ from explorer.search.sweep import cpu_count, run
 
 PLAN = PLANS["dw-96"]
 GOAL_PER_MINUTE = 200
+
+
+def goal_result(per_minute: float, valid_per_minute: float, points: int, device: str, workers: int, date: str,
+                command: str, run: str = "") -> Result:
+    """docs/results.md's row: the goal is the GPU machine's (a CPU-only run measures no kernel)."""
+    return Result("measuring", "sweep throughput end to end (compile, verify, check, time), the depthwise template",
+                  f"≥ {GOAL_PER_MINUTE} configurations a minute", f"{per_minute:.0f} a minute ({valid_per_minute:.0f} "
+                  f"valid; {points} points, {workers} compile processes)", "met" if per_minute >= GOAL_PER_MINUTE
+                  else f"missed by {GOAL_PER_MINUTE - per_minute:.0f} a minute", device, date, command, run)
 
 
 def main(argv=None) -> int:
@@ -69,6 +79,10 @@ def main(argv=None) -> int:
         print(f"goal ≥ {GOAL_PER_MINUTE}/min: {'met' if result.per_minute >= GOAL_PER_MINUTE else 'NOT met'}")
     if not args.no_write:
         section = "sweep-throughput-gpu" if measurer else "sweep-throughput-cpu"
+        if measurer:
+            write_result(goal_result(result.per_minute, valid / minutes, len(result.points), device, workers,
+                                     str(datetime.date.today()), f"python bench/sweep_throughput.py --points "
+                                     f"{args.points}", run_file(section)))
         write_section(section, "\n".join([
             f"## Sweep throughput (depthwise template), {'GPU' if measurer else 'CPU only'}",
             "",

@@ -5,17 +5,21 @@ write one), with the median time the GPU was held beside the target: at most 3×
 time plus 5 ms (issue 50). A measurement is held for all its phases (the worker takes one at a
 time); its kernel's time is the median it measured. Wrong kernels are never timed: counted apart.
 
-    python bench/worker_phases.py /tmp/explorer-kernel-runs.log [--since-ns NS] [--write LABEL]
+    python bench/worker_phases.py /tmp/explorer-kernel-runs.log [--since-ns NS] [--write LABEL] [--machine TEXT]
+
+With --write, the table goes to bench/results/runs/worker-phases-LABEL.md and the target's rows (one per budget)
+to docs/results.md.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
-from docs_section import write_section
+from docs_section import Result, run_file, write_result, write_section
 
 try:
     from explorer.measure.worker import RunLine, read_run_line
@@ -110,12 +114,35 @@ def describe(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def results(rows: list[dict], where: str, machine: str, date: str, command: str, run: str = "") -> list[Result]:
+    """docs/results.md's rows, one per budget: how many templates' median time held is within the target, and
+    the one furthest from it."""
+    out = []
+    for budget in dict.fromkeys(row["budget"] for row in rows if row["met"] is not None):
+        judged = [row for row in rows if row["budget"] == budget and row["met"] is not None]
+        missed = [row for row in judged if not row["met"]]
+        furthest = max(judged, key=lambda row: row["held_ms"] / row["target_ms"])
+        ratio = furthest["held_ms"] / furthest["target_ms"]
+        out.append(Result(
+            "measuring", f"the GPU held per measurement, every template ({budget} budget, {where})",
+            f"median ≤ {TIMES}× the kernel's time + {PLUS_MS:g} ms",
+            f"{len(judged) - len(missed)} of {len(judged)} templates within it; the furthest "
+            f"{furthest['template']}, {furthest['held_ms']:.1f} ms for a {furthest['kernel_us']:,.1f} µs kernel "
+            f"({ratio:.1f}× its bound)", "met" if not missed else f"missed by {len(missed)} templates",
+            machine, date, command, run))
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", help="the measuring worker's run log (EXPLORER_RUN_LOG)")
     parser.add_argument("--since-ns", type=int, default=0, help="only runs that started at or after this time")
-    parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under this label")
+    parser.add_argument("--write", metavar="LABEL",
+                        help="write the table to bench/results/runs/worker-phases-LABEL.md and its rows of "
+                             "docs/results.md")
     parser.add_argument("--machine", default="", help="the machine, for the docs")
+    parser.add_argument("--where", default="a class's run log",
+                        help="where the log's measurements come from, as docs/results.md's rows name it")
     args = parser.parse_args(argv)
     runs = read_log(args.log, args.since_ns)
     if not runs:
@@ -124,9 +151,13 @@ def main(argv=None) -> int:
     text = describe(phase_rows(runs))
     print(text)
     if args.write:
-        write_section(f"worker-phases-{args.write}", f"### The measuring worker's phases: {args.write}\n\n"
+        section = f"worker-phases-{args.write}"
+        write_section(section, f"### The measuring worker's phases: {args.write}\n\n"
                       f"{args.machine + '. ' if args.machine else ''}`python bench/worker_phases.py {args.log}`: "
                       f"{len(runs)} measurements, medians per template (ms).\n\n{text}")
+        command = "python bench/worker_phases.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_result(*results(phase_rows(runs), args.where, args.machine, time.strftime("%Y-%m-%d"), command,
+                              run_file(section)))
     return 0
 
 

@@ -26,8 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from docs_section import write_section
-from worker_phases import describe, phase_rows, read_run_line
+from docs_section import run_file, write_result, write_section
+from worker_phases import describe, phase_rows, read_run_line, results
 
 from explorer.analysis.diagnosis.search import neighbours
 from explorer.cuda_env import kernel_environment
@@ -35,6 +35,7 @@ from explorer.lessons import lessons
 
 ROOT = Path(__file__).resolve().parent.parent
 START_METHOD = "spawn"  # this process starts CUDA's worker: its compile processes are spawned, never forked
+PROFILED = "the lesson steps and their neighbours, one at a time"  # where the measurements come from, for the rows
 
 
 def settings_to_profile(lesson_ids: list[str] | None, per_step: int) -> list:
@@ -132,7 +133,9 @@ def main(argv=None) -> int:
                         help="compile processes (default: the cores but one)")
     parser.add_argument("--limit", type=int, help="only the first N settings (a smoke run)")
     parser.add_argument("--out", default=tempfile.gettempdir(), help="where the run log and the results go")
-    parser.add_argument("--write", metavar="LABEL", help="write the table into docs/benchmarks.md under this label")
+    parser.add_argument("--write", metavar="LABEL",
+                        help="write the table to bench/results/runs/worker-profile-LABEL.md and its rows of "
+                             "docs/results.md")
     parser.add_argument("--dry-run", action="store_true", help="list the settings and exit")
     args = parser.parse_args(argv)
 
@@ -159,7 +162,8 @@ def main(argv=None) -> int:
         progress(f"{len(libraries)} of {len(specs)} settings compiled")
         records = measure_all(libraries, [("quick", QUICK_SETTINGS), ("full", MeasureSettings())], run_log, progress)
     (out / "worker-profile.json").write_text(json.dumps(records, indent=1))
-    text = describe(phase_rows(runs_of(records)))
+    rows = phase_rows(runs_of(records))
+    text = describe(rows)
     print(text)
     wall = time.time() - begun
     progress(f"done: {len(records)} measurements; {out / 'worker-profile.json'}, {run_log}")
@@ -168,9 +172,14 @@ def main(argv=None) -> int:
         import tvm
 
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-        write_section(f"worker-profile-{args.write}", f"### The measuring worker's phases per measurement: "
+        section = f"worker-profile-{args.write}"
+        command = f"python bench/worker_profile.py {' '.join(argv or sys.argv[1:])}"
+        if not args.lessons and not args.limit:  # every template's steps: the target's current figure
+            write_result(*results(rows, PROFILED, f"{gpu}, {os.cpu_count()} cores", time.strftime("%Y-%m-%d"),
+                                  command, run_file(section)))
+        write_section(section, f"### The measuring worker's phases per measurement: "
                       f"{args.write}\n\n{gpu}, {os.cpu_count()} cores, TVM {tvm.__version__}, PyTorch "
-                      f"{torch.__version__}; `python bench/worker_profile.py {' '.join(argv or sys.argv[1:])}`, "
+                      f"{torch.__version__}; `{command}`, "
                       f"{time.strftime('%Y-%m-%d')}, {wall:.0f} s: {len(libraries)} settings (lesson steps and "
                       f"one-knob neighbours) measured with the short budget, then in full, one at a time through "
                       f"the worker; medians per template (ms; held: every phase, the GPU held).\n\n{text}")
