@@ -184,11 +184,15 @@ def test_workers_takes_a_schedulers_address_and_refuses_one_where_nothing_answer
 
 
 def test_serve_workers_reaches_every_process_of_the_server(monkeypatch):
-    monkeypatch.setenv(WORKERS, "")  # put back as it was after the test
+    monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items()
+                                        if name not in (WORKERS, "EXPLORER_COMPILE_WORKERS")})
     monkeypatch.setattr(launcher, "cluster_address", lambda text: "tcp://10.1.2.3:8786")
     monkeypatch.setattr(launcher, "serve", lambda *args: os.environ[WORKERS])
     args = launcher.add_arguments(__import__("argparse").ArgumentParser()).parse_args(["--workers", "10.1.2.3"])
     assert launcher.command(args) == "tcp://10.1.2.3:8786" and ServerSettings().workers == "tcp://10.1.2.3:8786"
+    # As many compiles asked of the cluster at once as its hosts may run; this machine's own stay one per core.
+    assert ServerSettings().compile_workers == launcher.CLUSTER_COMPILES
+    assert CompileService(ServerSettings()).workers == min(launcher.CLUSTER_COMPILES, os.cpu_count())
 
 
 def test_a_hosts_worker_offers_its_versions_and_starts_dasks_worker(monkeypatch):

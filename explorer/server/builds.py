@@ -112,8 +112,10 @@ class BuildService(ProcessPool):
         return outcome
 
     def stats(self) -> dict:
+        hosts = {"worker hosts": self.engine.stats()} if self.engine is not None else {}
         return {**self._cache.stats(), "workers": self.workers, "built in this process": self.built_here,
-                "read from disk": self.read_from_disk, "highlighting left to the pages": self.highlights_left_to_pages}
+                "read from disk": self.read_from_disk, "highlighting left to the pages": self.highlights_left_to_pages,
+                **hosts}
 
     def _build_in_pool(self, spec: Spec, target: str, path: str | None = None) -> Build:
         start = time.perf_counter()

@@ -43,8 +43,10 @@ class CompileService(ProcessPool):
     source_only = False  # on a worker host too, its calls compile the CUDA binaries
 
     def __init__(self, settings: ServerSettings):
-        super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment,
-                         name="compile worker", priority=0)
+        # With a cluster, compile_workers counts the compiles asked of it at once; this machine's own
+        # processes, where a call falls back, are one per core at most.
+        here = min(settings.compile_workers, os.cpu_count() or 1) if settings.workers else settings.compile_workers
+        super().__init__(settings, here, _compile_pool_init, kernel_environment, name="compile worker", priority=0)
         self.disk = build_disk.BuildDisk(settings)
 
     def compile(self, spec: Spec, target: str) -> str | None:

@@ -148,6 +148,9 @@ def command(args: argparse.Namespace) -> int:
     """``serve`` with its parsed options."""
     if args.workers:  # the server's processes inherit it (ServerSettings.workers)
         os.environ[WORKERS] = cluster_address(args.workers)
+        # The compiles asked of the cluster at once: threads that wait on it, as many as its hosts may have
+        # processes (this machine's own compile processes, where a call falls back, stay one per core).
+        os.environ.setdefault("EXPLORER_COMPILE_WORKERS", str(CLUSTER_COMPILES))
     ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
     return serve(args.port, args.address, extra, args.app_processes or default_app_processes())
@@ -172,6 +175,7 @@ def cluster_address(text: str, timeout_s: float = 5) -> str:
 # -- a worker host: python -m explorer worker ADDRESS ------------------------------------------
 
 SCHEDULER_PORT = 8786  # Dask's
+CLUSTER_COMPILES = 64  # compiles a server with --workers asks of its cluster at once (EXPLORER_COMPILE_WORKERS)
 WORKER_HELP = "start this host's build and compile processes for a class server's cluster"
 
 
