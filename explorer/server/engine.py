@@ -94,8 +94,16 @@ class Workers:
         except Exception as error:  # the scheduler went away meanwhile
             log.info("The cluster could not be asked for its workers: %r", error)
             self._seen = False
+            self._drop_if_closed()
         self._seen_at = time.monotonic()
         return self._seen
+
+    def _drop_if_closed(self) -> None:
+        """A client that gave up on a scheduler gone for good is dropped: the next look connects anew (a
+        scheduler started again is joined again), at most once per LOOK_S * 10."""
+        with self._lock:
+            if self._client is not None and self._client.status in ("closed", "closing"):
+                self._client, self._failed_at = None, time.monotonic()
 
     def run(self, function, *args, source_only: bool = False, priority: int = 0, key: str | None = None,
             limit_s: float = 120):

@@ -151,6 +151,8 @@ def command(args: argparse.Namespace) -> int:
         # The compiles asked of the cluster at once: threads that wait on it, as many as its hosts may have
         # processes (this machine's own compile processes, where a call falls back, stay one per core).
         os.environ.setdefault("EXPLORER_COMPILE_WORKERS", str(CLUSTER_COMPILES))
+        print(f"Builds and compiles on the worker hosts of {os.environ[WORKERS]} that offer {host_resource()} (this "
+              "machine's versions and source: python -m explorer worker prints its host's).", flush=True)
     ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
     return serve(args.port, args.address, extra, args.app_processes or default_app_processes())
