@@ -137,7 +137,6 @@ class BuildService(ProcessPool):
                                                       - sum(outcome.timings_ms.values()), 2)
         return outcome
 
-
     def _build_on_a_host(self, spec: Spec, target: str, path: str | None) -> bytes:
         """The build made by a worker host, for the resolved target (a host's "auto" is another GPU),
         pickled, and kept on disk here as a build process keeps it (this process holds the lock meanwhile:
