@@ -48,7 +48,7 @@ def test_the_start_page_says_what_the_tool_is_and_offers_the_lessons():
     captions = [c.value for c in at.caption]
     blog = lessons[0]
     assert f"Introductory · {len(blog.steps)} steps · timing on any NVIDIA GPU" in captions
-    assert "Advanced · 4 steps · timing on Hopper (sm_90a, an H100)" in captions  # attention, part 3
+    assert "Advanced · 4 steps · timing on Hopper (sm_90a: H100, H200)" in captions  # attention, part 3
     assert blog.tagline in [m.value for m in at.markdown]
     assert not at.sidebar.selectbox  # no knobs before the first word of what to do
 

@@ -21,7 +21,7 @@ from explorer.classroom import presence, rounds, store
 from explorer.questions import recorded_answer
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSON, STEP = "depthwise_blog", 8  # "Will step 8 be faster than step 7?": slower on the H100 (4.41 vs 3.54 µs)
+LESSON, STEP = "depthwise_blog", 15  # "Will step 15 be faster than step 14?": slower (13.59 vs 10.03 µs on the H100)
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ def test_a_round_three_students_answer_the_teacher_reveals_and_a_restart_keeps_i
     teacher = teacher_on_the_step()
     assert f"Step {STEP} asks: *{question().text}*" in [m.value for m in teacher.markdown]
     click(teacher, "Put this question to the class")
-    assert any("· voting: **Will step 8 be faster" in m.value for m in teacher.markdown)
+    assert any("· voting: **Will step 15 be faster" in m.value for m in teacher.markdown)
 
     # Three students: one on the step's page, two elsewhere; every page shows the question.
     students = [page("views/lessons.py", {"lesson": LESSON, "step": str(STEP)}), page("views/lessons.py"),
@@ -153,7 +153,7 @@ def test_predict_first_asks_each_steps_question_before_its_claim_and_keeps_the_s
     assert "The claim" in [s.value for s in at.subheader]  # off: the page as it always was
     at.toggle(key="lessons.predict").set_value(True).run()
     assert "The claim" not in [s.value for s in at.subheader] and at.tabs  # the step's code, not its claim
-    at.radio(key="lessons.predict.dw-blog-threads-case2.value").set_value("faster")
+    at.radio(key="lessons.predict.dw-blog-kernel5-96.value").set_value("faster")
     click(at, "Lock in my prediction")
     assert any("You answered faster" in m.value and "not this time" in m.value for m in at.markdown)
     assert any(s.value.startswith("Answer: **slower**") for s in at.success)
@@ -206,15 +206,15 @@ def test_opening_a_question_ends_the_round_before_it(tmp_path):
 
 def test_after_class_the_questions_most_got_wrong_come_first_and_the_csv_names_no_one(tmp_path):
     s = classroom.Store(tmp_path / "c.sqlite3")
-    asked = {n: L.asked(L.get_lesson(LESSON).step(n).preset) for n in (8, 9)}  # slower; grid
-    given = {8: ["slower", "slower", "faster"], 9: ["spills", "grid", "reuse"]}
-    for n in (8, 9):
+    asked = {n: L.asked(L.get_lesson(LESSON).step(n).preset) for n in (STEP, 9)}  # slower; grid
+    given = {STEP: ["slower", "slower", "faster"], 9: ["spills", "grid", "reuse"]}
+    for n in (STEP, 9):
         round_ = rounds.open_question(s, asked[n])
         for i, g in enumerate(given[n]):
             rounds.vote(s, round_, f"session-{i}", g)
         rounds.reveal(s, round_, recorded_answer(asked[n].question))
     results = rounds.summary(s)
-    assert [(r.round.step, r.first.right, r.first.answered) for r in results] == [(9, 1, 3), (8, 2, 3)]
+    assert [(r.round.step, r.first.right, r.first.answered) for r in results] == [(9, 1, 3), (STEP, 2, 3)]
     text = rounds.csv_text(s)
     lines = text.splitlines()
     assert lines[0].split(",") == list(rounds.CSV_COLUMNS) and len(lines) == 7
@@ -236,7 +236,7 @@ def test_on_a_gpu_the_round_measures_both_settings_through_the_servers_queue(mon
     settings, asked for in the background when the round opens; the reveal shows its figures."""
     server = handle.server()
     asked_for, measured = [], []
-    times = {question().settings[0].spec: 3.0, question().settings[1].spec: 6.0}  # step 8 twice as fast here
+    times = {question().settings[0].spec: 3.0, question().settings[1].spec: 6.0}  # step 15 twice as fast here
 
     def measurer(target, remote):
         return lambda spec: measured.append(spec) or times[spec]
@@ -251,7 +251,7 @@ def test_on_a_gpu_the_round_measures_both_settings_through_the_servers_queue(mon
     answer(page("views/lessons.py"), "slower")
     click(teacher, "Reveal the answer")
     assert sorted(measured, key=str) == sorted(times, key=str)
-    assert (f"Answer: **faster** — step 7 6.00 µs → step {STEP} 3.00 µs: ×2.00 faster, measured on Test GPU."
+    assert (f"Answer: **faster** — step 14 6.00 µs → step {STEP} 3.00 µs: ×2.00 faster, measured on Test GPU."
             in [s.value for s in teacher.success])
     table = next(d.value for d in teacher.dataframe if "right" in d.value.columns)
     assert counts(teacher)["slower"] == [1] and list(table[table["right"] == "✓"]["answer"]) == ["faster"]

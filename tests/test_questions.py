@@ -154,7 +154,7 @@ def test_an_answer_is_kept_as_json_and_says_where_it_comes_from():
 
 
 def test_a_question_is_answered_by_its_measurer_or_else_by_its_recorded_figures():
-    question = L.asked(L.get_lesson("depthwise_blog").step(8).preset)  # case 2 against case 1
+    question = L.asked(L.get_lesson("depthwise_blog").step(15).preset)  # 5×5 filter against 3×3
     times = {question.settings[0].spec: 5.0, question.settings[1].spec: 4.0}
     measured = L.answer_question(question, times.__getitem__, "Test GPU")
     assert (measured.value, measured.us, measured.measured, measured.where) == ("slower", (5.0, 4.0), True, "Test GPU")
@@ -184,12 +184,12 @@ def test_the_shipped_questions():
 
 def test_the_check_script_writes_its_table_from_the_recorded_figures_in_a_dry_run(tmp_path):
     out = tmp_path / "questions.md"
-    assert questions_check.main(["--dry-run", "--only", "dw-blog-threads-case2", "dw-blog-fused-96",
+    assert questions_check.main(["--dry-run", "--only", "dw-blog-kernel5-96", "dw-blog-fused-96",
                                  "--out", str(out)]) == 0
     text = out.read_text()
     assert "**Dry run, nothing measured:**" in text and "**2 of 2 questions reproduced.**" in text
-    assert "| depthwise_blog | 8 | Will step 8 be faster than step 7" in text
-    assert "| slower (step 8 4.41 µs, step 7 3.54 µs, on NVIDIA H100 80GB HBM3) |" in text
+    assert "| depthwise_blog | 15 | Will step 15 be faster than step 14" in text
+    assert "| slower (step 15 13.59 µs, step 14 10.03 µs, on NVIDIA H100 80GB HBM3) |" in text
 
 
 def test_the_check_says_why_a_question_is_not_reproduced():

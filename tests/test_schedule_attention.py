@@ -229,12 +229,16 @@ def test_every_tile_of_the_dynamic_allocation_starts_16_byte_aligned():
     (fused(block_q=32, rows_per_thread=8, threads_per_row=32, block_kv=16), ("threads_per_row", "block_kv")),
     (fused(Attention(batch=1, heads=1, seq=96)), ("block_q",)),
     (fused(block_q=128, rows_per_thread=1, threads_per_row=16), ("block_q", "rows_per_thread", "threads_per_row")),
+    # 16 / 8 × 1 = 2 threads per block: the GPU's knob-space check found such a kernel still running after 20 s
+    (fused(block_q=16, rows_per_thread=8, threads_per_row=1, block_kv=32),
+     ("block_q", "rows_per_thread", "threads_per_row")),
     # float32 tiles: Q and K 128 × 132 floats, V 128 × 128, P 128 × 129: 266,752 bytes, over the H100's 227 KB
     (fused(Attention(batch=1, heads=1, seq=256, head_dim=128), block_q=128, block_kv=128, float_tiles=True),
      ("block_q", "block_kv", "float_tiles")),
     (unfused(score_tile=128, thread_tile=2), ("score_tile", "thread_tile")),
     (unfused(Attention(batch=4, heads=32, seq=4096)), ()),
-], ids=["row-threads", "partial-tile", "too-many-threads", "too-much-shared", "unfused-threads", "too-many-scores"])
+], ids=["row-threads", "partial-tile", "too-many-threads", "under-a-warp", "too-much-shared", "unfused-threads",
+        "too-many-scores"])
 def test_bad_knobs_are_refused_in_one_sentence(spec, named):
     assert refusal(spec.template, spec.workload, spec.knobs).knobs == named
 

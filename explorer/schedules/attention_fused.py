@@ -220,6 +220,12 @@ def check_knobs(workload: Attention, k: AttentionFusedKnobs) -> Plan:
     if workload.head_dim % k.vector or k.block_kv % k.vector:
         raise InvalidKnobs(f"vector = {k.vector} elements per load must divide head_dim = {workload.head_dim} (Q "
                            f"and K rows) and block_kv = {k.block_kv} (P rows).", ("vector", "block_kv"))
+    if plan.threads < WARP_SIZE:
+        raise InvalidKnobs(f"block_q / rows_per_thread × threads_per_row = {plan.threads} threads per block, fewer "
+                           f"than the {WARP_SIZE} lanes of one warp: the others would idle and a block of so few "
+                           f"threads runs for seconds at a lesson's shape, so use more threads_per_row or fewer "
+                           f"rows_per_thread.",
+                           ("block_q", "rows_per_thread", "threads_per_row"))
     if plan.threads > MAX_THREADS:
         raise InvalidKnobs(f"block_q / rows_per_thread × threads_per_row = {plan.threads} threads per block, more "
                            f"than the {MAX_THREADS} a CUDA block may have.",
