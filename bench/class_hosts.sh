@@ -8,10 +8,11 @@
 #                                             # for LONG_S (180) with the server's own build and compile processes,
 #                                             # then the same class through Dask, one worker process per core, and
 #                                             # the engine's overhead per call (bench/engine_overhead.py)
-#   bash bench/class_hosts.sh scale RESULTS   # a machine of 48 cores or more: the server on SERVER_CORES (0-15),
-#                                             # STUDENTS (200) moving every THINK_S (2) s, its builds and compiles on
-#                                             # one set of worker cores (16-31), then on two (16-31 32-47): the moves
-#                                             # per second each sustains (the target: two sets >= 1.8 x one)
+#   bash bench/class_hosts.sh scale RESULTS   # a machine of 64 cores or more: the server on SERVER_CORES (0-23) with
+#                                             # APP_PROCESSES (6), the students' load on LOAD_CORES (56-63), STUDENTS
+#                                             # (200) moving every THINK_S (2) s, its builds and compiles on one set of
+#                                             # worker cores (24-39), then on two (SETS: 24-39 40-55): the moves per
+#                                             # second each sustains (the target: two sets >= 1.8 x one)
 #
 # RESULTS gets each class's folder (classroom_gpu.sh's files), the workers' logs and hosts.md, the table.
 set -u
@@ -72,15 +73,14 @@ if [ "$mode" = same ]; then
   stop_cluster
   runs="in-process through-dask"
 else
-  export STUDENTS=${STUDENTS:-200} SERVER_CORES=${SERVER_CORES:-0-15} APP_PROCESSES=${APP_PROCESSES:-4}
-  sets=(${SETS:-16-31 32-47})
+  export STUDENTS=${STUDENTS:-200} SERVER_CORES=${SERVER_CORES:-0-23} APP_PROCESSES=${APP_PROCESSES:-6} \
+    LOAD_CORES=${LOAD_CORES:-56-63}
+  sets=(${SETS:-24-39 40-55})
   start_cluster "$results/one-set" "${sets[0]}"
-  class_run one-set WORKERS="$scheduler" SERVER_CORES="$SERVER_CORES" APP_PROCESSES="$APP_PROCESSES" \
-    THINK_S="${THINK_S:-2}"
+  class_run one-set WORKERS="$scheduler" THINK_S="${THINK_S:-2}"
   stop_cluster
   start_cluster "$results/two-sets" "${sets[@]}"
-  class_run two-sets WORKERS="$scheduler" SERVER_CORES="$SERVER_CORES" APP_PROCESSES="$APP_PROCESSES" \
-    THINK_S="${THINK_S:-2}"
+  class_run two-sets WORKERS="$scheduler" THINK_S="${THINK_S:-2}"
   stop_cluster
   runs="one-set two-sets"
 fi

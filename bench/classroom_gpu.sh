@@ -27,7 +27,8 @@
 # (the process whose CUDA_VISIBLE_DEVICES is that GPU), as a failing GPU would; RESULTS/kills.txt lists each kill.
 # WORKERS=tcp://HOST:PORT: the server's builds and compiles on that Dask cluster's worker hosts (serve --workers;
 # bench/class_hosts.sh starts the scheduler and the workers); SERVER_CORES=LIST pins the server to those cores
-# (taskset -c), so that the worker hosts' cores are the only others it has.
+# (taskset -c), so that the worker hosts' cores are the only others it has; LOAD_CORES=LIST the students' load
+# generator.
 # THINK_S=S (class phase): the students' think time (5 s).
 # INTENDED_REPLY=S: the seconds a move is meant to wait for its code (the class's intended demand;
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
@@ -46,7 +47,7 @@ export EXPLORER_COMPILE_LOG=$results/compiles-$phase.log  # the compile processe
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 machine=${MACHINE:-"${gpu_name:-$(hostname)}, $(nproc) cores"}
 bench() {
-  python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" \
+  ${LOAD_CORES:+taskset -c "$LOAD_CORES"} python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" \
     --compile-log "$EXPLORER_COMPILE_LOG" --machine "$machine" \
     ${INTENDED_REPLY:+--intended-reply "$INTENDED_REPLY"} "$@"
   local status=$?
