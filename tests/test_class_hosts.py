@@ -1,11 +1,12 @@
 """A class server whose builds and compiles run on two worker hosts (``serve --workers``, Dask
 distributed): each host a network namespace of its own with one worker process (``python -m explorer
-worker``), on addresses this test gives them (198.18.0.0/24, the range set aside for benchmark tests, on
-a bridge this test makes and removes), the scheduler on the bridge's address of this machine, the GPU a
-stand-in (tests/stand_in_gpu.py). A short class is served from the test through the server's API as the
-app calls it (build, then measure), on both hosts; one host disappears mid-class (its worker process
-killed while it runs a call) and no move is lost; a setting built on one host is compiled on the other
-from that build (the class's cache, kept by the server). Root only (network namespaces): CI runs as root."""
+worker``), on addresses this test gives them (a /24 drawn from 198.18.0.0/15, the range set aside for
+benchmark tests, so that two runs at once do not meet, on a bridge this test makes and removes), the
+scheduler on the bridge's address of this machine, the GPU a stand-in (tests/stand_in_gpu.py). A short
+class is served from the test through the server's API as the app calls it (build, then measure), on both
+hosts; one host disappears mid-class (its worker process killed while it runs a call) and no move is lost;
+a setting built on one host is compiled on the other from that build (the class's cache, kept by the
+server). Root only (network namespaces): CI runs as root."""
 import json
 import os
 import shutil
@@ -26,7 +27,6 @@ from explorer.server.in_process import MeasuringInProcess
 from explorer.server.settings import ServerSettings
 
 SPEC = get_preset("dw-blog-final-96").spec
-SUBNET = "198.18.0"
 HOSTS = ("a", "b")
 
 
@@ -54,12 +54,15 @@ pytestmark = pytest.mark.skipif(cannot_make_hosts() is not None, reason=str(cann
 
 
 class Hosts:
-    """A bridge on this machine at SUBNET.1 and a namespace per host at SUBNET.2, .3 …, each joined to it."""
+    """A bridge on this machine at SUBNET.1 and a namespace per host at SUBNET.2, .3 …, each joined to it
+    (SUBNET: a /24 of 198.18.0.0/15 drawn for the run)."""
 
     def __init__(self):
-        tag = uuid.uuid4().hex[:6]
-        self.bridge, self.namespaces = f"exb{tag}", {name: f"exh{tag}{name}" for name in HOSTS}
-        self.address = f"{SUBNET}.1"
+        tag = uuid.uuid4()
+        self.bridge, self.namespaces = f"exb{tag.hex[:6]}", {name: f"exh{tag.hex[:6]}{name}" for name in HOSTS}
+        number = tag.int % 512
+        self.subnet = f"198.{18 + number // 256}.{number % 256}"
+        self.address = f"{self.subnet}.1"
 
     def make(self) -> None:
         ip("link", "add", self.bridge, "type", "bridge")
@@ -69,7 +72,7 @@ class Hosts:
             ip("netns", "add", namespace)
             ip("link", "add", f"{self.bridge}{name}", "type", "veth", "peer", "name", "eth0", "netns", namespace)
             ip("link", "set", f"{self.bridge}{name}", "master", self.bridge, "up")
-            ip("-n", namespace, "addr", "add", f"{SUBNET}.{number}/24", "dev", "eth0")
+            ip("-n", namespace, "addr", "add", f"{self.subnet}.{number}/24", "dev", "eth0")
             ip("-n", namespace, "link", "set", "eth0", "up")
             ip("-n", namespace, "link", "set", "lo", "up")
 
@@ -106,20 +109,27 @@ def cluster(tmp_path_factory):
             processes.append(workers[name])
         yield address, workers, folder
     finally:
+        # The hosts go first and at once (a worker that outlives its scheduler waits for it to come back),
+        # then the scheduler.
         for process in reversed(processes):
             if process.poll() is None:
-                process.terminate()
-        for process in processes:
+                process.kill() if process is not processes[0] else process.terminate()
             try:
                 process.wait(20)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
         hosts.remove()
+
+
+def workers_of(client) -> dict:
+    """The scheduler's workers by address, asked of it now (the client's copy may be the totals only)."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
 def wait_for_hosts(client, count: int, timeout_s: float = 90) -> None:
     deadline = time.monotonic() + timeout_s
-    while len(client.scheduler_info(n_workers=-1)["workers"]) < count:
+    while len(workers_of(client)) < count:
         assert time.monotonic() < deadline, "the worker hosts did not join the cluster"
         time.sleep(0.1)
 
@@ -185,8 +195,8 @@ def test_a_class_on_two_hosts_loses_no_move_when_one_disappears_and_shares_its_b
         for thread in students:
             thread.start()
         deadline = time.monotonic() + 60
-        while not any(observer.processing().get(w) for w, info in
-                      observer.scheduler_info(n_workers=-1)["workers"].items() if info["name"] == "host-a"):
+        while not any(observer.processing().get(w) for w, info in workers_of(observer).items()
+                      if info["name"] == "host-a"):
             assert time.monotonic() < deadline, "host a never ran a call of the class"
             time.sleep(0.005)
         workers["a"].send_signal(signal.SIGKILL)

@@ -87,7 +87,10 @@ class Workers:
         if time.monotonic() - self._seen_at < LOOK_S:
             return self._seen
         try:
-            workers = self.connect().scheduler_info(n_workers=-1)["workers"].values()
+            client = self.connect()
+            # Asked of the scheduler itself: the client's own copy of this (scheduler_info) is overwritten every
+            # 2 s by a look at the totals only, whose "workers" is empty.
+            workers = client.sync(client.scheduler.identity, n_workers=-1)["workers"].values()
             self._seen = any(worker.get("resources", {}).get(self.resource) for worker in workers)
         except NoWorkers:
             self._seen = False
