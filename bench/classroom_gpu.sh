@@ -25,6 +25,11 @@
 # row's label (e.g. TAG=1-gpu and TAG=2-gpus for the same class on one GPU and on two).
 # KILL_GPU=I (class phase): every KILL_EVERY s (60) from a minute in, kill the measuring worker pinned to GPU I
 # (the process whose CUDA_VISIBLE_DEVICES is that GPU), as a failing GPU would; RESULTS/kills.txt lists each kill.
+# WORKERS=tcp://HOST:PORT: the server's builds and compiles on that Dask cluster's worker hosts (serve --workers;
+# bench/class_hosts.sh starts the scheduler and the workers); SERVER_CORES=LIST pins the server to those cores
+# (taskset -c), so that the worker hosts' cores are the only others it has; LOAD_CORES=LIST the students' load
+# generator.
+# THINK_S=S (class phase): the students' think time (5 s).
 # INTENDED_REPLY=S: the seconds a move is meant to wait for its code (the class's intended demand;
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
 # it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
@@ -42,7 +47,7 @@ export EXPLORER_COMPILE_LOG=$results/compiles-$phase.log  # the compile processe
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 machine=${MACHINE:-"${gpu_name:-$(hostname)}, $(nproc) cores"}
 bench() {
-  python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" \
+  ${LOAD_CORES:+taskset -c "$LOAD_CORES"} python bench/classroom.py --url "$url" --run-log "$EXPLORER_RUN_LOG" --job-log "$EXPLORER_JOB_LOG" \
     --compile-log "$EXPLORER_COMPILE_LOG" --machine "$machine" \
     ${INTENDED_REPLY:+--intended-reply "$INTENDED_REPLY"} "$@"
   local status=$?
@@ -52,8 +57,8 @@ bench() {
   return $status
 }
 
-python -m explorer serve --port $port --address 127.0.0.1 ${APP_PROCESSES:+--app-processes "$APP_PROCESSES"} \
-  >"$results/server-$phase.log" 2>&1 &
+${SERVER_CORES:+taskset -c "$SERVER_CORES"} python -m explorer serve --port $port --address 127.0.0.1 \
+  ${APP_PROCESSES:+--app-processes "$APP_PROCESSES"} ${WORKERS:+--workers "$WORKERS"} >"$results/server-$phase.log" 2>&1 &
 launcher=$!
 trap 'kill $launcher 2>/dev/null; wait $launcher 2>/dev/null' EXIT
 if [ "$phase" = first ] && command -v py-spy >/dev/null; then  # every thread of every process, waiting or not
@@ -105,7 +110,7 @@ elif [ "$phase" = class ]; then
          --output "$results/py-spy-class-$kind.txt" >"$results/py-spy-class-$kind.log" 2>&1) &
     done
   fi
-  bench --wait-for-server 180 --students "$students" --seconds $long --think-time 5 --processes $((students / 10)) \
+  bench --wait-for-server 180 --students "$students" --seconds $long --think-time "${THINK_S:-5}" --processes $((students / 10)) \
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
         --write "class-$students-modern${TAG:+-$TAG}"

@@ -343,6 +343,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
     p = launcher.add_arguments(sub.add_parser("serve", help=launcher.HELP))
     p.set_defaults(func=launcher.command)
+    p = launcher.add_worker_arguments(sub.add_parser("worker", help=launcher.WORKER_HELP))
+    p.set_defaults(func=launcher.worker)
     return parser
 
 

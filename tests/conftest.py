@@ -124,7 +124,7 @@ def group(path: str) -> str:
 LONG = ("one process", "test_schedule_attention_hopper.py", "test_knob_space.py", "test_classroom_rpc.py",
         "test_browser.py", "test_schedule_attention.py", "test_schedule_attention_mma.py", "test_property.py",
         "test_analysis_sass.py", "test_schedule_matmul_hopper.py", "test_analysis_diagnosis.py",
-        "test_schedule_conv2d_async.py", "test_measure.py", "test_sweep.py")
+        "test_schedule_conv2d_async.py", "test_measure.py", "test_sweep.py", "test_class_hosts.py")
 
 
 @functools.cache

@@ -106,6 +106,18 @@ def test_device_page():
     assert re.search(r"over \d+ runs so far", page_cpu.help)
 
 
+def test_device_page_counts_the_worker_hosts_calls(monkeypatch):
+    server = handle.server()
+    real = server.stats
+    hosts = {"address": "tcp://10.0.0.1:8786", "ran on": {"host-b": 3, "host-a": 5}, "ran here": 1,
+             "libraries not whole": 0}
+    monkeypatch.setattr(server, "stats", lambda: {**real(), "builds": {**real()["builds"], "worker hosts": hosts}})
+    at = app().switch_page("views/device.py").run()
+    assert_clean(at)
+    assert any("Worker hosts of tcp://10.0.0.1:8786, calls run by each: host-a: 5, host-b: 3; 1 run on this machine"
+               in c.value for c in at.caption)
+
+
 # Of these templates, a preset whose cubin other tests compile too (the SASS and Resources tabs read it): on a
 # clean machine one NVRTC compile and one nvdisasm fewer each (tests/README.md).
 COMPILED_ELSEWHERE = {"depthwise_blog": "dw-blog-final-96",  # test_every_analysis_is_a_tab_with_its_panel_and_a_view

@@ -11,8 +11,9 @@ import pytest
 from explorer.errors import ExplorerError
 from explorer.presets import all_presets, get_preset
 from explorer.server import build_disk
-from explorer.server.build_disk import build_key, package_fingerprint
+from explorer.server.build_disk import build_key
 from explorer.server.builds import BuildService
+from explorer.server.content_keys import package_fingerprint
 from explorer.server.settings import ServerSettings
 
 SPEC = get_preset("dw-blog-final-96").spec

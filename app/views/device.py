@@ -100,6 +100,12 @@ cols[4].metric(PAGE_CPU, f"{pages['p95_ms']:.0f} ms" if pages["p95_ms"] is not N
                help=f"This app process's CPU for one page run (its script thread), 95th percentile of the latest "
                     f"runs; median {pages['p50_ms'] or 0:.0f} ms over {pages['runs']} runs so far. One app process "
                     "runs the pages of its sessions on about one core.")
+hosts = builds.get("worker hosts")  # serve --workers: the builds and compiles on a cluster's hosts
+if hosts is not None:
+    ran = ", ".join(f"{name}: {count}" for name, count in sorted(hosts["ran on"].items())) or "none yet"
+    st.caption(f"Worker hosts of {hosts['address']}, calls run by each: {ran}; {hosts['ran here']} run on this "
+               f"machine because no host could; {hosts['libraries not whole']} library(ies) sent back not whole "
+               "and compiled here.")
 if measured is None:  # an app process of a multi-process server whose measuring service is restarting
     st.info(UNREACHABLE)
 else:

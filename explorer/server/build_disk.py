@@ -1,19 +1,18 @@
-"""Builds kept on disk, shared by a machine's app processes: the process that builds a
-setting writes it, every other one reads it instead of building it."""
+"""Builds kept on disk, shared by a machine's app processes (and by the hosts of a class whose servers
+share the folder): the process that builds a setting writes it, whole or not at all, under a key of its
+content (``content_keys.py``), and every other one reads it instead of building it."""
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import os
 import pickle
+import socket
 import threading
 import time
-from pathlib import Path
 
 import cloudpickle
-import tvm  # already imported by ..build; its version names the builds kept on disk
 
 try:
     import fcntl
@@ -23,6 +22,7 @@ except ImportError:  # Windows: no lock between processes; a compile process the
 from ..build import Build, Spec
 from ..errors import ExplorerError
 from ..targets import resolve_target
+from .content_keys import content_key
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,7 @@ class BuildDisk:
         if self.folder is None:
             return None
         # The resolved target: "auto" is another GPU on another machine sharing the folder.
-        key = build_key(spec, str(resolve_target(target)), tvm.__version__, source_fingerprint())
-        return os.path.join(self.folder, key + ".pickle")
+        return os.path.join(self.folder, build_key(spec, str(resolve_target(target))) + ".pickle")
 
     def read(self, path: str | None) -> Build | ExplorerError | None:
         """The outcome another process kept at ``path``; None where there is none to read (a
@@ -134,26 +133,22 @@ def read_when_built(path: str) -> Build | ExplorerError | None:
     return read(path)
 
 
-def build_key(spec: Spec, target: str, tvm_version: str, source: str) -> str:
-    """The name of ``spec``'s build for ``target`` on disk: everything its outcome depends on
-    (``source``: :func:`source_fingerprint`)."""
-    return hashlib.sha256(f"{tvm_version}|{source}|{target}|{spec!r}".encode()).hexdigest()
+def build_key(spec: Spec, target: str, versions: str | None = None, source: str | None = None) -> str:
+    """The name of ``spec``'s build for the resolved ``target`` on disk: everything its outcome depends
+    on (``versions``, ``source``: this host's, ``content_keys.py``)."""
+    return content_key("build", spec, target, versions, source)
 
 
-@functools.cache
-def source_fingerprint() -> str:
-    """The explorer package's source as this process first saw it: an edited checkout never
-    reads a build made by the code before."""
-    return package_fingerprint(Path(__file__).resolve().parents[1])
-
-
-def package_fingerprint(package: Path) -> str:
-    """A hash of the name, size and modification time of every Python file under ``package``."""
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        info = path.stat()
-        digest.update(f"{path.relative_to(package)}|{info.st_size}|{info.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+def read_bytes_when_built(path: str) -> bytes | None:
+    """The file kept at ``path`` as it is (for a worker on another host, which reads it there), after
+    waiting for a process that is building it; None where it is neither kept nor being built."""
+    if read_when_built(path) is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:  # removed by the bound on disk meanwhile: the worker builds it
+        return None
 
 
 def pickled(outcome: Build | ExplorerError) -> bytes:
@@ -165,19 +160,29 @@ def keep(outcome: Build | ExplorerError | bytes, path: str, at_most: int) -> Non
     """Write ``outcome`` (or its :func:`pickled` bytes) to ``path`` as the pool sends it back, whole
     or not at all (other processes may read it at once); past ``at_most`` files the oldest go."""
     global _kept
-    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
     try:
-        with open(partial, "wb") as file:
-            file.write(outcome if isinstance(outcome, bytes) else pickled(outcome))
-        os.replace(partial, path)
+        write_whole(path, outcome if isinstance(outcome, bytes) else pickled(outcome))
     except OSError as error:  # a full disk: the build is still shown, only not kept
         log.warning("Build not kept on disk: %s", error)
-        with contextlib.suppress(OSError):
-            os.remove(partial)
         return
     if _kept % PRUNE_EVERY == 0:
         prune(os.path.dirname(path), at_most)
     _kept += 1
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a reader, in this process, another one or on
+    another host sharing the folder, finds the old file, none or the new one, never part of it (a
+    file of its own, then renamed over: atomic within one filesystem, NFS's too). Raises OSError."""
+    partial = f"{path}.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        with open(partial, "wb") as file:
+            file.write(data)
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise
 
 
 def prune(directory: str, at_most: int) -> None:

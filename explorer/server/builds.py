@@ -2,7 +2,8 @@
 (so compiles of different settings run on all cores instead of one after another under one
 GIL), read from the machine's folder of builds before they are built. The pool's processes
 never compile CUDA binaries (``TVM_COMPILE_FORCE_FALLBACK``): the one binary compile of a
-kernel happens in the compile pool or the measuring worker."""
+kernel happens in the compile pool or the measuring worker. Where the server is given a cluster
+(``--workers``), the builds are made by the worker hosts and kept on disk here."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,8 @@ import cloudpickle
 from ..build import Build, Spec, build, keep_builds
 from ..errors import ExplorerError
 from ..highlight import FIRST_VIEWS, VIEW_LANGUAGES, keep_highlights, texts_html, views_html, views_texts
-from .build_disk import BuildDisk, building, keep, pickled, read
+from ..targets import resolve_target
+from .build_disk import BuildDisk, build_key, building, keep, pickled, read
 from .pool import POOL_BUILDS, ProcessPool, source_only_process_init
 from .settings import ServerSettings
 from .single_flight import SingleFlight
@@ -26,7 +28,7 @@ class BuildService(ProcessPool):
 
     def __init__(self, settings: ServerSettings | None = None, *, here_until_ready: bool = False):
         settings = settings or ServerSettings()
-        super().__init__(settings, settings.build_workers, _build_pool_init, name="build worker")
+        super().__init__(settings, settings.build_workers, _build_pool_init, name="build worker", priority=1)
         self._cache: SingleFlight[tuple, Build] = SingleFlight(self.settings.build_cache)
         # A server's processes take seconds to start (each imports TVM, all at once on a busy
         # machine); until :meth:`start` has them ready, this process builds what a page asks
@@ -88,7 +90,7 @@ class BuildService(ProcessPool):
         (``highlight_ahead``) and a process is free: the highlighting would delay the next pages'
         builds."""
         with self._busy_lock:
-            if not self.settings.highlight_ahead or self._busy >= self.workers:
+            if not self.settings.highlight_ahead or self._busy >= self.workers or self.engine is not None:
                 self.highlights_left_to_pages += 1
                 return
             self._busy += 1
@@ -110,16 +112,21 @@ class BuildService(ProcessPool):
         return outcome
 
     def stats(self) -> dict:
+        hosts = {"worker hosts": self.engine.stats()} if self.engine is not None else {}
         return {**self._cache.stats(), "workers": self.workers, "built in this process": self.built_here,
-                "read from disk": self.read_from_disk, "highlighting left to the pages": self.highlights_left_to_pages}
+                "read from disk": self.read_from_disk, "highlighting left to the pages": self.highlights_left_to_pages,
+                **hosts}
 
     def _build_in_pool(self, spec: Spec, target: str, path: str | None = None) -> Build:
         start = time.perf_counter()
         with self._busy_lock:
             self._busy += 1
         try:
-            outcome = cloudpickle.loads(self.run(build_source_only, spec, target, FIRST_VIEWS, path,
-                                                 self.settings.build_disk_cache, True))
+            if self.engine is not None:
+                outcome = cloudpickle.loads(self._build_on_a_host(spec, target, path))
+            else:
+                outcome = cloudpickle.loads(self.run(build_source_only, spec, target, FIRST_VIEWS, path,
+                                                     self.settings.build_disk_cache, True))
         finally:
             with self._busy_lock:
                 self._busy -= 1
@@ -129,6 +136,21 @@ class BuildService(ProcessPool):
         outcome.timings_ms["pool round trip"] = round((time.perf_counter() - start) * 1000
                                                       - sum(outcome.timings_ms.values()), 2)
         return outcome
+
+    def _build_on_a_host(self, spec: Spec, target: str, path: str | None) -> bytes:
+        """The build made by a worker host, for the resolved target (a host's "auto" is another GPU),
+        pickled, and kept on disk here as a build process keeps it (this process holds the lock meanwhile:
+        a compile or another app process asking for it waits for the file)."""
+        resolved = str(resolve_target(target))
+        with building(path):
+            kept = read(path) if path is not None else None  # another process built it meanwhile
+            if kept is not None:
+                return pickled(kept)
+            data = self.run(build_source_only, spec, resolved, FIRST_VIEWS, None, 0, True,
+                            key="build-" + build_key(spec, resolved))
+            if path is not None:
+                keep(data, path, self.settings.build_disk_cache)
+        return data
 
 
 def _build_pool_init(root: str) -> None:

@@ -1,22 +1,28 @@
 """The kernels to measure, compiled to loadable libraries in a pool of their own (processes
-that may compile binaries, unlike the build pool's), so the measuring worker only loads,
-checks and times."""
+that may compile binaries, unlike the build pool's), or by the class's worker hosts
+(``--workers``: ``engine.py``), so the measuring worker only loads, checks and times."""
 from __future__ import annotations
 
-import hashlib
+import logging
 import os
+import struct
+import tempfile
 import time
 
-import tvm  # already imported by ..build; its version names the libraries kept on disk
+import cloudpickle
 
 from ..build import Build, Spec, build, keep_builds, runtime_module_of
 from ..cuda_compile import CUBINS
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError
 from ..processes import log_line
+from ..targets import resolve_target
 from . import build_disk
+from .content_keys import content_key
 from .pool import POOL_BUILDS, ProcessPool
 from .settings import COMPILE_NICENESS, ServerSettings
+
+log = logging.getLogger(__name__)
 
 COMPILE_LOG = "EXPLORER_COMPILE_LOG"  # where each compile process writes a line per setting it compiles
 # The times a line of the compile log begins with, in order (the class bench reads them by these names).
@@ -34,10 +40,13 @@ class CompileService(ProcessPool):
     # a fresh class server's compile processes over a minute, the measuring worker compiling every
     # kernel itself meanwhile. One each (a different one per process), then the rest on first use.
     warm_templates = 1
+    source_only = False  # on a worker host too, its calls compile the CUDA binaries
 
     def __init__(self, settings: ServerSettings):
-        super().__init__(settings, settings.compile_workers, _compile_pool_init, kernel_environment,
-                         name="compile worker")
+        # With a cluster, compile_workers counts the compiles asked of it at once; this machine's own
+        # processes, where a call falls back, are one per core at most.
+        here = min(settings.compile_workers, os.cpu_count() or 1) if settings.workers else settings.compile_workers
+        super().__init__(settings, here, _compile_pool_init, kernel_environment, name="compile worker", priority=0)
         self.disk = build_disk.BuildDisk(settings)
 
     def compile(self, spec: Spec, target: str) -> str | None:
@@ -45,8 +54,33 @@ class CompileService(ProcessPool):
         the processes are still starting (the worker then compiles the kernel itself)."""
         if not self.ready.is_set():
             return None
-        return self.run(compile_library, spec, target, self.settings.library_dir, self.disk.path(spec, target),
-                        time.time(), doing="Compiling this setting")
+        kept_at = self.disk.path(spec, target)
+        if self.engine is not None:
+            return self._compile_on_a_host(spec, target, kept_at)
+        return self.run(compile_library, spec, target, self.settings.library_dir, kept_at, time.time(),
+                        doing="Compiling this setting")
+
+    def _compile_on_a_host(self, spec: Spec, target: str, kept_at: str | None) -> str | None:
+        """The library compiled by a worker host: it is sent the page's build (waited for here, as a
+        compile process waits for it) and sends the library back, which is kept here for the measuring
+        worker; one that is not a whole library is compiled again in this machine's processes."""
+        path = library_path(spec, target, self.settings.library_dir)
+        if os.path.exists(path):
+            return path
+        kept = build_disk.read_bytes_when_built(kept_at) if kept_at is not None else None
+        resolved = str(resolve_target(target))
+        data = self.run(compile_library_bytes, spec, resolved, kept, doing="Compiling this setting",
+                        key="library-" + os.path.basename(path)[:-3])
+        if data is not None and not whole_library(data):
+            log.warning("A worker host sent a library that is not whole (%d bytes); compiled here instead", len(data))
+            self.engine.broken += 1
+            return self.run_here(compile_library, spec, target, self.settings.library_dir, kept_at, time.time(),
+                                 doing="Compiling this setting")
+        if data is None:  # no C compiler there: the measuring worker compiles it
+            return None
+        os.makedirs(self.settings.library_dir, exist_ok=True)
+        build_disk.write_whole(path, data)
+        return path
 
 
 def _compile_pool_init(root: str) -> None:
@@ -58,10 +92,9 @@ def _compile_pool_init(root: str) -> None:
 
 
 def library_path(spec: Spec, target: str, directory: str) -> str:
-    """Where ``spec``'s compiled kernel for ``target`` is kept: one file per setting, TVM
-    version and target."""
-    key = hashlib.sha256(f"{tvm.__version__}|{target}|{spec!r}".encode()).hexdigest()
-    return os.path.join(directory, key + ".so")
+    """Where ``spec``'s compiled kernel for ``target`` is kept: one file per setting, resolved target
+    (its architecture), versions and source (``content_keys.py``)."""
+    return os.path.join(directory, content_key("library", spec, str(resolve_target(target))) + ".so")
 
 
 def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None = None,
@@ -74,29 +107,63 @@ def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None
     path = library_path(spec, target, directory)
     if os.path.exists(path):
         return path
-    log = _CompileLog(spec, asked_at)
+    compile_log = _CompileLog(spec, asked_at)
     kept = build_disk.read_when_built(kept_at) if kept_at is not None else None
-    log.mark("built")
+    os.makedirs(directory, exist_ok=True)
+    return _compiled(spec, target, kept, compile_log, path)
+
+
+def compile_library_bytes(spec: Spec, target: str, kept: bytes | None = None) -> bytes | None | ExplorerError:
+    """On a worker host: :func:`compile_library` for the resolved ``target``, from the page's build as the
+    server keeps it on disk (``kept``, pickled; None: built here), and the library's bytes sent back
+    (the server keeps the file for its measuring worker); this host keeps nothing."""
+    try:
+        kept_build = cloudpickle.loads(kept) if kept is not None else None
+    except Exception:  # classes that changed since: built here
+        kept_build = None
+    with tempfile.TemporaryDirectory(prefix="explorer-library-") as directory:
+        path = os.path.join(directory, "kernel.so")
+        outcome = _compiled(spec, target, kept_build, _CompileLog(spec, None), path)
+        if not isinstance(outcome, str):
+            return outcome
+        with open(outcome, "rb") as file:
+            return file.read()
+
+
+def _compiled(spec: Spec, target: str, kept, compile_log: _CompileLog, path: str) -> str | None | ExplorerError:
+    """``spec``'s library exported to ``path`` (from ``kept``, the page's build, where it has its lowered
+    modules), None without a C compiler, or the setting's ExplorerError."""
+    compile_log.mark("built")
     try:
         if isinstance(kept, ExplorerError):
             raise kept
         reused = isinstance(kept, Build) and kept.host_mod is not None
         module = runtime_module_of(kept) if reused else build(spec, target).runtime_module
-        log.mark("generated", "kept" if reused else "here")
+        compile_log.mark("generated", "kept" if reused else "here")
     except ExplorerError as error:
-        log.write("error")
+        compile_log.write("error")
         return error
-    os.makedirs(directory, exist_ok=True)
     partial = f"{path}.{os.getpid()}.so"
     try:
         module.export_library(partial)
     except Exception:  # no C compiler or linker on this machine: the worker compiles instead
-        log.write("no-library")
+        compile_log.write("no-library")
         return None
     os.replace(partial, path)  # whole or absent: other processes may read it at once
-    log.mark("exported")
-    log.write("ok")
+    compile_log.mark("exported")
+    compile_log.write("ok")
     return path
+
+
+def whole_library(data: bytes) -> bool:
+    """Whether ``data`` is a whole shared library (ELF, a shared object, its section headers within the
+    file): a worker host that sent something cut short or of another kind is not loaded from."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # 64-bit little-endian
+        return False
+    kind, = struct.unpack_from("<H", data, 16)
+    section_headers, = struct.unpack_from("<Q", data, 40)
+    entry_size, count = struct.unpack_from("<HH", data, 58)
+    return kind == 3 and section_headers + entry_size * count <= len(data)
 
 
 class _CompileLog:

@@ -26,8 +26,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..cuda_env import kernel_environment, without_source_only
 from ..errors import EXIT_INVALID, ExplorerError
-from .settings import ServerSettings
+from .content_keys import host_resource
+from .settings import WORKERS, ServerSettings
 
 # Every process of a server of several app processes (explorer/server/service.py) is given these:
 MEASURING_ADDRESS = "EXPLORER_MEASURING"  # the measuring service's socket
@@ -133,6 +135,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--app-processes", type=app_processes_option, default=0, metavar="N",
                         help="app processes behind a reverse proxy (Caddy), each serving its browsers' pages; "
                              "default one per 4 cores (1 on a small machine: no proxy)")
+    parser.add_argument("--workers", metavar="ADDRESS", default="",
+                        help="the builds and compiles on the worker hosts of the Dask cluster whose scheduler is at "
+                             "ADDRESS (tcp://HOST:PORT; each host: python -m explorer worker ADDRESS); default: on "
+                             "this machine (docs/class-server-hosts.md)")
     parser.add_argument("streamlit_options", nargs=argparse.REMAINDER,
                         help="after --: more options of `streamlit run`, e.g. -- --server.maxUploadSize 1")
     return parser
@@ -140,9 +146,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def command(args: argparse.Namespace) -> int:
     """``serve`` with its parsed options."""
+    if args.workers:  # the server's processes inherit it (ServerSettings.workers)
+        os.environ[WORKERS] = cluster_address(args.workers)
+        # The compiles asked of the cluster at once: threads that wait on it, as many as its hosts may have
+        # processes (this machine's own compile processes, where a call falls back, stay one per core).
+        os.environ.setdefault("EXPLORER_COMPILE_WORKERS", str(CLUSTER_COMPILES))
+        print(f"Builds and compiles on the worker hosts of {os.environ[WORKERS]} that offer {host_resource()} (this "
+              "machine's versions and source: python -m explorer worker prints its host's).", flush=True)
     ServerSettings()  # a server setting (EXPLORER_*) it cannot take is refused before the server starts
     extra = args.streamlit_options[1:] if args.streamlit_options[:1] == ["--"] else args.streamlit_options
     return serve(args.port, args.address, extra, args.app_processes or default_app_processes())
+
+
+def cluster_address(text: str, timeout_s: float = 5) -> str:
+    """``text`` as the engine's address (``tcp://HOST:PORT``; the port defaults to the scheduler's 8786), once
+    something answers there; raises ExplorerError with what to do where nothing does."""
+    address = text if "://" in text else f"tcp://{text}"
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":") if rest.rpartition(":")[2].isdigit() else (rest, "", str(SCHEDULER_PORT))
+    if scheme != "tcp" or not host:
+        raise ExplorerError(f"--workers takes a Dask scheduler's address, tcp://HOST:PORT, not '{text}'.")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ExplorerError(f"No Dask scheduler answers at {scheme}://{host}:{port} ({error}): start it first "
+                            "(dask scheduler), as docs/class-server-hosts.md says.") from None
+    return f"{scheme}://{host}:{port}"
+
+
+# -- a worker host: python -m explorer worker ADDRESS ------------------------------------------
+
+SCHEDULER_PORT = 8786  # Dask's
+CLUSTER_COMPILES = 64  # compiles a server with --workers asks of its cluster at once (EXPLORER_COMPILE_WORKERS)
+WORKER_HELP = "start this host's build and compile processes for a class server's cluster"
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``worker`` (the CLI's command, and :func:`worker_main`)."""
+    parser.add_argument("address", metavar="ADDRESS", help="the cluster's scheduler, tcp://HOST:PORT (the address "
+                                                           "the class server was given with --workers)")
+    parser.add_argument("--processes", type=app_processes_option, default=0, metavar="N",
+                        help="worker processes, one call at a time each (default: one per core)")
+    parser.epilog = "After --: more options of `dask worker`, e.g. -- --memory-limit 4GiB --no-nanny."
+    return parser
+
+
+def worker_command(address: str, processes: int, extra: list[str]) -> list[str]:
+    """Dask's worker for this host: ``processes`` processes of one thread each, offering the resource of
+    this host's versions and source (a server's tasks go to workers of its own only), each started by
+    ``explorer.server.host_worker`` (TVM and the templates imported before the first call)."""
+    # The scheduler last: what follows it Dask takes for its preload's own arguments.
+    return [sys.executable, "-m", "distributed.cli.dask_worker", "--nworkers", str(processes), "--nthreads", "1",
+            "--resources", f"{host_resource()}=1", "--preload", "explorer.server.host_worker", "--no-dashboard",
+            *extra, address]
+
+
+def worker_environment() -> dict[str, str]:
+    """A worker host's processes compile CUDA binaries: NVRTC's libraries found before they start."""
+    return {**without_source_only(os.environ), **kernel_environment()}
+
+
+def worker(args: argparse.Namespace, extra: list[str] = ()) -> int:
+    """``worker`` with its parsed options (``extra``: Dask's own): this process becomes Dask's worker (it runs
+    until stopped)."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        print("No C compiler (g++) on this host: its compiles send no library back, and the GPU host's measuring "
+              "worker compiles those kernels itself; install g++ to take that off the GPU host.", flush=True)
+    print(f"Worker processes for the class server's cluster at {args.address} ({host_resource()}).", flush=True)
+    command = worker_command(args.address, args.processes or os.cpu_count() or 1, list(extra))
+    os.execve(sys.executable, command, worker_environment())
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """``python -m explorer worker OPTIONS`` (explorer/__main__.py), without the CLI's library, as ``serve``."""
+    parser = add_worker_arguments(argparse.ArgumentParser(prog="python -m explorer worker", description=WORKER_HELP))
+    argv = sys.argv[2:] if argv is None else argv
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    return worker(parser.parse_args(ours), extra)
 
 
 def main(argv: list[str] | None = None) -> int:

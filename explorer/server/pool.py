@@ -1,8 +1,11 @@
-"""Processes of a server (TVM's ``PopenPoolExecutor``) that run one function at a time each."""
+"""Processes of a server (TVM's ``PopenPoolExecutor``) that run one function at a time each, or,
+where the server is given a cluster (``--workers``), the worker hosts' processes (``engine.py``)
+with this machine's as their stand-in."""
 from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import logging
 import os
 import site
 import threading
@@ -12,7 +15,10 @@ from ..build import Spec, build
 from ..cuda_env import SOURCE_ONLY
 from ..errors import ExplorerError
 from ..processes import named_start
+from . import engine
 from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
 
 ROOT = str(Path(__file__).resolve().parents[2])  # so pool processes can import explorer
 POOL_BUILDS = 8  # builds a build or compile process keeps (explorer.build's cache)
@@ -24,10 +30,15 @@ class ProcessPool:
     the time limit or crashed."""
 
     warm_templates: int | None = None  # templates each process builds as it starts (None: all it is given)
+    source_only = True  # on a worker host, its calls compile no CUDA binary (a build process's)
 
     def __init__(self, settings: ServerSettings, workers: int, initializer, environment=None, *,
-                 release_heap: bool = False, name: str = "pool worker"):
+                 release_heap: bool = False, name: str = "pool worker", priority: int | None = None):
         self.settings = settings
+        # The worker hosts where the server is given a cluster and this pool's calls may go there
+        # (``priority``: the engine's order between the pools, higher first); None: this machine only.
+        self.engine = engine.workers_at(settings.workers) if settings.workers and priority is not None else None
+        self.priority = priority or 0
         self.workers = workers
         self._initializer = initializer
         self.name = name  # each process's name (``ps -o comm``): what a look at the machine tells apart
@@ -38,9 +49,28 @@ class ProcessPool:
         self._closed = False
         self.ready = threading.Event()  # the processes have started and imported what they need
 
-    def run(self, function, *args, doing: str = "Building this setting"):
-        """``function(*args)`` in one of the processes (it returns an ExplorerError as a
-        value); raises ExplorerError with the sentence for a process that ran too long or crashed."""
+    def run(self, function, *args, doing: str = "Building this setting", key: str | None = None):
+        """``function(*args)`` on a worker host where the server has some (``key``: the content key of what
+        it makes, so that the server's processes asking for it at once have it made once), else, or
+        where none can, in one of this machine's processes (it returns an ExplorerError as a value);
+        raises ExplorerError with the sentence for a call that ran too long or crashed."""
+        if self.engine is not None:
+            try:
+                outcome = self.engine.run(function, *args, source_only=self.source_only, priority=self.priority,
+                                          key=key, limit_s=self.settings.build_time_limit_s)
+            except engine.NoWorkers as why:
+                log.info("%s here: %s", doing, why)
+            except engine.Crashed:
+                raise ExplorerError("The compile process crashed on this setting on every worker host it was "
+                                    "given. Try another setting.") from None
+            else:
+                if isinstance(outcome, ExplorerError):
+                    raise outcome
+                return outcome
+        return self.run_here(function, *args, doing=doing)
+
+    def run_here(self, function, *args, doing: str = "Building this setting"):
+        """``function(*args)`` in one of this machine's processes (see :meth:`run`)."""
         call = (_released, function, *args) if self._release_heap else (function, *args)
         try:
             outcome = self._executor().submit(*call).result()
@@ -56,7 +86,17 @@ class ProcessPool:
 
     def start(self, warm_specs: tuple[Spec, ...] = (), target: str = "auto") -> None:
         """Start the processes now (each imports TVM and what ``warm_specs``' templates need,
-        seconds) rather than on a student's first knob change."""
+        seconds) rather than on a student's first knob change. With a cluster that can be reached, its
+        worker hosts warm themselves as they start, and this machine's processes start only when a call
+        falls back to them."""
+        if self.engine is not None:
+            try:
+                self.engine.connect()
+            except engine.NoWorkers:
+                pass  # this machine's processes, warmed below, stand in until it can be reached
+            else:
+                self.ready.set()
+                return
         try:
             pool = self._executor()
         except ExplorerError:  # closed before it started
@@ -85,6 +125,8 @@ class ProcessPool:
 
     def close(self) -> None:
         self._closed = True
+        if self.engine is not None:
+            self.engine.close()
         with self._pool_lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)

@@ -15,6 +15,7 @@ from ..errors import ExplorerError
 # at 5 and 10) and the first minute's measurements.
 COMPILE_NICENESS = 5
 DIAGNOSE_NICENESS = 10
+WORKERS = "EXPLORER_WORKERS"  # the cluster's address (serve --workers)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class ServerSettings:
     # The GPUs to measure on, one measuring worker each: the first this many of those the server
     # sees (``serve`` sets it on a machine with several).
     gpus: int = field(default_factory=lambda: _env_int("EXPLORER_GPUS", 1))
+    # The cluster whose worker hosts make the builds and compiles (a Dask scheduler's address, ``serve
+    # --workers``; explorer/server/engine.py); "": this machine's build and compile processes.
+    workers: str = field(default_factory=lambda: os.environ.get(WORKERS, "").strip())
 
 
 def _env_flag(name: str, default: bool) -> bool:
