@@ -283,7 +283,9 @@ def run_on_gpu():
         device = tvm.cuda(0)
         inputs = workload.random_inputs(seed)
         output = tvm.runtime.empty(workload.output_shape(), workload.output_dtype(), device)
-        kernel = tvm.runtime.Executable(built.runtime_module).jit()
+        from explorer.build import runtime_module_of
+
+        kernel = tvm.runtime.Executable(runtime_module_of(built)).jit()
         kernel["main"](*(tvm.runtime.tensor(x, device) for x in inputs), output)
         return output.numpy().astype("float32"), workload.reference(*inputs)
 

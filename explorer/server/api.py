@@ -48,7 +48,8 @@ class Server:
         self._builds = BuildService(self._settings, here_until_ready=True)
         self._page_runs = PageRuns()
         self._diagnosing = diagnosing_process(self._settings)
-        diagnose = functools.partial(diagnose_in, self._diagnosing) if self._settings.diagnose else not_diagnosed
+        diagnose = (functools.partial(diagnose_in, self._diagnosing, disk=self._builds.disk)
+                    if self._settings.diagnose else not_diagnosed)
         self._diagnoses = Diagnoses(diagnose)
         if share_diagnoses is not None:
             self._diagnoses.share(share_diagnoses)

@@ -81,7 +81,7 @@ def compile_library(spec: Spec, target: str, directory: str, kept_at: str | None
         if isinstance(kept, ExplorerError):
             raise kept
         reused = isinstance(kept, Build) and kept.host_mod is not None
-        module = runtime_module_of(kept) if reused else build(spec, target).runtime_module
+        module = runtime_module_of(kept if reused else build(spec, target))
         log.mark("generated", "kept" if reused else "here")
     except ExplorerError as error:
         log.write("error")

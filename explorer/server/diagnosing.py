@@ -25,10 +25,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..analysis.diagnosis import Diagnosis, diagnose_spec
+from ..analysis.diagnosis import Diagnosis, diagnose, diagnose_spec, refusal
+from ..analysis.sass import compile_binary
 from ..analysis.tiling import keep_tilings
-from ..build import Spec
+from ..build import Build, Spec
 from ..errors import ExplorerError
+from .build_disk import BuildDisk, read_when_built
 from .pool import ProcessPool, source_only_process_init
 from .settings import DIAGNOSE_NICENESS, ServerSettings
 
@@ -64,9 +66,13 @@ def _diagnosing_process_init(root: str) -> None:
     keep_tilings(DIAGNOSIS_TILINGS)
 
 
-def diagnose_in(process: ProcessPool, *args):
-    """The diagnosis of ``args`` (:func:`diagnose_in_process`'s) computed in ``process``."""
-    return process.run(diagnose_in_process, *args, doing="Diagnosing this setting")
+def diagnose_in(process: ProcessPool, spec: Spec, target: str, ceilings=None, measured_us: float | None = None, *,
+                disk: BuildDisk | None = None):
+    """The diagnosis (:func:`diagnose_in_process`'s) computed in ``process``, from the page's build
+    kept on ``disk`` where it is there."""
+    kept_at = disk.path(spec, target) if disk is not None else None
+    return process.run(diagnose_in_process, spec, target, ceilings, measured_us, kept_at,
+                       doing="Diagnosing this setting")
 
 
 def not_diagnosed(*args) -> ExplorerError:
@@ -74,9 +80,21 @@ def not_diagnosed(*args) -> ExplorerError:
     return ExplorerError(NOT_DIAGNOSED)
 
 
-def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
-    """In the diagnosing process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value."""
+def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None,
+                        kept_at: str | None = None):
+    """In the diagnosing process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value.
+    The setting's build is the page's, kept at ``kept_at`` by a build process, where it is there (or
+    being made): it is not scheduled and lowered a second time."""
     try:
+        kept = read_when_built(kept_at) if kept_at is not None else None
+        if isinstance(kept, ExplorerError):
+            return refusal(spec, kept)
+        if isinstance(kept, Build):
+            try:
+                binary = compile_binary(kept)
+            except ExplorerError as error:
+                return refusal(spec, error)
+            return diagnose(kept, binary=binary, ceilings=ceilings, measured_us=measured_us)
         return diagnose_spec(spec, target, ceilings=ceilings, measured_us=measured_us)
     except ExplorerError as error:
         return error
