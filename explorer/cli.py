@@ -26,7 +26,7 @@ from .schedules import TEMPLATES
 from .search import sweep
 from .search.grid import Grid
 from .search.tune import tune
-from .server import launcher
+from .server import launcher, prepare
 from .tabs import ANALYSES, measured_here
 
 EXIT_WRONG = 1
@@ -343,6 +343,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
     p = launcher.add_arguments(sub.add_parser("serve", help=launcher.HELP))
     p.set_defaults(func=launcher.command)
+    p = prepare.add_arguments(sub.add_parser("prepare", help=prepare.HELP))
+    p.set_defaults(func=prepare.command)
     return parser
 
 

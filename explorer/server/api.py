@@ -31,10 +31,11 @@ from .launcher import APP_SHARE, MEASURING_ADDRESS, MEASURING_KEY
 from .measuring import Measuring
 from .over_socket import UNREACHABLE, MeasuringOverSocket
 from .page_runs import PageRuns
+from .prepare import prepared_sentence, read_manifest
 from .settings import ServerSettings
 from .warm_up import WarmUp, warm_up_gpu_early
 
-__all__ = ["UNREACHABLE", "Server", "open_server", "warm_up_early"]
+__all__ = ["UNREACHABLE", "Server", "open_server", "prepared_sentence", "warm_up_early"]
 
 
 class Server:
@@ -139,9 +140,11 @@ class Server:
         return self._settings.measure_max_age_s
 
     def stats(self) -> dict:
-        """"builds" and "pages" of this process; "measurements", "queues" and "baselines" where they
-        can be asked (not while the measuring service restarts)."""
-        return {**self._measuring.stats(), "builds": self._builds.stats(), "pages": self._page_runs.stats()}
+        """"builds" and "pages" of this process; "measurements" (with what was "stored" on disk before the
+        server started), "queues" and "baselines" where they can be asked (not while the measuring service
+        restarts); "prepared": the last prepare's summary on this machine (None: none for this version)."""
+        return {**self._measuring.stats(), "builds": self._builds.stats(), "pages": self._page_runs.stats(),
+                "prepared": read_manifest(self._settings)}
 
     # -- starting and stopping ------------------------------------------------------------------
 
