@@ -192,6 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lessons", nargs="*", default=["matmul_modern", "conv2d_modern", "matmul_hopper"])
     parser.add_argument("--settings", type=int, default=12, help="new settings to time")
     parser.add_argument("--target", default="auto")
+    parser.add_argument("--machine", help="the machine, as the table should name it (default: its GPU and cores)")
     parser.add_argument("--profile", metavar="DIR", help="record every process with py-spy into DIR")
     parser.add_argument("--json", metavar="PATH", help="each setting's CPU by process, as JSON")
     parser.add_argument("--before", metavar="PATH", help="another run's --json (an older tree): a before/after table")
@@ -249,8 +250,9 @@ def main(argv=None) -> int:
                  "into), so the one NVRTC compile of each setting is the diagnosis's (its registers and SASS); on a "
                  "GPU machine the compile process makes that cubin first and the diagnosis reads it from the disk "
                  "(one compile per setting either way: the same key).")
+        gpu = tvm.cuda(0).device_name if tvm.cuda(0).exist else "no GPU"
         write_section(f"move-cpu-{args.write}", f"### CPU per new setting: {args.write}\n\n"
-                      f"{os.uname().nodename}, {os.cpu_count()} cores, TVM {tvm.__version__}; "
+                      f"{args.machine or f'{gpu}, {os.cpu_count()} cores'}, TVM {tvm.__version__}; "
                       f"`python bench/move_cpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "
                       f"{time.strftime('%Y-%m-%d')}, {time.time() - begun:.0f} s. CPU seconds per new setting "
                       "(one-knob neighbours of the lessons' steps, caches empty, every process warm), by process: "
