@@ -5,6 +5,7 @@ import dataclasses
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from server_fakes import fake_measurement
@@ -13,6 +14,8 @@ from explorer.lessons import get_lesson
 from explorer.measure import NoDevice
 from explorer.presets import get_preset
 from explorer.server import measure_store
+from explorer.server import prepare as prepare_module
+from explorer.server.diagnosing import Diagnoses, kept_folder
 from explorer.server.in_process import MeasuringInProcess
 from explorer.server.measure_store import PREPARE, MeasurementStore, describe
 from explorer.server.prepare import Progress, prepare, prepared_sentence, read_manifest, settings_to_prepare
@@ -180,3 +183,30 @@ def test_a_prepare_refuses_while_a_server_measures_on_the_machines_gpu(settings)
         server.close()
     assert prepare(LESSONS, around=False, settings=settings, say=lines.append,
                    measuring=stand_in_measuring(settings, measured)) == 0 and len(measured) == 4
+
+
+def test_a_prepared_diagnosis_is_what_a_fresh_servers_page_reads(settings, monkeypatch):
+    """With diagnoses on, the prepare diagnoses each setting on its measurement and keeps it beside the
+    measurements; a server's diagnoses read it for that measurement instead of diagnosing again."""
+    settings = dataclasses.replace(settings, diagnose=True)
+    diagnosed = []
+    monkeypatch.setattr(prepare_module, "diagnosing_process", lambda settings, workers: SimpleNamespace(close=list))
+    monkeypatch.setattr(prepare_module, "diagnose_in", lambda process, spec, target, ceilings, us, disk=None:
+                        diagnosed.append(spec) or f"diagnosis of {spec.template} at {us}")
+    lines = []
+    assert prepare(LESSONS, around=False, settings=settings, say=lines.append,
+                   measuring=stand_in_measuring(settings, [])) == 0
+    specs, _ = settings_to_prepare(LESSONS, around=False)
+    assert diagnosed == specs and all(line.endswith("measured 5.00 µs, diagnosed") for line in lines if "·" in line)
+    assert ", 4 diagnosed. " in lines[-1]
+
+    pages = Diagnoses(lambda *args: pytest.fail("diagnosed again"))
+    pages.share(kept_folder(settings), settings.measure_max_age_s)  # as a server started afterwards does
+    try:
+        assert pages.get(specs[0], "auto", fake_measurement(specs[0], 5.0)).result(10) == "diagnosis of matmul at 5.0"
+    finally:
+        pages.close()
+    lines.clear()
+    assert prepare(LESSONS, around=False, settings=settings, say=lines.append,
+                   measuring=stand_in_measuring(settings, [])) == 0
+    assert diagnosed == specs and [line.endswith("already prepared") for line in lines if "·" in line] == [True] * 4

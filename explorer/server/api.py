@@ -25,7 +25,7 @@ from ..build import Build, Spec
 from ..errors import ExplorerError
 from ..measure import MeasureSettings, sweep_measurer
 from .builds import BuildService
-from .diagnosing import Diagnoses, diagnose_in, diagnosing_process, not_diagnosed
+from .diagnosing import Diagnoses, diagnose_in, diagnosing_process, kept_folder, not_diagnosed
 from .in_process import CLOSE_WAIT_S, POLL_S, MeasuringInProcess
 from .launcher import APP_SHARE, MEASURING_ADDRESS, MEASURING_KEY
 from .measuring import Measuring
@@ -52,7 +52,10 @@ class Server:
         diagnose = (functools.partial(diagnose_in, self._diagnosing, disk=self._builds.disk)
                     if self._settings.diagnose else not_diagnosed)
         self._diagnoses = Diagnoses(diagnose)
-        if share_diagnoses is not None:
+        kept = kept_folder(self._settings)
+        if kept is not None:  # beyond this server, beside the measurements they are placed on (all its processes')
+            self._diagnoses.share(kept, self._settings.measure_max_age_s)
+        elif share_diagnoses is not None:
             self._diagnoses.share(share_diagnoses)
         self._measuring = measuring if measuring is not None else MeasuringInProcess(self._settings)
         self._steps = WarmUp()  # the pages' steps of the warm-up (the build processes, the steps built ahead)

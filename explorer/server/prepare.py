@@ -4,8 +4,9 @@ Every step of the chosen lessons and every setting one knob away from each (the 
 of each knob, as a student's slider moves and the diagnosis looks) is built, compiled and measured the
 way a class server does it, into the caches a server started afterwards reads: the builds on disk
 (``EXPLORER_BUILD_DIR``), the kernels' binaries with their SASS (``EXPLORER_CUDA_CACHE``), the kernel
-libraries (``EXPLORER_LIBRARY_DIR``) and the measurements (``EXPLORER_MEASURE_DIR``,
-:mod:`.measure_store`). Without a GPU it prepares the builds and binaries only, and says so.
+libraries (``EXPLORER_LIBRARY_DIR``), the measurements (``EXPLORER_MEASURE_DIR``, :mod:`.measure_store`)
+and the diagnoses placed on them (beside the measurements, :func:`.diagnosing.kept_folder`). Without a
+GPU it prepares the builds, binaries and static diagnoses only, and says so.
 
 The settings are counted first; each line of progress says how many are done, and how long the rest
 will take at the pace so far. What is done stays done: an interrupted prepare, run again, goes on
@@ -31,6 +32,7 @@ from ..errors import EXIT_INVALID, ExplorerError
 from ..lessons import get_lesson
 from . import build_disk
 from .builds import BuildService
+from .diagnosing import diagnose_in, diagnosing_process, fresh, kept_folder, kept_key, shared, shared_path
 from .in_process import POLL_S, MeasuringInProcess
 from .measure_store import PREPARE, GPUBusy, gpu_turn, versions
 from .settings import ServerSettings
@@ -107,9 +109,10 @@ class Outcome:
     built: str = "-"  # "built", "read" (on disk already) or the refusal's sentence
     binary: str = "-"
     measured: str = "-"  # "measured", "kept" (on disk already), an error's sentence, or "-" (no GPU)
+    diagnosed: str = "-"  # "diagnosed", "diagnosis kept" (on disk already), or why not
 
     def line(self) -> str:
-        return ", ".join(part for part in (self.built, self.binary, self.measured) if part != "-")
+        return ", ".join(part for part in (self.built, self.binary, self.measured, self.diagnosed) if part != "-")
 
 
 class Preparation:
@@ -125,6 +128,10 @@ class Preparation:
         self.builds = BuildService(self.settings)
         self.measuring = measuring or MeasuringInProcess(self.settings)  # tests give a stand-in GPU
         self.measuring.measured_by = PREPARE
+        # The diagnoses, kept beside the measurements for the servers to come (none where they keep none).
+        self.kept_diagnoses = kept_folder(self.settings)
+        self.diagnosing = (diagnosing_process(self.settings, max(1, self.builds.workers))
+                           if self.kept_diagnoses is not None else None)
         self.outcomes: dict[Spec, Outcome] = {}
         self.stopping = threading.Event()
 
@@ -141,7 +148,9 @@ class Preparation:
 
     def one(self, spec: Spec, gpu: bool) -> tuple[Outcome, bool]:
         """Prepare ``spec``: build it (kept on disk), measure it (compiled by a compile process, timed on
-        the GPU, kept on disk), then its binary's SASS. (Its outcome, whether it was all done already.)"""
+        the GPU, kept on disk), then diagnose it on that measurement (kept on disk; where no diagnosis is
+        kept, only its binary's registers and SASS, which a diagnosis reads). (Its outcome, whether it was
+        all done already.)"""
         outcome = Outcome()
         kept_at = self.builds.disk.path(spec, self.target)
         on_disk = kept_at is not None and os.path.exists(kept_at)
@@ -158,10 +167,33 @@ class Preparation:
                 pass
             outcome.measured = ("-" if not job.done else f"measurement: {job.error}" if job.error else
                                 "kept" if measured else _said(job.result))
-        if not self.stopping.is_set():
+        if self.diagnosing is None and not self.stopping.is_set():  # a diagnosis makes the same binary first
             outcome.binary = (self.builds.run(kernel_binary, spec, self.target, kept_at) if self.builds.workers
                               else kernel_binary(spec, self.target, kept_at))
-        return outcome, on_disk and (measured or not gpu)
+        diagnosed_already = self._diagnose(spec, outcome, kept_at)
+        return outcome, on_disk and (measured or not gpu) and diagnosed_already in (True, None)
+
+    def _diagnose(self, spec: Spec, outcome: Outcome, kept_at: str | None) -> bool | None:
+        """The diagnosis a page of a server started afterwards shows: placed on the measurement (or static,
+        without one), kept where the server reads it (diagnosing.kept_folder). Whether it was kept already
+        (None: no diagnosis kept)."""
+        if self.diagnosing is None or self.stopping.is_set():
+            return None
+        measured = self.measuring.result(spec, self.target)
+        measured = measured if getattr(measured, "correct", False) else None  # as Server.diagnosis places it
+        ceilings, us = (measured.ceilings, measured.median_us) if measured is not None else (None, None)
+        key = kept_key(spec, self.target, measured.device if measured is not None else None)
+        already = fresh(shared_path(self.kept_diagnoses, key), self.settings.measure_max_age_s)
+        os.makedirs(self.kept_diagnoses, mode=0o700, exist_ok=True)
+        try:
+            shared(self.kept_diagnoses, key, lambda: diagnose_in(self.diagnosing, spec, self.target, ceilings, us,
+                                                                 disk=self.builds.disk),
+                   self.settings.measure_max_age_s)
+        except ExplorerError as error:  # not kept: the server diagnoses it when a page asks
+            outcome.diagnosed = f"diagnosis: {error}"
+            return False
+        outcome.diagnosed = "diagnosis kept" if already else "diagnosed"
+        return already
 
     def run(self, progress: Progress, gpu: bool) -> None:
         """Every setting, ``progress`` told of each; returns early (unfinished) once ``stopping`` is set."""
@@ -195,6 +227,8 @@ class Preparation:
         self.stopping.set()
         self.measuring.close()
         self.builds.close()
+        if self.diagnosing is not None:
+            self.diagnosing.close()
 
 
 def _said(result) -> str:
@@ -212,6 +246,7 @@ def manifest(lesson_ids: list[str], specs: list[Spec], steps: int, outcomes: dic
             "built": sum(not o.built.startswith(("refused", "not prepared")) for o in done),
             "refused": sum(o.built.startswith("refused") for o in done),
             "measured": sum(o.measured.startswith(("measured", "kept")) for o in done),
+            "diagnosed": sum(o.diagnosed in ("diagnosed", "diagnosis kept") for o in done),
             "device": device, "started": started, "finished": finished, "interrupted": interrupted,
             "versions": versions()}
 
@@ -270,8 +305,8 @@ def prepare(lesson_ids: list[str], target: str = "auto", around: bool = True, se
         error = run.measuring.warm.error or ""
         say(f"Measuring on {device} ({kept} measurements of this GPU already on disk are kept)." if gpu else
             ("No GPU on this machine" if error.startswith("No GPU") else f"The GPU did not warm up ({error})")
-            + ": the builds and the kernels' binaries are prepared, nothing is measured. Prepare on the class's "
-              "GPU server to measure too.")
+            + ": the builds and the kernels' binaries" + (" (and static diagnoses)" if run.diagnosing else "")
+            + " are prepared, nothing is measured. Prepare on the class's GPU server to measure too.")
         run.run(Progress(len(specs), say), gpu)
     except KeyboardInterrupt:
         interrupted = True
@@ -295,14 +330,16 @@ def report(summary: dict, settings: ServerSettings) -> str:
         return (f"Interrupted after {took}: {summary['done']} of {summary['settings']} settings prepared, and kept. "
                 "Run the same command again to prepare the rest.")
     refused = f", {summary['refused']} refused (each with its sentence)" if summary["refused"] else ""
+    diagnosed = f", {summary['diagnosed']} diagnosed" if summary.get("diagnosed") else ""
     head = f"Prepared {summary['settings']} settings in {took}: {summary['built']} built{refused}"
     if summary["device"] is None:
-        return head + "; nothing measured (no GPU). A server started on this machine reads the builds and binaries."
+        return f"{head}{diagnosed}; nothing measured (no GPU). A server started on this machine reads them."
     until = time.strftime("%H:%M", time.localtime(summary["oldest"] + settings.measure_max_age_s))
-    return (f"{head}, {summary['measured']} measured on {summary['device']}. A server started from now on reads them "
-            f"(its Device page says so). The measurements count as fresh for EXPLORER_MEASURE_MAX_AGE_S="
-            f"{settings.measure_max_age_s} s after each was measured (the oldest until about {until}): start the "
-            "class before then, or start its server with a larger EXPLORER_MEASURE_MAX_AGE_S.")
+    return (f"{head}, {summary['measured']} measured on {summary['device']}{diagnosed}. A server started from now "
+            f"on reads them (its Device page says so). The measurements (and the diagnoses placed on them) count as "
+            f"fresh for EXPLORER_MEASURE_MAX_AGE_S={settings.measure_max_age_s} s after each was measured (the oldest "
+            f"until about {until}): start the class before then, or start its server with a larger "
+            "EXPLORER_MEASURE_MAX_AGE_S.")
 
 
 def prepared_sentence(stored: dict | None, summary: dict | None, max_age_s: float,
@@ -320,6 +357,8 @@ def prepared_sentence(stored: dict | None, summary: dict | None, max_age_s: floa
                 else f"{summary['settings']} settings")
         measured = (f"{summary['measured']} measured on {summary['device']}" if summary["device"] else
                     "no GPU there: nothing measured")
+        if summary.get("diagnosed"):
+            measured += f", {summary['diagnosed']} diagnosed"
         parts.append(f"`python -m explorer prepare` prepared {what} of {', '.join(summary['lessons'])} on "
                      f"{when(summary['started'])} ({summary['built']} built, {summary['refused']} refused, {measured})")
     if loaded:
