@@ -14,11 +14,22 @@
 #   bash bench/classroom_gpu.sh first RESULTS    # fresh server: the teacher's first page only, with every
 #                                                 # process of the server sampled by py-spy from its start
 #   bash bench/classroom_gpu.sh knee RESULTS     # one fresh server: classes of SIZES students (30 50 100 150),
-#                                                 # LONG_S each, one after the other, on FAMILY (modern: the
-#                                                 # class phase's lessons; depthwise: the large phase's), then
+#                                                 # LONG_S each, one after the other, on FAMILY (modern:
+#                                                 # matmul_modern + conv2d_modern + matmul_hopper; depthwise:
+#                                                 # depthwise_blog; new: reduction + rowwise + attention), then
 #                                                 # bench/knee.py's table (section knee-FAMILY); WARM_S=S
 #                                                 # plays S seconds of 30 students first, not counted
+#   bash bench/classroom_gpu.sh unprepared RESULTS  # empty caches, fresh server: STUDENTS (100) on FAMILY for
+#                                                 # LONG_S (section class-STUDENTS-FAMILY-unprepared)
+#   bash bench/classroom_gpu.sh prepare RESULTS   # empty caches, then `python -m explorer prepare` of FAMILY's
+#                                                 # lessons into them (its log and time: RESULTS/prepare-FAMILY.*)
+#   bash bench/classroom_gpu.sh prepared RESULTS  # the prepare's caches (prepared here first where the prepare
+#                                                 # phase has not, or goes on where it stopped), then the same
+#                                                 # class as unprepared on a fresh server (section ...-prepared);
+#                                                 # within EXPLORER_MEASURE_MAX_AGE_S (30 min) of the prepare
 #
+# FRESH_CACHES=1 (unprepared, prepare: always) gives the run empty caches of its own under RESULTS (the builds,
+# binaries, libraries and measurements a server keeps on disk): what a machine just started has.
 # RESULTS gets the JSON reports, the servers' logs, the measuring worker's log and the profile.
 # APP_PROCESSES=N starts the server with N app processes behind its proxy (--app-processes N);
 # EXPLORER_GPUS=N measures on the first N GPUs (serve's default: all it sees); TAG=WORD ends the class
@@ -34,9 +45,24 @@
 # bench/classroom.py's default otherwise). A run whose load generator was saturated is no verdict:
 # it is named on stderr and in RESULTS/generator-limited.txt (classroom.py exits with status 3).
 set -u
-phase=${1:?modern, class, large, knee or first}
+phase=${1:?modern, class, large, knee, unprepared, prepare, prepared or first}
 results=${2:?a folder for the results}
 mkdir -p "$results"
+family=${FAMILY:-modern}
+case "$family" in  # each lesson family as bench/classroom.py plays it (none: the depthwise tutorial's links)
+  modern) lessons=(--lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper) ;;
+  depthwise) lessons=() ;;
+  new) lessons=(--lesson reduction --lesson rowwise --lesson attention) ;;
+  *) echo "FAMILY is modern, depthwise or new, not '$family'" >&2; exit 2 ;;
+esac
+if [ "${FRESH_CACHES:-0}" = 1 ] || [ "$phase" = unprepared ] || [ "$phase" = prepare ] || [ "$phase" = prepared ]; then
+  caches=$results/caches-$family-$phase
+  [ "$phase" = prepare ] || [ "$phase" = prepared ] && caches=$results/caches-$family-prepared
+  [ "$phase" = prepared ] || rm -rf "$caches"  # the prepared class reads what the prepare phase made
+  mkdir -p "$caches" && chmod 700 "$caches"
+  export EXPLORER_BUILD_DIR=$caches/builds EXPLORER_CUDA_CACHE=$caches/cuda \
+         EXPLORER_LIBRARY_DIR=$caches/libraries EXPLORER_MEASURE_DIR=$caches/measurements
+fi
 port=8501
 long=${LONG_S:-300}  # the long runs' seconds (shorter only to try the script out)
 url=http://127.0.0.1:$port
@@ -57,6 +83,14 @@ bench() {
   return $status
 }
 
+if [ "$phase" = prepare ] || [ "$phase" = prepared ]; then  # the teacher prepares the lessons before the class
+  prepare_lessons=()
+  [ ${#lessons[@]} -eq 0 ] && prepare_lessons=(--lesson depthwise_blog) || prepare_lessons=("${lessons[@]}")
+  start=$SECONDS
+  python -m explorer prepare "${prepare_lessons[@]}" >"$results/$phase-$family.log" 2>&1 || exit 1
+  echo "$phase: $((SECONDS - start)) s ($(tail -1 "$results/$phase-$family.log"))" | tee "$results/$phase-$family.txt"
+  [ "$phase" = prepare ] && exit 0
+fi
 ${SERVER_CORES:+taskset -c "$SERVER_CORES"} python -m explorer serve --port $port --address 127.0.0.1 \
   ${APP_PROCESSES:+--app-processes "$APP_PROCESSES"} ${WORKERS:+--workers "$WORKERS"} >"$results/server-$phase.log" 2>&1 &
 launcher=$!
@@ -114,10 +148,13 @@ elif [ "$phase" = class ]; then
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
         --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
         --write "class-$students-modern${TAG:+-$TAG}"
+elif [ "$phase" = unprepared ] || [ "$phase" = prepared ]; then
+  students=${STUDENTS:-100}
+  bench --wait-for-server 180 --students "$students" --seconds $long --think-time 5 \
+        --processes $(((students + 9) / 10)) "${lessons[@]}" \
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/$phase-$family-$students.json" \
+        --write "class-$students-$family-$phase${TAG:+-$TAG}"
 elif [ "$phase" = knee ]; then
-  family=${FAMILY:-modern}
-  lessons=()
-  [ "$family" = modern ] && lessons=(--lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper)
   reports=()
   wait_s=180
   if [ "${WARM_S:-0}" -gt 0 ]; then  # a first class, not counted: the sizes then meet a server past its first minute
@@ -132,7 +169,7 @@ elif [ "$phase" = knee ]; then
     wait_s=0
   done
   python bench/knee.py "${reports[@]}" --family "$family" --machine "$machine" \
-    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long WARM_S=${WARM_S:-0} bash bench/classroom_gpu.sh knee RESULTS" \
+    --command "FAMILY=$family SIZES='${SIZES:-30 50 100 150}' LONG_S=$long WARM_S=${WARM_S:-0} FRESH_CACHES=${FRESH_CACHES:-0} bash bench/classroom_gpu.sh knee RESULTS" \
     --write "knee-$family"
 else
   students=${STUDENTS:-100}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import time
 from pathlib import Path
 
 from docs_section import Result, run_file, write_result, write_section
@@ -95,7 +96,7 @@ def main() -> None:
     text = "\n".join([
         f"### The knee of one server: {args.family}",
         "",
-        f"Machine: {args.machine}. Command: `{command}`. "
+        f"Machine: {args.machine}. Date: {time.strftime('%Y-%m-%d')}. Command: `{command}`. "
         f"Classes of {', '.join(str(r['students']) for r in sorted(reports, key=lambda r: r['students']))} "
         f"students, {', '.join(map(str, seconds_each))} s each, a move every ~5 s each; targets p95 knob → code "
         f"≤ {CODE_P95_S:g} s and knob → latency ≤ {LATENCY_P95_S:g} s, no move without code.",

@@ -56,7 +56,7 @@ from docs_section import Result, run_file, write_result, write_section
 from tvm.s_tir import Schedule
 
 from explorer.analysis.ncu import spec_from_json, spec_to_json
-from explorer.build import Spec, build
+from explorer.build import Spec, build, runtime_module_of
 from explorer.cuda_env import kernel_environment
 from explorer.errors import ExplorerError, InvalidKnobs, summary_line
 from explorer.measure import MeasureSettings, local_gpu, measure, shutdown
@@ -373,7 +373,7 @@ def launch(spec: Spec) -> str:
     inputs = workload.random_inputs(0)
     output = tvm.runtime.tensor(np.full(workload.output_shape(), np.nan, numpy_dtype(workload.output_dtype())),
                                 device)
-    main = tvm.runtime.Executable(built.runtime_module).jit()["main"]
+    main = tvm.runtime.Executable(runtime_module_of(built)).jit()["main"]
     main(*(tvm.runtime.tensor(x, device) for x in inputs), output)
     device.sync()
     check = compare(output.numpy().astype("float32"), workload.reference(*inputs), workload.reduction_length(),

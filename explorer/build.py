@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import tvm
 from tvm import tirx
 
 from .cuda_compile import install_disk_cache
+from .cuda_env import SOURCE_ONLY
 from .errors import ExplorerError, InvalidKnobs, summary_line
 from .knobs import KnobSet
 from .schedules import get_template
@@ -114,14 +116,12 @@ class Kernel(LaunchShape):
 class Build:
     spec: Spec
     target: tvm.target.Target
-    tensorir: str  # scheduled TensorIR (TVMScript)
     trace: str  # the schedule as Python calls
-    lowered: str  # device TIR just before codegen
     cuda: str  # generated CUDA source ("" for a CPU target)
     kernels: tuple[Kernel, ...]
     schedule_mod: tvm.IRModule = field(repr=False)
     device_mod: tvm.IRModule | None = field(repr=False)
-    runtime_module: object = field(repr=False)
+    runtime_module: object = field(repr=False)  # None where built source only: runtime_module_of makes it
     timings_ms: dict = field(default_factory=dict)
     # The code views as they show by default, highlighted (explorer.highlight.views_html),
     # where a server's build process made them; the app highlights what is missing.
@@ -129,6 +129,30 @@ class Build:
     # The host side just before code generation: with device_mod, what runtime_module_of needs to
     # make the runtime module of a build that crossed processes without one.
     host_mod: tvm.IRModule | None = field(default=None, repr=False)
+    # The two TVMScript texts, printed when first read (:meth:`with_texts`): a diagnosis builds dozens of
+    # neighbours and reads neither (printing them was a sixteenth of its time).
+    _tensorir: str | None = field(default=None, repr=False)
+    _lowered: str | None = field(default=None, repr=False)
+
+    @property
+    def tensorir(self) -> str:
+        """The scheduled TensorIR (TVMScript)."""
+        if self._tensorir is None:
+            self._tensorir = self.schedule_mod.script()
+        return self._tensorir
+
+    @property
+    def lowered(self) -> str:
+        """The device TIR just before code generation (the host's for a CPU target)."""
+        if self._lowered is None:
+            self._lowered = (self.device_mod if self.device_mod is not None else self.host_mod).script()
+        return self._lowered
+
+    def with_texts(self) -> Build:
+        """This build with its texts printed, before it goes to a process that shows them (a page's
+        build process sends its builds to the app process, whose one core runs every page)."""
+        self.tensorir, self.lowered  # noqa: B018 (printed and kept)
+        return self
 
     @property
     def target_key(self) -> str:
@@ -182,15 +206,19 @@ def _build_cached(spec: Spec, target_json: str) -> Build:
         verify_device(template, device_mod, target)
 
     start = time.perf_counter()
-    runtime_module = _generate(spec, host_mod, device_mods, target)
+    if device_mod is not None and os.environ.get(SOURCE_ONLY):
+        # A process that never runs a kernel (the app's, a build or diagnosing process) needs the
+        # CUDA source only: the host's LLVM code generation (13-18 ms a setting, as long as the
+        # whole CUDA code generation of most) is left to runtime_module_of where a kernel runs.
+        runtime_module, cuda = None, _cuda_source(spec, device_mods, target)
+    else:
+        runtime_module = _generate(spec, host_mod, device_mods, target)
+        cuda = runtime_module.imports[0].inspect_source("cuda") if device_mod is not None else ""
     timings["codegen"] = _ms(start)
-    cuda = runtime_module.imports[0].inspect_source("cuda") if device_mod is not None else ""
     return Build(
         spec=spec,
         target=target,
-        tensorir=sch.mod.script(),
         trace=str(sch.trace),
-        lowered=(device_mod if device_mod is not None else host_mod).script(),
         cuda=cuda,
         kernels=_kernels(device_mod, pooled_shared_bytes(sch.mod)) if device_mod is not None else (),
         schedule_mod=sch.mod,
@@ -214,6 +242,21 @@ def _generate(spec: Spec, host_mod: tvm.IRModule, device_mods: dict, target: tvm
             return _tir_build.tir_to_runtime(host_mod, device_mods, host)
     except Exception as error:  # TVM raises RuntimeError with the compiler's output
         raise InvalidKnobs(f"The CUDA that TVM generated for this setting does not compile: {summary_line(error)}",
+                           tuple(spec.knobs.to_dict())) from None
+
+
+def _cuda_source(spec: Spec, device_mods: dict, target: tvm.target.Target) -> str:
+    """The CUDA source of the first device module with kernels, as :func:`_generate`'s runtime module
+    shows it (its first import's)."""
+    found = [(device, mod) for device, mod in device_mods.items() if len(mod.functions)]
+    if not found:
+        return ""
+    device, mod = found[0]
+    try:
+        with target:
+            return _tir_build.codegen_build(mod, device).inspect_source("cuda")
+    except Exception as error:  # TVM raises RuntimeError with the code generator's message
+        raise InvalidKnobs(f"TVM cannot generate CUDA for this setting: {summary_line(error)}",
                            tuple(spec.knobs.to_dict())) from None
 
 

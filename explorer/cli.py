@@ -26,7 +26,7 @@ from .schedules import TEMPLATES
 from .search import sweep
 from .search.grid import Grid
 from .search.tune import tune
-from .server import launcher
+from .server import launcher, prepare
 from .tabs import ANALYSES, measured_here
 
 EXIT_WRONG = 1
@@ -345,6 +345,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=launcher.command)
     p = launcher.add_worker_arguments(sub.add_parser("worker", help=launcher.WORKER_HELP))
     p.set_defaults(func=launcher.worker)
+    p = prepare.add_arguments(sub.add_parser("prepare", help=prepare.HELP))
+    p.set_defaults(func=prepare.command)
     return parser
 
 

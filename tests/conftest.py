@@ -52,6 +52,9 @@ os.environ["EXPLORER_BUILD_WORKERS"] = "0"
 # No builds kept on disk: the tests count the builds each server makes, and a folder shared with earlier
 # runs would answer them; tests/test_build_disk_cache.py gives each of its servers a folder of its own.
 os.environ["EXPLORER_BUILD_DISK_CACHE"] = "0"
+# Nor measurements (explorer/server/measure_store.py), for the same reason: tests/test_prepare.py gives
+# its servers a folder of their own.
+os.environ["EXPLORER_MEASURE_DIR"] = ""
 
 
 def _compiled_once(get_bytecode):
@@ -283,7 +286,9 @@ def run_on_gpu():
         device = tvm.cuda(0)
         inputs = workload.random_inputs(seed)
         output = tvm.runtime.empty(workload.output_shape(), workload.output_dtype(), device)
-        kernel = tvm.runtime.Executable(built.runtime_module).jit()
+        from explorer.build import runtime_module_of
+
+        kernel = tvm.runtime.Executable(runtime_module_of(built)).jit()
         kernel["main"](*(tvm.runtime.tensor(x, device) for x in inputs), output)
         return output.numpy().astype("float32"), workload.reference(*inputs)
 

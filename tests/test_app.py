@@ -118,6 +118,24 @@ def test_device_page_counts_the_worker_hosts_calls(monkeypatch):
                in c.value for c in at.caption)
 
 
+def test_device_page_says_the_server_started_on_a_prepared_cache(monkeypatch):
+    """A server started after ``python -m explorer prepare`` says so: how many settings, of which lessons, when."""
+    server = handle.server()
+    real = server.stats
+    stored = {"loaded": 329, "prepared": 329, "oldest": 1_800_000_000.0, "newest": 1_800_000_480.0}
+    summary = {"lessons": ["matmul_modern", "conv2d_modern"], "settings": 345, "done": 345, "built": 330,
+               "refused": 15, "measured": 329, "device": "NVIDIA H200", "started": 1_800_000_000.0,
+               "interrupted": False}
+    monkeypatch.setattr(server, "stats", lambda: {**real(), "prepared": summary,
+                                                  "measurements": {**real()["measurements"], "stored": stored}})
+    at = app().run()
+    at.switch_page("views/device.py").run()
+    assert_clean(at)
+    [said] = [s.value for s in at.success if "prepared cache" in s.value]
+    assert "prepared 345 settings of matmul_modern, conv2d_modern" in said and "329 measured on NVIDIA H200" in said
+    assert "this server read 329 measurements of this GPU from the disk by prepare" in said
+
+
 # Of these templates, a preset whose cubin other tests compile too (the SASS and Resources tabs read it): on a
 # clean machine one NVRTC compile and one nvdisasm fewer each (tests/README.md).
 COMPILED_ELSEWHERE = {"depthwise_blog": "dw-blog-final-96",  # test_every_analysis_is_a_tab_with_its_panel_and_a_view

@@ -5,9 +5,11 @@ import subprocess
 import sys
 import threading
 
+import cloudpickle
 import pytest
 
 from explorer import build as build_module
+from explorer.cuda_env import SOURCE_ONLY
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
 from explorer.server import build_disk
@@ -187,3 +189,30 @@ def test_a_compile_log_that_cannot_be_written_stops_no_compile(tmp_path, monkeyp
         assert os.path.isfile(library)
     said = [r.getMessage() for r in caplog.records if "cannot be written" in r.getMessage()]
     assert len(said) == 1 and "no such folder" in said[0]  # said once, not per compile
+
+
+def test_a_source_only_build_generates_the_cuda_without_the_host_code(monkeypatch, forget_builds):
+    """A process that never runs a kernel (SOURCE_ONLY: the app's, a build or diagnosing process) gets
+    the same CUDA without TVM's LLVM code generation of the host side; runtime_module_of makes that
+    where a kernel runs."""
+    monkeypatch.setenv(SOURCE_ONLY, "1")
+    forget_builds()
+    shown = build_module.build(SPEC, "h100")
+    monkeypatch.delenv(SOURCE_ONLY)
+    forget_builds()
+    full = build_module.build(SPEC, "h100")
+    assert shown.runtime_module is None and full.runtime_module is not None
+    assert "__global__" in shown.cuda and shown.cuda == full.cuda and shown.kernels == full.kernels
+    assert build_module.runtime_module_of(shown).imports[0].inspect_source("cuda") == shown.cuda
+
+
+def test_a_builds_texts_are_printed_when_read_and_sent_printed(forget_builds):
+    """A diagnosis's neighbours never print their TVMScript; a build process's build reaches the app process
+    with both texts printed (the app's one core runs every page)."""
+    forget_builds()
+    built = build_module.build(SPEC, "h100")
+    assert built._tensorir is None and built._lowered is None
+    assert built.tensorir == built.schedule_mod.script() and built.lowered == built.device_mod.script()
+    forget_builds()
+    sent = cloudpickle.loads(build_source_only(SPEC, "h100", as_bytes=True))
+    assert sent._tensorir is not None and sent._lowered is not None and "T.prim_func" in sent.lowered

@@ -6,9 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from explorer import build as build_module
 from explorer.errors import ExplorerError
 from explorer.presets import get_preset
 from explorer.server import diagnosing
+from explorer.server.builds import build_source_only
 from explorer.server.diagnosing import WAITING, Diagnoses
 
 SPEC = get_preset("dw-blog-final-96").spec
@@ -110,3 +112,19 @@ def test_app_processes_sharing_a_folder_diagnose_a_setting_once(tmp_path, monkey
     finally:
         first.close()
         second.close()
+
+
+def test_a_diagnosis_reads_the_pages_kept_build_and_says_what_building_it_says(tmp_path, monkeypatch):
+    """The page's build process kept the setting on disk: the diagnosing process reads it instead of
+    scheduling and lowering it again, and the diagnosis is the one a build of its own gives."""
+    kept_at = str(tmp_path / "kept.pickle")
+    build_source_only(SPEC, "h100", keep_at=kept_at, keep_at_most=10)  # the page's build process
+    monkeypatch.setattr(build_module, "_build_cached", build_module._build_cached)  # handed back after the test
+    build_module.keep_builds(128)  # this process has built nothing yet
+    scheduled, real = [], build_module.scheduled
+    monkeypatch.setattr(build_module, "scheduled",
+                        lambda spec, target=None: scheduled.append(spec) or real(spec, target))
+    from_disk = diagnosing.diagnose_in_process(SPEC, "h100", kept_at=kept_at)
+    assert SPEC not in scheduled and scheduled  # its neighbours are built, the setting itself is read
+    assert from_disk == diagnosing.diagnose_in_process(SPEC, "h100") and from_disk.findings
+    assert SPEC in scheduled  # without the kept build it is built here

@@ -676,7 +676,7 @@ def test_a_setting_being_measured_is_diagnosed_once_on_its_measurement(monkeypat
 
     monkeypatch.setenv("EXPLORER_DIAGNOSE", "1")  # the tests' servers do not diagnose (tests/conftest.py)
     diagnosed = []
-    monkeypatch.setattr(api, "diagnose_in", lambda process, spec, target, ceilings, measured_us:
+    monkeypatch.setattr(api, "diagnose_in", lambda process, spec, target, ceilings, measured_us, disk=None:
                         diagnosed.append((spec, measured_us)) or f"at {measured_us}")
     monkeypatch.setattr(MeasuringInProcess, "_measure_ceilings", lambda self, target: None)
     monkeypatch.setattr(MeasuringInProcess, "baseline", lambda self, workload: None)

@@ -14,7 +14,7 @@ from explorer.analysis.roofline import ceiling_rows, published_for
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import QUICK_SETTINGS, Remote, describe_budget
-from explorer.server.api import UNREACHABLE
+from explorer.server.api import UNREACHABLE, prepared_sentence
 from explorer.targets import NAMES, local_gpu_target, resolve_target, target_label
 
 
@@ -92,6 +92,9 @@ else:
                + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))
 stats = server.stats()
 builds, measured, pages = stats["builds"], stats.get("measurements"), stats["pages"]
+prepared = prepared_sentence((measured or {}).get("stored"), stats.get("prepared"), server.measure_max_age_s)
+if prepared is not None:  # python -m explorer prepare, or an earlier server's measurements on disk
+    st.success(prepared, icon=":material/inventory_2:")
 cols = st.columns(5)
 cols[0].metric("Builds cached", f"{builds['entries']} / {builds['capacity']}",
                help=f"Shared by every session: {builds['hits']} hits, {builds['shared']} waited for a build already "

@@ -22,6 +22,7 @@ from ..tir_walk import children, walk
 from .texpr import BufferLoad, expr_children, op_name
 
 SHARED_SCOPES = ("shared", "shared.dyn")
+GLOBAL_SCOPES = ("global",)
 AXES = "xyz"
 # Calls that access shared memory at an address they are given: op name → (access, argument position of
 # the address). ldmatrix.x4: each lane gives the address of one 16-byte row; cp.async (16-byte copies)
@@ -193,6 +194,14 @@ def shared_accesses(built) -> tuple[KernelAccesses, ...]:
     """:func:`kernel_accesses` of a build's device module (shared memory), once per build: the bank
     model, the race check and the diagnosis's facts read the same."""
     return tuple(kernel_accesses(built.device_mod))
+
+
+@functools.lru_cache(maxsize=64)
+def global_accesses(built) -> tuple[KernelAccesses, ...]:
+    """:func:`kernel_accesses` of a build's device module (global memory), once per build: the
+    coalescing model, the written kernels' tiling and the diagnosis's facts read the same (a
+    diagnosis walked each neighbour's twice)."""
+    return tuple(kernel_accesses(built.device_mod, GLOBAL_SCOPES))
 
 
 def loop_heights(body) -> dict:

@@ -22,13 +22,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .accesses import KernelAccesses, SharedAccess, kernel_accesses
+from .accesses import KernelAccesses, SharedAccess, global_accesses
 from .banks import ROW_BUDGET, SAMPLE_SEED, _AccessModel
 from .texpr import Unsupported
 
 SECTOR_BYTES = 32
 WORD_BYTES = 4
-GLOBAL_SCOPES = ("global",)
 
 
 @dataclass(frozen=True)
@@ -117,6 +116,6 @@ def analyze_coalescing(built, row_budget: int = ROW_BUDGET) -> CoalescingReport:
         return CoalescingReport(())
     return CoalescingReport(tuple(
         analyze_global_access(access, kernel, row_budget)
-        for kernel in kernel_accesses(built.device_mod, GLOBAL_SCOPES)
+        for kernel in global_accesses(built)
         for access in kernel.accesses if not access.duplicate_of
     ))

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..build import Spec, build
+from ..build import Spec, build, runtime_module_of
 from ..cuda_compile import nvcc_path
 from ..cuda_env import without_source_only
 from ..errors import ExplorerError, summary_line
@@ -240,7 +240,7 @@ def _launch(spec_json: str, calls: int) -> None:
     device = tvm.cuda(0)
     inputs = [tvm.runtime.tensor(x, device) for x in workload.random_inputs(0)]
     output = tvm.runtime.empty(workload.output_shape(), workload.output_dtype(), device)
-    main = tvm.runtime.Executable(built.runtime_module).jit()["main"]
+    main = tvm.runtime.Executable(runtime_module_of(built)).jit()["main"]
     for _ in range(calls):
         main(*inputs, output)
     device.sync()

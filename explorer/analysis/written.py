@@ -23,10 +23,9 @@ from ..errors import ExplorerError
 from ..schedules.attention_fused import key_tiles
 from ..targets import WARP_SIZE
 from ..units import count
-from .accesses import AXES, KernelAccesses, SharedAccess, kernel_accesses
+from .accesses import AXES, KernelAccesses, SharedAccess, global_accesses
 from .texpr import Unsupported, compile_expr, free_vars
 
-GLOBAL = ("global",)
 # (blocks × loop iterations × threads) evaluated per access: beyond it, the plane shows the first blocks only.
 BUDGET = 1 << 20
 PLANE_BLOCKS = 64  # blocks evaluated for the picture of the whole output (the chosen block always whole)
@@ -185,7 +184,7 @@ def _analyze(built, block: int) -> WrittenTiling:
     kind = spec.workload.kind
     if kind not in FAMILIES:
         raise ExplorerError(f"The tiling of a written {kind} kernel is not drawn here.")
-    kernels = kernel_accesses(built.device_mod, GLOBAL)
+    kernels = global_accesses(built)
     try:
         if kind == "sum":
             return _sum(built, kernels, block)
@@ -305,7 +304,7 @@ def _matmul(spec, common: dict, evaluated, blocks: int) -> WrittenTiling:
                          cell_owner=cells, cell=cell, notes=tuple(notes), **common)
 
 
-def _sum(built, kernels: list[KernelAccesses], block: int) -> WrittenTiling:
+def _sum(built, kernels: tuple[KernelAccesses, ...], block: int) -> WrittenTiling:
     spec, workload = built.spec, built.spec.workload
     first = kernels[0]
     block = _chosen(first, block)

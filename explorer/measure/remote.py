@@ -36,7 +36,7 @@ from tvm.backend.cuda import _detect_target_from_device as detect_cuda_target
 from tvm.rpc import base as rpc_base
 
 from ..analysis.roofline import Ceilings
-from ..build import Spec, build
+from ..build import Spec, build, runtime_module_of
 from ..errors import ExplorerError, summary_line
 from ..targets import resolve_target
 from .ceilings import CEILING_SETTINGS, measure_ceilings
@@ -211,7 +211,7 @@ def remote_cuda_target(device) -> tvm.target.Target:
 
 def _host_module(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
     if isinstance(kernel, Spec):
-        return build(kernel, target).runtime_module
+        return runtime_module_of(build(kernel, target))
     host_target = tvm.target.Target(target, host="llvm") if target.kind.name == "cuda" else target
     return tvm.compile(kernel, target=host_target).mod
 

@@ -38,7 +38,7 @@ import tvm_ffi
 from tvm.support.popen_pool import PopenWorker
 
 from ..analysis.roofline import Ceilings
-from ..build import Spec, build
+from ..build import Spec, build, runtime_module_of
 from ..cuda_env import binary_process_init, kernel_environment
 from ..errors import ExplorerError, summary_line
 from ..processes import log_line, named_start
@@ -394,7 +394,7 @@ def gpu_name() -> str | None:
 def compile_kernel(kernel: Spec | tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
     """A runnable module with a ``main`` function."""
     if isinstance(kernel, Spec):
-        return tvm.runtime.Executable(build(kernel, target).runtime_module).jit()
+        return tvm.runtime.Executable(runtime_module_of(build(kernel, target))).jit()
     host_target = tvm.target.Target(target, host="llvm") if target.kind.name == "cuda" else target
     try:
         return tvm.compile(kernel, target=host_target).jit()

@@ -8,6 +8,8 @@ The app asks it through ``api.py`` only (``Server``, ``open_server``). Its parts
   queue in ``scheduler.py``, the compile pool in ``compiles.py``, the machine's GPUs in ``local_gpus.py``,
   the warm-up in ``warm_up.py``) or over the socket (``over_socket.py``) to the measuring service
   (``service.py``, ``python -m explorer.server.service``);
+- the measurements kept on disk (``measure_store.py``) and a class prepared ahead (``prepare.py``,
+  ``python -m explorer prepare``);
 - the launcher (``launcher.py``, ``python -m explorer serve``), and the sizes and ages (``settings.py``,
   ``single_flight.py``).
 

@@ -25,16 +25,17 @@ from ..build import Build, Spec
 from ..errors import ExplorerError
 from ..measure import MeasureSettings, sweep_measurer
 from .builds import BuildService
-from .diagnosing import Diagnoses, diagnose_in, diagnosing_process, not_diagnosed
+from .diagnosing import Diagnoses, diagnose_in, diagnosing_process, kept_folder, not_diagnosed
 from .in_process import CLOSE_WAIT_S, POLL_S, MeasuringInProcess
 from .launcher import APP_SHARE, MEASURING_ADDRESS, MEASURING_KEY
 from .measuring import Measuring
 from .over_socket import UNREACHABLE, MeasuringOverSocket
 from .page_runs import PageRuns
+from .prepare import prepared_sentence, read_manifest
 from .settings import ServerSettings
 from .warm_up import WarmUp, warm_up_gpu_early
 
-__all__ = ["UNREACHABLE", "Server", "open_server", "warm_up_early"]
+__all__ = ["UNREACHABLE", "Server", "open_server", "prepared_sentence", "warm_up_early"]
 
 
 class Server:
@@ -48,9 +49,13 @@ class Server:
         self._builds = BuildService(self._settings, here_until_ready=True)
         self._page_runs = PageRuns()
         self._diagnosing = diagnosing_process(self._settings)
-        diagnose = functools.partial(diagnose_in, self._diagnosing) if self._settings.diagnose else not_diagnosed
+        diagnose = (functools.partial(diagnose_in, self._diagnosing, disk=self._builds.disk)
+                    if self._settings.diagnose else not_diagnosed)
         self._diagnoses = Diagnoses(diagnose)
-        if share_diagnoses is not None:
+        kept = kept_folder(self._settings)
+        if kept is not None:  # beyond this server, beside the measurements they are placed on (all its processes')
+            self._diagnoses.share(kept, self._settings.measure_max_age_s)
+        elif share_diagnoses is not None:
             self._diagnoses.share(share_diagnoses)
         self._measuring = measuring if measuring is not None else MeasuringInProcess(self._settings)
         self._steps = WarmUp()  # the pages' steps of the warm-up (the build processes, the steps built ahead)
@@ -138,9 +143,11 @@ class Server:
         return self._settings.measure_max_age_s
 
     def stats(self) -> dict:
-        """"builds" and "pages" of this process; "measurements", "queues" and "baselines" where they
-        can be asked (not while the measuring service restarts)."""
-        return {**self._measuring.stats(), "builds": self._builds.stats(), "pages": self._page_runs.stats()}
+        """"builds" and "pages" of this process; "measurements" (with what was "stored" on disk before the
+        server started), "queues" and "baselines" where they can be asked (not while the measuring service
+        restarts); "prepared": the last prepare's summary on this machine (None: none for this version)."""
+        return {**self._measuring.stats(), "builds": self._builds.stats(), "pages": self._page_runs.stats(),
+                "prepared": read_manifest(self._settings)}
 
     # -- starting and stopping ------------------------------------------------------------------
 

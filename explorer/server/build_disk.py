@@ -50,17 +50,7 @@ class BuildDisk:
         could write to it (reading a pickle runs code the file names)."""
         if not self.settings.build_disk_cache:
             return None
-        directory = self.settings.build_dir
-        try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            info = os.stat(directory)
-        except OSError as error:
-            log.warning("Builds are not kept on disk: %s", error)
-            return None
-        if info.st_uid != os.getuid() or info.st_mode & 0o022:
-            log.warning("Builds are not kept on disk: other users may write to %s.", directory)
-            return None
-        return directory
+        return own_folder(self.settings.build_dir, "Builds")
 
     def path(self, spec: Spec, target: str) -> str | None:
         """Where ``spec``'s build for ``target`` is kept; None where none are kept."""
@@ -73,6 +63,21 @@ class BuildDisk:
         """The outcome another process kept at ``path``; None where there is none to read (a
         file cut short or of an older format is built again and replaced)."""
         return None if path is None else read(path, self._since)
+
+
+def own_folder(directory: str, what: str) -> str | None:
+    """``directory``, made if need be; None (and a warning saying ``what`` is not kept) where it cannot
+    be, or where another user could write to it (reading a pickle runs the code it names)."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.stat(directory)
+    except OSError as error:
+        log.warning("%s are not kept on disk: %s", what, error)
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        log.warning("%s are not kept on disk: other users may write to %s.", what, directory)
+        return None
+    return directory
 
 
 def read(path: str, since_ns: int = 0) -> Build | ExplorerError | None:

@@ -185,7 +185,7 @@ def build_source_only(spec: Spec, target: str, highlight: tuple[str, ...] = (), 
                 start = time.perf_counter()
                 views = views_html(built, highlight)
                 timings["highlight"] = round((time.perf_counter() - start) * 1000, 2)
-            outcome = dataclasses.replace(built, runtime_module=None, timings_ms=timings, views_html=views)
+            outcome = dataclasses.replace(built.with_texts(), runtime_module=None, timings_ms=timings, views_html=views)
         data = pickled(outcome) if as_bytes or keep_at is not None else None
         if keep_at is not None:
             keep(data, keep_at, keep_at_most)

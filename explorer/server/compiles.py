@@ -138,7 +138,7 @@ def _compiled(spec: Spec, target: str, kept, compile_log: _CompileLog, path: str
         if isinstance(kept, ExplorerError):
             raise kept
         reused = isinstance(kept, Build) and kept.host_mod is not None
-        module = runtime_module_of(kept) if reused else build(spec, target).runtime_module
+        module = runtime_module_of(kept if reused else build(spec, target))
         compile_log.mark("generated", "kept" if reused else "here")
     except ExplorerError as error:
         compile_log.write("error")

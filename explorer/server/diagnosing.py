@@ -11,7 +11,10 @@ one after a quick one, or one after the results' age) does not diagnose it again
 diagnosed up to three times: before its measurement, on the quick one, on the full one.) On a
 server of several app processes each has its diagnoses, and they share them on disk
 (:meth:`Diagnoses.share`, a folder of that server's): the first process to diagnose a setting
-does, the others read it (each of four app processes diagnosed every lesson step).
+does, the others read it (each of four app processes diagnosed every lesson step). Where measurements
+are kept on disk (``EXPLORER_MEASURE_DIR``), so are the diagnoses placed on them (:func:`kept_folder`),
+for every process of the server and the servers after it: what ``python -m explorer prepare``
+diagnosed is read, not diagnosed again.
 """
 from __future__ import annotations
 
@@ -25,14 +28,18 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..analysis.diagnosis import Diagnosis, diagnose_spec
+from ..analysis.diagnosis import Diagnosis, diagnose, diagnose_spec, refusal
+from ..analysis.sass import compile_binary
 from ..analysis.tiling import keep_tilings
-from ..build import Spec
+from ..build import Build, Spec
 from ..errors import ExplorerError
+from .build_disk import BuildDisk, own_folder, prune, read_when_built
+from .measure_store import versions
 from .pool import ProcessPool, source_only_process_init
 from .settings import DIAGNOSE_NICENESS, ServerSettings
 
 KEEP = 256  # diagnoses kept for the whole server (a few KB each)
+KEPT_ON_DISK = 4096  # diagnoses kept beyond one server (kept_folder), as many as builds on disk by default
 WAITING = 4  # diagnoses waiting to start; older ones (settings since left) are dropped
 DIAGNOSIS_TILINGS = 8  # tilings the diagnosing process keeps (explorer.analysis.tiling's cache)
 NOT_DIAGNOSED = "This server does not diagnose settings (EXPLORER_DIAGNOSE=0)."
@@ -45,12 +52,26 @@ SHARED_WAIT_S = 60.0
 SHARED_POLL_S = 0.2
 
 
-def diagnosing_process(settings: ServerSettings) -> ProcessPool:
+def diagnosing_process(settings: ServerSettings, workers: int = 1) -> ProcessPool:
     """The server's diagnosing process (started on its first diagnosis): a process of its own, as a
     diagnosis builds dozens of settings and the pages' builds must not queue behind it (a 2-core
     machine has one build process). Each diagnosis frees most of what its builds allocated: the
-    heap's free pages go back."""
-    return ProcessPool(settings, 1, _diagnosing_process_init, release_heap=True, name="diagnose worker")
+    heap's free pages go back. (A prepare diagnoses in ``workers`` such processes.)"""
+    return ProcessPool(settings, workers, _diagnosing_process_init, release_heap=True, name="diagnose worker")
+
+
+def kept_folder(settings: ServerSettings) -> str | None:
+    """Where diagnoses are kept beyond one server (beside the measurements kept on disk, which they are
+    placed on), for the next server and what a prepare diagnosed; None where none are kept."""
+    if not settings.diagnose or not settings.measure_dir or own_folder(settings.measure_dir, "Diagnoses") is None:
+        return None  # (a pickle read runs the code it names: only this user's folder is read)
+    return os.path.join(settings.measure_dir, "diagnoses")
+
+
+def kept_key(spec: Spec, target: str, device: str | None) -> tuple:
+    """A diagnosis's key in the kept folder: what it depends on beyond the setting (the versions; the GPU
+    whose measurement it is placed on, None for a static one)."""
+    return versions(), device, spec, target
 
 
 def _diagnosing_process_init(root: str) -> None:
@@ -64,9 +85,13 @@ def _diagnosing_process_init(root: str) -> None:
     keep_tilings(DIAGNOSIS_TILINGS)
 
 
-def diagnose_in(process: ProcessPool, *args):
-    """The diagnosis of ``args`` (:func:`diagnose_in_process`'s) computed in ``process``."""
-    return process.run(diagnose_in_process, *args, doing="Diagnosing this setting")
+def diagnose_in(process: ProcessPool, spec: Spec, target: str, ceilings=None, measured_us: float | None = None, *,
+                disk: BuildDisk | None = None):
+    """The diagnosis (:func:`diagnose_in_process`'s) computed in ``process``, from the page's build
+    kept on ``disk`` where it is there."""
+    kept_at = disk.path(spec, target) if disk is not None else None
+    return process.run(diagnose_in_process, spec, target, ceilings, measured_us, kept_at,
+                       doing="Diagnosing this setting")
 
 
 def not_diagnosed(*args) -> ExplorerError:
@@ -74,9 +99,21 @@ def not_diagnosed(*args) -> ExplorerError:
     return ExplorerError(NOT_DIAGNOSED)
 
 
-def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None):
-    """In the diagnosing process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value."""
+def diagnose_in_process(spec: Spec, target: str, ceilings=None, measured_us: float | None = None,
+                        kept_at: str | None = None):
+    """In the diagnosing process: the diagnosis of ``spec``, or the ExplorerError it raised, as a value.
+    The setting's build is the page's, kept at ``kept_at`` by a build process, where it is there (or
+    being made): it is not scheduled and lowered a second time."""
     try:
+        kept = read_when_built(kept_at) if kept_at is not None else None
+        if isinstance(kept, ExplorerError):
+            return refusal(spec, kept)
+        if isinstance(kept, Build):
+            try:
+                binary = compile_binary(kept)
+            except ExplorerError as error:
+                return refusal(spec, error)
+            return diagnose(kept, binary=binary, ceilings=ceilings, measured_us=measured_us)
         return diagnose_spec(spec, target, ceilings=ceilings, measured_us=measured_us)
     except ExplorerError as error:
         return error
@@ -91,6 +128,7 @@ class Diagnoses:
         self._jobs: OrderedDict[tuple, Future] = OrderedDict()
         self._measuring: OrderedDict[tuple, float] = OrderedDict()  # when each waited for its measurement first
         self._shared: str | None = None  # the folder the server's app processes share their diagnoses in
+        self._max_age_s: float | None = None  # where that folder outlives the server: how old a diagnosis is read
         self._asked: dict[Future, tuple[int, float]] = {}  # each future's turn and when it was asked for
         self._turns = itertools.count()
         self._lock = threading.Lock()
@@ -102,6 +140,7 @@ class Diagnoses:
         for a setting that cannot be built. None while ``measuring`` (the setting's measurement
         is on its way) and not for longer than MEASURE_WAIT_S: the diagnosis waits for it."""
         measured_us = measured.median_us if measured is not None else None
+        device = getattr(measured, "device", None)
         key = (spec, target)
         with self._lock:
             future = self._jobs.get(key)
@@ -111,7 +150,7 @@ class Diagnoses:
                 self._measuring.pop(key, None)
                 ceilings = measured.ceilings if measured is not None else None
                 future = self._jobs[key] = self._one_at_a_time.submit(self._diagnose, spec, target, ceilings,
-                                                                      measured_us)
+                                                                      measured_us, device)
                 self._asked[future] = (next(self._turns), time.monotonic())
                 while len(self._jobs) > KEEP:
                     self._asked.pop(self._jobs.popitem(last=False)[1], None)
@@ -136,15 +175,25 @@ class Diagnoses:
             ahead = sum(1 for other, (t, _) in self._asked.items() if t < turn and not other.done())
         return ahead, time.monotonic() - asked
 
-    def share(self, directory: str) -> None:
+    def share(self, directory: str, max_age_s: float | None = None) -> None:
         """Share the diagnoses with the server's other app processes through ``directory`` (a
-        folder of that server's, made here if need be; only this user's processes write there)."""
+        folder of that server's, made here if need be; only this user's processes write there).
+        ``max_age_s``: a folder kept beyond the server (:func:`kept_folder`): its diagnoses, those of
+        earlier servers and of a prepare too, are read while younger than this (as the measurements
+        they are placed on), keyed by :func:`kept_key`; past KEPT_ON_DISK files the least recent go."""
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        self._shared = directory
+        self._shared, self._max_age_s = directory, max_age_s
+        if max_age_s is not None:
+            prune(directory, KEPT_ON_DISK)
 
-    def _diagnose(self, spec: Spec, target: str, ceilings, measured_us) -> Diagnosis:
+    def _diagnose(self, spec: Spec, target: str, ceilings, measured_us, device=None) -> Diagnosis:
         run = lambda: self._run(spec, target, ceilings, measured_us)  # noqa: E731
-        outcome = run() if self._shared is None else shared(self._shared, (spec, target), run)
+        if self._shared is None:
+            outcome = run()
+        elif self._max_age_s is None:
+            outcome = shared(self._shared, (spec, target), run)
+        else:
+            outcome = shared(self._shared, kept_key(spec, target, device), run, self._max_age_s)
         if isinstance(outcome, ExplorerError):
             raise outcome
         return outcome
@@ -154,15 +203,29 @@ class Diagnoses:
         self._one_at_a_time.shutdown(wait=wait, cancel_futures=True)
 
 
-def shared(directory: str, key: tuple, compute: Callable[[], object]):
+def shared_path(directory: str, key: tuple) -> str:
+    return os.path.join(directory, hashlib.sha256(repr(key).encode()).hexdigest() + ".pickle")
+
+
+def fresh(path: str, max_age_s: float | None) -> bool:
+    """Whether ``path`` is there and (with ``max_age_s``) younger than that."""
+    try:
+        modified = os.stat(path).st_mtime
+    except FileNotFoundError:
+        return False
+    return max_age_s is None or time.time() - modified <= max_age_s
+
+
+def shared(directory: str, key: tuple, compute: Callable[[], object], max_age_s: float | None = None):
     """``compute()``'s outcome for ``key``, computed once by the processes that share ``directory``:
-    read from its file where one wrote it; else claimed (a lock file) and computed here, or, while
-    another process holds the claim, waited for (SHARED_WAIT_S at most, then computed here)."""
-    path = os.path.join(directory, hashlib.sha256(repr(key).encode()).hexdigest() + ".pickle")
+    read from its file where one wrote it (younger than ``max_age_s``, where given); else claimed (a lock
+    file) and computed here, or, while another process holds the claim, waited for (SHARED_WAIT_S at
+    most, then computed here)."""
+    path = shared_path(directory, key)
     claim = path + ".lock"
     deadline = time.monotonic() + SHARED_WAIT_S
     while True:
-        if os.path.exists(path):
+        if fresh(path, max_age_s):
             return _read(path)
         try:
             os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
@@ -172,7 +235,7 @@ def shared(directory: str, key: tuple, compute: Callable[[], object]):
                 continue
             return compute()
         try:
-            if os.path.exists(path):  # written by a process whose claim ended between the look above and this one
+            if fresh(path, max_age_s):  # written by a process whose claim ended between the look above and this one
                 return _read(path)
             outcome = compute()
             partial = f"{path}.{os.getpid()}"

@@ -18,6 +18,7 @@ from ..errors import ExplorerError
 from ..measure import MeasureError, MeasureSettings
 from .compiles import CompileService
 from .local_gpus import LocalGPUs
+from .measure_store import SERVER, GPUBusy, MeasurementStore, describe, gpu_turn
 from .measuring import Measuring
 from .scheduler import CompileFn, MeasureFn, Scheduler
 from .settings import ServerSettings
@@ -54,7 +55,15 @@ class MeasuringInProcess(Measuring):
             measure_fn, compile_fn = self.gpus.measure, compile_fn or self.compiles.compile
         self.scheduler = Scheduler(measure_fn, max_age_s=self.settings.measure_max_age_s,
                                    capacity=self.settings.measure_cache, ready=self.ready, compile_fn=compile_fn,
-                                   compile_workers=self.settings.compile_workers, local_gpus=len(self.gpus))
+                                   compile_workers=self.settings.compile_workers, local_gpus=len(self.gpus),
+                                   on_finished=self._keep)
+        # The measurements kept on disk (measure_store.py): opened once the warm-up has named the GPU;
+        # what this server read there at its start, for its Device page. ``measured_by``: who this side
+        # says measured what it keeps there ("prepare": python -m explorer prepare).
+        self.store: MeasurementStore | None = None
+        self.stored: dict = {"loaded": 0}
+        self.measured_by = SERVER
+        self._gpu_turn = None  # the lock file that takes the GPU in turn with a prepare (measure_store.gpu_turn)
         self.baselines: SingleFlight[tuple, object] = SingleFlight(256)
         self._baseline_started: set = set()
         self._ceilings = None
@@ -109,21 +118,31 @@ class MeasuringInProcess(Measuring):
         return self.baselines.get((workload,), lambda: self.gpus.first.baseline(workload, MeasureSettings()))
 
     def stats(self) -> dict:
-        return {"measurements": {**self.scheduler.stats(), "gpus": self.gpus.counts},
+        return {"measurements": {**self.scheduler.stats(), "gpus": self.gpus.counts, "stored": self.stored},
                 "queues": self.scheduler.queue_lengths(), "baselines": self.baselines.stats()}
 
     # -- starting ---------------------------------------------------------------------------
 
-    def start(self, first: Spec | None = None, target: str = "auto", ahead: tuple[Spec, ...] = ()) -> None:
-        self._thread(self._start, (first, target, ahead), "measuring-start")
+    def start(self, first: Spec | None = None, target: str = "auto", ahead: tuple[Spec, ...] = (), *,
+              ceilings: bool = False) -> None:
+        """``ceilings``: measure the roofline's ceilings after the warm-up even without a ``first`` page
+        (a prepare: every measurement it keeps carries them)."""
+        self._thread(self._start, (first, target, ahead, ceilings), "measuring-start")
 
-    def _start(self, first: Spec | None, target: str, ahead: tuple[Spec, ...] = ()) -> None:
+    def wait_started(self) -> None:
+        """Until the warm-up and what follows it (the compile processes, the ceilings) have ended, or the close."""
+        while not self._started.wait(POLL_S):
+            if self._closing.is_set():
+                return
+
+    def _start(self, first: Spec | None, target: str, ahead: tuple[Spec, ...] = (), ceilings: bool = False) -> None:
         try:
-            self._warm_start(first, target, ahead)
+            self._warm_start(first, target, ahead, ceilings)
         finally:
             self._started.set()
 
-    def _warm_start(self, first: Spec | None, target: str, ahead: tuple[Spec, ...] = ()) -> None:
+    def _warm_start(self, first: Spec | None, target: str, ahead: tuple[Spec, ...] = (),
+                    ceilings: bool = False) -> None:
         """The GPU's warm-up, then the first page's measurement, then the compile processes (until
         they are up the measuring worker compiles what it measures itself), then the ceilings."""
         others = [self._thread(self._warm_up_other, (index, first, target), f"gpu-{index}-warm-up")
@@ -135,6 +154,7 @@ class MeasuringInProcess(Measuring):
         except ExplorerError as error:
             self.warm.fail(str(error))
         else:
+            self._open_store(device)  # before any job runs: what was measured before is not measured again
             self.warm.finish(device)
         finally:
             self.ready.set()
@@ -153,8 +173,38 @@ class MeasuringInProcess(Measuring):
         if self.scheduler.compiles and not self._closing.is_set():
             self.compiles.start(ahead, target)
             self.warm.step("compile processes")
-        if first is not None and not self._closing.is_set():
+        if (first is not None or ceilings) and not self._closing.is_set():
             self._measure_ceilings(target)
+
+    def _open_store(self, device: str) -> None:
+        """Open the measurements kept on disk for ``device`` and take the fresh ones as this server's; take
+        the GPU in turn with a prepare on this machine (a prepare holds it alone)."""
+        if self.measured_by == SERVER:
+            try:
+                self._gpu_turn = gpu_turn(self.settings.measure_dir, alone=False)
+            except GPUBusy:
+                log.warning("A prepare (python -m explorer prepare) is measuring on this machine's GPU: this "
+                            "server's timings are disturbed until it ends.")
+        store = MeasurementStore.open(self.settings.measure_dir, device, self.settings.measure_max_age_s)
+        if store is None:
+            return
+        try:
+            loaded = store.fresh(self.settings.measure_cache)
+            self.scheduler.preload((kept.spec, kept.target, kept.result, kept.measured_at) for kept in loaded)
+        except Exception as error:  # a bug here must not stop the warm-up: the server measures as before
+            log.warning("Measurements on disk not read: %r", error)
+            loaded = []
+        self.stored = describe(loaded)
+        self.store = store
+        if loaded:
+            self.warm.step(f"{len(loaded)} measurements read from the disk")
+
+    def _keep(self, job) -> None:
+        """A job just measured, on disk where a page shows it as the setting's latency (measure_store.py)."""
+        store = self.store
+        if (store is not None and job.error is None and job.result is not None and not job.quick
+                and job.settings is None and job.remote is None):
+            store.put(job.spec, job.target, job.result, job.finished_at, self.measured_by)
 
     def _wait_first(self, first_job, poll_s: float = 0.1) -> str:
         """Until ``first_job`` is measured, a student's measurement waits, or FIRST_MEASUREMENT_WAIT_S;
@@ -239,6 +289,10 @@ class MeasuringInProcess(Measuring):
             still = self._join(CLOSE_WAIT_S)
         if still:
             log.warning("Threads still running after close: %s", ", ".join(thread.name for thread in still))
+        if self.store is not None:
+            self.store.close()
+        if self._gpu_turn is not None:
+            self._gpu_turn.close()
 
     def _join(self, timeout: float) -> list[threading.Thread]:
         deadline = time.monotonic() + timeout

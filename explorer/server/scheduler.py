@@ -126,8 +126,9 @@ class _Line:
 class Scheduler:
     def __init__(self, measure_fn: MeasureFn, *, max_age_s: float = 1800, capacity: int = 4096,
                  ready: threading.Event | None = None, compile_fn: CompileFn | None = None, compile_workers: int = 2,
-                 local_gpus: int = 1):
+                 local_gpus: int = 1, on_finished: Callable[[Job], None] | None = None):
         self._measure = measure_fn
+        self._on_finished = on_finished  # each job measured, once it is done (outside the lock): the disk keeps it
         self._local_gpus = local_gpus  # jobs the local device runs at once: one per GPU of the machine
         self._compile_fn = compile_fn
         self._compiler = ThreadPoolExecutor(compile_workers, thread_name_prefix="compile") if compile_fn else None
@@ -177,6 +178,40 @@ class Scheduler:
                 if job.state in ("compiling", "waiting"):
                     self._waiting_of[session] = job
             return job
+
+    def preload(self, found) -> int:
+        """Measurements made before this server started (``(spec, target, result, measured_at)``, of this
+        machine's GPU with the server's own budget, newest first: ``measure_store``), taken as this server's
+        own, as old as they are; a job of the same setting asked for meanwhile (during the warm-up) ends
+        with it. How many were taken (at most the capacity, none that this server measured itself)."""
+        taken, ended = 0, []
+        with self._changed:
+            room = self.capacity - len(self._results)
+            for spec, target, result, measured_at in found:
+                key = job_key(spec, target)
+                if taken >= room or key in self._results:
+                    continue
+                job = self._jobs.get(key)
+                if job is not None and job.state not in ("compiling", "waiting"):
+                    continue  # running: its own result comes
+                if job is not None:
+                    del self._jobs[key]
+                    line = self._lines.get(LOCAL)
+                    if line is not None and job in line.queue_of(job):
+                        line.queue_of(job).remove(job)
+                    for session in [s for s, waiting in self._waiting_of.items() if waiting is job]:
+                        del self._waiting_of[session]
+                else:
+                    job = Job(key, spec, target, None)
+                job.result, job.state, job.finished_at = result, "done", measured_at
+                ended.append(job)
+                self._results[key] = job
+                self._results.move_to_end(key, last=False)  # older than this server's own
+                taken += 1
+            self._changed.notify_all()
+        for job in ended:
+            job.done_event.set()
+        return taken
 
     def result(self, spec: Spec, target: str, remote: Remote | None = None):
         """The measurement of ``spec`` with the server's own budget already taken (whatever its age),
@@ -419,6 +454,8 @@ class Scheduler:
             self._finish_locked(line, job, error=error, ran=True)
             self._job_threads.discard(threading.current_thread())
         job.done_event.set()
+        if self._on_finished is not None:
+            self._on_finished(job)
 
     def _finish_locked(self, line: _Line, job: Job, error: str | None, ran: bool) -> None:
         job.error = error

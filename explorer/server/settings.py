@@ -39,6 +39,10 @@ class ServerSettings:
     measure_cache: int = field(default_factory=lambda: _env_int("EXPLORER_MEASURE_CACHE", 4096))
     # Clocks, other tenants and driver updates drift; after this a setting is timed again.
     measure_max_age_s: int = field(default_factory=lambda: _env_int("EXPLORER_MEASURE_MAX_AGE_S", 1800))
+    # Measurements kept on disk for a server started later (explorer/server/measure_store.py; what
+    # ``python -m explorer prepare`` fills); "" keeps them in memory only.
+    measure_dir: str = field(default_factory=lambda: os.environ.get(
+        "EXPLORER_MEASURE_DIR", os.path.join(tempfile.gettempdir(), "explorer-measurements")))
     # Lowering a heavily unrolled kernel takes seconds; past this the build is abandoned.
     build_time_limit_s: int = field(default_factory=lambda: _env_int("EXPLORER_BUILD_TIME_LIMIT_S", 120))
     compile_workers: int = field(default_factory=lambda: _env_int("EXPLORER_COMPILE_WORKERS",

@@ -18,9 +18,9 @@ from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
 from ...schedules.attention_mma import AttentionMmaKnobs
 from ...targets import WARP_SIZE, gpu_name
 from ...workloads import numpy_dtype
-from ..accesses import kernel_accesses, shared_accesses
+from ..accesses import global_accesses, shared_accesses
 from ..banks import analyze_banks
-from ..coalescing import GLOBAL_SCOPES, analyze_coalescing
+from ..coalescing import analyze_coalescing
 from ..races import analyze_races
 from ..resources import analyze_resources, occupancy, sm_limits
 from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_for
@@ -294,7 +294,7 @@ def _staged_steps(built: Build) -> int:
     barriers stages nothing."""
 
     kernel = shared_accesses(built)[0]
-    globals_ = kernel_accesses(built.device_mod, GLOBAL_SCOPES)[0]
+    globals_ = global_accesses(built)[0]
     loading = {loop.var for access in globals_.accesses if access.op == "load" for loop in access.loops}
     loops = {loop.var: loop.extent for access in kernel.accesses for loop in access.loops
              if loop.var in kernel.barrier_loops and loop.var in loading}
