@@ -3,7 +3,7 @@
 
 One SQLite file (``measurements.sqlite`` in ``EXPLORER_MEASURE_DIR``), one row per setting, target,
 GPU (its name as the driver gives it) and versions (TVM's and the explorer's source, as the builds on
-disk are keyed: ``build_disk.source_fingerprint``): the setting and its measurement pickled, when it
+disk are keyed: ``content_keys``): the setting and its measurement pickled, when it
 was measured and by whom ("server" or "prepare"). Only what a page shows as the setting's latency is
 kept: a full measurement with the server's own budget on this machine's GPU (a quick one is measured
 again in full, a sweep's has a budget of its own, a remote GPU's is another machine's); errors are not
@@ -15,7 +15,6 @@ The file's folder must be this user's alone (a pickle read runs the code it name
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 import os
@@ -24,9 +23,6 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from importlib import metadata
-
-import tvm
 
 try:
     import fcntl
@@ -34,7 +30,8 @@ except ImportError:  # Windows: no lock between processes
     fcntl = None
 
 from ..build import Spec
-from .build_disk import own_folder, source_fingerprint
+from . import content_keys
+from .build_disk import own_folder
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +45,10 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS measurements (
     result BLOB NOT NULL)"""
 
 
-@functools.cache
 def versions() -> str:
-    """What a measurement kept on disk depends on beyond its setting: TVM, the explorer's version and source."""
-    try:
-        explorer = metadata.version("tvm-schedule-explorer")
-    except metadata.PackageNotFoundError:  # a checkout on the path, not installed
-        explorer = "checkout"
-    return f"tvm {tvm.__version__}|explorer {explorer}|{source_fingerprint()}"
+    """What a measurement kept on disk depends on beyond its setting: the versions a build depends on
+    (TVM, its ffi, NVRTC) and the explorer's source, as the builds on disk are keyed."""
+    return f"{content_keys.versions()}|{content_keys.source_fingerprint()}"
 
 
 class GPUBusy(Exception):
