@@ -157,3 +157,18 @@ def test_the_architecture_pages_name_files_that_exist(page):
     named = set(re.findall(r"`((?:explorer|app|tests|bench|presets|docs)/[\w/.]+)`", text))
     assert len(named) > 5
     assert sorted(path for path in named if not (ROOT / path).exists()) == []
+
+
+def test_every_library_module_imports():
+    """Every module of explorer/ imports (a name moved to another module breaks only the modules
+    nothing else imports at test time otherwise: a devtool, a command's module)."""
+    import importlib
+
+    names = [m for m in modules(ROOT, ["explorer"]) if not m.endswith("__main__")]
+    failed = {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - reported below, every one
+            failed[name] = f"{type(e).__name__}: {e}"
+    assert not failed, failed

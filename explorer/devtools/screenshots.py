@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import serve
+from ..server import launcher as serve
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "screenshots"
