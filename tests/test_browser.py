@@ -455,10 +455,11 @@ def shared_bytes_of_header(line: str) -> list[int]:
 
 
 def tab_text(page, label: str) -> str:
-    """Open an analysis tab and return the text of its panel once the panel has run."""
+    """Open an analysis tab and return the text of its panel once the panel's run has ended."""
     page.get_by_role("tab", name=label, exact=True).click()
     panel = page.locator('[role="tabpanel"]:visible')
     panel.get_by_text(TAB_MARKERS[label]).first.wait_for()
+    settle(page)  # a panel streams in as it runs: the SASS of a build's second kernel comes after the first's
     return panel.inner_text()
 
 
