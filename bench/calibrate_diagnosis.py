@@ -70,10 +70,10 @@ class Sample:
 # -- the settings and their times ------------------------------------------------------------------------------
 
 
-def recorded_samples() -> tuple[list[Sample], dict]:
+def recorded_samples(per_search: int | None = PER_SEARCH) -> tuple[list[Sample], dict]:
     """The settings measured before on the H100, with where each time comes from: the lessons'
     presets (bench/results/lessons-sm_90.json, then docs/lessons-gpu.md's tables for the presets that
-    file lacks) and PER_SEARCH settings of each search (bench/results/search/*.jsonl)."""
+    file lacks) and ``per_search`` settings of each search (bench/results/search/*.jsonl; None: all)."""
     from explorer.presets import all_presets
 
     presets = all_presets()
@@ -85,10 +85,18 @@ def recorded_samples() -> tuple[list[Sample], dict]:
             samples[preset] = Sample(presets[preset].spec, us, "docs/lessons-gpu.md")
     out = list(samples.values())
     for path in sorted((RESULTS / "search").glob("*.jsonl")):
-        out += _search_samples(path)
+        out += _search_samples(path, per_search)
     header = lessons["header"]
     return _distinct(out), {"machine": header["device"], "date": header["date"],
                             "l2_gbps": _recorded_l2_gbps(), "target": "h100"}
+
+
+def recorded_times() -> tuple[dict, dict]:
+    """Every setting measured before on the H100 (the lessons' presets first, then every valid row of the
+    searches), µs by Spec, with recorded_samples' header: what the lesson agreement takes as the GPU's
+    verdict on a step."""
+    samples, about = recorded_samples(per_search=None)
+    return {s.spec: s.measured_us for s in samples}, about
 
 
 def _lesson_table_times() -> dict[str, float]:
@@ -99,7 +107,7 @@ def _lesson_table_times() -> dict[str, float]:
     return times
 
 
-def _search_samples(path: Path) -> list[Sample]:
+def _search_samples(path: Path, per_search: int | None = PER_SEARCH) -> list[Sample]:
     from search_best import PLANS  # bench/search_best.py: the searches, by id
 
     from explorer.build import Spec
@@ -116,7 +124,7 @@ def _search_samples(path: Path) -> list[Sample]:
     best = min(rows, key=lambda r: r["latency_us"])
     near = [r for r in rows if r is not best and _knobs_apart(r["knobs"], best["knobs"]) == 1]
     rest = sorted((r for r in rows if r is not best and r not in near), key=lambda r: _digest(r["knobs"]))
-    chosen = ([best] + near + rest)[:PER_SEARCH]
+    chosen = ([best] + near + rest)[:per_search]
     source = f"bench/results/search/{path.name}"
     out = []
     for row in chosen:

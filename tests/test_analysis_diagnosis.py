@@ -862,6 +862,62 @@ def test_a_step_not_claimed_faster_agrees_with_a_setting_near_its_limit():
     assert not agreement.grade_step("rowwise", fused, dx.Diagnosis(fused.previous.spec, found, limit="…")).agrees
 
 
+def test_the_gpus_verdict_grades_a_step_and_the_strict_grade_beside_it():
+    step = {s.preset.id: s for s in get_lesson("depthwise_blog").steps}["dw-blog-threads-case2"]  # num_thread_y 8 → 4
+    before, after = step.previous.spec, step.preset.spec
+    assert agreement.claims_faster(step)  # the blog: 9.7 → 8.8 µs on a GTX 1080
+
+    def suggesting(**knobs):
+        move = dx.Suggestion(before.with_knobs(**knobs), (), 0, 0)
+        return dx.Diagnosis(before, (dx.Finding("reuse", "", (), 1.0, "", move),))
+
+    near = dx.Diagnosis(before, (dx.Finding("reuse", "", (), 1.0, ""),), limit="No setting one knob away …")
+    slower = {before: 3.54, after: 4.41}  # the H100: ×0.80, the claim not reproduced
+    move = agreement.grade_step("depthwise_blog", step, suggesting(num_thread_y=4), slower)
+    assert move.measured_speedup == pytest.approx(3.54 / 4.41) and not move.faster
+    assert move.agrees_strictly and not move.agrees  # it advises a move the GPU measured slower
+    held = agreement.grade_step("depthwise_blog", step, near, slower)
+    assert held.agrees and held.agrees_near_limit and not held.agrees_strictly
+    other = agreement.grade_step("depthwise_blog", step, suggesting(num_thread_x=16), slower)
+    assert other.agrees and other.declines and not other.agrees_strictly
+    faster = {before: 4.41, after: 3.54}
+    assert agreement.grade_step("depthwise_blog", step, suggesting(num_thread_y=4), faster).agrees
+    assert not agreement.grade_step("depthwise_blog", step, near, faster).agrees
+    # Not measured: the tutorial's claim (faster) stands in, and only the move agrees.
+    assert agreement.grade_step("depthwise_blog", step, suggesting(num_thread_y=4)).agrees
+    assert not agreement.grade_step("depthwise_blog", step, near).agrees
+    grades = [move, held, other]
+    assert agreement.agreement_share(grades) == (2, 3) and agreement.agreement_share(grades, strict=True) == (1, 3)
+
+
+def test_a_step_that_changes_the_workload_is_graded_at_step_ks_knobs_on_the_new_workload():
+    steps = {s.preset.id: s for s in get_lesson("depthwise_blog").steps}
+    case1 = steps["dw-blog-vthread-case1"]  # 96×96, after the thread table's case 4 on 32×32
+    diagnosed = agreement.diagnosed_setting(case1)
+    assert diagnosed.knobs == case1.previous.spec.knobs and diagnosed.workload == case1.preset.spec.workload
+    assert not agreement.claims_faster(case1)  # no claim against case 4's knobs on 96×96
+    # The blocking step on 64×64 after the channel step on 96×96: the channel step on 64×64 is step 3, and the
+    # blog claims the blocking faster than it.
+    blocking = steps["dw-blog-blocking-64"]
+    assert agreement.diagnosed_setting(blocking) == steps["dw-blog-channel-64"].preset.spec
+    assert agreement.claims_faster(blocking)
+    within = steps["dw-blog-vthread-case2"]
+    assert agreement.diagnosed_setting(within) == within.previous.spec
+    refused = agreement.grade_step("depthwise_blog", case1, dx.refusal(diagnosed, __import__(
+        "explorer.errors", fromlist=["InvalidKnobs"]).InvalidKnobs("too big", ())))
+    assert refused.not_graded == agreement.REFUSED and not refused.graded
+
+
+def test_the_recorded_times_hold_every_search_row():
+    import calibrate_diagnosis as bench
+
+    times, about = bench.recorded_times()
+    assert times[get_preset("dw-blog-threads-case2").spec] == pytest.approx(4.409342920353982)
+    searched = [s for s in times if s.template == "conv1d" and s.knobs.threads_x == 1 and s.knobs.threads_y == 1
+                and s.knobs.formulation == "filter_reduction" and s.knobs.reduction_split == 8]
+    assert len(times) > 2000 and searched  # beyond the 24 a search the fit takes
+
+
 # -- the calibration (bench/calibrate_diagnosis.py), without a GPU ---------------------------------------------
 
 
