@@ -158,6 +158,21 @@ def _distinct(samples: list[Sample]) -> list[Sample]:
     return out
 
 
+def graded_settings() -> set:
+    """The settings the lesson agreement grades the diagnosis on (explorer.agreement): each graded step's
+    setting diagnosed and the step it leads to. The fit leaves them out, so that no constant is fitted to
+    the steps it is graded on; their error is stated apart (``lessons`` in the table)."""
+    from explorer import agreement
+    from explorer.lessons import lessons
+
+    out = set()
+    for lesson in lessons():
+        for step in lesson.steps[1:]:
+            if not agreement.why_not_graded(step):
+                out |= {agreement.diagnosed_setting(step), step.preset.spec}
+    return out
+
+
 def planned_settings(max_settings: int) -> list:
     """What --measure measures: every shipped preset once, then one-knob neighbours of them (the first
     that builds of each knob's directions is not known before building: each direction's nearest value),
@@ -338,13 +353,20 @@ def _share(log_error: float) -> float:
     return round(math.exp(float(log_error)) - 1, 4)
 
 
-def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> dict:
+def calibration(t: Table, samples: list[Sample], about: dict, command: str, graded: set | None = None) -> dict:
+    """The table: each rule's scale fitted to the settings that are not ``graded`` (the lesson agreement's), with
+    the errors held out by workload among them, and the error of the fitted model on the graded ones (never
+    fitted: held out as a whole)."""
     from explorer.analysis.diagnosis.calibration import ASSUMED_SPEEDUP_ERROR
 
-    scales = fit(t, np.arange(len(t.measured)))
-    errors = held_out(t, samples)
-    assumed = held_out(t, samples, lambda table, rows: np.ones(len(table.rules)))  # the models as assumed
-    fires = (t.costs > 0).sum(axis=0)
+    graded = graded or set()
+    kept = np.array([i for i, s in enumerate(samples) if s.spec not in graded], dtype=int)
+    apart = np.array([i for i, s in enumerate(samples) if s.spec in graded], dtype=int)
+    fitted, fitted_samples = _rows(t, kept), [samples[i] for i in kept]
+    scales = fit(fitted, np.arange(len(fitted.measured)))
+    errors = held_out(fitted, fitted_samples)
+    assumed = held_out(fitted, fitted_samples, lambda table, rows: np.ones(len(table.rules)))  # the models as assumed
+    fires = (fitted.costs > 0).sum(axis=0)
     rules = {}
     for r, name in enumerate(t.rules):
         rules[name] = {"scale": round(float(scales[r]), 4), "settings": int(fires[r]),
@@ -354,15 +376,34 @@ def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> d
         [f"{len(searches)} searches in bench/results/search/"] if searches else [])
     return {
         "machine": about["machine"], "date": about["date"], "command": command,
-        "measured_by": sources, "settings": len(samples), "pairs": errors["pairs"],
+        "measured_by": sources, "settings": len(fitted_samples), "pairs": errors["pairs"],
         "speedup_error": errors["speedup_error"] if errors["speedup_error"] is not None else ASSUMED_SPEEDUP_ERROR,
         "settings_error": errors["settings_error"], "unseen_pairs": errors["unseen_pairs"],
         "unseen_error": errors["unseen_error"],
         "before": {key: assumed[key] for key in ("settings_error", "speedup_error", "pairs")},
+        "lessons": _apart_errors(t, [samples[i] for i in apart], apart, scales),
         "devices": {"sm_90": {"l2_gbps": about["l2_gbps"], "from": about.get("l2_from", "")}}
         if about.get("l2_gbps") else {},
         "rules": rules,
     }
+
+
+def _rows(t: Table, rows: np.ndarray) -> Table:
+    return Table(t.rules, t.measured[rows], t.bound[rows], t.costs[rows], [t.groups[i] for i in rows])
+
+
+def _apart_errors(t: Table, samples: list[Sample], rows: np.ndarray, scales: np.ndarray) -> dict:
+    """The fitted model's errors on settings the fit did not see: each setting's estimate, and the speedup of
+    each pair of them one knob apart whose estimates differ."""
+    if not len(rows):
+        return {"settings": 0, "settings_error": None, "pairs": 0, "speedup_error": None}
+    part = _rows(t, rows)
+    estimate = part.estimate(scales)
+    error = np.abs(np.log(estimate / part.measured))
+    wrong = [abs(math.log(estimate[i] / estimate[j]) - math.log(part.measured[i] / part.measured[j]))
+             for i, j in pairs_of(samples) if not math.isclose(estimate[i], estimate[j])]
+    return {"settings": len(rows), "settings_error": _share(np.median(error)), "pairs": len(wrong),
+            "speedup_error": _share(np.median(wrong)) if wrong else None}
 
 
 # -- the runs ---------------------------------------------------------------------------------------------------
@@ -472,7 +513,7 @@ def main(argv=None) -> int:
     progress(f"{len(samples)} measured settings; their static diagnoses…")
     views = cached_views(samples, about["target"], args.workers, args.views_cache)
     t, kept = table_of(samples, views, rules)
-    result = calibration(t, kept, about, command)
+    result = calibration(t, kept, about, command, graded_settings())
     result["seconds"] = round(time.time() - started)
     text = json.dumps(result, indent=1, ensure_ascii=False) + "\n"
     if args.write:
@@ -507,7 +548,8 @@ def format_table(c: dict) -> str:
              f"speedup ±{c['speedup_error']:.0%} over {c['pairs']} measured pairs whose estimates differ "
              f"(±{c['before']['speedup_error']:.0%} as assumed): the margin a suggestion must beat. The model "
              f"sees no change in {c['unseen_pairs']} more pairs"
-             + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else "."),
+             + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else ".")
+             + _lessons_sentence(c.get("lessons")),
              "",
              "| rule | settings | scale | held-out error | one-knob pairs | their speedup error |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -519,6 +561,17 @@ def format_table(c: dict) -> str:
         pair = f"±{r['pair_error']:.0%}" if r["pair_error"] is not None else "—"
         lines.append(f"| {name} | {r['settings']} | {scale} | {err} | {r['held_out_pairs']} | {pair} |")
     return "\n".join(lines) + "\n"
+
+
+def _lessons_sentence(lessons: dict | None) -> str:
+    if not lessons or not lessons.get("settings"):
+        return ""
+    text = (f" The settings of the lessons' graded steps ({lessons['settings']} measured) are left out of the fit and "
+            f"held out as a whole: the median error of their estimates is ±{lessons['settings_error']:.0%}")
+    if lessons.get("speedup_error") is not None:
+        text += (f", of the speedups of the {lessons['pairs']} pairs of them one knob apart "
+                 f"±{lessons['speedup_error']:.0%}")
+    return text + "."
 
 
 if __name__ == "__main__":

@@ -971,6 +971,31 @@ def test_held_out_errors_per_rule_and_of_one_knob_speedups():
     assert errors["pairs"] == 18  # each of 9 settings has 2 + 2 neighbours one knob away, each pair counted once
 
 
+def test_the_graded_steps_settings_are_left_out_of_the_fit_and_their_error_stated_apart():
+    from calibrate_diagnosis import Sample, calibration
+
+    spec = get_preset("reduce-4-first-add-during-load").spec
+    specs = [spec.with_knobs(threads=t, elements_per_thread=e) for t in (64, 128, 256) for e in (2, 4, 8)]
+    rows = [(10 + 1.5 * (i + 1), 10, i + 1, 0, f"group {i % 3}") for i in range(len(specs))]
+    # Three graded settings that follow another law (10 + 4 × cost): the fit must not see them.
+    graded = [spec.with_knobs(threads=512, elements_per_thread=e) for e in (2, 4, 8)]
+    rows += [(10 + 4 * c, 10, c, 0, "group 0") for c in (1, 2, 3)]
+    samples = [Sample(s, row[0], "test") for s, row in zip(specs + graded, rows, strict=True)]
+    about = {"machine": "H100", "date": "2026-11-25", "l2_gbps": 0}
+    c = calibration(calibration_table(rows), samples, about, "cmd", set(graded))
+    assert c["settings"] == 9 and c["rules"]["a"]["scale"] == pytest.approx(1.5, rel=0.03)
+    # Estimated 10 + k × a's scale (near 1.5: 11.5, 13, 14.5 µs) against 14, 18, 22 measured: the median error is
+    # the middle one's, 18 / 13 - 1; of the three one-knob speedups (14/18 against 11.5/13 …) the smallest pair's,
+    # 18 × 11.5 / (14 × 13) - 1.
+    a = c["rules"]["a"]["scale"]
+    lessons = c["lessons"]
+    assert lessons["settings"] == 3 and lessons["settings_error"] == pytest.approx(18 / (10 + 2 * a) - 1, abs=1e-3)
+    assert lessons["pairs"] == 3
+    assert lessons["speedup_error"] == pytest.approx(18 * (10 + a) / (14 * (10 + 2 * a)) - 1, abs=1e-3)
+    every = calibration(calibration_table(rows), samples, about, "cmd")  # fitted to them too: another scale
+    assert every["settings"] == 12 and every["rules"]["a"]["scale"] != a and every["lessons"]["settings"] == 0
+
+
 def test_the_recorded_settings_and_the_dry_run():
     import calibrate_diagnosis as bench
 
