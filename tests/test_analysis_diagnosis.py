@@ -42,6 +42,12 @@ def test_an_uncoalesced_load_costs_its_extra_sectors_at_the_roof():
     assert "32.0 sectors per request" in found.title and "where 4.0 hold" in found.evidence[0]
     assert found.cost_us == pytest.approx(28_000 * 32 / 1e6)
     assert dx.coalescing_rule(facts(globals=(GlobalFact("A[tx]", "load", 4, 1000, 4000, 4000),))) is None
+    # Inputs of 10 MB that the L2 (50 MB, 5000 GB/s) holds: it serves the extra sectors again.
+    l2 = dataclasses.replace(DEVICE, l2_gbps=5000.0, l2_bytes=50_000_000)
+    cached = dx.coalescing_rule(facts(device=l2, globals=(strided,), input_bytes=10_000_000))
+    assert cached.cost_us == pytest.approx(28_000 * 32 / 5e6) and "fit in the L2" in cached.evidence[-1]
+    assert dx.coalescing_rule(facts(device=l2, globals=(strided,), input_bytes=60_000_000)).cost_us == \
+        pytest.approx(found.cost_us)
 
 
 def test_a_32_way_bank_conflict_costs_a_cycle_per_extra_wavefront():
