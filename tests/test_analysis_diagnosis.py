@@ -108,6 +108,48 @@ def test_an_output_written_many_times_over():
     assert found.cost_us == pytest.approx(2 * (stored - 2_560_000 * 4) / 1e6)
 
 
+def test_an_accumulator_the_compiler_keeps_in_a_register_is_no_rewrite():
+    # The same 8 stores per output, 7 of them to an address that does not change over the reduction loop.
+    stored = 8 * 2_560_000 * 4
+    stores = GlobalFact("C[i]", "store", 4, 640_000, stored // 32, stored // 32, stored)
+    assert dx.rewrite_rule(facts(globals=(stores,), register_kept_bytes=7 * 2_560_000 * 4)) is None
+    # Stored again and again within a 10.24 MB output the L2 (50 MB, 5000 GB/s) holds: at the L2's bandwidth.
+    l2 = dataclasses.replace(DEVICE, l2_gbps=5000.0, l2_bytes=50_000_000)
+    found = dx.rewrite_rule(facts(device=l2, globals=(stores,), stored_footprint=2_560_000 * 4))
+    assert found.cost_us == pytest.approx(2 * 7 * 2_560_000 * 4 / 5e6) and "5,000 GB/s" in found.evidence[1]
+    # Intermediates passed between kernels (each address stored once) go to memory and back, L2 or not.
+    passed = dx.rewrite_rule(facts(device=l2, globals=(stores,), stored_footprint=stored))
+    assert passed.cost_us == pytest.approx(2 * 7 * 2_560_000 * 4 / 1e6)
+
+
+def test_stores_to_one_address_over_a_loop_are_kept_in_a_register():
+    """conv1d-v1: 16,415 outputs, one a block, each summed over 32 taps straight into B[blockIdx.x] (and zeroed at
+    r == 0): 33 stores of 4 bytes an output, of which nvcc writes one (its SASS: one STG). conv1d-v2 guards them
+    with ``if (i < 16415)`` inside the loop: a conditional store nvcc leaves in memory (33 STG)."""
+    from explorer.build import build
+
+    one = dx.facts_of(build(get_preset("conv1d-v1").spec))
+    assert one.register_kept_bytes == 32 * 16_415 * 4
+    assert "rewrites" not in dx.findings_of(one)
+    guarded = dx.facts_of(build(get_preset("conv1d-v2").spec))
+    assert guarded.register_kept_bytes == 0 and guarded.stored_footprint < 2 * 16_415 * 4
+    assert "rewrites" in dx.findings_of(guarded)
+    split = dx.facts_of(build(get_preset("conv2d-modern-split-k").spec))  # partial sums for a second kernel
+    assert split.register_kept_bytes == 0 and "rewrites" in dx.findings_of(split)
+
+
+def test_a_kernel_launched_from_a_host_loop_pays_each_launch():
+    from explorer.build import build
+
+    found = dx.kernels_rule(facts(launches=16))
+    assert found.cost_us == pytest.approx(15 * 1.2) and found.title == "16 kernel launches instead of one."
+    assert dx.kernels_rule(facts(launches=1)) is None
+    # d2l's default schedule launches its kernel once per channel, from a loop on the host.
+    assert dx.facts_of(build(get_preset("d2l-default-c16").spec)).launches == 16
+    assert dx.facts_of(build(get_preset("d2l-tiled-c16").spec)).launches == 1
+    assert dx.facts_of(build(get_preset("rowwise-softmax-separate").spec)).launches == 3
+
+
 def test_synchronous_copies_in_a_staged_loop_on_sm80():
     f = facts(staged_steps=64, blocks=100 * 8)
     found = dx.pipeline_rule(f)
