@@ -151,9 +151,16 @@ def test_a_kernel_launched_from_a_host_loop_pays_each_launch():
 
 
 def test_synchronous_copies_in_a_staged_loop_on_sm80():
+    # One block per SM (100 blocks): nothing else computes while it waits, 600 cycles a step, one wave.
+    alone = dx.pipeline_rule(facts(staged_steps=64, blocks=100))
+    assert alone.cost_us == pytest.approx(64 * 600 / (2.0 * 1e3))
+    # 8 resident blocks (800): each block's step is at least 10 µs × 100 SMs ÷ (800 blocks × 64 steps) = 0.0195 µs,
+    # 39 cycles at 2 GHz, and the 7 others compute 273 of each wait's 600 cycles.
     f = facts(staged_steps=64, blocks=100 * 8)
     found = dx.pipeline_rule(f)
-    assert found.cost_us == pytest.approx(64 * 600 / (2.0 * 1e3))  # one wave
+    hidden = 7 * 10 * 100 / (800 * 64) * 2e3
+    assert found.cost_us == pytest.approx(64 * (600 - hidden) / (2.0 * 1e3))
+    assert "7 other resident blocks compute about 273" in found.evidence[2]
     assert dx.pipeline_rule(facts(staged_steps=64, async_copies=True)) is None
 
 
