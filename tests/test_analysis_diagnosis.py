@@ -445,6 +445,14 @@ def test_reuse_counts_only_loads_a_tile_could_share():
     assert found.cost_us == pytest.approx(4 * 2_560_000 / 32 / (100 * 2e3))
 
 
+def test_a_warp_with_idle_lanes_issues_a_request_per_load_for_its_threads_only():
+    # Blocks of 8 threads: a warp's request serves 8 loads, not 32: four times the requests of full warps.
+    full = dx.reuse_rule(facts(loads_per_output=8.0)).cost_us
+    eight = dx.reuse_rule(facts(loads_per_output=8.0, threads_per_block=8, blocks=320_000))
+    assert eight.cost_us == pytest.approx(4 * full) == pytest.approx(7 * 2_560_000 / 8 / (100 * 2e3))
+    assert "fills 25% of its warps' lanes" in eight.evidence[1]
+
+
 def test_threads_sharing_one_output_are_all_useful():
     # A row per block of 256 threads, reduced across the threads: 1 output per block, not 256.
     row = dict(blocks=4096, stage_outputs=4096, outputs_per_thread=1, loads_per_output=4096.0,
