@@ -2,7 +2,10 @@
 diagnosis reads (explorer/analysis/diagnosis/calibration.json).
 
     python bench/calibrate_diagnosis.py --measure --write   # GPU: the shipped presets and a sample of their
-                                                            # one-knob neighbours, measured now (one call, ~9 min)
+                                                            # one-knob neighbours, measured now (one call, ~9 min),
+                                                            # kept in bench/results/calibration-<gpu>.json
+    python bench/calibrate_diagnosis.py --recorded --samples bench/results/calibration-nvidia-h200.json --write
+                                                            # CPU: refit from what a --measure run kept
     python bench/calibrate_diagnosis.py --recorded --write  # CPU: the settings this repository measured before
                                                             # (bench/results/, docs/lessons-gpu.md)
     python bench/calibrate_diagnosis.py --dry-run           # CPU: what --measure would measure, and its budget
@@ -19,7 +22,8 @@ than MIN_US are left out: their time is mostly the launch. Errors are
 held out: the settings are split by workload into FOLDS groups, each fitted on the others; a
 rule's error is the median error of the held-out settings it fires on, and the error of the
 estimated speedup of a one-knob move (a pair of measured settings one knob apart) is what the
-diagnosis requires a suggestion to beat (calibration.speedup_error).
+diagnosis requires a suggestion to beat (calibration.speedup_error). The settings the lesson
+agreement grades (bench/diagnosis_agreement.py) are left out of the fit: their error is stated apart.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from docs_section import Result, write_result
+from result_files import gpu_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -97,6 +102,37 @@ def recorded_times() -> tuple[dict, dict]:
     verdict on a step."""
     samples, about = recorded_samples(per_search=None)
     return {s.spec: s.measured_us for s in samples}, about
+
+
+def samples_path(machine: str) -> Path:
+    """Where --measure keeps what it measured on ``machine``: bench/results/calibration-<gpu>.json."""
+    return RESULTS / f"calibration-{gpu_slug(machine)}.json"
+
+
+def save_samples(samples: list[Sample], about: dict, path: Path) -> None:
+    """``samples`` (each setting as its link's query parameters, explorer.urlstate) with ``about`` (the machine,
+    date, target, L2 bandwidth): what a later ``--recorded --samples PATH`` refits from, without the GPU."""
+    from explorer.urlstate import to_query
+
+    rows = [{"setting": to_query(s.spec), "measured_us": s.measured_us} for s in samples]
+    path.write_text(json.dumps({"header": about, "samples": rows}, indent=1, ensure_ascii=False) + "\n")
+
+
+def load_samples(path: Path, progress=lambda text: None) -> tuple[list[Sample], dict]:
+    """The samples :func:`save_samples` kept in ``path``, and its header. A setting whose link no longer reads
+    whole (a knob renamed or a value refused since) is not the one measured: left out, and said."""
+    from explorer.urlstate import read_link
+
+    data = json.loads(path.read_text())
+    source = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+    out = []
+    for row in data["samples"]:
+        link = read_link(row["setting"])
+        if link.spec is None or link.dropped:
+            progress(f"left out a setting {path.name} holds: {link.summary()}")
+            continue
+        out.append(Sample(link.spec, float(row["measured_us"]), source))
+    return out, data["header"]
 
 
 def _lesson_table_times() -> dict[str, float]:
@@ -266,6 +302,8 @@ def fit(t: Table, rows: np.ndarray, sweeps: int = 6) -> np.ndarray:
     judged by, does not depend on it, so the scales are fitted to the differences within a workload. A rule
     that fires on fewer than MIN_SETTINGS of the rows keeps 1."""
     scales = np.ones(len(t.rules))
+    if not len(rows):  # a fold holding every setting (a run of few workloads): nothing to fit the others to
+        return scales
     fires = (t.costs[rows] > 0).sum(axis=0)
     log_measured = np.log(t.measured[rows])
     names = sorted(set(t.groups[i] for i in rows))
@@ -459,10 +497,15 @@ def measure_now(specs: list, workers: int, deadline: float, progress) -> tuple[l
                 continue
             if result.correct:
                 out.append(Sample(spec, result.median_us, "measured by this run"))
+    from explorer.targets import local_gpu_target
+
     device = tvm.cuda(0).device_name
+    # The local GPU's target in full (str() of a target reads back as the same target), so that a refit
+    # elsewhere from the saved samples sees the settings as this run's static views did.
     return out, {"machine": device, "date": datetime.date.today().isoformat(),
                  "l2_gbps": ceilings.l2_gbps if ceilings is not None else None,
-                 "l2_from": f"measured on {device} by this run" if ceilings is not None else "", "target": "auto"}
+                 "l2_from": f"measured on {device} by this run" if ceilings is not None else "",
+                 "target": str(local_gpu_target())}
 
 
 def main(argv=None) -> int:
@@ -481,6 +524,9 @@ def main(argv=None) -> int:
     parser.add_argument("--views-cache", type=Path, default=None,
                         help="keep the settings' static views in this file and reuse them (to refit after changing "
                              "the fit, not the rules)")
+    parser.add_argument("--samples", type=Path, default=None,
+                        help="with --recorded: fit to the samples a --measure run saved (bench/results/"
+                             "calibration-<gpu>.json) instead of the H100's recorded times")
     parser.add_argument("--sample", type=int, default=None,
                         help="fit to this many of the settings only, every n-th (a quick look at the fit)")
     args = parser.parse_args(argv)
@@ -506,6 +552,13 @@ def main(argv=None) -> int:
             return NO_GPU_EXIT
         samples, about = measure_now(planned_settings(args.max_settings), args.workers,
                                      started + 60 * args.max_minutes, progress)
+        saved = samples_path(about["machine"])
+        save_samples(samples, {**about, "command": command}, saved)  # before the fit: a refit needs no GPU
+        progress(f"kept the {len(samples)} measured settings in {saved.relative_to(ROOT)} (refit from them: "
+                 f"--recorded --samples {saved.relative_to(ROOT)})")
+        samples = [Sample(s.spec, s.measured_us, str(saved.relative_to(ROOT))) for s in samples]
+    elif args.samples is not None:
+        samples, about = load_samples(args.samples, progress)
     else:
         samples, about = recorded_samples()
     if args.sample:
@@ -546,7 +599,9 @@ def format_table(c: dict) -> str:
              f"median error of a setting's estimate is ±{c['settings_error']:.0%} (±{before:.0%} with the models' "
              f"constants as assumed: the fit is to the differences within a workload); of a one-knob move's estimated "
              f"speedup ±{c['speedup_error']:.0%} over {c['pairs']} measured pairs whose estimates differ "
-             f"(±{c['before']['speedup_error']:.0%} as assumed): the margin a suggestion must beat. The model "
+             + (f"(±{c['before']['speedup_error']:.0%} as assumed)" if c["before"]["speedup_error"] is not None else
+                "(none measured: the error assumed)")
+             + ": the margin a suggestion must beat. The model "
              f"sees no change in {c['unseen_pairs']} more pairs"
              + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else ".")
              + _lessons_sentence(c.get("lessons")),

@@ -1097,6 +1097,36 @@ def test_the_recorded_settings_and_the_dry_run():
     assert len(bench.pairs_of(samples)) > 100
 
 
+def test_measured_samples_are_kept_and_a_refit_reads_them_back(monkeypatch, tmp_path):
+    import json
+
+    import calibrate_diagnosis as bench
+
+    first, second = get_preset("reduce-5-unroll-last-warp").spec.with_knobs(threads=128), get_preset("conv1d-v2").spec
+    samples = [bench.Sample(first, 12.5, "measured by this run"), bench.Sample(second.with_knobs(threads_y=2), 30.25,
+                                                                              "measured by this run")]
+    about = {"machine": "NVIDIA H200", "date": "2026-12-04", "l2_gbps": 9000.0, "l2_from": "measured", "target": "h200"}
+    assert bench.samples_path("NVIDIA H200") == bench.RESULTS / "calibration-nvidia-h200.json"
+    path = tmp_path / "calibration-nvidia-h200.json"
+    bench.save_samples(samples, about, path)
+    kept = json.loads(path.read_text())
+    kept["samples"].append({"setting": {**kept["samples"][0]["setting"], "knob.no_such_knob": "1"},
+                            "measured_us": 1.0})  # a knob renamed since: not the setting measured
+    path.write_text(json.dumps(kept))
+    said = []
+    loaded, header = bench.load_samples(path, said.append)
+    assert header == about and [(s.spec, s.measured_us) for s in loaded] == [(first, 12.5), (second.with_knobs(
+        threads_y=2), 30.25)]
+    assert {s.source for s in loaded} == {str(path)} and len(said) == 1 and "no_such_knob" in said[0]
+    # --recorded --samples fits to them (the static views stood in for: they need builds, not the file).
+    monkeypatch.setattr(bench, "cached_views", lambda samples, target, workers, cache: [
+        {"bound_us": 10.0, "costs": {}} for _ in samples])
+    out = tmp_path / "table.json"
+    assert bench.main(["--recorded", "--samples", str(path), "--write", "--out", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert table["machine"] == "NVIDIA H200" and table["measured_by"] == [str(path)] and table["settings"] == 2
+
+
 def test_the_diagnosis_reads_the_calibration(monkeypatch, tmp_path):
     import json
 
