@@ -7,9 +7,11 @@
         # diagnosis says it is near its limit; the table goes into docs/diagnosis.md and
         # docs/lessons-gpu.md
 
-For each step k → k+1 of every lesson, the diagnosis of step k (static evidence only) is
-asked for its top two suggestions; the step agrees when one of them moves a knob that step
-k+1 changes, the same way (explorer.agreement). Diagnoses run in parallel processes.
+For each step k → k+1 of every lesson, the diagnosis of the setting whose knobs the step moves
+(step k's knobs on step k+1's workload; static evidence only) is asked for its top two
+suggestions, and the step is graded twice (explorer.agreement): strictly (one of them makes the
+step's move) and against the GPU's recorded times (a move the H100 measured faster must be
+suggested, one it measured no faster declined). Diagnoses run in parallel processes.
 """
 from __future__ import annotations
 
@@ -213,25 +215,28 @@ GRADING = (
     "workload (a preset with a `found_by` command, searched for its own shape rather than made from the step "
     "before), and step k's knobs build for its workload.",
     "",
-    "Two grades. **Strictly**, a step agrees when one of the top two suggestions makes its move. **Against the "
-    "GPU**, the GPU's verdict on the move is the truth a student meets (the recorded H100 times: "
-    "bench/results/lessons-sm_90.json, docs/lessons-gpu.md, the searches in bench/results/search/): a step whose "
-    "move the GPU measured faster (by more than ±5%) agrees as strictly; a step whose move it measured no faster "
-    "(the lesson's claim not reproduced, or a claim of \"no slower\") agrees when the diagnosis **declines** the "
-    "move: none of its top two suggestions makes it (it says the setting is near its limit, or it suggests another "
-    "move, whose worth the GPU half below measures), and disagrees when it suggests the move. Where the GPU has not "
-    "measured both settings, the tutorial's claim stands in for its verdict: a step it claims faster agrees as "
-    "strictly; one it does not claim faster also agrees when the diagnosis says the setting is near its limit.",
+    "Two grades, both counted over the same graded steps. **Strictly**, a step agrees when one of the top two "
+    "suggestions makes its move, whatever the GPU measured. **Against the GPU**, the GPU's verdict on the move is "
+    "the truth a student meets. Its times are the H100's recorded ones, by setting: bench/results/lessons-sm_90.json "
+    "first, then docs/lessons-gpu.md's step tables, then every valid row of the searches in bench/results/search/ "
+    "(the first time found for a setting is taken); the step's speedup is the setting diagnosed's time ÷ step "
+    "k+1's. Where both are recorded, a move measured faster (×1.05 or more, beyond the ±5% noise band) agrees "
+    "when one of the top two suggestions makes it (as strictly); a move measured no faster (the tutorial's claim "
+    "not reproduced on the H100, or a claim of \"no slower\") agrees when the diagnosis **declines** it: none of "
+    "its top two suggestions makes it (it says the setting is near its limit, or it suggests another move, whose "
+    "worth the GPU section below measures), and disagrees when it suggests it. Where either time is missing, the "
+    "tutorial's claim stands in for the GPU's verdict: a step it claims faster agrees as strictly; a step it does "
+    "not claim faster (it claims it no slower, or makes no claim against the setting diagnosed) also agrees when "
+    "the diagnosis says the setting is near its limit, since the tutorial then advises the move for something "
+    "other than speed.",
     "",
-    "The grade of the previous version of this page credited a step the tutorial does not claim faster when the "
-    "diagnosis says the setting is near its limit. It is kept only where the GPU has not measured the step: the "
-    "tutorial's claim is then the only evidence, and a tutorial that claims a step no slower, or makes no claim "
-    "against the step before, does not advise its move for speed (nor says it does not pay: a suggestion of the "
-    "move agrees too). Where the GPU measured the step, its verdict replaces the tutorial's claim both ways: a "
-    "step the tutorial claims faster that the GPU measured no faster (Harris's kernel 2, the thread table's case 2) "
-    "is not advice a student should take, so declining it agrees and suggesting it does not; a step claimed no "
-    "slower that the GPU measured faster is advice that pays, so only a suggestion of its move agrees.",
+    "Declining is easy: a diagnosis that never suggests anything would agree with every step the GPU measured no "
+    "faster. So the strict grade is printed beside it (it credits no declining), and the suggestions the diagnosis "
+    "makes instead are themselves tried on the GPU below. The columns: *the GPU* is the measured speedup of the "
+    "step (— where a time is missing, with the tutorial's claim); *agrees* says which rule credits it: `#n` (the "
+    "n-th suggestion makes the move), `near its limit`, or `declines it`, then the strict grade where it differs.",
 )
+
 
 def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     knob_steps = _knob_steps(grades)
