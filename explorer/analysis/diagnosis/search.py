@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ...build import Build, Spec
 from ...errors import ExplorerError, InvalidKnobs
 from ..roofline import Ceilings
-from .calibration import speedup_error
+from .calibration import SAME_SPEED, speedup_error
 from .facts import Facts, facts_of
 from .findings import Finding, Suggestion
 from .rules import RULES, estimated_total, findings_of
@@ -22,7 +22,8 @@ SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest all
                    "time plus every finding's cost), of those whose total is within the model's error of the lowest "
                    "total of any that lowers it, and provided its total is below this setting's by more than the "
                    "model's error for that move (calibration: the held-out error of the measured moves whose largest "
-                   "change is in the same rule's cost); a setting suggested for a higher-ranked "
+                   f"change is in the same rule's cost, and never less than the ±{SAME_SPEED:.0%} within which two "
+                   "measured times are the same speed); a setting suggested for a higher-ranked "
                    "finding is left to it. A neighbour that does not lower the estimate enough because its move "
                    "raises another finding is tried again with a knob that relieves that finding moved as well. A "
                    "neighbour with a race is never suggested; a race's suggestion is the neighbour without one that "
