@@ -2,7 +2,10 @@
 diagnosis reads (explorer/analysis/diagnosis/calibration.json).
 
     python bench/calibrate_diagnosis.py --measure --write   # GPU: the shipped presets and a sample of their
-                                                            # one-knob neighbours, measured now (one call, ~9 min)
+                                                            # one-knob neighbours, measured now (one call, ~9 min),
+                                                            # kept in bench/results/calibration-<gpu>.json
+    python bench/calibrate_diagnosis.py --recorded --samples bench/results/calibration-nvidia-h200.json --write
+                                                            # CPU: refit from what a --measure run kept
     python bench/calibrate_diagnosis.py --recorded --write  # CPU: the settings this repository measured before
                                                             # (bench/results/, docs/lessons-gpu.md)
     python bench/calibrate_diagnosis.py --dry-run           # CPU: what --measure would measure, and its budget
@@ -19,7 +22,8 @@ than MIN_US are left out: their time is mostly the launch. Errors are
 held out: the settings are split by workload into FOLDS groups, each fitted on the others; a
 rule's error is the median error of the held-out settings it fires on, and the error of the
 estimated speedup of a one-knob move (a pair of measured settings one knob apart) is what the
-diagnosis requires a suggestion to beat (calibration.speedup_error).
+diagnosis requires a suggestion to beat (calibration.speedup_error). The settings the lesson
+agreement grades (bench/diagnosis_agreement.py) are left out of the fit: their error is stated apart.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from docs_section import Result, write_result
+from result_files import gpu_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -70,10 +75,10 @@ class Sample:
 # -- the settings and their times ------------------------------------------------------------------------------
 
 
-def recorded_samples() -> tuple[list[Sample], dict]:
+def recorded_samples(per_search: int | None = PER_SEARCH) -> tuple[list[Sample], dict]:
     """The settings measured before on the H100, with where each time comes from: the lessons'
     presets (bench/results/lessons-sm_90.json, then docs/lessons-gpu.md's tables for the presets that
-    file lacks) and PER_SEARCH settings of each search (bench/results/search/*.jsonl)."""
+    file lacks) and ``per_search`` settings of each search (bench/results/search/*.jsonl; None: all)."""
     from explorer.presets import all_presets
 
     presets = all_presets()
@@ -85,10 +90,49 @@ def recorded_samples() -> tuple[list[Sample], dict]:
             samples[preset] = Sample(presets[preset].spec, us, "docs/lessons-gpu.md")
     out = list(samples.values())
     for path in sorted((RESULTS / "search").glob("*.jsonl")):
-        out += _search_samples(path)
+        out += _search_samples(path, per_search)
     header = lessons["header"]
     return _distinct(out), {"machine": header["device"], "date": header["date"],
                             "l2_gbps": _recorded_l2_gbps(), "target": "h100"}
+
+
+def recorded_times() -> tuple[dict, dict]:
+    """Every setting measured before on the H100 (the lessons' presets first, then every valid row of the
+    searches), µs by Spec, with recorded_samples' header: what the lesson agreement takes as the GPU's
+    verdict on a step."""
+    samples, about = recorded_samples(per_search=None)
+    return {s.spec: s.measured_us for s in samples}, about
+
+
+def samples_path(machine: str) -> Path:
+    """Where --measure keeps what it measured on ``machine``: bench/results/calibration-<gpu>.json."""
+    return RESULTS / f"calibration-{gpu_slug(machine)}.json"
+
+
+def save_samples(samples: list[Sample], about: dict, path: Path) -> None:
+    """``samples`` (each setting as its link's query parameters, explorer.urlstate) with ``about`` (the machine,
+    date, target, L2 bandwidth): what a later ``--recorded --samples PATH`` refits from, without the GPU."""
+    from explorer.urlstate import to_query
+
+    rows = [{"setting": to_query(s.spec), "measured_us": s.measured_us} for s in samples]
+    path.write_text(json.dumps({"header": about, "samples": rows}, indent=1, ensure_ascii=False) + "\n")
+
+
+def load_samples(path: Path, progress=lambda text: None) -> tuple[list[Sample], dict]:
+    """The samples :func:`save_samples` kept in ``path``, and its header. A setting whose link no longer reads
+    whole (a knob renamed or a value refused since) is not the one measured: left out, and said."""
+    from explorer.urlstate import read_link
+
+    data = json.loads(path.read_text())
+    source = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+    out = []
+    for row in data["samples"]:
+        link = read_link(row["setting"])
+        if link.spec is None or link.dropped:
+            progress(f"left out a setting {path.name} holds: {link.summary()}")
+            continue
+        out.append(Sample(link.spec, float(row["measured_us"]), source))
+    return out, data["header"]
 
 
 def _lesson_table_times() -> dict[str, float]:
@@ -99,7 +143,7 @@ def _lesson_table_times() -> dict[str, float]:
     return times
 
 
-def _search_samples(path: Path) -> list[Sample]:
+def _search_samples(path: Path, per_search: int | None = PER_SEARCH) -> list[Sample]:
     from search_best import PLANS  # bench/search_best.py: the searches, by id
 
     from explorer.build import Spec
@@ -116,7 +160,7 @@ def _search_samples(path: Path) -> list[Sample]:
     best = min(rows, key=lambda r: r["latency_us"])
     near = [r for r in rows if r is not best and _knobs_apart(r["knobs"], best["knobs"]) == 1]
     rest = sorted((r for r in rows if r is not best and r not in near), key=lambda r: _digest(r["knobs"]))
-    chosen = ([best] + near + rest)[:PER_SEARCH]
+    chosen = ([best] + near + rest)[:per_search]
     source = f"bench/results/search/{path.name}"
     out = []
     for row in chosen:
@@ -147,6 +191,21 @@ def _distinct(samples: list[Sample]) -> list[Sample]:
         if s.spec not in seen:
             seen.add(s.spec)
             out.append(s)
+    return out
+
+
+def graded_settings() -> set:
+    """The settings the lesson agreement grades the diagnosis on (explorer.agreement): each graded step's
+    setting diagnosed and the step it leads to. The fit leaves them out, so that no constant is fitted to
+    the steps it is graded on; their error is stated apart (``lessons`` in the table)."""
+    from explorer import agreement
+    from explorer.lessons import lessons
+
+    out = set()
+    for lesson in lessons():
+        for step in lesson.steps[1:]:
+            if not agreement.why_not_graded(step):
+                out |= {agreement.diagnosed_setting(step), step.preset.spec}
     return out
 
 
@@ -243,6 +302,8 @@ def fit(t: Table, rows: np.ndarray, sweeps: int = 6) -> np.ndarray:
     judged by, does not depend on it, so the scales are fitted to the differences within a workload. A rule
     that fires on fewer than MIN_SETTINGS of the rows keeps 1."""
     scales = np.ones(len(t.rules))
+    if not len(rows):  # a fold holding every setting (a run of few workloads): nothing to fit the others to
+        return scales
     fires = (t.costs[rows] > 0).sum(axis=0)
     log_measured = np.log(t.measured[rows])
     names = sorted(set(t.groups[i] for i in rows))
@@ -330,13 +391,20 @@ def _share(log_error: float) -> float:
     return round(math.exp(float(log_error)) - 1, 4)
 
 
-def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> dict:
+def calibration(t: Table, samples: list[Sample], about: dict, command: str, graded: set | None = None) -> dict:
+    """The table: each rule's scale fitted to the settings that are not ``graded`` (the lesson agreement's), with
+    the errors held out by workload among them, and the error of the fitted model on the graded ones (never
+    fitted: held out as a whole)."""
     from explorer.analysis.diagnosis.calibration import ASSUMED_SPEEDUP_ERROR
 
-    scales = fit(t, np.arange(len(t.measured)))
-    errors = held_out(t, samples)
-    assumed = held_out(t, samples, lambda table, rows: np.ones(len(table.rules)))  # the models as assumed
-    fires = (t.costs > 0).sum(axis=0)
+    graded = graded or set()
+    kept = np.array([i for i, s in enumerate(samples) if s.spec not in graded], dtype=int)
+    apart = np.array([i for i, s in enumerate(samples) if s.spec in graded], dtype=int)
+    fitted, fitted_samples = _rows(t, kept), [samples[i] for i in kept]
+    scales = fit(fitted, np.arange(len(fitted.measured)))
+    errors = held_out(fitted, fitted_samples)
+    assumed = held_out(fitted, fitted_samples, lambda table, rows: np.ones(len(table.rules)))  # the models as assumed
+    fires = (fitted.costs > 0).sum(axis=0)
     rules = {}
     for r, name in enumerate(t.rules):
         rules[name] = {"scale": round(float(scales[r]), 4), "settings": int(fires[r]),
@@ -346,15 +414,34 @@ def calibration(t: Table, samples: list[Sample], about: dict, command: str) -> d
         [f"{len(searches)} searches in bench/results/search/"] if searches else [])
     return {
         "machine": about["machine"], "date": about["date"], "command": command,
-        "measured_by": sources, "settings": len(samples), "pairs": errors["pairs"],
+        "measured_by": sources, "settings": len(fitted_samples), "pairs": errors["pairs"],
         "speedup_error": errors["speedup_error"] if errors["speedup_error"] is not None else ASSUMED_SPEEDUP_ERROR,
         "settings_error": errors["settings_error"], "unseen_pairs": errors["unseen_pairs"],
         "unseen_error": errors["unseen_error"],
         "before": {key: assumed[key] for key in ("settings_error", "speedup_error", "pairs")},
+        "lessons": _apart_errors(t, [samples[i] for i in apart], apart, scales),
         "devices": {"sm_90": {"l2_gbps": about["l2_gbps"], "from": about.get("l2_from", "")}}
         if about.get("l2_gbps") else {},
         "rules": rules,
     }
+
+
+def _rows(t: Table, rows: np.ndarray) -> Table:
+    return Table(t.rules, t.measured[rows], t.bound[rows], t.costs[rows], [t.groups[i] for i in rows])
+
+
+def _apart_errors(t: Table, samples: list[Sample], rows: np.ndarray, scales: np.ndarray) -> dict:
+    """The fitted model's errors on settings the fit did not see: each setting's estimate, and the speedup of
+    each pair of them one knob apart whose estimates differ."""
+    if not len(rows):
+        return {"settings": 0, "settings_error": None, "pairs": 0, "speedup_error": None}
+    part = _rows(t, rows)
+    estimate = part.estimate(scales)
+    error = np.abs(np.log(estimate / part.measured))
+    wrong = [abs(math.log(estimate[i] / estimate[j]) - math.log(part.measured[i] / part.measured[j]))
+             for i, j in pairs_of(samples) if not math.isclose(estimate[i], estimate[j])]
+    return {"settings": len(rows), "settings_error": _share(np.median(error)), "pairs": len(wrong),
+            "speedup_error": _share(np.median(wrong)) if wrong else None}
 
 
 # -- the runs ---------------------------------------------------------------------------------------------------
@@ -410,10 +497,15 @@ def measure_now(specs: list, workers: int, deadline: float, progress) -> tuple[l
                 continue
             if result.correct:
                 out.append(Sample(spec, result.median_us, "measured by this run"))
+    from explorer.targets import local_gpu_target
+
     device = tvm.cuda(0).device_name
+    # The local GPU's target in full (str() of a target reads back as the same target), so that a refit
+    # elsewhere from the saved samples sees the settings as this run's static views did.
     return out, {"machine": device, "date": datetime.date.today().isoformat(),
                  "l2_gbps": ceilings.l2_gbps if ceilings is not None else None,
-                 "l2_from": f"measured on {device} by this run" if ceilings is not None else "", "target": "auto"}
+                 "l2_from": f"measured on {device} by this run" if ceilings is not None else "",
+                 "target": str(local_gpu_target())}
 
 
 def main(argv=None) -> int:
@@ -432,6 +524,9 @@ def main(argv=None) -> int:
     parser.add_argument("--views-cache", type=Path, default=None,
                         help="keep the settings' static views in this file and reuse them (to refit after changing "
                              "the fit, not the rules)")
+    parser.add_argument("--samples", type=Path, default=None,
+                        help="with --recorded: fit to the samples a --measure run saved (bench/results/"
+                             "calibration-<gpu>.json) instead of the H100's recorded times")
     parser.add_argument("--sample", type=int, default=None,
                         help="fit to this many of the settings only, every n-th (a quick look at the fit)")
     args = parser.parse_args(argv)
@@ -457,6 +552,13 @@ def main(argv=None) -> int:
             return NO_GPU_EXIT
         samples, about = measure_now(planned_settings(args.max_settings), args.workers,
                                      started + 60 * args.max_minutes, progress)
+        saved = samples_path(about["machine"])
+        save_samples(samples, {**about, "command": command}, saved)  # before the fit: a refit needs no GPU
+        progress(f"kept the {len(samples)} measured settings in {saved.relative_to(ROOT)} (refit from them: "
+                 f"--recorded --samples {saved.relative_to(ROOT)})")
+        samples = [Sample(s.spec, s.measured_us, str(saved.relative_to(ROOT))) for s in samples]
+    elif args.samples is not None:
+        samples, about = load_samples(args.samples, progress)
     else:
         samples, about = recorded_samples()
     if args.sample:
@@ -464,7 +566,7 @@ def main(argv=None) -> int:
     progress(f"{len(samples)} measured settings; their static diagnoses…")
     views = cached_views(samples, about["target"], args.workers, args.views_cache)
     t, kept = table_of(samples, views, rules)
-    result = calibration(t, kept, about, command)
+    result = calibration(t, kept, about, command, graded_settings())
     result["seconds"] = round(time.time() - started)
     text = json.dumps(result, indent=1, ensure_ascii=False) + "\n"
     if args.write:
@@ -497,9 +599,12 @@ def format_table(c: dict) -> str:
              f"median error of a setting's estimate is ±{c['settings_error']:.0%} (±{before:.0%} with the models' "
              f"constants as assumed: the fit is to the differences within a workload); of a one-knob move's estimated "
              f"speedup ±{c['speedup_error']:.0%} over {c['pairs']} measured pairs whose estimates differ "
-             f"(±{c['before']['speedup_error']:.0%} as assumed): the margin a suggestion must beat. The model "
+             + (f"(±{c['before']['speedup_error']:.0%} as assumed)" if c["before"]["speedup_error"] is not None else
+                "(none measured: the error assumed)")
+             + ": the margin a suggestion must beat. The model "
              f"sees no change in {c['unseen_pairs']} more pairs"
-             + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else "."),
+             + (f", which differ by a median ±{c['unseen_error']:.0%} when measured." if c["unseen_error"] else ".")
+             + _lessons_sentence(c.get("lessons")),
              "",
              "| rule | settings | scale | held-out error | one-knob pairs | their speedup error |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -511,6 +616,17 @@ def format_table(c: dict) -> str:
         pair = f"±{r['pair_error']:.0%}" if r["pair_error"] is not None else "—"
         lines.append(f"| {name} | {r['settings']} | {scale} | {err} | {r['held_out_pairs']} | {pair} |")
     return "\n".join(lines) + "\n"
+
+
+def _lessons_sentence(lessons: dict | None) -> str:
+    if not lessons or not lessons.get("settings"):
+        return ""
+    text = (f" The settings of the lessons' graded steps ({lessons['settings']} measured) are left out of the fit and "
+            f"held out as a whole: the median error of their estimates is ±{lessons['settings_error']:.0%}")
+    if lessons.get("speedup_error") is not None:
+        text += (f", of the speedups of the {lessons['pairs']} pairs of them one knob apart "
+                 f"±{lessons['speedup_error']:.0%}")
+    return text + "."
 
 
 if __name__ == "__main__":

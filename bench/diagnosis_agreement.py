@@ -7,9 +7,11 @@
         # diagnosis says it is near its limit; the table goes into docs/diagnosis.md and
         # docs/lessons-gpu.md
 
-For each step k → k+1 of every lesson, the diagnosis of step k (static evidence only) is
-asked for its top two suggestions; the step agrees when one of them moves a knob that step
-k+1 changes, the same way (explorer.agreement). Diagnoses run in parallel processes.
+For each step k → k+1 of every lesson, the diagnosis of the setting whose knobs the step moves
+(step k's knobs on step k+1's workload; static evidence only) is asked for its top two
+suggestions, and the step is graded twice (explorer.agreement): strictly (one of them makes the
+step's move) and against the GPU's recorded times (a move the H100 measured faster must be
+suggested, one it measured no faster declined). Diagnoses run in parallel processes.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from calibrate_diagnosis import format_table
+from calibrate_diagnosis import format_table, recorded_times
 from docs_section import Result, write_result, write_section
 
 from explorer import agreement as A
@@ -87,17 +89,21 @@ def diagnosed(specs, workers: int, known: dict | None = None) -> dict:
 
 
 def graded_specs() -> list:
-    """The settings whose diagnoses the grades read: each knob step's step before."""
-    return [step.previous.spec for lesson in lessons() for step in lesson.steps[1:]
+    """The settings whose diagnoses the grades read: each knob step's setting diagnosed (step k's knobs on
+    step k+1's workload, explorer.agreement.diagnosed_setting)."""
+    return [A.diagnosed_setting(step) for lesson in lessons() for step in lesson.steps[1:]
             if A.why_not_graded(step) in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
 
 
-def grade(workers: int, progress, known: dict | None = None) -> list[A.StepGrade]:
-    """Every lesson step, graded; the graded steps' diagnoses (those not ``known``) run in ``workers``
+def grade(workers: int, progress, known: dict | None = None, times: dict | None = None) -> list[A.StepGrade]:
+    """Every lesson step, graded against the GPU's ``times`` (µs by setting; default: the recorded H100 runs,
+    calibrate_diagnosis.recorded_times); the graded steps' diagnoses (those not ``known``) run in ``workers``
     processes."""
+    times = recorded_times()[0] if times is None else times
     steps = [(lesson, step) for lesson in lessons() for step in lesson.steps[1:]]
     diagnoses = diagnosed(graded_specs(), workers, known)
-    grades = [A.grade_step(lesson.id, step, diagnoses.get(step.previous.spec)) for lesson, step in steps]
+    grades = [A.grade_step(lesson.id, step, diagnoses.get(A.diagnosed_setting(step)), times)
+              for lesson, step in steps]
     for g in grades:
         if g.graded:
             progress(f"{'agrees' if g.agrees else 'differs'}: {g.lesson} step {g.step} ({g.after})")
@@ -112,19 +118,33 @@ def _findings(g: A.StepGrade) -> str:
     return ", ".join(f"{rule} ({cost:.2f} µs)" for rule, cost in zip(g.findings, g.costs, strict=True)) or "none"
 
 
+def _truth(g: A.StepGrade) -> str:
+    """What the step's move is graded against: the GPU's speedup, or the tutorial's claim."""
+    if g.measured_speedup is not None:
+        return f"×{g.measured_speedup:.2f} {'faster' if g.faster else 'no faster'}"
+    return "— (claimed faster)" if g.claims_faster else "— (not claimed faster)"
+
+
 def explanation(g: A.StepGrade) -> str:
     """Why a graded step disagrees, read from the grade: what the diagnosis ranks first and
-    what it suggests instead of the step's knobs."""
+    what it suggests instead of the step's knobs, or that it suggests a move that does not pay."""
+    paid = (f"the GPU measured the step ×{g.measured_speedup:.2f} faster" if g.measured else
+            "the tutorial claims the step faster (not measured here)" if g.claims_faster else
+            "the tutorial does not claim the step faster (not measured here), nor does the diagnosis say the setting "
+            "is near its limit")
+    if g.measured and not g.faster:
+        return (f"the diagnosis suggests the step's move (#{g.agreeing}: {g.suggestions[g.agreeing - 1]}), "
+                f"which the GPU measured no faster (×{g.measured_speedup:.2f})")
     if g.near_limit:
         return ("the diagnosis says no one-knob move is estimated faster by more than the model's error (near its "
-                "limit), and the tutorial claims this step faster")
+                f"limit), and {paid}")
     if not g.suggestions:
         return ("the diagnosis finds no single-knob move that lowers "
-                "its static estimate, so it suggests nothing")
+                f"its static estimate by more than the model's error, so it suggests nothing; {paid}")
     knobs = ", ".join(dict.fromkeys(k for k, _, _ in g.changes))
     text = (f"the diagnosis ranks {g.findings[0]} first and suggests "
             f"{' and '.join(g.suggestions)}; "
-            f"{'neither moves' if len(g.suggestions) > 1 else 'that does not move'} {knobs} the step's way")
+            f"{'neither moves' if len(g.suggestions) > 1 else 'that does not move'} {knobs} the step's way; {paid}")
     if g.agreeing_later is not None:
         text += f"; the step's move is its suggestion #{g.agreeing_later}"
     if len(g.changes) > 2:
@@ -132,32 +152,90 @@ def explanation(g: A.StepGrade) -> str:
     return text
 
 
+def verdict(g: A.StepGrade) -> str:
+    if g.agrees_near_limit:
+        text = "yes (near its limit)"
+    elif g.declines:
+        text = "yes (declines it)"
+    elif g.agrees:
+        text = f"yes (#{g.agreeing})"
+    else:
+        text = "no"
+    if g.agrees != g.agrees_strictly:
+        text += "; strictly " + (f"yes (#{g.agreeing})" if g.agrees_strictly else "no")
+    return text + ("" if g.graded else f"; not graded: {g.not_graded}")
+
+
 def _knob_steps(grades: list[A.StepGrade]) -> list[A.StepGrade]:
     return [g for g in grades if g.not_graded in ("", A.SEARCHED, A.SLOWER_ON_PURPOSE)]
 
 
+def _share(a: int, n: int) -> str:
+    return f"{a / n:.0%}" if n else "—"
+
+
 def agreement_summary(grades: list[A.StepGrade]) -> list[str]:
-    """The headline and the table per lesson (also docs/lessons-gpu.md's)."""
+    """The headline and the table per lesson, both grades (also docs/lessons-gpu.md's)."""
     agreeing, graded = A.agreement_share(grades)
+    strict, _ = A.agreement_share(grades, strict=True)
+    measured = sum(g.measured_speedup is not None for g in grades if g.graded)
     knob_steps = _knob_steps(grades)
     all_agreeing = sum(g.agrees for g in knob_steps)
     per_lesson = defaultdict(list)
     for g in grades:
         per_lesson[g.lesson].append(g)
-    strict = sum(g.agreeing is not None for g in grades if g.graded)
     lines = [
-        f"**{agreeing} of {graded} graded steps agree ({agreeing / graded:.0%}).** Counting also the steps a "
-        f"search found for another workload and those the tutorial marks slower: {all_agreeing} of "
-        f"{len(knob_steps)} knob steps ({all_agreeing / len(knob_steps):.0%}). Counting only a suggestion that "
-        f"moves the step's knob (no near-limit verdict): {strict} of {graded} ({strict / graded:.0%}).",
+        f"**Against the GPU: {agreeing} of {graded} graded steps agree ({_share(agreeing, graded)}).** Strictly (one "
+        f"of the top two suggestions makes the step's move, whatever the GPU measured): {strict} of {graded} "
+        f"({_share(strict, graded)}). The GPU measured both settings of {measured} of the {graded} steps; the others "
+        f"are graded against the tutorial's claim. Counting also the steps a search found for another workload and "
+        f"those the tutorial marks slower: {all_agreeing} of {len(knob_steps)} knob steps "
+        f"({_share(all_agreeing, len(knob_steps))}) against the GPU.",
         "",
-        "| lesson | steps | graded | agree | share |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| lesson | steps | graded | measured | agree (GPU) | share | agree strictly | share |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for lesson, rows in per_lesson.items():
         a, n = A.agreement_share(rows)
-        lines.append(f"| {lesson} | {len(rows)} | {n} | {a} | {f'{a / n:.0%}' if n else '—'} |")
+        st, _ = A.agreement_share(rows, strict=True)
+        m = sum(g.measured_speedup is not None for g in rows if g.graded)
+        lines.append(f"| {lesson} | {len(rows)} | {n} | {m} | {a} | {_share(a, n)} | {st} | {_share(st, n)} |")
     return lines
+
+
+GRADING = (
+    "Each lesson is a sequence of settings. For each step k → k+1 the diagnosis (static evidence only, `python -m "
+    "explorer show <preset> --view diagnosis`) of the setting whose knobs the step moves is asked for its top two "
+    "suggestions: step k's own setting, or, where the step changes the workload as well as knobs, step k's knobs "
+    "on step k+1's workload (the knob move is made on the new workload; the diagnosis of step k on its own "
+    "workload speaks of another problem). A suggestion **makes the step's move** when it moves a knob that step "
+    "k+1 changes, the same way (to the same value, or in the same direction; a split's factors towards its inner "
+    "or outer levels). A step is graded when it keeps the template and changes a knob, the tutorial does not mark "
+    "it slower than an earlier step (it shows a slower setting on purpose), it is not a search's best for another "
+    "workload (a preset with a `found_by` command, searched for its own shape rather than made from the step "
+    "before), and step k's knobs build for its workload.",
+    "",
+    "Two grades, both counted over the same graded steps. **Strictly**, a step agrees when one of the top two "
+    "suggestions makes its move, whatever the GPU measured. **Against the GPU**, the GPU's verdict on the move is "
+    "the truth a student meets. Its times are the H100's recorded ones, by setting: bench/results/lessons-sm_90.json "
+    "first, then docs/lessons-gpu.md's step tables, then every valid row of the searches in bench/results/search/ "
+    "(the first time found for a setting is taken); the step's speedup is the setting diagnosed's time ÷ step "
+    "k+1's. Where both are recorded, a move measured faster (×1.05 or more, beyond the ±5% noise band) agrees "
+    "when one of the top two suggestions makes it (as strictly); a move measured no faster (the tutorial's claim "
+    "not reproduced on the H100, or a claim of \"no slower\") agrees when the diagnosis **declines** it: none of "
+    "its top two suggestions makes it (it says the setting is near its limit, or it suggests another move, whose "
+    "worth the GPU section below measures), and disagrees when it suggests it. Where either time is missing, the "
+    "tutorial's claim stands in for the GPU's verdict: a step it claims faster agrees as strictly; a step it does "
+    "not claim faster (it claims it no slower, or makes no claim against the setting diagnosed) also agrees when "
+    "the diagnosis says the setting is near its limit, since the tutorial then advises the move for something "
+    "other than speed.",
+    "",
+    "Declining is easy: a diagnosis that never suggests anything would agree with every step the GPU measured no "
+    "faster. So the strict grade is printed beside it (it credits no declining), and the suggestions the diagnosis "
+    "makes instead are themselves tried on the GPU below. The columns: *the GPU* is the measured speedup of the "
+    "step (— where a time is missing, with the tutorial's claim); *agrees* says which rule credits it: `#n` (the "
+    "n-th suggestion makes the move), `near its limit`, or `declines it`, then the strict grade where it differs.",
+)
 
 
 def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
@@ -165,16 +243,7 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
     lines = [
         "# The diagnosis, graded against the lessons",
         "",
-        "Each lesson is a sequence of settings. For each step k → k+1 the diagnosis of step k (static evidence "
-        "only, `python -m explorer show <preset> --view diagnosis`) is asked for its top two suggestions; the "
-        "step **agrees** when one of them moves a knob that step k+1 changes, the same way (to the same value, "
-        "or in the same direction; a split's factors towards its inner or outer levels). A step is graded when it "
-        "keeps the template and changes a knob, the tutorial does not mark it slower than an earlier step (it shows "
-        "a slower setting on purpose), and it is not a search's best for another workload (a preset with a "
-        "`found_by` command, searched for its own shape rather than made from the step before). A step the tutorial "
-        "does not claim faster than the step before (it claims it no slower or as fast, or makes no claim against "
-        "it) is no advice that a move pays: it also agrees when the diagnosis says that no one-knob move is "
-        "estimated faster by more than the model's error (the setting is near its limit).",
+        *GRADING,
         "",
         f"`python bench/diagnosis_agreement.py --write` on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, target: the H100 "
@@ -182,13 +251,12 @@ def agreement_text(grades: list[A.StepGrade], seconds: float) -> str:
         "",
     ]
     lines += agreement_summary(grades)
-    lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | top two suggestions at the step "
-              "before | agrees |", "| --- | ---: | --- | --- | --- |"]
+    lines += ["", "## Every step that moves a knob", "", "| lesson | step | changes | the GPU | top two suggestions at "
+              "the setting diagnosed | agrees |", "| --- | ---: | --- | --- | --- | --- |"]
     for g in knob_steps:
-        verdict = ("yes (near its limit)" if g.agrees_near_limit else f"yes (#{g.agreeing})" if g.agrees else "no") \
-            + ("" if g.graded else f"; not graded: {g.not_graded}")
-        lines.append(f"| {g.lesson} | {g.step} {g.after} | {_changes(g.changes)} | "
-                     f"{'; '.join(g.suggestions) or '—'} | {verdict} |")
+        step = f"{g.step} {g.after}" + (f" (diagnosed: {g.diagnosed})" if g.diagnosed else "")
+        lines.append(f"| {g.lesson} | {step} | {_changes(g.changes)} | {_truth(g)} | "
+                     f"{'; '.join(g.suggestions) or '—'} | {verdict(g)} |")
     lines += ["", "## Disagreements among the graded steps", ""]
     for g in grades:
         if g.graded and not g.agrees:
@@ -364,28 +432,37 @@ def _share_verdict(share: float, goal: float) -> str:
     return "met" if share >= goal else f"missed by {round(100 * (goal - share))} points"
 
 
-def results(grades: list[A.StepGrade], gpu_rows: list[dict] | None, machine: str, date: str,
-            command: str) -> list[Result]:
-    """docs/results.md's rows: the lessons' agreement, over all and per lesson, and (after --try-on-gpu) the
-    share of presets whose top suggestion the GPU confirms."""
-    agreeing, graded = A.agreement_share(grades)
+GPU_GRADE = ("lesson agreement against the GPU: a move the GPU measured faster suggested in the top two, one it "
+             "measured no faster not (the tutorial's claim where it measured neither)")
+STRICT_GRADE = "lesson agreement, strictly: a top-two suggestion makes the step's move"
+
+
+def _lesson_shares(grades: list[A.StepGrade], strict: bool) -> tuple[str, str]:
+    """The lessons with at least LESSON_GRADED graded steps below LESSON_GOAL: docs/results.md's figure and verdict."""
     per_lesson = defaultdict(list)
     for g in grades:
         per_lesson[g.lesson].append(g)
-    shares = [(lesson, *A.agreement_share(rows)) for lesson, rows in per_lesson.items()]
+    shares = [(lesson, *A.agreement_share(rows, strict)) for lesson, rows in per_lesson.items()]
     judged = [(lesson, a, n) for lesson, a, n in shares if n >= LESSON_GRADED]
     low = sorted((s for s in judged if s[1] / s[2] < LESSON_GOAL), key=lambda s: s[1] / s[2])
+    now = (f"below it: {', '.join(f'{lesson} {a} of {n} ({a / n:.0%})' for lesson, a, n in low)}" if low else
+           f"all {len(judged)} lessons at {LESSON_GOAL:.0%} or more")
+    return now, "met" if not low else f"missed in {len(low)} of {len(judged)} lessons"
+
+
+def results(grades: list[A.StepGrade], gpu_rows: list[dict] | None, machine: str, date: str,
+            command: str) -> list[Result]:
+    """docs/results.md's rows: the lessons' agreement, both grades, over all and per lesson, and (after
+    --try-on-gpu) the share of presets whose top suggestion the GPU confirms."""
     run = str(DOC.relative_to(ROOT))
-    out = [
-        Result("diagnosis", "lesson agreement: a top-two suggestion at step k moves the knob step k+1 changes",
-               f"≥ {AGREEMENT_GOAL:.0%} of graded steps", f"{agreeing} of {graded} ({agreeing / graded:.0%})",
-               _share_verdict(agreeing / graded, AGREEMENT_GOAL), machine, date, command, run),
-        Result("diagnosis", f"lesson agreement in every lesson with ≥ {LESSON_GRADED} graded steps",
-               f"≥ {LESSON_GOAL:.0%} in each",
-               (f"below it: {', '.join(f'{lesson} {a} of {n} ({a / n:.0%})' for lesson, a, n in low)}" if low else
-                f"all {len(judged)} lessons at {LESSON_GOAL:.0%} or more"),
-               "met" if not low else f"missed in {len(low)} of {len(judged)} lessons", machine, date, command, run),
-    ]
+    out = []
+    for target, strict in ((GPU_GRADE, False), (STRICT_GRADE, True)):
+        agreeing, graded = A.agreement_share(grades, strict)
+        out += [Result("diagnosis", target, f"≥ {AGREEMENT_GOAL:.0%} of graded steps",
+                       f"{agreeing} of {graded} ({agreeing / graded:.0%})",
+                       _share_verdict(agreeing / graded, AGREEMENT_GOAL), machine, date, command, run),
+                Result("diagnosis", f"{target.split(':')[0]}, in every lesson with ≥ {LESSON_GRADED} graded steps",
+                       f"≥ {LESSON_GOAL:.0%} in each", *_lesson_shares(grades, strict), machine, date, command, run)]
     if gpu_rows is not None:
         compared = [r for r in gpu_rows if "verdict" in r]
         good = sum(r["verdict"] in GOOD for r in compared)
@@ -441,7 +518,9 @@ def main(argv=None) -> int:
         section = kept_gpu_section(DOC.read_text() if DOC.exists() else "")
         text += "\n" + section if section else ""
     agreeing, graded = A.agreement_share(grades)
-    print(f"{agreeing} of {graded} graded steps agree; {time.time() - started:.0f} s")
+    strict, _ = A.agreement_share(grades, strict=True)
+    print(f"{agreeing} of {graded} graded steps agree against the GPU, {strict} strictly; "
+          f"{time.time() - started:.0f} s")
     if args.write:
         DOC.write_text(text)
         lessons_section = "\n".join(["## The diagnosis, graded against the lessons", "",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from .analysis.banks import analyze_banks
+from .analysis.diagnosis.calibration import SAME_SPEED  # noqa: F401 (the lessons and questions read it here)
 from .analysis.tiling import analyze_tiling
 from .build import Build
 from .errors import ExplorerError
@@ -32,9 +33,8 @@ RELATIONS = {
 }
 # The relations whose bar is the lessons' noise band rather than a ratio a claim states.
 NOISE_BAND_RELATIONS = ("same_speed", "no_slower")
-# The noise band: two times within ±5% count as the same speed. The median of a GPU timing
-# moves by 1–3% from run to run, so a smaller difference says nothing about the schedule.
-SAME_SPEED = 0.05
+# The noise band, SAME_SPEED (two times within ±5% count as the same speed), is the calibration's
+# (explorer.analysis.diagnosis.calibration): the diagnosis suggests no move estimated faster by less.
 
 
 def first_input(built: Build):

@@ -184,16 +184,22 @@ def test_the_diagnosis_grades_write_the_shares_against_their_goals():
 
     from explorer.agreement import StepGrade
 
-    def grade(lesson, agrees):
-        return StepGrade(lesson, 2, "a", "b", (), "", agreeing=1 if agrees else None)
+    def grade(lesson, agrees, speedup=None):
+        return StepGrade(lesson, 2, "a", "b", (), "", agreeing=1 if agrees else None, measured_speedup=speedup)
 
-    grades = [grade("good", True)] * 4 + [grade("bad", False)] * 3 + [grade("bad", True)] + [grade("few", False)]
+    # "bad": 3 moves not suggested, and one suggested that the GPU measured slower (×0.8): it agrees strictly only.
+    grades = [grade("good", True)] * 4 + [grade("bad", False)] * 3 + [grade("bad", True, 0.8)] + [grade("few", False)]
     gpu = [{"verdict": "faster"}, {"verdict": "near its limit"}, {"verdict": "slower"}, {"measured": False}]
-    overall, per_lesson, on_gpu = bench.results(grades, gpu, "m", "2026-12-04", "python bench/diagnosis_agreement.py")
-    assert (overall.now, overall.met) == ("5 of 9 (56%)", "missed by 24 points")
-    assert (per_lesson.now, per_lesson.met) == ("below it: bad 1 of 4 (25%)", "missed in 1 of 2 lessons")
+    overall, per_lesson, strict, strict_lessons, on_gpu = bench.results(grades, gpu, "m", "2026-12-04",
+                                                                         "python bench/diagnosis_agreement.py")
+    assert overall.target.startswith("lesson agreement against the GPU") and strict.target == bench.STRICT_GRADE
+    assert (overall.now, overall.met) == ("4 of 9 (44%)", "missed by 36 points")
+    assert (per_lesson.now, per_lesson.met) == ("below it: bad 0 of 4 (0%)", "missed in 1 of 2 lessons")
+    assert (strict.now, strict.met) == ("5 of 9 (56%)", "missed by 24 points")
+    assert (strict_lessons.now, strict_lessons.met) == ("below it: bad 1 of 4 (25%)", "missed in 1 of 2 lessons")
+    assert per_lesson.target == "lesson agreement against the GPU, in every lesson with ≥ 3 graded steps"
     assert (on_gpu.now, on_gpu.met) == ("2 of 3 (67%)", "missed by 18 points")
-    assert len(bench.results(grades, None, "m", "d", "c")) == 2  # without --try-on-gpu: no GPU row
+    assert len(bench.results(grades, None, "m", "d", "c")) == 4  # without --try-on-gpu: no GPU row
 
 
 def test_the_calibration_states_its_held_out_errors():

@@ -74,7 +74,16 @@ from .rules.softmax import softmax_rule
 from .rules.spills import spill_rule
 from .rules.vector_width import vector_rule
 from .rules.work_per_thread import work_per_thread_rule
-from .search import MIN_RELIEF, STEPS_TRIED, SUGGESTION_RULE, Move, analysed_neighbours, neighbours, suggest
+from .search import (
+    MIN_RELIEF,
+    STEPS_TRIED,
+    SUGGESTION_RULE,
+    Move,
+    analysed_neighbours,
+    move_error,
+    neighbours,
+    suggest,
+)
 from .tiles import FmaLoop, TileLoop
 
 __all__ = [
@@ -85,7 +94,8 @@ __all__ = [
     "STEPS_TRIED", "SUGGESTION_RULE", "SharedFact", "Suggestion", "TOP", "analysed_neighbours",
     "bank_conflict_rule", "coalescing_rule", "counters_of", "cuda_cores_rule", "device_for", "diagnose",
     "diagnose_spec", "diagnosis_json", "estimated_total", "facts_of", "findings_of", "format_diagnosis",
-    "grid_rule", "kernels_rule", "kv_reuse_rule", "masked_work_rule", "ncu_metrics", "neighbours", "occupancy_rule",
+    "grid_rule", "kernels_rule", "kv_reuse_rule", "masked_work_rule", "move_error", "ncu_metrics", "neighbours",
+    "occupancy_rule",
     "pipeline_rule", "race_rule", "ranked", "refusal", "reread_rule", "reuse_rule", "rewrite_rule", "spill_rule",
     "stall_evidence", "suggest", "vector_rule", "work_per_thread_rule",
 ]

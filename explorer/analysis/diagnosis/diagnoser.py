@@ -14,7 +14,7 @@ from .calibration import speedup_error
 from .facts import REGISTER_NOTE, Facts, facts_of
 from .findings import Diagnosis, Finding
 from .rules import estimated_total, findings_of
-from .search import analysed_neighbours, suggest
+from .search import analysed_neighbours, move_error, suggest
 
 MIN_SHARE = 0.05  # findings costing less than this share of the roofline's least time are not shown
 TOP = 4  # findings shown
@@ -74,11 +74,11 @@ def near_limit(current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]]) 
     neighbour is estimated faster by more than the model's error."""
     total, error = estimated_total(current), speedup_error()
     found = findings_of(current)
-    if any(f.wrong for f in found.values()) or any(total > estimated_total(facts) * (1 + error)
-                                                   for _, _, facts in candidates):
+    if any(f.wrong for f in found.values()) or any(
+            total > estimated_total(facts) * (1 + move_error(found, findings_of(facts))) for _, _, facts in candidates):
         return None  # a wrong result is never near its limit; nor is a setting a neighbour beats
-    head = (f"No setting one knob away is estimated faster by more than the model's error (±{error:.0%}, "
-            f"{calibration_source()}): this setting is near its limit")
+    head = (f"No setting one knob away is estimated faster by more than the model's error for its move (±{error:.0%} "
+            f"over every move, {calibration_source()}): this setting is near its limit")
     roof = f"the roofline's least time, {current.bound_us:,.2f} µs, set by {current.roof}"
     if total <= current.bound_us * (1 + error):
         return f"{head}, within that error of {roof}."
@@ -87,9 +87,9 @@ def near_limit(current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]]) 
             "lowering it takes another template or several knobs at once.")
 
 
-LIMIT_RULE = ("Where no neighbouring setting is estimated faster by more than the model's held-out error "
-              "(calibration), the diagnosis suggests no move: it says the setting is near its limit, and whether the "
-              "roofline's roof or its largest finding holds it.")
+LIMIT_RULE = ("Where no neighbouring setting is estimated faster by more than the model's held-out error for "
+              "that move (calibration, as for a suggestion), the diagnosis suggests no move: it says the setting is "
+              "near its limit, and whether the roofline's roof or its largest finding holds it.")
 
 
 def diagnose_spec(spec: Spec, target=None, *, compile: bool = True, **options) -> Diagnosis:

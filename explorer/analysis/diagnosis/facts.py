@@ -11,12 +11,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+import tvm
+from tvm import tirx
+from tvm_ffi import StructuralKey
+
 from ...build import Build
 from ...errors import ExplorerError
 from ...gpus import DEFAULT, base_arch, gpu_of
 from ...schedules.attention_fused import AttentionFusedKnobs, kv_bytes_loaded
 from ...schedules.attention_mma import AttentionMmaKnobs
 from ...targets import WARP_SIZE, gpu_name
+from ...tir_walk import walk
 from ...workloads import numpy_dtype
 from ..accesses import global_accesses, shared_accesses
 from ..banks import analyze_banks
@@ -25,6 +30,7 @@ from ..races import analyze_races
 from ..resources import analyze_resources, occupancy, sm_limits
 from ..roofline import FP32, Ceilings, bound_us, compute_types, no_roofline_reason, published_for
 from ..sass import analyze_sass
+from ..texpr import free_vars
 from ..tiling import analyze_tiling
 from ..tree import BARRIERS, LOOP, analyze_tree
 from . import calibration
@@ -148,6 +154,12 @@ class Facts:
     loop: TileLoop | None = None  # the tile loop of a kernel that multiplies on the tensor cores (.tiles)
     fma_loop: FmaLoop | None = None  # the inner loops of fused attention on the CUDA cores (.tiles)
     roof: str = ""  # what sets the roofline's least time, in words: a bandwidth or a compute peak
+    # Bytes of the global stores (GlobalFact's, summed) that the compiler keeps in a register instead of writing
+    # them to memory: a store to the same address on every iteration of a loop (_stores); and the distinct bytes
+    # the stores write (each address once: what a rewritten buffer holds), 0 where not known.
+    register_kept_bytes: int = 0
+    stored_footprint: int = 0
+    launches: int = 0  # kernel launches the host makes (a kernel launched in a host loop counts each time); 0: one each
 
     @property
     def warps_per_block(self) -> int:
@@ -248,7 +260,64 @@ def facts_of(built: Build, *, binary=None, ceilings: Ceilings | None = None, mea
                  *_kv_loads(built, min(first.blocks, occ.blocks_per_sm * device.sms)),
                  races=tuple(RaceFact(r.storage, r.sentence(), r.lines) for r in analyze_races(built).races))
     return replace(facts, warp_only_barriers=_warp_only_barriers(built), loop=loop, fma_loop=fma_loop(built, ceilings),
-                   roof=_roof(ceilings, device, workload.flops, facts.bound_us, facts.bound))
+                   roof=_roof(ceilings, device, workload.flops, facts.bound_us, facts.bound),
+                   launches=_launches(built), **_stores(built))
+
+
+def _launches(built: Build) -> int:
+    """The kernel launches the host function makes: each call of a kernel, times the extents of the host loops
+    around it (d2l's default depthwise schedule launches its kernel once per channel, from a loop on the host)."""
+    names = {k.name for k in built.kernels}
+    total = 0
+    for func in (built.host_mod.functions.values() if built.host_mod is not None else ()):
+        body = getattr(func, "body", None)
+        if body is None:
+            continue
+        for stmt, loops in walk(body):
+            call = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
+            if isinstance(call, tvm.ir.Call) and call.args and isinstance(call.args[0], tvm.ir.StringImm) \
+                    and str(call.args[0].value) in names:
+                total += math.prod(int(loop.extent) if isinstance(loop.extent, tirx.IntImm) else 1 for loop in loops)
+    return total
+
+
+def _stores(built: Build) -> dict[str, int]:
+    """The global stores' ``register_kept_bytes`` and ``stored_footprint`` (Facts). A store kept in a register:
+    one whose address does not change over a loop around it (its index and guards do not use the loop's
+    variable, the loop has no barrier, no other address of that buffer is touched in the loop), of a group of
+    stores to that address one of which no condition guards (nvcc does not promote a conditional store). TVM
+    marks a kernel's pointers ``__restrict__``, so nvcc keeps the element in a register over the loop and writes it
+    once: the SASS of conv1d-v1 has one STG for the 33 stores of its 32-tap loop and the zero before it; conv1d-v2,
+    whose stores sit under ``if (i < 16415)``, has 33. The stores to one address count once per iteration of their
+    other loops: the largest of them, over its loops' repeats."""
+    report = iter(analyze_coalescing(built).accesses)
+    kept = footprint = 0
+    for kernel in global_accesses(built):
+        stores: dict = {}
+        touched: dict = {}  # buffer -> {index key: loop variables around an access of it}
+        for access in kernel.accesses:
+            if access.duplicate_of:
+                continue
+            fact = next(report)
+            key = StructuralKey(access.index)
+            touched.setdefault(access.buffer, {}).setdefault(key, set()).update(loop.var for loop in access.loops)
+            if access.op == "store" and not fact.not_modelled:
+                stores.setdefault((access.buffer, key), []).append((access, fact.ideal_bytes))
+        for (buffer, key), group in stores.items():
+            other_loops = set().union(*(v for k, v in touched[buffer].items() if k != key))
+            written = distinct = 0.0
+            for access, nbytes in group:
+                used = free_vars(access.index, kernel.bindings).union(
+                    *(free_vars(cond, kernel.bindings) for cond, _ in access.guards))
+                unused = [loop for loop in access.loops if loop.var not in used]
+                distinct = max(distinct, nbytes / math.prod(loop.extent for loop in unused))
+                repeats = math.prod(loop.extent for loop in unused
+                                    if loop.var not in kernel.barrier_loops and loop.var not in other_loops)
+                written = max(written, nbytes / repeats)
+            footprint += int(round(distinct))
+            if any(not access.guards for access, _ in group):
+                kept += sum(nbytes for _, nbytes in group) - int(round(written))
+    return {"register_kept_bytes": kept, "stored_footprint": footprint}
 
 
 def _kv_loads(built: Build, resident_blocks: int) -> tuple[int, int, int, int]:

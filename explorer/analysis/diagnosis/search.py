@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ...build import Build, Spec
 from ...errors import ExplorerError, InvalidKnobs
 from ..roofline import Ceilings
-from .calibration import speedup_error
+from .calibration import SAME_SPEED, speedup_error
 from .facts import Facts, facts_of
-from .findings import Suggestion
+from .findings import Finding, Suggestion
 from .rules import RULES, estimated_total, findings_of
 
 MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this share
@@ -19,8 +19,11 @@ MIN_RELIEF = 0.1  # a suggestion lowers its finding's cost by at least this shar
 SUGGESTION_RULE = ("Each neighbouring setting (one knob moved to its nearest allowed value that builds) is built "
                    "and analysed; a finding's suggestion is the neighbour that lowers that finding's cost the most "
                    f"(by at least {MIN_RELIEF:.0%}; among equals, the lowest estimated total: the roofline's least "
-                   "time plus every finding's cost), provided its total is below this setting's by more than the "
-                   "model's error for that finding's rule (calibration); a setting suggested for a higher-ranked "
+                   "time plus every finding's cost), of those whose total is within the model's error of the lowest "
+                   "total of any that lowers it, and provided its total is below this setting's by more than the "
+                   "model's error for that move (calibration: the held-out error of the measured moves whose largest "
+                   f"change is in the same rule's cost, and never less than the ±{SAME_SPEED:.0%} within which two "
+                   "measured times are the same speed); a setting suggested for a higher-ranked "
                    "finding is left to it. A neighbour that does not lower the estimate enough because its move "
                    "raises another finding is tried again with a knob that relieves that finding moved as well. A "
                    "neighbour with a race is never suggested; a race's suggestion is the neighbour without one that "
@@ -83,29 +86,50 @@ def _split_moves(value: tuple) -> list[tuple]:
     return moves
 
 
+def move_error(now: dict[str, Finding], then: dict[str, Finding]) -> float:
+    """The margin a move from findings ``now`` to ``then`` must beat: the held-out error of the measured one-knob
+    moves whose largest change is in the same rule's cost (calibration.speedup_error), as the calibration
+    groups them; of every move where no rule's cost changes."""
+    def cost(found: dict[str, Finding], name: str) -> float:
+        return found[name].cost_us if name in found and not found[name].within_roof else 0.0
+
+    moved = {name: abs(cost(then, name) - cost(now, name)) for name in set(now) | set(then)}
+    largest = max(moved, key=lambda name: (moved[name], name), default=None)
+    return speedup_error(largest if largest is not None and moved[largest] > 0 else None)
+
+
 def suggest(rule: str, current: Facts, candidates: Iterable[tuple[Spec, tuple, Facts]],
             taken: Iterable[Spec] = ()) -> Suggestion | None:
     """The suggestion rule (:data:`SUGGESTION_RULE`) for the finding of ``rule``; settings in
     ``taken`` (suggested for a higher-ranked finding) are left to that finding."""
     taken = set(taken)
-    now = findings_of(current).get(rule)
+    every = findings_of(current)
+    now = every.get(rule)
     if now is None:
         return None
     total_now = estimated_total(current)
-    best = None
+    relieving = []
     for spec, changes, facts in candidates:
         if facts.races or spec in taken:  # a setting whose result is wrong is never suggested
             continue
-        found = findings_of(facts).get(rule)
+        then = findings_of(facts)
+        found = then.get(rule)
         cost = found.cost_us if found is not None else 0.0
         total = estimated_total(facts)
-        faster = total * (1 + speedup_error(rule)) < total_now  # by more than the model's error for this rule
+        faster = total * (1 + move_error(every, then)) < total_now  # by more than the model's error for such a move
         if not now.wrong and (cost > now.cost_us * (1 - MIN_RELIEF) or not faster):
             continue
-        key = (total, cost) if now.wrong else (cost, total)  # a race: the fastest setting without one
-        if best is None or key < ((best.total_us, best.cost_us) if now.wrong else (best.cost_us, best.total_us)):
-            best = Suggestion(spec, changes, cost, total)
-    return best
+        relieving.append(Suggestion(spec, changes, cost, total))
+    if not relieving:
+        return None
+    if now.wrong:  # a race: the fastest setting without one
+        return min(relieving, key=lambda s: s.total_us)
+    # The move that lowers the finding most, among those the model cannot tell from the fastest (within its
+    # error): not one that removes the finding at the price of another (no shared tile, no bank conflicts, but
+    # uncoalesced loads) and is estimated slower than a move that relieves it.
+    fastest = min(s.total_us for s in relieving)
+    close = [s for s in relieving if s.total_us <= fastest * (1 + speedup_error())]
+    return min(close, key=lambda s: (s.cost_us, s.total_us))
 
 
 def analysed_neighbours(spec: Spec, current: Facts, ceilings: Ceilings | None,
@@ -151,9 +175,10 @@ def _relieving_moves(current: Facts, candidates: list[tuple[Spec, tuple, Facts]]
     total, now = estimated_total(current), findings_of(current)
     paths = []
     for spec, changes, facts in candidates:
-        if estimated_total(facts) * (1 + speedup_error()) < total:  # faster alone, by more than the error
+        then = findings_of(facts)
+        if estimated_total(facts) * (1 + move_error(now, then)) < total:  # faster alone, by more than the error
             continue
-        raised = [name for name, found in findings_of(facts).items()
+        raised = [name for name, found in then.items()
                   if found.cost_us > (1 + MIN_RELIEF) * (now[name].cost_us if name in now else 0.0)]
         knobs = {knob for name in raised for knob in RELIEVED_BY.get(name, ())} - {k for k, _, _ in changes}
         paths += [[(moved, changes + more) for moved, more in path]
