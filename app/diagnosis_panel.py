@@ -17,13 +17,13 @@ import streamlit as st
 
 from explorer.analysis.diagnosis import Diagnosis, Finding
 from explorer.build import Build, Spec
+from explorer.claims import SAME_SPEED  # within ±5% a suggestion is as fast
 from explorer.errors import ExplorerError, summary_line
 
 from . import handle, latency, session, ui
 
 POLL_S = 1.0  # a diagnosis takes seconds
 PATIENCE_S = 30.0  # past this the page stops looking and says why (the diagnosing process is busy)
-SAME_SPEED = 0.05  # within ±5% a suggestion is as fast (explorer.lessons.ClaimThresholds)
 
 
 def job(spec: Spec, target: str) -> Future | None:
