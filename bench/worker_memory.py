@@ -60,12 +60,24 @@ def sample(done: int, tried: int, started: float) -> dict:
     from explorer import build as build_module
 
     return {"settings": done, "tried": tried, "s": round(time.perf_counter() - started, 1),
-            "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1), **proportional_mib(),
             "heap_used_mib": round((heap.uordblks + heap.hblkhd) / 2**20, 1),
             "heap_free_mib": round(heap.fordblks / 2**20, 1),
             "objects": len(gc.get_objects()), "builds_kept": build_module._build_cached.cache_info().currsize,
             "build_hits": build_module._build_cached.cache_info().hits,
             "build_misses": build_module._build_cached.cache_info().misses}
+
+
+def proportional_mib() -> dict:
+    """This process's proportional set size, and its anonymous (heap, arenas) and file-backed (libraries,
+    mapped files) parts (Linux's smaps_rollup, MiB); {} where there is none."""
+    try:
+        with open("/proc/self/smaps_rollup") as file:
+            fields = dict(line.split(":", 1) for line in file.read().splitlines()[1:])
+    except OSError:
+        return {}
+    mib = {name: int(fields[name].split()[0]) / 1024 for name in ("Pss", "Pss_Anon", "Pss_File") if name in fields}
+    return {f"{name.lower()}_mib": round(value, 1) for name, value in mib.items()}
 
 
 def walk(lessons: list[str], seed: int, built: set):
