@@ -237,31 +237,38 @@ FLAT_SHARE = 0.05
 def memory_over_time(samples: list[dict], started: float, seconds: float, bound_mib: float | None = None) -> dict:
     """The summed PSS of all the server's processes (``pss_server_mib``) over a class that began at ``started``
     and played ``seconds``: at minute 1, 5, 10 and 20 of a 20-minute class, or at those fractions of a run of
-    another length (the sample nearest each; the last one at the end), with its summed RSS; its growth from
-    FILLED_AT_MIN (the same fraction) to the end, per minute too; its most; and, against ``bound_mib`` (what the
-    server said it stays under), whether it was kept. "flat": grown by at most FLAT_SHARE after the caches
-    filled. None where no sample has the PSS."""
+    another length, with its summed RSS; its growth from FILLED_AT_MIN (the same fraction) to the end, per minute
+    too; its most; and, against ``bound_mib`` (what the server said it stays under), whether it was kept. The
+    figure at a mark is the median of the samples within half a minute of it (the same fraction: a cache's
+    entries are replaced by larger or smaller ones, and a diagnosis's builds come and go), at the end of the last
+    minute's. "flat": grown by at most FLAT_SHARE after the caches filled. None where no sample has the PSS."""
     have = [s for s in samples if s.get("pss_server_mib") is not None]
     if not have or seconds <= 0:
         return None
     scale = seconds / (MEMORY_MARKS_MIN[-1] * 60)
+    half = 30 * scale
 
-    def nearest(at_s: float) -> dict:
-        return min(have, key=lambda s: abs(s["t"] - started - at_s))
+    def around(at_s: float, last: bool = False) -> dict:
+        near = [s for s in have if (at_s - 2 * half if last else at_s - half) <= s["t"] - started <= at_s + half]
+        near = near or [min(have, key=lambda s: abs(s["t"] - started - at_s))]
+        middle = sorted(near, key=lambda s: s["pss_server_mib"])[(len(near) - 1) // 2]
+        return {"pss_mib": round(statistics.median(s["pss_server_mib"] for s in near), 1),
+                "rss_mib": round(statistics.median(s["rss_server_mib"] for s in near), 1),
+                "pss_parts_mib": middle.get("pss_parts_mib"), "pss_kinds_mib": middle.get("pss_kinds_mib"),
+                "t": statistics.median(s["t"] for s in near)}
 
-    marks = [{"minute": round(m * scale, 2), "pss_mib": round(s["pss_server_mib"], 1),
-              "rss_mib": round(s["rss_server_mib"], 1), "pss_parts_mib": s.get("pss_parts_mib"),
-              "pss_kinds_mib": s.get("pss_kinds_mib")}
-             for m, s in [*((m, nearest(m * 60 * scale)) for m in MEMORY_MARKS_MIN[:-1]),
-                          (MEMORY_MARKS_MIN[-1], have[-1])]]
-    filled = nearest(FILLED_AT_MIN * 60 * scale)
-    growth = have[-1]["pss_server_mib"] - filled["pss_server_mib"]
-    minutes = (have[-1]["t"] - filled["t"]) / 60
+    end_s = have[-1]["t"] - started
+    at = {m: around(m * 60 * scale) for m in MEMORY_MARKS_MIN[:-1]}
+    at[MEMORY_MARKS_MIN[-1]] = around(end_s, last=True)
+    marks = [{"minute": round(m * scale, 2), **{k: v for k, v in mark.items() if k != "t"}} for m, mark in at.items()]
+    filled = around(FILLED_AT_MIN * 60 * scale)
+    growth = at[MEMORY_MARKS_MIN[-1]]["pss_mib"] - filled["pss_mib"]
+    minutes = (at[MEMORY_MARKS_MIN[-1]]["t"] - filled["t"]) / 60
     most = max(s["pss_server_mib"] for s in have)
     return {"marks": marks, "filled_at_minute": round(FILLED_AT_MIN * scale, 2),
             "growth_after_fill_mib": round(growth, 1),
             "growth_mib_per_minute": round(growth / minutes, 1) if minutes > 0 else None,
-            "flat": growth <= FLAT_SHARE * filled["pss_server_mib"], "max_pss_mib": round(most, 1),
+            "flat": growth <= FLAT_SHARE * filled["pss_mib"], "max_pss_mib": round(most, 1),
             "bound_mib": bound_mib, "kept": None if bound_mib is None else most <= bound_mib}
 
 
