@@ -66,11 +66,14 @@ def test_the_caches_are_sized_from_an_8_gib_machines_memory():
     assert plan.measure_cache == 2048  # 8 × 256
     per_app = 512 - 2048 * 0.002  # 507.9 MiB
     assert plan.build_cache == int(per_app * 2 / 3 / 5.0) == 67
-    assert plan.diagnose_builds == int(per_app / 3 / 1.2) == 141
+    assert plan.diagnose_builds == min(int(per_app / 3 / 1.2), 128) == 128  # 141, at most 128
     assert plan.processes == {"launcher": 1, "app": 1, "build": 1, "diagnose": 1}
     assert plan.processes_mib == 64 + 700 + 400 + 500
-    assert plan.caches_mib == pytest.approx(67 * 5.0 + 141 * 1.2 + 2048 * 0.002)
-    assert plan.bound_mib == pytest.approx(1664 + 508.3, abs=0.1)
+    assert plan.caches_mib == pytest.approx(67 * 5.0 + 128 * 1.2 + 2048 * 0.002)
+    assert plan.bound_mib == pytest.approx(1664 + 492.7, abs=0.1)
+    small = memory_plan(4 * 1024, gpus=0)  # 4 GiB: 256 MiB of caches, 1024 measurements
+    assert (small.build_cache, small.diagnose_builds, small.measure_cache) == (
+        int((256 - 2.048) * 2 / 3 / 5), int((256 - 2.048) / 3 / 1.2), 1024) == (33, 70, 1024)
 
 
 def test_the_caches_are_sized_from_a_32_gib_machines_memory():
@@ -78,10 +81,10 @@ def test_the_caches_are_sized_from_a_32_gib_machines_memory():
     plan = memory_plan(32 * 1024, build_workers=4, compile_workers=4, gpus=1)
     assert plan.measure_cache == 8192
     per_app = 2048 - 8192 * 0.002
-    assert (plan.build_cache, plan.diagnose_builds) == (int(per_app * 2 / 3 / 5), int(per_app / 3 / 1.2)) == (270, 564)
+    assert (plan.build_cache, plan.diagnose_builds) == (int(per_app * 2 / 3 / 5), 128) == (270, 128)
     assert plan.processes == {"launcher": 1, "app": 1, "build": 4, "diagnose": 1, "compile": 4, "measure": 1}
     assert plan.processes_mib == 64 + 700 + 4 * 400 + 500 + 4 * 960 + 2000
-    assert plan.bound_mib <= 32 * 1024 / 2
+    assert plan.caches_mib == pytest.approx(270 * 5 + 128 * 1.2 + 8192 * 0.002)
 
 
 def test_the_caches_are_sized_from_a_128_gib_machines_memory():
@@ -90,7 +93,7 @@ def test_the_caches_are_sized_from_a_128_gib_machines_memory():
     plan = memory_plan(128 * 1024, app_processes=4, build_workers=2, compile_workers=12, gpus=1)
     assert plan.measure_cache == 16384
     per_app = (8192 - 16384 * 0.002) / 4
-    assert (plan.build_cache, plan.diagnose_builds) == (int(per_app * 2 / 3 / 5), int(per_app / 3 / 1.2)) == (271, 566)
+    assert (plan.build_cache, plan.diagnose_builds) == (int(per_app * 2 / 3 / 5), 128) == (271, 128)
     assert plan.processes == {"launcher": 1, "app": 4, "build": 8, "diagnose": 4, "service": 1, "compile": 12,
                               "measure": 1}
     assert plan.caches_mib <= 8192
