@@ -173,3 +173,18 @@ def test_each_processs_pss_is_summed_by_part_and_kind_beside_its_rss():
     assert sample["pss_kinds_mib"] == {"build": 120, "diagnose": 330}
     unreadable = classroom_sampler.memory_sample([*tree, (Member(4, 50, None), "workers", 1)])
     assert unreadable["rss_server_mib"] == 1250 and unreadable["pss_server_mib"] is None  # no partial sum
+
+
+def test_the_memory_row_names_the_class_and_is_replaced_by_the_next_run_of_it():
+    report = {"seconds": 1200, "students": 100, "links": [], "delivered_moves_per_s": 12.3,
+              "intended_moves_per_s": 16.7,
+              "memory": classroom_report.memory_over_time(samples([20000.0] * 40, every=30.0), 1000.0, 1200,
+                                                          bound_mib=28262.4)}
+    lessons = ["matmul_modern", "conv2d_modern", "matmul_hopper"]
+    row = classroom_report.memory_result(report, lessons, "H200", "2026-12-04", "bash bench/classroom_gpu.sh class R")
+    assert row.target == ("the server's memory over a 20-minute class of 100 (matmul_modern + conv2d_modern + "
+                          "matmul_hopper)")  # the row docs/results.md has for the H100's run: this one replaces it
+    assert row.met == "met"
+    assert row.now.startswith("summed PSS 19.53 GiB at minute 1, 19.53 GiB at minute 5, 19.53 GiB at minute 10, "
+                              "19.53 GiB at minute 20 (+0 MiB from minute 5, at most 19.53 GiB); bound 27.6 GiB")
+    assert row.now.endswith("; 12.3 of 16.7 moves/s delivered")
