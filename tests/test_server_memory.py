@@ -188,3 +188,22 @@ def test_the_memory_row_names_the_class_and_is_replaced_by_the_next_run_of_it():
     assert row.now.startswith("summed PSS 19.53 GiB at minute 1, 19.53 GiB at minute 5, 19.53 GiB at minute 10, "
                               "19.53 GiB at minute 20 (+0 MiB from minute 5, at most 19.53 GiB); bound 27.6 GiB")
     assert row.now.endswith("; 12.3 of 16.7 moves/s delivered")
+
+
+def test_a_compile_process_gives_its_freed_heap_back_after_each_compile():
+    from explorer.server.compiles import CompileService
+
+    assert CompileService(ServerSettings())._release_heap
+
+
+def test_the_device_page_states_the_bound_in_one_sentence():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    main = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+    at = AppTest.from_file(main, default_timeout=120).switch_page("views/explorer.py").run()
+    at.switch_page("views/device.py").run()
+    said = [c.value for c in at.caption if c.value.startswith(classroom_sampler.MEMORY_CAPTION)]
+    assert said == [settings.this_machines_plan().sentence()]
+    assert classroom_sampler.memory_bound_mib(said[0]) > 0

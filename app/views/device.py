@@ -14,8 +14,7 @@ from explorer.analysis.roofline import ceiling_rows, published_for
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import QUICK_SETTINGS, Remote, describe_budget
-from explorer.server.api import UNREACHABLE, prepared_sentence
-from explorer.server.settings import this_machines_plan
+from explorer.server.api import UNREACHABLE, prepared_sentence, this_machines_plan
 from explorer.targets import NAMES, local_gpu_target, resolve_target, target_label
 
 
