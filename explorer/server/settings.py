@@ -29,9 +29,10 @@ WORKERS = "EXPLORER_WORKERS"  # the cluster's address (serve --workers)
 # EXPLORER_BUILD_CACHE, EXPLORER_DIAGNOSE_BUILDS and EXPLORER_MEASURE_CACHE override the sizes (the bound is then
 # planned from those).
 CACHE_SHARE = 1 / 16
-# A process's own memory, MiB of PSS, rounded up (bench/classroom.py's PSS by kind on the 2-core CPU machine, fresh
-# server, 20 students; the GPU machine's compile and measuring processes from the H100's 20-minute class, RSS at
-# minute 1, which counts their shared pages whole: docs/results.md).
+# A process's own memory, MiB of PSS, rounded up: on the 2-core CPU machine a 10-minute class of 20 ended with the app
+# process at 503-607 MiB (its builds included), the build process at 150-180, the diagnosing process at 490-510 with
+# its 128 builds (bench/results/runs/classroom-memory-cpu-20-students.md); the compile and measuring processes are
+# the H100's at minute 1 of its 20-minute class, RSS, which counts their shared pages whole (none measured in PSS).
 PROCESS_MIB = {"launcher": 64, "app": 700, "build": 400, "diagnose": 500, "service": 600, "compile": 960,
                "measure": 2000}
 # A cache's largest entry, MiB: an app process's build with its code views highlighted (0.2-5 MB: a Hopper or
