@@ -66,7 +66,16 @@ from classroom_logs import (
     percentiles,
     run_phases,
 )
-from classroom_report import class_name, demand, describe, goal_results, limiter, slowest_moves
+from classroom_report import (
+    class_name,
+    demand,
+    describe,
+    goal_results,
+    limiter,
+    memory_over_time,
+    memory_result,
+    slowest_moves,
+)
 from classroom_sampler import generator_load, limits, observe, saturation
 from classroom_students import Student, play_in_processes
 from docs_section import run_file, write_result, write_section
@@ -105,7 +114,9 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
     open_at = started + CONNECT_S + PROCESS_START_S * processes if same_link else None
     samples: list = []
     gpus_seen: list = []
-    observer = threading.Thread(target=observe, args=(url, end, samples, server_pid), kwargs={"gpus_seen": gpus_seen})
+    said: dict = {}  # what the Device page said of the server's memory
+    observer = threading.Thread(target=observe, args=(url, end, samples, server_pid),
+                                kwargs={"gpus_seen": gpus_seen, "said": said})
     class_, plays = play_in_processes(processes, url, class_, end, think, want_latency, revisit_every, open_at,
                                       started=observer.start)
     observer.join(60)
@@ -129,7 +140,8 @@ def run(url: str, students: int, seconds: float, think: float, want_latency: boo
         "knob_to_latency_revisit": percentiles([x for s in class_ for x in s.revisit_s]),
         "moves_without_latency": sum(s.no_latency for s in class_),
         "waiting_notices": collections.Counter(n[:120] for s in class_ for n in s.waiting_notices).most_common(3),
-        "samples": samples,
+        "samples": samples, "started": started,
+        "memory": memory_over_time(samples, started, seconds, said.get("memory_bound_mib")),
         "device_page_gpus": gpus_seen[-1] if gpus_seen else None,
         "slowest_to_code": slowest_moves(class_, 2, started),
         "slowest_to_latency": slowest_moves(class_, 3, started),
@@ -191,6 +203,9 @@ def main() -> None:
                         help="the class, as docs/results.md names its goals' rows (default: the students and their "
                              "lessons, or the steps they open); the next run of the same name replaces them")
     parser.add_argument("--machine", default=platform.node(), help="the machine, as the table should name it")
+    parser.add_argument("--memory", action="store_true",
+                        help="with --write, also the row of the server's memory over this class in docs/results.md "
+                             "(summed PSS over time, flat once the caches fill, within the bound the server states)")
     parser.add_argument("--revisit-every", type=int, default=0, metavar="K",
                         help="every K-th move of a student undoes the previous one (a revisit); 0: never on purpose")
     parser.add_argument("--lesson", action="append", default=[], metavar="NAME",
@@ -236,7 +251,10 @@ def main() -> None:
                       f"`python -m explorer serve`):\n`{command}`\n\n{text}\n")
         lessons = args.lesson or ([] if args.links else ["depthwise_blog"])  # LINKS: that lesson's steps
         name = args.class_name or class_name(args.students, lessons, links, args.same_link, report.get("gpus", 1))
-        write_result(*goal_results(report, goals, name, args.machine, date, command, run_file(section)))
+        rows = goal_results(report, goals, name, args.machine, date, command, run_file(section))
+        if args.memory and report["memory"]:
+            rows.append(memory_result(report, lessons, args.machine, date, command, run_file(section)))
+        write_result(*rows)
     # 3: the run measured its own load generator as much as the server; 1: a student met an error.
     sys.exit(3 if report["generator_limited"] else 1 if report["errors"] else 0)
 

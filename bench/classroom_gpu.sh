@@ -10,7 +10,8 @@
 #   bash bench/classroom_gpu.sh class RESULTS    # fresh server: STUDENTS (100) on the modern lessons and Hopper's
 #                                                 # for 5 min, students connecting the moment it answers, with a
 #                                                 # py-spy profile of one app process and one build, compile and
-#                                                 # diagnose worker each mid-run
+#                                                 # diagnose worker each mid-run, and the row of the server's
+#                                                 # memory (summed PSS) where LONG_S is 1200 or more
 #   bash bench/classroom_gpu.sh first RESULTS    # fresh server: the teacher's first page only, with every
 #                                                 # process of the server sampled by py-spy from its start
 #   bash bench/classroom_gpu.sh knee RESULTS     # one fresh server: classes of SIZES students (30 50 100 150),
@@ -146,7 +147,7 @@ elif [ "$phase" = class ]; then
   fi
   bench --wait-for-server 180 --students "$students" --seconds $long --think-time "${THINK_S:-5}" --processes $((students / 10)) \
         --lesson matmul_modern --lesson conv2d_modern --lesson matmul_hopper \
-        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" \
+        --goal knob_to_code.p95=1 --goal knob_to_latency.p95=3 --json "$results/class-$students.json" $([ "$long" -ge 1200 ] && echo --memory) \
         --write "class-$students-modern${TAG:+-$TAG}"
 elif [ "$phase" = unprepared ] || [ "$phase" = prepared ]; then
   students=${STUDENTS:-100}

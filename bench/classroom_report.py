@@ -214,7 +214,107 @@ def memory_lines(samples: list[dict]) -> list[str]:
     if parts:
         lines.append("By part, start → end (MiB): " + "; ".join(
             f"{role} {parts[0].get(role, 0):.0f} → {parts[-1].get(role, 0):.0f}" for role in sorted(parts[-1])) + ".")
+    pss = [s for s in samples if s.get("pss_parts_mib")]
+    if pss:
+        first, last = pss[0], pss[-1]
+        kinds = sorted(set(first["pss_kinds_mib"]) | set(last["pss_kinds_mib"]))
+        lines.append("PSS by part, start → end (MiB): " + "; ".join(
+            f"{role} {first['pss_parts_mib'].get(role, 0):.0f} → {last['pss_parts_mib'].get(role, 0):.0f}"
+            for role in sorted(last["pss_parts_mib"])) + "; the workers by kind: " + "; ".join(
+            f"{kind} {first['pss_kinds_mib'].get(kind, 0):.0f} → {last['pss_kinds_mib'].get(kind, 0):.0f}"
+            for kind in kinds) + ".")
     return lines + worker_kinds_text(samples)
+
+
+# A 20-minute class's memory is read at these minutes (a run of another length: at the same fractions of it);
+# its caches have filled by FILLED_AT_MIN (the H100's 20-minute class: its summed RSS rose 1.5 GiB in the first
+# 5 minutes, 1.6 GiB in the 15 after); after that the server is flat while it grows by at most FLAT_SHARE.
+MEMORY_MARKS_MIN = (1, 5, 10, 20)
+FILLED_AT_MIN = 5
+FLAT_SHARE = 0.05
+
+
+def memory_over_time(samples: list[dict], started: float, seconds: float, bound_mib: float | None = None) -> dict:
+    """The summed PSS of all the server's processes (``pss_server_mib``) over a class that began at ``started``
+    and played ``seconds``: at minute 1, 5, 10 and 20 of a 20-minute class, or at those fractions of a run of
+    another length, with its summed RSS; its growth from FILLED_AT_MIN (the same fraction) to the end, per minute
+    too; its most; and, against ``bound_mib`` (what the server said it stays under), whether it was kept. The
+    figure at a mark is the median of the samples within half a minute of it (the same fraction: a cache's
+    entries are replaced by larger or smaller ones, and a diagnosis's builds come and go), at the end of the last
+    minute's. "flat": grown by at most FLAT_SHARE after the caches filled. None where no sample has the PSS."""
+    have = [s for s in samples if s.get("pss_server_mib") is not None]
+    if not have or seconds <= 0:
+        return None
+    scale = seconds / (MEMORY_MARKS_MIN[-1] * 60)
+    half = 30 * scale
+
+    def around(at_s: float, last: bool = False) -> dict:
+        near = [s for s in have if (at_s - 2 * half if last else at_s - half) <= s["t"] - started <= at_s + half]
+        near = near or [min(have, key=lambda s: abs(s["t"] - started - at_s))]
+        middle = sorted(near, key=lambda s: s["pss_server_mib"])[(len(near) - 1) // 2]
+        return {"pss_mib": round(statistics.median(s["pss_server_mib"] for s in near), 1),
+                "rss_mib": round(statistics.median(s["rss_server_mib"] for s in near), 1),
+                "pss_parts_mib": middle.get("pss_parts_mib"), "pss_kinds_mib": middle.get("pss_kinds_mib"),
+                "t": statistics.median(s["t"] for s in near)}
+
+    end_s = have[-1]["t"] - started
+    at = {m: around(m * 60 * scale) for m in MEMORY_MARKS_MIN[:-1]}
+    at[MEMORY_MARKS_MIN[-1]] = around(end_s, last=True)
+    marks = [{"minute": round(m * scale, 2), **{k: v for k, v in mark.items() if k != "t"}} for m, mark in at.items()]
+    filled = around(FILLED_AT_MIN * 60 * scale)
+    growth = at[MEMORY_MARKS_MIN[-1]]["pss_mib"] - filled["pss_mib"]
+    minutes = (at[MEMORY_MARKS_MIN[-1]]["t"] - filled["t"]) / 60
+    most = max(s["pss_server_mib"] for s in have)
+    return {"marks": marks, "filled_at_minute": round(FILLED_AT_MIN * scale, 2),
+            "growth_after_fill_mib": round(growth, 1),
+            "growth_mib_per_minute": round(growth / minutes, 1) if minutes > 0 else None,
+            "flat": growth <= FLAT_SHARE * filled["pss_mib"], "max_pss_mib": round(most, 1),
+            "bound_mib": bound_mib, "kept": None if bound_mib is None else most <= bound_mib}
+
+
+def memory_verdict(summary: dict) -> str:
+    """"met" (flat once the caches filled and within the bound the server stated), or what was missed."""
+    missed = []
+    if summary["bound_mib"] is None:
+        missed.append("no bound stated by the server")
+    elif not summary["kept"]:
+        missed.append(f"{summary['max_pss_mib'] - summary['bound_mib']:.0f} MiB above its bound")
+    if not summary["flat"]:
+        missed.append(f"grew {summary['growth_after_fill_mib']:.0f} MiB after the caches filled (more than "
+                      f"{FLAT_SHARE:.0%})")
+    return "met" if not missed else "missed: " + "; ".join(missed)
+
+
+def memory_summary_text(summary: dict) -> str:
+    """"Server PSS (all its processes): 900 MiB at minute 0.5, ...": the summary in a sentence."""
+    marks = ", ".join(f"{m['pss_mib']:.0f} MiB at minute {m['minute']:g}" for m in summary["marks"])
+    rss = ", ".join(f"{m['rss_mib']:.0f}" for m in summary["marks"])
+    rate = summary["growth_mib_per_minute"]
+    bound = ("no bound stated by the server" if summary["bound_mib"] is None else
+             f"the server's stated bound {summary['bound_mib']:.0f} MiB, "
+             + ("kept" if summary["kept"] else "**not kept**"))
+    return (f"Server PSS (all its processes summed, shared pages counted once): {marks} (RSS summed: {rss} MiB); "
+            f"{summary['growth_after_fill_mib']:+.0f} MiB from minute {summary['filled_at_minute']:g} to the end"
+            + (f" ({rate:+.1f} MiB a minute)" if rate is not None else "")
+            + f"; at most {summary['max_pss_mib']:.0f} MiB; {bound}. Verdict: {memory_verdict(summary)}.")
+
+
+def memory_result(report: dict, lessons: list[str], machine: str, date: str, command: str, run: str = "") -> Result:
+    """docs/results.md's row of the server's memory over this class: "the server's memory over a 20-minute class
+    of 100 (matmul_modern + conv2d_modern + matmul_hopper)", the next run of the same class replacing it."""
+    summary = report["memory"]
+    what = " + ".join(lessons) if lessons else "the steps " + ", ".join(report["links"])
+    target = f"the server's memory over a {report['seconds'] / 60:g}-minute class of {report['students']} ({what})"
+    demand = (f"; {report['delivered_moves_per_s']:.1f} of {report['intended_moves_per_s']:.1f} moves/s delivered"
+              if report.get("intended_moves_per_s") else "")
+    marks = ", ".join(f"{m['pss_mib'] / 1024:.2f} GiB at minute {m['minute']:g}" for m in summary["marks"])
+    bound = "no bound stated" if summary["bound_mib"] is None else f"bound {summary['bound_mib'] / 1024:.1f} GiB"
+    now = (f"summed PSS {marks} ({summary['growth_after_fill_mib']:+.0f} MiB from minute "
+           f"{summary['filled_at_minute']:g}, at most {summary['max_pss_mib'] / 1024:.2f} GiB); {bound}; summed RSS "
+           f"{summary['marks'][0]['rss_mib'] / 1024:.2f} → {summary['marks'][-1]['rss_mib'] / 1024:.2f} GiB{demand}")
+    verdict = memory_verdict(summary)
+    return Result("class", target, "flat once the caches fill, within the bound the server states", now,
+                  verdict, machine, date, command, run)
 
 
 def measuring_lines(report: dict) -> list[str]:
@@ -319,7 +419,8 @@ def describe(report: dict, goals: dict[str, float] | None = None) -> str:
         *timings_rows(report),
         "",
         *([*goal_rows(report, goals), ""] if goals else []),
-        *slowest_lines(report), *memory_lines(report["samples"]), *measuring_lines(report), *stage_lines(report),
+        *slowest_lines(report), *([memory_summary_text(report["memory"])] if report.get("memory") else []),
+        *memory_lines(report["samples"]), *measuring_lines(report), *stage_lines(report),
         *server_lines(report), *(generator[1:] if limited else generator), *limit_lines(report), *error_lines(report),
     ]
     return "\n".join(lines)

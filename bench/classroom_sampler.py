@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import statistics
 import threading
 import time
@@ -20,6 +21,7 @@ from classroom_page import Page, element_of
 
 PAGE_CPU = "Page run CPU (p95)"  # the Device page's figure of what a page run costs the server
 GPUS_CAPTION = "GPUs: "  # the Device page's line of measurements per GPU, on a server of several
+MEMORY_CAPTION = "Memory: "  # the Device page's line of the memory its server stays under
 SAMPLE_EVERY_S = 2.0  # the server's parts and each load generator process: a CPU sample this often
 SATURATED = 0.9  # of what a part can use (cores, or the GPU's time): a sample at this much is saturated
 LIMIT_SHARE = 0.25  # of a part's samples saturated make it a limit (a load generator process: the run's)
@@ -157,21 +159,32 @@ def run_queue_s(pid: int) -> float | None:
         return None
 
 
-def _rss(process) -> int:
-    """A process's resident memory in bytes; 0 when it is gone (a pool restarts its processes)."""
+def _memory(process) -> tuple[int, int | None]:
+    """A process's resident and proportional set sizes in bytes (PSS: each page it shares counted as its
+    share, so that the processes' PSS sum to what they hold together; Linux's smaps_rollup, None where it
+    cannot be read); (0, 0) when the process is gone (a pool restarts its processes)."""
     try:
-        return process.memory_info().rss
-    except psutil.Error:
-        return 0
+        full = process.memory_full_info()
+        return full.rss, full.pss
+    except (psutil.Error, AttributeError):  # not ours to read, gone, or a platform without PSS
+        try:
+            return process.memory_info().rss, None
+        except psutil.Error:
+            return 0, 0
 
 
 def memory_sample(tree: list[tuple]) -> dict:
-    """The server's resident memory (MiB): its app processes ("rss_mib"), with the processes below
-    them ("rss_with_workers_mib"), and all its processes ("rss_server_mib")."""
+    """The server's memory (MiB): the resident memory of its app processes ("rss_mib"), with the processes
+    below them ("rss_with_workers_mib"), and of all its processes ("rss_server_mib"), by part and by worker
+    kind; and the proportional set size of all its processes ("pss_server_mib", a page shared by N
+    processes counted 1/N in each: the sum is what the server holds, which summed RSS overstates), by part
+    and kind. PSS is None where a process's could not be read."""
     if not tree:
         return {"rss_mib": None, "rss_with_workers_mib": None, "rss_server_mib": None, "rss_parts_mib": None,
-                "rss_kinds_mib": None}
-    rss = {member.pid: _rss(member) for member, _, _ in tree}
+                "rss_kinds_mib": None, "pss_server_mib": None, "pss_parts_mib": None, "pss_kinds_mib": None}
+    memory = {member.pid: _memory(member) for member, _, _ in tree}
+    rss = {pid: both[0] for pid, both in memory.items()}
+    pss = {pid: both[1] for pid, both in memory.items()}
     parents = {member.pid: parent for member, _, parent in tree}
     apps = {member.pid for member, role, _ in tree if role == "app"}
 
@@ -182,13 +195,22 @@ def memory_sample(tree: list[tuple]) -> dict:
             pid = parents[pid]
         return False
 
-    return {"rss_mib": sum(rss[pid] for pid in apps) / 2**20,
-            "rss_with_workers_mib": sum(rss[pid] for pid in rss if below_an_app(pid)) / 2**20,
-            "rss_server_mib": sum(rss.values()) / 2**20,
-            "rss_parts_mib": {role: sum(rss[m.pid] for m, r, _ in tree if r == role) / 2**20
-                              for role in sorted({r for _, r, _ in tree})},
-            "rss_kinds_mib": dict(sum((collections.Counter({worker_kind(m): rss[m.pid] / 2**20})
-                                       for m, r, _ in tree if r == "workers"), collections.Counter()))}
+    def by_part_and_kind(size: dict) -> tuple[dict, dict]:
+        parts = {role: sum(size[m.pid] for m, r, _ in tree if r == role) / 2**20
+                 for role in sorted({r for _, r, _ in tree})}
+        kinds = dict(sum((collections.Counter({worker_kind(m): size[m.pid] / 2**20}) for m, r, _ in tree
+                          if r == "workers"), collections.Counter()))
+        return parts, kinds
+
+    rss_parts, rss_kinds = by_part_and_kind(rss)
+    sample = {"rss_mib": sum(rss[pid] for pid in apps) / 2**20,
+              "rss_with_workers_mib": sum(rss[pid] for pid in rss if below_an_app(pid)) / 2**20,
+              "rss_server_mib": sum(rss.values()) / 2**20, "rss_parts_mib": rss_parts, "rss_kinds_mib": rss_kinds,
+              "pss_server_mib": None, "pss_parts_mib": None, "pss_kinds_mib": None}
+    if all(size is not None for size in pss.values()):
+        pss_parts, pss_kinds = by_part_and_kind(pss)
+        sample.update(pss_server_mib=sum(pss.values()) / 2**20, pss_parts_mib=pss_parts, pss_kinds_mib=pss_kinds)
+    return sample
 
 
 def sample_server(root, latest: dict, samples: list, stop: threading.Event, every: float = SAMPLE_EVERY_S) -> None:
@@ -218,14 +240,14 @@ def sample_server(root, latest: dict, samples: list, stop: threading.Event, ever
 
 
 def observe(url: str, end: float, samples: list, server_pid: int | None, every: float = SAMPLE_EVERY_S,
-            gpus_seen: list | None = None) -> None:
+            gpus_seen: list | None = None, said: dict | None = None) -> None:
     """Until ``end``: the Device page's GPU queue and page-run CPU (and, into ``gpus_seen``, its line
     of measurements per GPU), read again ``every`` s after each answer, and, every ``every`` s on its
     own thread (a slow page does not stretch the samples), the cores and memory of the server's
     processes (``sample_server``)."""
     root = server_process(url, server_pid)
     gpus_seen = [] if gpus_seen is None else gpus_seen
-    latest: dict = {}
+    latest: dict = {} if said is None else said  # the Device page's memory bound ("memory_bound_mib") too
     stop = threading.Event()
     sampler = threading.Thread(target=sample_server, args=(root, latest, samples, stop, every))
     sampler.start()
@@ -252,6 +274,8 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
                     page_cpu = element.metric.body
                 elif kind == "markdown" and element.markdown.body.startswith(GPUS_CAPTION):
                     gpus_seen.append(element.markdown.body)  # the page's count per GPU (a server of several)
+                elif kind == "markdown" and element.markdown.body.startswith(MEMORY_CAPTION):
+                    latest["memory_bound_mib"] = memory_bound_mib(element.markdown.body)
                 if queue is not None and page_cpu is not None:
                     break
             latest["reading"] = (queue, page_cpu)  # one assignment: the sampler takes both or neither
@@ -260,6 +284,14 @@ def observe(url: str, end: float, samples: list, server_pid: int | None, every: 
         stop.set()
         sampler.join()
         page.close()
+
+
+def memory_bound_mib(sentence: str) -> float | None:
+    """The MiB the Device page's memory line says the server stays under ("... under 31.4 GiB ..."), or None."""
+    found = re.search(r"under ([0-9.]+) (GiB|MiB)", sentence)
+    if found is None:
+        return None
+    return float(found.group(1)) * (1024 if found.group(2) == "GiB" else 1)
 
 
 PARTS = ("app", "measuring", "proxy", "workers", "gpu")  # in the order the report names them

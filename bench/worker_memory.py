@@ -60,12 +60,24 @@ def sample(done: int, tried: int, started: float) -> dict:
     from explorer import build as build_module
 
     return {"settings": done, "tried": tried, "s": round(time.perf_counter() - started, 1),
-            "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1), **proportional_mib(),
             "heap_used_mib": round((heap.uordblks + heap.hblkhd) / 2**20, 1),
             "heap_free_mib": round(heap.fordblks / 2**20, 1),
             "objects": len(gc.get_objects()), "builds_kept": build_module._build_cached.cache_info().currsize,
             "build_hits": build_module._build_cached.cache_info().hits,
             "build_misses": build_module._build_cached.cache_info().misses}
+
+
+def proportional_mib() -> dict:
+    """This process's proportional set size, and its anonymous (heap, arenas) and file-backed (libraries,
+    mapped files) parts (Linux's smaps_rollup, MiB); {} where there is none."""
+    try:
+        with open("/proc/self/smaps_rollup") as file:
+            fields = dict(line.split(":", 1) for line in file.read().splitlines()[1:])
+    except OSError:
+        return {}
+    mib = {name: int(fields[name].split()[0]) / 1024 for name in ("Pss", "Pss_Anon", "Pss_File") if name in fields}
+    return {f"{name.lower()}_mib": round(value, 1) for name, value in mib.items()}
 
 
 def walk(lessons: list[str], seed: int, built: set):
@@ -132,7 +144,6 @@ def worker(kind: str, target: str):
         import tvm
 
         from explorer.build import build
-        from explorer.cuda_compile import _nvrtc_environment
         from explorer.server.compiles import compile_library
 
         compile_cuda = tvm.get_global_func("tvm_callback_cuda_compile")
@@ -143,8 +154,8 @@ def worker(kind: str, target: str):
             if isinstance(outcome, ExplorerError):
                 return False
             built = build(spec, target)  # kept in the build cache: not built again
-            if not tvm.cuda(0).exist:  # what code generation does on a GPU machine
-                with built.target, _nvrtc_environment():
+            if not tvm.cuda(0).exist:  # what code generation does on a GPU machine (the compile sets NVRTC's
+                with built.target:      # environment itself: explorer.cuda_compile.compile_cubin)
                     compile_cuda(built.cuda)
             return True
 
@@ -195,6 +206,13 @@ def cache_holdings() -> dict[str, float]:
 def run(args) -> dict:
     setup(args.kind, args.keep)
     step = worker(args.kind, args.target)
+    if args.release_heap:  # as a pool started with release_heap runs each call (explorer.server.pool._released)
+        from explorer.server.pool import _released
+
+        unreleased = step
+
+        def step(spec):
+            return _released(unreleased, spec)
     if args.tracemalloc:
         import tracemalloc
 
@@ -229,7 +247,7 @@ def run(args) -> dict:
     if held:
         print(json.dumps({"heap MiB each cache held": held}))
     return {"kind": args.kind, "target": args.target, "cache_holdings_mib": held, "lessons": args.lessons,
-            "keep": args.keep,
+            "keep": args.keep, "release_heap": args.release_heap,
             "samples": samples, "rss_mib_per_setting": slope(samples),
             "heap_used_mib_per_setting": slope(samples, "heap_used_mib")}
 
@@ -247,6 +265,8 @@ def main() -> None:
     parser.add_argument("--tracemalloc", type=int, default=0, help="print the top this many growths")
     parser.add_argument("--objects", action="store_true", help="print Python objects by type at the end")
     parser.add_argument("--caches", action="store_true", help="at the end, the heap each explorer cache holds")
+    parser.add_argument("--release-heap", action="store_true",
+                        help="give the heap's free pages back after each setting, as a pool with release_heap does")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args()
     if args.kind == "compile":  # what CompileService sets for its processes, before they start

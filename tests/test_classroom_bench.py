@@ -382,7 +382,9 @@ def test_the_whole_server_is_sampled_by_part(monkeypatch):
                                                                "workers": 95},
                                              # The workers by the names the server gives them; the launcher and
                                              # the fork (5 + 30) are not named.
-                                             "rss_kinds_mib": {"build": 20, "measure": 40, "other": 35}}
+                                             "rss_kinds_mib": {"build": 20, "measure": 40, "other": 35},
+                                             # no PSS where a process's cannot be read (a fake's)
+                                             "pss_server_mib": None, "pss_parts_mib": None, "pss_kinds_mib": None}
     clock = iter([10.0, 12.0])
     monkeypatch.setattr(classroom_sampler.time, "time", lambda: next(clock))
     queued = {1: 5.0, 6: 0.0, 7: 1.0, 8: 2.0}  # seconds each worker has waited for a core

@@ -14,7 +14,7 @@ from explorer.analysis.roofline import ceiling_rows, published_for
 from explorer.cuda_compile import nvcc_path
 from explorer.errors import ExplorerError
 from explorer.measure import QUICK_SETTINGS, Remote, describe_budget
-from explorer.server.api import UNREACHABLE, prepared_sentence
+from explorer.server.api import UNREACHABLE, prepared_sentence, this_machines_plan
 from explorer.targets import NAMES, local_gpu_target, resolve_target, target_label
 
 
@@ -82,6 +82,7 @@ else:
 
 st.header("This server")
 server = handle.server()
+st.caption(this_machines_plan().sentence())  # the bound its processes stay under (explorer/server/settings.py)
 warm = server.warm_up_state()
 if not warm.done:
     st.info("Warming up the GPU… " + ", ".join(f"{name} ({at:.1f} s)" for name, at in warm.steps))

@@ -32,10 +32,10 @@ from .measuring import Measuring
 from .over_socket import UNREACHABLE, MeasuringOverSocket
 from .page_runs import PageRuns
 from .prepare import prepared_sentence, read_manifest
-from .settings import ServerSettings
+from .settings import ServerSettings, this_machines_plan
 from .warm_up import WarmUp, warm_up_gpu_early
 
-__all__ = ["UNREACHABLE", "Server", "open_server", "prepared_sentence", "warm_up_early"]
+__all__ = ["UNREACHABLE", "Server", "open_server", "prepared_sentence", "this_machines_plan", "warm_up_early"]
 
 
 class Server:

@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from ..analysis.diagnosis import Diagnosis, diagnose, diagnose_spec, refusal
 from ..analysis.sass import compile_binary
 from ..analysis.tiling import keep_tilings
-from ..build import Build, Spec
+from ..build import Build, Spec, keep_builds
 from ..errors import ExplorerError
 from .build_disk import BuildDisk, own_folder, prune, read_when_built
 from .measure_store import versions
@@ -75,14 +75,15 @@ def kept_key(spec: Spec, target: str, device: str | None) -> tuple:
 
 
 def _diagnosing_process_init(root: str) -> None:
-    """The operating system runs the pages' builds first where cores are short. It keeps
-    explorer.build's 128 builds (a student's next setting is often a neighbour of the last, and their
-    neighbours overlap: those are then built from the cache) but few tilings: a diagnosis reads a few
-    numbers from each neighbour's, which takes milliseconds to make again, and 64 of them held
-    ~150 MiB (bench/worker_memory.py)."""
+    """The operating system runs the pages' builds first where cores are short. It keeps the builds
+    the machine's memory plan gives it (``ServerSettings.diagnose_builds``: a student's next setting is
+    often a neighbour of the last, and their neighbours overlap: those are then built from the cache) but
+    few tilings: a diagnosis reads a few numbers from each neighbour's, which takes milliseconds to make
+    again, and 64 of them held ~150 MiB (bench/worker_memory.py)."""
     source_only_process_init(root)
     os.nice(DIAGNOSE_NICENESS)
     keep_tilings(DIAGNOSIS_TILINGS)
+    keep_builds(ServerSettings().diagnose_builds)
 
 
 def diagnose_in(process: ProcessPool, spec: Spec, target: str, ceilings=None, measured_us: float | None = None, *,

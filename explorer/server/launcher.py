@@ -29,7 +29,7 @@ from pathlib import Path
 from ..cuda_env import kernel_environment, without_source_only
 from ..errors import EXIT_INVALID, ExplorerError
 from .content_keys import host_resource
-from .settings import WORKERS, ServerSettings
+from .settings import APP_PROCESSES, WORKERS, ServerSettings, this_machines_plan
 
 # Every process of a server of several app processes (explorer/server/service.py) is given these:
 MEASURING_ADDRESS = "EXPLORER_MEASURING"  # the measuring service's socket
@@ -108,6 +108,7 @@ def serve(port: int, address: str, extra: list[str], app_processes: int = 1, scr
     try:
         healthy_s = wait_healthy(url, server)
         report(url, healthy_s, *timed_warm(url))
+        print(this_machines_plan({**os.environ, **gpu_environment(visible_gpus())}).sentence(), flush=True)
         return server.wait()
     except KeyboardInterrupt:
         server.terminate()
@@ -339,6 +340,7 @@ def class_environment(app_processes: int, cores: int, directory: str) -> dict[st
     compiles = os.environ.get("EXPLORER_COMPILE_WORKERS") or str(max(1, cores * 3 // 4))
     return {MEASURING_ADDRESS: os.path.join(directory, "measuring.sock"), MEASURING_KEY: secrets.token_hex(16),
             "EXPLORER_BUILD_WORKERS": builds, "EXPLORER_COMPILE_WORKERS": compiles,
+            APP_PROCESSES: str(app_processes),  # each process's memory plan counts them all (settings.py)
             # The build processes' time goes to the pages' builds (services/settings.py says why).
             "EXPLORER_HIGHLIGHT_AHEAD": os.environ.get("EXPLORER_HIGHLIGHT_AHEAD") or "0"}
 
@@ -386,6 +388,7 @@ class AppProcesses:
             print(f"{self.count} app processes (ports {', '.join(map(str, self.app_ports))}) behind Caddy, one "
                   f"measuring service ({gpus} GPU{'s' if gpus != '1' else ''}, one kernel at a time on each).",
                   flush=True)
+            print(this_machines_plan(self.environment).sentence(), flush=True)
             return self._watch()
         except KeyboardInterrupt:
             return self._stop(0)
