@@ -36,7 +36,7 @@ from ..errors import ExplorerError
 from ..targets import BANK_BYTES, BANKS, WARP_SIZE
 from ..units import byte_size, count
 from .accesses import AXES, KernelAccesses, Launch, SharedAccess, guard_key, shared_accesses
-from .texpr import Unsupported, compile_expr, free_vars
+from .texpr import Unsupported, compile_guarded
 from .tiles import CHUNK_BYTES, SharedTile, shared_tiles, swizzled
 
 WAVEFRONT_BYTES = BANKS * BANK_BYTES  # 128 bytes served per wavefront
@@ -194,11 +194,7 @@ class _AccessModel:
     def __init__(self, access: SharedAccess, kernel: KernelAccesses):
         self.access = access
         self.launch = kernel.launch
-        self.index = compile_expr(access.index, kernel.bindings)
-        self.guards = [(compile_expr(c, kernel.bindings), want) for c, want in access.guards]
-        used = free_vars(access.index, kernel.bindings)
-        for cond, _ in access.guards:
-            used |= free_vars(cond, kernel.bindings)
+        self.index, self.guards, used = compile_guarded(access.index, access.guards, kernel.bindings)
         thread_vars = set(self.launch.thread_vars.values())
         candidates = list(access.loops) + self.launch.block_loops()
         self.varying = [loop for loop in candidates if loop.var in used]

@@ -31,7 +31,7 @@ import numpy as np
 from ..targets import WARP_SIZE
 from .accesses import AXES, KernelAccesses, SharedAccess, kernel_accesses, shared_accesses
 from .banks import thread_ids
-from .texpr import Unsupported, compile_expr, free_vars
+from .texpr import Unsupported, compile_guarded
 
 ROW_BUDGET = 1 << 20  # (iteration, thread) rows evaluated per access before its iterations are sampled
 SAMPLE_SEED = 0
@@ -189,11 +189,7 @@ def access_rows(access: SharedAccess, kernel: KernelAccesses, unit_bytes: int, b
     each) it touches, at the linear block ids ``blocks``; and the enumerated loops (their values) for
     naming an example. Raises Unsupported where an address or a guard cannot be evaluated."""
     launch = kernel.launch
-    index = compile_expr(access.index, kernel.bindings)
-    guards = [(compile_expr(c, kernel.bindings), want) for c, want in access.guards]
-    used = free_vars(access.index, kernel.bindings)
-    for cond, _ in access.guards:
-        used |= free_vars(cond, kernel.bindings)
+    index, guards, used = compile_guarded(access.index, access.guards, kernel.bindings)
     thread_vars = set(launch.thread_vars.values())
     block_vars = {v: axis for axis, v in launch.block_vars.items()}
     known = thread_vars | set(block_vars) | {loop.var for loop in access.loops}

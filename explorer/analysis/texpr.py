@@ -172,6 +172,15 @@ def free_vars(expr, bindings: Mapping[object, object] | None = None) -> set:
     return found - local
 
 
+
+def compile_guarded(index, guards, bindings: Mapping[object, object] | None = None):
+    """An access's index and its guards (``(condition, must be true?)`` pairs) compiled, and the variables
+    the two depend on together: what every analysis that enumerates an access's threads starts from."""
+    used = free_vars(index, bindings)
+    for cond, _ in guards:
+        used |= free_vars(cond, bindings)
+    return compile_expr(index, bindings), [(compile_expr(c, bindings), want) for c, want in guards], used
+
 _EXPR_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride", "body")
 _LIST_FIELDS = ("args", "indices", "vectors")
 _FIELDS_BY_TYPE: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}

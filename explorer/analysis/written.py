@@ -24,7 +24,7 @@ from ..schedules.attention_fused import key_tiles
 from ..targets import WARP_SIZE
 from ..units import count
 from .accesses import AXES, KernelAccesses, SharedAccess, global_accesses
-from .texpr import Unsupported, compile_expr, free_vars
+from .texpr import Unsupported, compile_guarded
 
 # (blocks × loop iterations × threads) evaluated per access: beyond it, the plane shows the first blocks only.
 BUDGET = 1 << 20
@@ -110,11 +110,7 @@ def touched(kernel: KernelAccesses, access: SharedAccess, blocks: np.ndarray) ->
     each iteration of the loops its index or guards use, the lanes its guards switch off left out, and every
     element of a vector access."""
     launch = kernel.launch
-    index = compile_expr(access.index, kernel.bindings)
-    guards = [(compile_expr(c, kernel.bindings), want) for c, want in access.guards]
-    used = free_vars(access.index, kernel.bindings)
-    for cond, _ in access.guards:
-        used |= free_vars(cond, kernel.bindings)
+    index, guards, used = compile_guarded(access.index, access.guards, kernel.bindings)
     loops = [loop for loop in access.loops if loop.var in used]
     known = set(launch.thread_vars.values()) | set(launch.block_vars.values()) | {loop.var for loop in loops}
     unknown = sorted(str(v.name) for v in used if v not in known)
