@@ -344,22 +344,17 @@ void release_block() {
   at_block = 0;
   cursor = emu_reverse ? threads - 1 : 0;
 }
-void release_warp(int warp) {
-  int low = warp * 32, high = low + 32 < threads ? low + 31 : threads - 1;
+/* The threads of one group of ``width`` (a warp, a warpgroup) waiting in ``state`` go on. */
+void release_group(int group, int width, int state, int *waiting) {
+  int low = group * width, high = low + width < threads ? low + width - 1 : threads - 1;
   for (int i = low; i <= high; ++i)
-    if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
-  warp_waiting[warp] = 0;
+    if (fibers[i].state == state) fibers[i].state = RUNNABLE;
+  waiting[group] = 0;
   if (emu_reverse) cursor = cursor > high ? cursor : high;
   else cursor = cursor < low ? cursor : low;
 }
-void release_warpgroup(int group) {
-  int low = group * 128, high = low + 128 < threads ? low + 127 : threads - 1;
-  for (int i = low; i <= high; ++i)
-    if (fibers[i].state == AT_WARPGROUP) fibers[i].state = RUNNABLE;
-  warpgroup_waiting[group] = 0;
-  if (emu_reverse) cursor = cursor > high ? cursor : high;
-  else cursor = cursor < low ? cursor : low;
-}
+void release_warp(int warp) { release_group(warp, 32, AT_WARP, warp_waiting); }
+void release_warpgroup(int group) { release_group(group, 128, AT_WARPGROUP, warpgroup_waiting); }
 void finish() {
   int me = emu_thread, warp = me / 32, group = me / 128;
   fibers[me].state = DONE;
