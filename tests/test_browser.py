@@ -345,6 +345,24 @@ def test_the_theme_picked_in_the_menu_stays_on_every_page(server, tabs):
     page.close()
 
 
+def class_page_as_teacher(teacher, server: str):
+    """The tab on the Class page by the app's navigation (the app's scripts are not loaded again: a page load is
+    about a second of the browser's CPU), its teacher controls unlocked by the token unless a test before did;
+    the Step input of those controls."""
+    if not teacher.url.startswith(server):  # a test run alone
+        teacher.goto(server)
+    teacher.get_by_role("link", name="Class").click()
+    unlock = teacher.get_by_role("button", name="Unlock the teacher controls")
+    step = teacher.get_by_label("Step", exact=True)
+    unlock.or_(step).first.wait_for()
+    if unlock.count():
+        teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
+        unlock.click()
+    step.wait_for()
+    assert TOKEN not in teacher.url
+    return step
+
+
 def test_the_teachers_step_reaches_an_open_student_page_by_itself(server, tabs, page):
     lesson = L.lessons()[0]
     banner = f"The class is on step 3: {lesson.step(3).preset.title}"
@@ -352,17 +370,9 @@ def test_the_teachers_step_reaches_an_open_student_page_by_itself(server, tabs, 
     student.goto(f"{server}/lessons?lesson={lesson.id}&step=1")
     student.get_by_role("heading", name="Lessons").wait_for()
 
-    # The teacher: the tab of the tests above, which goes to the Class page by the app's navigation (the app's
-    # scripts are not loaded again: a page load is about a second of the browser's CPU).
-    teacher = page
-    if not teacher.url.startswith(server):  # this test alone
-        teacher.goto(server)
-    teacher.get_by_role("link", name="Class").click()
-    teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
-    teacher.get_by_role("button", name="Unlock the teacher controls").click()
+    teacher = page  # the tab of the tests above
+    step = class_page_as_teacher(teacher, server)
     teacher.get_by_role("button", name="Put the class on this step").wait_for()
-    assert TOKEN not in teacher.url
-    step = teacher.get_by_label("Step", exact=True)
     step.fill("3")
     step.press("Enter")
     teacher.get_by_text(lesson.step(3).preset.title).first.wait_for()
@@ -395,15 +405,7 @@ def test_a_question_round_with_a_teacher_and_two_students(server, tabs, page):
     from playwright.sync_api import expect
 
     teacher = page
-    if not teacher.url.startswith(server):  # this test alone
-        teacher.goto(server)
-    teacher.get_by_role("link", name="Class").click()
-    unlock = teacher.get_by_role("button", name="Unlock the teacher controls")
-    step = teacher.get_by_label("Step", exact=True)
-    unlock.or_(step).first.wait_for()
-    if unlock.count():  # the teacher of the test above is unlocked already
-        teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
-        unlock.click()
+    step = class_page_as_teacher(teacher, server)
     step.fill(str(number))
     step.press("Enter")
     teacher.get_by_role("button", name="Put this question to the class").click()
